@@ -1,0 +1,408 @@
+//! Settings: the builder, the retry policy and the backpressure choice, all validated on build.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::observe::SharedObserver;
+use crate::{Batcher, Error, Flush, Observer};
+
+/// What happens when a new item arrives while the batcher already holds `max_pending` items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backpressure {
+    /// [`Batcher::submit`] and [`Batcher::enqueue`] wait (first come, first served) until
+    /// earlier items resolve. This is the default: nothing is refused, callers slow down.
+    #[default]
+    Wait,
+    /// The item is refused at once with [`Error::Full`], which hands it back.
+    Reject,
+}
+
+/// How items that failed retryably are sent again.
+///
+/// Every retry is a batch of one, scheduled after a backoff; it never holds up other items or
+/// keys. An item stops being retried when it has been sent `max_attempts` times, or when the
+/// next attempt would start after the item's deadline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub(crate) backoff: Duration,
+    pub(crate) multiplier: f64,
+    pub(crate) max_backoff: Duration,
+    pub(crate) max_attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    /// 1 s constant backoff, at most 3 attempts in all.
+    fn default() -> Self {
+        Self {
+            backoff: Duration::from_secs(1),
+            multiplier: 1.0,
+            max_backoff: Duration::from_secs(60),
+            max_attempts: 3,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Never retry: every failure is final.
+    pub fn never() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The wait before the first retry (default 1 s).
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Growth of the backoff per retry (default 1.0: constant). 2.0 doubles it each time.
+    pub fn multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// The longest backoff that growth can reach (default 60 s).
+    pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// How many times an item is sent at most, the first attempt included (default 3; 1 means
+    /// no retries). Items with a deadline also stop at their deadline.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// The wait before retry number `retry` (1 for the first retry).
+    pub fn delay_for(&self, retry: u32) -> Duration {
+        let exponent = retry.saturating_sub(1).min(64) as i32;
+        let secs = self.backoff.as_secs_f64() * self.multiplier.powi(exponent);
+        if secs.is_finite() && secs < self.max_backoff.as_secs_f64() {
+            Duration::from_secs_f64(secs)
+        } else {
+            self.max_backoff
+        }
+    }
+
+    fn validate<E, T>(&self) -> Result<(), Error<E, T>> {
+        check_duration("retry.backoff", self.backoff)?;
+        check_duration("retry.max_backoff", self.max_backoff)?;
+        if !(self.multiplier.is_finite() && (1.0..=10.0).contains(&self.multiplier)) {
+            return Err(Error::invalid(
+                "retry.multiplier",
+                format!("{} is not in 1.0..=10.0", self.multiplier),
+            ));
+        }
+        if self.max_backoff < self.backoff {
+            return Err(Error::invalid(
+                "retry.max_backoff",
+                format!(
+                    "{:?} is shorter than the backoff {:?}",
+                    self.max_backoff, self.backoff
+                ),
+            ));
+        }
+        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(Error::invalid(
+                "retry.max_attempts",
+                format!("{} is not in 1..={MAX_ATTEMPTS}", self.max_attempts),
+            ));
+        }
+        Ok(())
+    }
+}
+
+const MAX_ATTEMPTS: u32 = 10_000;
+const MAX_ITEMS: usize = 1 << 20;
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+fn check_duration<E, T>(setting: &'static str, value: Duration) -> Result<(), Error<E, T>> {
+    if value.is_zero() || value > MAX_DURATION {
+        return Err(Error::invalid(
+            setting,
+            format!("{value:?} is not between 1 ns and 24 h"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validated settings shared by the batcher's parts.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) max_items: usize,
+    pub(crate) max_delay: Duration,
+    pub(crate) deadline_margin: Duration,
+    pub(crate) max_in_flight_per_key: usize,
+    pub(crate) max_pending: usize,
+    pub(crate) backpressure: Backpressure,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) drop_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_items: 1024,
+            max_delay: Duration::from_secs(5),
+            deadline_margin: Duration::from_secs(1),
+            max_in_flight_per_key: 4,
+            max_pending: 65_536,
+            backpressure: Backpressure::Wait,
+            retry: RetryPolicy::default(),
+            drop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Settings {
+    fn validate<E, T>(&self) -> Result<(), Error<E, T>> {
+        if !(1..=MAX_ITEMS).contains(&self.max_items) {
+            return Err(Error::invalid(
+                "max_items",
+                format!("{} is not in 1..={MAX_ITEMS}", self.max_items),
+            ));
+        }
+        check_duration("max_delay", self.max_delay)?;
+        if self.deadline_margin > MAX_DURATION {
+            return Err(Error::invalid(
+                "deadline_margin",
+                format!("{:?} is longer than 24 h", self.deadline_margin),
+            ));
+        }
+        if !(1..=1024).contains(&self.max_in_flight_per_key) {
+            return Err(Error::invalid(
+                "max_in_flight_per_key",
+                format!("{} is not in 1..=1024", self.max_in_flight_per_key),
+            ));
+        }
+        let max_pending = tokio::sync::Semaphore::MAX_PERMITS;
+        if !(self.max_items..=max_pending).contains(&self.max_pending) {
+            return Err(Error::invalid(
+                "max_pending",
+                format!(
+                    "{} is not in max_items ({})..={max_pending}: a batch could never fill",
+                    self.max_pending, self.max_items
+                ),
+            ));
+        }
+        check_duration("drop_timeout", self.drop_timeout)?;
+        self.retry.validate()
+    }
+}
+
+/// Builds a [`Batcher`]; every setting has a default and is checked by [`Builder::build`].
+///
+/// ```
+/// # use std::time::Duration;
+/// # use ack_batcher::{Batcher, Flush, FlushResult, ItemReply, Retryable, RetryPolicy};
+/// # #[derive(Debug, Clone)] struct E;
+/// # impl Retryable for E { fn is_retryable(&self) -> bool { false } }
+/// # struct Sink;
+/// # impl Flush<u8, u8> for Sink {
+/// #     type Output = (); type Error = E;
+/// #     async fn flush(&self, _: &u8, i: &[u8]) -> FlushResult<(), E> {
+/// #         Ok(i.iter().map(|_| ItemReply::Ok(())).collect())
+/// #     }
+/// # }
+/// # #[tokio::main] async fn main() {
+/// let batcher = Batcher::builder()
+///     .max_items(100)
+///     .max_delay(Duration::from_millis(100))
+///     .retry(RetryPolicy::default().multiplier(2.0).max_attempts(5))
+///     .build(Sink)
+///     .expect("valid settings");
+/// # drop(batcher); }
+/// ```
+pub struct Builder<K, T, F: Flush<K, T>> {
+    settings: Settings,
+    observer: Option<SharedObserver<K, T, F>>,
+}
+
+impl<K, T, F: Flush<K, T>> fmt::Debug for Builder<K, T, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("settings", &self.settings)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl<K, T, F: Flush<K, T>> Default for Builder<K, T, F> {
+    fn default() -> Self {
+        Self {
+            settings: Settings::default(),
+            observer: None,
+        }
+    }
+}
+
+impl<K, T, F> Builder<K, T, F>
+where
+    K: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+    F: Flush<K, T>,
+{
+    /// The most items in one batch (default 1,024). A batch that reaches it is flushed at once.
+    pub fn max_items(mut self, max_items: usize) -> Self {
+        self.settings.max_items = max_items;
+        self
+    }
+
+    /// The longest an item waits for its batch to fill, counted from the batch's first item
+    /// (default 5 s).
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.settings.max_delay = max_delay;
+        self
+    }
+
+    /// How long before an item's deadline its batch is flushed at the latest (default 1 s).
+    /// An item whose deadline is already within the margin is flushed at once.
+    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.settings.deadline_margin = margin;
+        self
+    }
+
+    /// The most batches of one key being flushed at once (default 4). Further batches of that
+    /// key wait, in order. 1 keeps every key's batches strictly one after another.
+    pub fn max_in_flight_per_key(mut self, limit: usize) -> Self {
+        self.settings.max_in_flight_per_key = limit;
+        self
+    }
+
+    /// The most items the batcher holds at once across all keys, from acceptance until their
+    /// outcome is delivered, retries included (default 65,536). It bounds memory.
+    pub fn max_pending(mut self, limit: usize) -> Self {
+        self.settings.max_pending = limit;
+        self
+    }
+
+    /// What a new item meets when `max_pending` is reached (default [`Backpressure::Wait`]).
+    pub fn backpressure(mut self, backpressure: Backpressure) -> Self {
+        self.settings.backpressure = backpressure;
+        self
+    }
+
+    /// How retryable failures are retried (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.settings.retry = retry;
+        self
+    }
+
+    /// How long a batcher dropped without [`Batcher::close`] keeps flushing and retrying in
+    /// the background before it abandons what is left (default 10 s).
+    pub fn drop_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.drop_timeout = timeout;
+        self
+    }
+
+    /// Adds an observer that sees every item of every batch with its own reply.
+    pub fn observer(mut self, observer: Arc<dyn Observer<K, T, F::Output, F::Error>>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Checks the settings and starts the batcher. Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] names the first setting out of range; [`Error::NoRuntime`] if
+    /// there is no current Tokio runtime.
+    pub fn build(self, flusher: F) -> Result<Batcher<K, T, F>, Error<F::Error>> {
+        self.settings.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        Ok(Batcher::start(
+            flusher,
+            self.settings,
+            self.observer,
+            runtime,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let p = RetryPolicy::default()
+            .backoff(Duration::from_millis(100))
+            .multiplier(2.0)
+            .max_backoff(Duration::from_millis(500));
+        let delays: Vec<_> = (1..=5).map(|r| p.delay_for(r).as_millis()).collect();
+        assert_eq!(delays, [100, 200, 400, 500, 500]);
+        assert_eq!(
+            RetryPolicy::default().delay_for(7),
+            Duration::from_secs(1),
+            "the default backoff is constant"
+        );
+    }
+
+    #[test]
+    fn invalid_settings_name_the_setting() {
+        let bad: [(Settings, &str); 7] = [
+            (
+                Settings {
+                    max_items: 0,
+                    ..Settings::default()
+                },
+                "max_items",
+            ),
+            (
+                Settings {
+                    max_delay: Duration::ZERO,
+                    ..Settings::default()
+                },
+                "max_delay",
+            ),
+            (
+                Settings {
+                    max_delay: Duration::from_secs(365 * 24 * 3600),
+                    ..Settings::default()
+                },
+                "max_delay",
+            ),
+            (
+                Settings {
+                    max_in_flight_per_key: 0,
+                    ..Settings::default()
+                },
+                "max_in_flight_per_key",
+            ),
+            (
+                Settings {
+                    max_pending: 10,
+                    ..Settings::default()
+                },
+                "max_pending",
+            ),
+            (
+                Settings {
+                    retry: RetryPolicy::default().max_attempts(0),
+                    ..Settings::default()
+                },
+                "retry.max_attempts",
+            ),
+            (
+                Settings {
+                    retry: RetryPolicy::default().multiplier(f64::NAN),
+                    ..Settings::default()
+                },
+                "retry.multiplier",
+            ),
+        ];
+        for (settings, expected) in bad {
+            match settings.validate::<(), ()>() {
+                Err(Error::InvalidConfig { setting, reason }) => {
+                    assert_eq!(setting, expected, "{reason}");
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("{expected}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+        assert!(Settings::default().validate::<(), ()>().is_ok());
+    }
+}
