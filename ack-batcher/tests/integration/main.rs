@@ -1,0 +1,6 @@
+//! Integration tests of ack-batcher, on virtual time.
+
+mod lifecycle;
+mod results;
+mod support;
+mod triggers;
