@@ -31,10 +31,9 @@ const RATE: u64 = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Topic(&'static str);
 
-/// An ack as the consumer hands it over: which message, and its receipt handle.
+/// An ack as the consumer hands it over: the message's receipt handle.
 #[derive(Debug)]
 struct Ack {
-    message_id: u64,
     receipt_handle: String,
 }
 
@@ -100,7 +99,6 @@ async fn consume(batcher: &Batcher<Topic, Ack, Arc<AckServer>>) -> Vec<Ticket<()
         };
         let expired = if id % 1000 == 7 { "-expired" } else { "" };
         let ack = Ack {
-            message_id: id,
             receipt_handle: format!("rh-{id}{expired}"),
         };
         // FIFO acks are not batched: the next message of the group waits for this ack.
