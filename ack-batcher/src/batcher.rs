@@ -53,10 +53,11 @@ impl ItemOptions {
 /// # Guarantees
 /// - Every accepted item resolves exactly once: success, failure, or
 ///   [`Error::Abandoned`] if `close` runs out of time.
-/// - A batch never mixes keys and never exceeds `max_items`. Batches of a key are handed to
-///   the transport in the order they were sealed, and items keep their submission order
-///   within and across a key's batches (retries and immediate items excepted). With
-///   `max_in_flight_per_key(1)` a key's batches are also answered in that order.
+/// - A batch never mixes keys and never exceeds `max_items`. Within a batch, items keep their
+///   submission order. With `max_in_flight_per_key(1)` a key's batches are flushed strictly
+///   one after another in the order they were sealed; with a higher limit, up to that many
+///   run concurrently and may be answered in any order. Retries and immediate items are
+///   batches of their own and leave the key's order.
 /// - Memory is bounded by `max_pending` items; keys that go idle hold no memory.
 ///
 /// # Cancellation
