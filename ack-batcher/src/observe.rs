@@ -13,7 +13,9 @@ pub(crate) type SharedObserver<K, T, F> = std::sync::Arc<
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BatchInfo {
-    /// Unique per batcher, increasing in the order batches were sealed.
+    /// Unique per batcher. A batch that fills over time gets its id when its first item
+    /// arrives; immediate and retry batches get theirs when they are created. Ids therefore
+    /// follow the order batches were started, not the order they were flushed.
     pub id: u64,
     /// Why the batch was flushed.
     pub reason: FlushReason,
@@ -112,7 +114,8 @@ pub struct Stats {
     pub items_abandoned: u64,
     /// Retries scheduled.
     pub retries: u64,
-    /// Failures that were final, out of `items_failed`: not retryable, or out of attempts.
+    /// Of `items_failed`, the items whose last failure the transport marked not retryable
+    /// (the rest ran out of attempts or deadline, or were missing).
     pub terminal_failures: u64,
     /// Replies that were missing from the transport's answer.
     pub missing_replies: u64,

@@ -1,6 +1,7 @@
 //! Integration tests of ack-batcher, on virtual time.
 
 mod lifecycle;
+mod properties;
 mod results;
 mod support;
 mod triggers;
