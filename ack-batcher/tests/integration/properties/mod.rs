@@ -27,7 +27,7 @@
 //! report and the counters add up, and that a closed batcher hands items back.
 //!
 //! Cases run in about 2 ms each. The tests in [`checker`] show that the checker catches what
-//! it should, and those in [`regressions`] pin down, ignored, the bugs found while writing it.
+//! it should, and those in [`regressions`] pin down what writing it found.
 
 use std::fmt;
 

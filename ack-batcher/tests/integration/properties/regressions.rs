@@ -1,5 +1,5 @@
-//! Bugs found along the way, each reduced to a minimal failing test. They are ignored so that
-//! the suite stays green; run them with `--ignored`.
+//! What writing the property test found, each reduced to a minimal test that pins the
+//! documented behaviour.
 
 use std::sync::Arc;
 use std::time::Duration;
