@@ -1,0 +1,47 @@
+//! Batch-size-preserving Pulsar ack sets, ack tracking and transactional acks.
+//!
+//! A Pulsar entry often holds a batch of messages. Acknowledging them correctly takes three
+//! things that clients keep getting wrong:
+//! - the **ack set** ([`AckSet`]), Java `BitSet` words where a set bit is a message still
+//!   outstanding;
+//! - **ordinary acks** ([`AckTracker`]) that accumulate per entry and, when a batch completes,
+//!   acknowledge the whole entry *keeping its batch size*;
+//! - **transactional acks** ([`txn_ack`], [`TxnAckTracker`]) that carry an *independent* set per
+//!   ack and *always* the batch size. A 4.0.x broker decrements a consumer's unacked count by
+//!   `batch_size` (or 1 when it is absent) minus the set's cardinality; a client that drops the
+//!   batch size leaks `batch_size - 1` per batch until Shared consumers stall, and one that
+//!   reuses an accumulated set gets `TransactionConflict`.
+//!
+//! Everything here is pure: no I/O, no protocol types. An adapter turns an [`AckId`] into a
+//! `MessageIdData`.
+//!
+//! ```
+//! use txn_ack::{AckKind, MessagePosition, TxnAckTracker, TxnId};
+//!
+//! let txn = TxnId { most_bits: 0, least_bits: 42 };
+//! let mut acks = TxnAckTracker::default();
+//! // A batch of 3 in entry 7:12, acknowledged inside one transaction.
+//! for index in 0..3 {
+//!     let at = MessagePosition::in_batch(7, 12, -1, index, 3)?;
+//!     let ack = acks.ack(txn, AckKind::Individual, &at)?;
+//!     assert_eq!(ack.id.batch_size, Some(3)); // always there, the last index included
+//!     assert_eq!(ack.id.ack_set.map(|s| s.outstanding_count()), Some(2)); // independent
+//! }
+//! // The same message again would be a TransactionConflict on the broker: refused here.
+//! let again = MessagePosition::in_batch(7, 12, -1, 1, 3)?;
+//! assert!(acks.ack(txn, AckKind::Individual, &again).is_err());
+//! # Ok::<(), txn_ack::Error>(())
+//! ```
+
+mod ack_set;
+mod error;
+mod position;
+mod recent;
+mod tracker;
+mod txn;
+
+pub use ack_set::AckSet;
+pub use error::{Error, MAX_BATCH_SIZE};
+pub use position::{AckId, AckKind, EntryId, MessagePosition};
+pub use tracker::{Ack, AckTracker, PartialBatches};
+pub use txn::{TxnAck, TxnAckTracker, TxnId, txn_ack};
