@@ -175,9 +175,11 @@ where
                     ItemReply::Err(error) => error.is_retryable(),
                     ItemReply::Missing => true,
                 };
+                if !retryable || slot.attempts >= retry.max_attempts {
+                    return Next::Resolved;
+                }
                 let after = retry.delay_for(slot.attempts);
-                let in_time = slot.deadline.is_none_or(|deadline| now + after < deadline);
-                if retryable && slot.attempts < retry.max_attempts && in_time {
+                if slot.deadline.is_none_or(|deadline| now + after < deadline) {
                     Next::Retry { after }
                 } else {
                     Next::Resolved

@@ -14,6 +14,9 @@ use crate::config::Settings;
 use crate::ticket::Reply;
 use crate::{FlushReason, Stats};
 
+/// The capacity an open batch starts with (it grows up to `max_items` as needed).
+const OPEN_CAPACITY: usize = 64;
+
 /// What the batcher keeps of an item besides the item itself.
 pub(crate) struct Slot<O, E> {
     pub(crate) reply: Reply<O, E>,
@@ -218,10 +221,12 @@ impl<K, T, O, E> Book<K, T, O, E> {
                 let flush_at = Instant::now() + s.max_delay;
                 self.timers.insert((flush_at, id), key.clone());
                 wake = self.is_earlier_than_driver(flush_at);
+                // Presized for the common case without reserving max_items for sparse keys.
+                let capacity = s.max_items.min(OPEN_CAPACITY);
                 ks.open.insert(Open {
                     id,
-                    items: Vec::new(),
-                    slots: Vec::new(),
+                    items: Vec::with_capacity(capacity),
+                    slots: Vec::with_capacity(capacity),
                     flush_at,
                     by_deadline: false,
                 })
