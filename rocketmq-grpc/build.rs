@@ -1,0 +1,11 @@
+//! Compiles the proto subset with protox (no system `protoc` needed).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let files = protox::compile(["apache/rocketmq/v2/service.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(files)?;
+    Ok(())
+}

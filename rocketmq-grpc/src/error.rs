@@ -1,0 +1,123 @@
+//! The crate's error type.
+
+use std::sync::Arc;
+
+use crate::pb::Code;
+
+/// Everything the adapter can report.
+///
+/// Which variants are worth retrying is answered by [`Error::is_retryable`]; acks use it to
+/// decide between an individual retry and a final failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A setting was rejected; the message says which and what is accepted.
+    #[error("invalid setting `{setting}`: {reason}")]
+    InvalidConfig {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// An endpoint could not be parsed or connected to.
+    #[error("cannot reach endpoint {endpoint}: {reason}")]
+    Unreachable {
+        /// The endpoint as configured.
+        endpoint: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The RPC failed below the RocketMQ protocol (connection refused or dropped, deadline
+    /// exceeded, HTTP/2 error). Retryable.
+    #[error("{rpc} failed at the gRPC level: {source}")]
+    Rpc {
+        /// The RPC.
+        rpc: &'static str,
+        /// The gRPC status.
+        #[source]
+        source: Arc<tonic::Status>,
+    },
+    /// The proxy answered with a non-OK RocketMQ status.
+    #[error("{rpc} was refused by the proxy: {} ({code}): {message}", code_name(*.code))]
+    Server {
+        /// The RPC.
+        rpc: &'static str,
+        /// The RocketMQ status code (`apache.rocketmq.v2.Code`).
+        code: i32,
+        /// The proxy's explanation.
+        message: String,
+    },
+    /// A message or body larger than the limit.
+    #[error("the message body is {size} bytes, more than the limit of {limit} bytes")]
+    MessageTooLarge {
+        /// The body's size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The client was shut down.
+    #[error("the client is shut down")]
+    ShutDown,
+}
+
+/// The name of a RocketMQ status code, or "UNKNOWN" for a value this crate does not know.
+pub(crate) fn code_name(code: i32) -> &'static str {
+    Code::try_from(code).map_or("UNKNOWN", |code| code.as_str_name())
+}
+
+impl Error {
+    /// The RocketMQ status code, for [`Error::Server`].
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Self::Server { code, .. } => Code::try_from(*code).ok(),
+            _ => None,
+        }
+    }
+
+    /// Whether the same request may succeed later. An invalid receipt handle never will; nor
+    /// will invalid settings or an oversized message.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Rpc { .. } | Self::Unreachable { .. } => true,
+            Self::Server { code, .. } => *code != Code::InvalidReceiptHandle as i32,
+            Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
+        }
+    }
+
+    pub(crate) fn rpc(rpc: &'static str, status: tonic::Status) -> Self {
+        Self::Rpc {
+            rpc,
+            source: Arc::new(status),
+        }
+    }
+
+    pub(crate) fn invalid(setting: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidConfig {
+            setting,
+            reason: reason.into(),
+        }
+    }
+
+    /// `Ok` for an OK status, else [`Error::Server`].
+    pub(crate) fn check(rpc: &'static str, status: Option<&crate::pb::Status>) -> Result<(), Self> {
+        match status {
+            Some(status) if status.code == Code::Ok as i32 => Ok(()),
+            Some(status) => Err(Self::Server {
+                rpc,
+                code: status.code,
+                message: status.message.clone(),
+            }),
+            None => Err(Self::Server {
+                rpc,
+                code: Code::Unspecified as i32,
+                message: "the response carried no status".into(),
+            }),
+        }
+    }
+}
+
+impl ack_batcher::Retryable for Error {
+    fn is_retryable(&self) -> bool {
+        Error::is_retryable(self)
+    }
+}
