@@ -6,6 +6,11 @@
 //! failed one message at a time, and never blocks one ack behind another.
 //!
 //! - [`Session`]: connections, the headers the proxy reads and HMAC-SHA1 request signing.
+//! - [`Producer`]: sends normal and FIFO messages.
+//! - [`PushConsumer`]: receives from every assigned queue, runs a [`MessageHandler`] with
+//!   bounded concurrency (FIFO messages in order), acknowledges through `ack-batcher` keyed by
+//!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
+//!   `ChangeInvisibleDuration`.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`map_ack_response`] applying the proxy's result rules.
 //!
@@ -14,11 +19,20 @@
 //! - `tls` (off by default): TLS connections to the proxy.
 
 mod ack;
+mod consumer;
 mod error;
+mod message;
+mod producer;
 mod session;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle, map_ack_response};
+pub use consumer::{
+    AckObserver, AckSettings, ConsumeResult, ConsumerStats, MessageHandler, PushConsumer,
+    PushConsumerBuilder, ShutdownReport,
+};
 pub use error::Error;
+pub use message::{OutgoingMessage, ReceivedMessage};
+pub use producer::{DEFAULT_MAX_BODY, Producer, SendReceipt};
 pub use session::{ClientConfig, Credentials, Endpoint, Session, sign};
 
 /// Generated protocol types and the `MessagingService` client and server.

@@ -1,0 +1,261 @@
+//! The consumer's ack and nack path.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ack_batcher::{
+    BatchInfo, Batcher, ItemOptions, ItemReply, ItemView, Next, Observer, RetryPolicy,
+};
+use parking_lot::Mutex;
+
+use super::{AckObserver, Counters, Inner};
+use crate::pb;
+use crate::{AckEntry, AckFlusher, AckKey, Error, ReceivedMessage};
+
+/// How a consumer acknowledges.
+#[derive(Clone)]
+pub struct AckSettings {
+    pub(crate) batching: bool,
+    pub(crate) max_items: usize,
+    pub(crate) max_delay: Duration,
+    pub(crate) late_after: Duration,
+    pub(crate) deadline_margin: Duration,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) observer: Option<AckObserver>,
+}
+
+impl std::fmt::Debug for AckSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckSettings")
+            .field("batching", &self.batching)
+            .field("max_items", &self.max_items)
+            .field("max_delay", &self.max_delay)
+            .field("late_after", &self.late_after)
+            .field("deadline_margin", &self.deadline_margin)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl Default for AckSettings {
+    /// Batched per (endpoint, topic): 1,024 entries or 5 s; messages consumed more than 25 s
+    /// after receipt and FIFO messages are acknowledged at once; failures retried after 1 s
+    /// until the receipt handle's invisibility ends.
+    fn default() -> Self {
+        Self {
+            batching: true,
+            max_items: 1024,
+            max_delay: Duration::from_secs(5),
+            late_after: Duration::from_secs(25),
+            deadline_margin: Duration::from_secs(1),
+            retry_backoff: Duration::from_secs(1),
+            observer: None,
+        }
+    }
+}
+
+impl AckSettings {
+    /// One entry per `AckMessage` request, sent at once (what the official clients do), for
+    /// comparisons.
+    pub fn immediate() -> Self {
+        Self {
+            batching: false,
+            ..Self::default()
+        }
+    }
+
+    /// The most entries in one request (default 1,024).
+    pub fn max_items(mut self, max_items: usize) -> Self {
+        self.max_items = max_items;
+        self
+    }
+
+    /// The longest an ack waits for its batch (default 5 s).
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self
+    }
+
+    /// Messages consumed later than this after receipt are acknowledged at once (default 25 s).
+    pub fn late_after(mut self, late_after: Duration) -> Self {
+        self.late_after = late_after;
+        self
+    }
+
+    /// How long before a receipt handle's invisibility ends its batch is flushed at the latest
+    /// (default 1 s).
+    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    /// The wait before an ack is retried (default 1 s).
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// An observer that sees every ack with its own result (not the batch's top-level code).
+    pub fn observer(mut self, observer: AckObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub(super) fn build(
+        &self,
+        flusher: AckFlusher,
+        counters: Arc<Counters>,
+        unacknowledged: Arc<Mutex<Vec<String>>>,
+    ) -> Result<Batcher<AckKey, AckEntry, AckFlusher>, Error> {
+        let observer = Counting {
+            counters,
+            unacknowledged,
+            user: self.observer.clone(),
+        };
+        Batcher::builder()
+            .max_items(self.max_items)
+            .max_delay(self.max_delay)
+            .deadline_margin(self.deadline_margin)
+            .max_pending(self.max_items.max(65_536))
+            // Acks retry until the receipt handle's deadline passes (the item's deadline).
+            .retry(
+                RetryPolicy::default()
+                    .backoff(self.retry_backoff)
+                    .max_attempts(10_000),
+            )
+            .observer(Arc::new(observer))
+            .build(flusher)
+            .map_err(|error| Error::invalid("acks", error.to_string()))
+    }
+}
+
+/// Counts final ack outcomes and remembers the messages that could not be acknowledged, then
+/// forwards to the user's observer.
+struct Counting {
+    counters: Arc<Counters>,
+    unacknowledged: Arc<Mutex<Vec<String>>>,
+    user: Option<AckObserver>,
+}
+
+impl Observer<AckKey, AckEntry, (), Error> for Counting {
+    fn before_flush(&self, key: &AckKey, batch: &BatchInfo, items: &[AckEntry]) {
+        if let Some(user) = &self.user {
+            user.before_flush(key, batch, items);
+        }
+    }
+
+    fn after_flush(
+        &self,
+        key: &AckKey,
+        batch: &BatchInfo,
+        items: &[ItemView<'_, AckEntry, (), Error>],
+    ) {
+        let mut acked = 0;
+        for view in items.iter().filter(|view| view.next == Next::Resolved) {
+            if matches!(view.reply, ItemReply::Ok(())) {
+                acked += 1;
+            } else {
+                Counters::add(&self.counters.ack_failed, 1);
+                self.unacknowledged
+                    .lock()
+                    .push(view.item.message_id.clone());
+            }
+        }
+        Counters::add(&self.counters.acked, acked);
+        if let Some(user) = &self.user {
+            user.after_flush(key, batch, items);
+        }
+    }
+
+    fn on_abandoned(&self, key: &AckKey, count: usize) {
+        Counters::add(&self.counters.ack_abandoned, count as u64);
+        if let Some(user) = &self.user {
+            user.on_abandoned(key, count);
+        }
+    }
+}
+
+impl Inner {
+    /// Acknowledges a consumed message: batched, or at once for FIFO and late messages (or when
+    /// batching is off). FIFO acks are awaited so that the next message of the group follows.
+    pub(super) async fn ack(&self, message: &ReceivedMessage) {
+        let key = AckKey {
+            endpoint: message.endpoint.clone(),
+            topic: message.topic.clone(),
+        };
+        let entry = AckEntry {
+            message_id: message.message_id.clone(),
+            receipt_handle: message.receipt_handle.clone(),
+        };
+        let late = message.received_at.elapsed() > self.ack_settings.late_after;
+        let mut options = ItemOptions::new().deadline(message.invisible_until);
+        if !self.ack_settings.batching || message.is_fifo() || late {
+            options = options.immediate();
+        }
+        match self.acks.enqueue(key, entry, options).await {
+            // Dropping a ticket does not withdraw the ack; its outcome is counted by the
+            // observer.
+            Ok(ticket) if message.is_fifo() => {
+                let _ = ticket.await;
+            }
+            Ok(_ticket) => {}
+            Err(refused) => {
+                tracing::warn!(message_id = %message.message_id, error = %refused, "ack refused (consumer shutting down)");
+                Counters::add(&self.counters.ack_abandoned, 1);
+                self.unacknowledged.lock().push(message.message_id.clone());
+            }
+        }
+    }
+
+    /// Makes a failed message visible again after the retry delay for its attempt, retrying
+    /// the request every second until its invisibility ends.
+    pub(super) async fn nack(&self, message: &ReceivedMessage) {
+        let delay = nack_delay(message.delivery_attempt);
+        let request = pb::ChangeInvisibleDurationRequest {
+            group: Some(self.session.resource(&self.group)),
+            topic: Some(self.session.resource(&message.topic)),
+            receipt_handle: message.receipt_handle.clone(),
+            invisible_duration: prost_types::Duration::try_from(delay).ok(),
+            message_id: message.message_id.clone(),
+        };
+        let timeout = self.session.config().request_timeout;
+        loop {
+            let result = async {
+                let mut client = self.session.client(&message.endpoint)?;
+                let response = client
+                    .change_invisible_duration(self.session.request(request.clone(), timeout))
+                    .await
+                    .map_err(|status| Error::rpc("ChangeInvisibleDuration", status))?
+                    .into_inner();
+                Error::check("ChangeInvisibleDuration", response.status.as_ref())
+            }
+            .await;
+            match result {
+                Ok(()) => {
+                    Counters::add(&self.counters.nacked, 1);
+                    return;
+                }
+                Err(error)
+                    if error.is_retryable()
+                        && tokio::time::Instant::now() + self.ack_settings.retry_backoff
+                            < message.invisible_until =>
+                {
+                    tracing::debug!(message_id = %message.message_id, %error, "nack failed; retrying");
+                    tokio::time::sleep(self.ack_settings.retry_backoff).await;
+                }
+                Err(error) => {
+                    // The message becomes visible again when its invisibility ends anyway.
+                    tracing::warn!(message_id = %message.message_id, %error, "nack failed; the proxy redelivers after the invisibility ends");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Exponential redelivery delay: 1 s, 2 s, 4 s … capped at 60 s.
+fn nack_delay(delivery_attempt: i32) -> Duration {
+    let exponent = delivery_attempt.clamp(1, 7) - 1;
+    Duration::from_secs(1 << exponent).min(Duration::from_secs(60))
+}

@@ -1,0 +1,331 @@
+//! [`PushConsumer`]: receives from every assigned queue, runs a handler with bounded
+//! concurrency, acknowledges through `ack-batcher`, and negatively acknowledges failures with
+//! `ChangeInvisibleDuration`.
+
+mod acks;
+mod control;
+mod receive;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ack_batcher::{Batcher, CloseReport, Observer};
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::pb::{self, FilterType};
+use crate::{AckEntry, AckFlusher, AckKey, ClientConfig, Error, ReceivedMessage, Session};
+
+pub use acks::AckSettings;
+
+/// What a handler decided about a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumeResult {
+    /// Processed: the message is acknowledged.
+    Success,
+    /// Not processed: the message is made visible again after the retry policy's delay.
+    Failure,
+}
+
+/// The application's message handler. Called concurrently (up to the consumer's concurrency),
+/// except for FIFO messages, which are handled one at a time per queue, in order.
+#[async_trait::async_trait]
+pub trait MessageHandler: Send + Sync + 'static {
+    /// Handles one message.
+    async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult;
+}
+
+/// The observer type of the consumer's acks: it sees every ack with its own result.
+pub type AckObserver = Arc<dyn Observer<AckKey, AckEntry, (), Error>>;
+
+/// Counters of a consumer, from [`PushConsumer::stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerStats {
+    /// Messages received.
+    pub received: u64,
+    /// Messages the handler processed successfully.
+    pub consumed: u64,
+    /// Messages the handler failed.
+    pub failed: u64,
+    /// Acks confirmed by the proxy.
+    pub acked: u64,
+    /// Acks that failed for good (invalid receipt handle, retries exhausted).
+    pub ack_failed: u64,
+    /// Acks abandoned at shutdown.
+    pub ack_abandoned: u64,
+    /// Failed messages made visible again with `ChangeInvisibleDuration`.
+    pub nacked: u64,
+    /// The ack batcher's own counters (batches per flush reason, sizes, retries).
+    pub acks: ack_batcher::Stats,
+}
+
+/// What [`PushConsumer::shutdown`] did.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Whether every handler finished within the timeout.
+    pub handlers_finished: bool,
+    /// What happened to the acks pending at shutdown.
+    pub acks: CloseReport,
+    /// Messages consumed successfully whose ack failed or was abandoned: the proxy will
+    /// redeliver them.
+    pub unacknowledged: Vec<String>,
+}
+
+/// One topic subscription with its filter.
+#[derive(Debug, Clone)]
+struct Subscription {
+    topic: String,
+    filter: pb::FilterExpression,
+}
+
+/// Builds a [`PushConsumer`].
+pub struct PushConsumerBuilder {
+    config: ClientConfig,
+    group: String,
+    subscriptions: Vec<Subscription>,
+    concurrency: usize,
+    receive_batch_size: i32,
+    long_polling: Duration,
+    acks: AckSettings,
+}
+
+impl std::fmt::Debug for PushConsumerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushConsumerBuilder")
+            .field("group", &self.group)
+            .field("subscriptions", &self.subscriptions)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushConsumerBuilder {
+    /// Subscribes to `topic` with a tag filter (`*` for every message).
+    pub fn subscribe(
+        mut self,
+        topic: impl Into<String>,
+        tag_expression: impl Into<String>,
+    ) -> Self {
+        self.subscriptions.push(Subscription {
+            topic: topic.into(),
+            filter: pb::FilterExpression {
+                r#type: FilterType::Tag as i32,
+                expression: tag_expression.into(),
+            },
+        });
+        self
+    }
+
+    /// How many messages are handled at once, and held at most (default 64).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// How many messages one receive asks for (default 32).
+    pub fn receive_batch_size(mut self, size: i32) -> Self {
+        self.receive_batch_size = size;
+        self
+    }
+
+    /// How long one receive waits for messages (default 20 s; the proxy clamps it to 5–20 s).
+    pub fn long_polling(mut self, timeout: Duration) -> Self {
+        self.long_polling = timeout;
+        self
+    }
+
+    /// How acks are sent (default: batched, 1,024 entries or 5 s).
+    pub fn acks(mut self, acks: AckSettings) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        if self.group.is_empty() {
+            return Err(Error::invalid("group", "the consumer group name is empty"));
+        }
+        if self.subscriptions.is_empty() {
+            return Err(Error::invalid(
+                "subscribe",
+                "subscribe to at least one topic",
+            ));
+        }
+        if let Some(s) = self.subscriptions.iter().find(|s| s.topic.is_empty()) {
+            return Err(Error::invalid(
+                "subscribe",
+                format!("an empty topic name (filter {:?})", s.filter.expression),
+            ));
+        }
+        if !(1..=65_536).contains(&self.concurrency) {
+            return Err(Error::invalid(
+                "concurrency",
+                format!("{} is not in 1..=65536", self.concurrency),
+            ));
+        }
+        if !(1..=1024).contains(&self.receive_batch_size) {
+            return Err(Error::invalid(
+                "receive_batch_size",
+                format!("{} is not in 1..=1024", self.receive_batch_size),
+            ));
+        }
+        if self.long_polling.is_zero() || self.long_polling > Duration::from_secs(60) {
+            return Err(Error::invalid(
+                "long_polling",
+                format!("{:?} is not between 1 ns and 60 s", self.long_polling),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects, checks the group and every topic with the proxy, and starts consuming.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for bad settings; [`Error::Unreachable`] when the proxy cannot
+    /// be reached; [`Error::Server`] when it refuses the group or a topic (unknown, not
+    /// authorised).
+    pub async fn start(self, handler: impl MessageHandler) -> Result<PushConsumer, Error> {
+        self.validate()?;
+        let session = Session::new(self.config.clone())?;
+        let counters = Arc::new(Counters::default());
+        let unacknowledged = Arc::new(Mutex::new(Vec::new()));
+        let acks = self.acks.build(
+            AckFlusher::new(Arc::clone(&session), &self.group),
+            Arc::clone(&counters),
+            Arc::clone(&unacknowledged),
+        )?;
+        let inner = Arc::new(Inner {
+            session,
+            group: self.group,
+            subscriptions: self.subscriptions,
+            handler: Arc::new(handler),
+            acks,
+            ack_settings: self.acks,
+            permits: Arc::new(Semaphore::new(self.concurrency)),
+            concurrency: self.concurrency,
+            receive_batch_size: self.receive_batch_size,
+            long_polling: Mutex::new(self.long_polling),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            counters,
+            unacknowledged,
+            queues: Mutex::new(Default::default()),
+        });
+        control::start(&inner).await?;
+        Ok(PushConsumer { inner })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    received: AtomicU64,
+    consumed: AtomicU64,
+    failed: AtomicU64,
+    acked: AtomicU64,
+    ack_failed: AtomicU64,
+    ack_abandoned: AtomicU64,
+    nacked: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// State shared by the consumer's tasks.
+struct Inner {
+    session: Arc<Session>,
+    group: String,
+    subscriptions: Vec<Subscription>,
+    handler: Arc<dyn MessageHandler>,
+    acks: Batcher<AckKey, AckEntry, AckFlusher>,
+    ack_settings: AckSettings,
+    permits: Arc<Semaphore>,
+    concurrency: usize,
+    receive_batch_size: i32,
+    long_polling: Mutex<Duration>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    counters: Arc<Counters>,
+    unacknowledged: Arc<Mutex<Vec<String>>>,
+    queues: Mutex<std::collections::HashMap<receive::QueueKey, CancellationToken>>,
+}
+
+/// A running push consumer.
+pub struct PushConsumer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PushConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushConsumer")
+            .field("group", &self.inner.group)
+            .field("client_id", &self.inner.session.client_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushConsumer {
+    /// Starts configuring a consumer of `group` on the proxy described by `config`.
+    pub fn builder(config: ClientConfig, group: impl Into<String>) -> PushConsumerBuilder {
+        PushConsumerBuilder {
+            config,
+            group: group.into(),
+            subscriptions: Vec::new(),
+            concurrency: 64,
+            receive_batch_size: 32,
+            long_polling: Duration::from_secs(20),
+            acks: AckSettings::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ConsumerStats {
+        let c = &self.inner.counters;
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        ConsumerStats {
+            received: get(&c.received),
+            consumed: get(&c.consumed),
+            failed: get(&c.failed),
+            acked: get(&c.acked),
+            ack_failed: get(&c.ack_failed),
+            ack_abandoned: get(&c.ack_abandoned),
+            nacked: get(&c.nacked),
+            acks: self.inner.acks.stats(),
+        }
+    }
+
+    /// The client id every RPC of this consumer carries.
+    pub fn client_id(&self) -> &str {
+        self.inner.session.client_id()
+    }
+
+    /// Stops receiving, waits for running handlers, flushes pending and in-flight acks, tells
+    /// the proxy the client is leaving, and reports what could not be acknowledged. The whole
+    /// shutdown takes at most about `timeout` (handlers first, then acks with what is left).
+    pub async fn shutdown(self, timeout: Duration) -> ShutdownReport {
+        let inner = &self.inner;
+        let deadline = tokio::time::Instant::now() + timeout;
+        inner.stop.cancel();
+        inner.tasks.close();
+        let handlers_finished = tokio::time::timeout_at(deadline, inner.tasks.wait())
+            .await
+            .is_ok();
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let acks = inner
+            .acks
+            .close(remaining.max(Duration::from_millis(100)))
+            .await;
+        control::notify_termination(inner).await;
+        ShutdownReport {
+            handlers_finished,
+            acks,
+            unacknowledged: std::mem::take(&mut *inner.unacknowledged.lock()),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! One receive loop per assigned queue, and the handling of each received message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{ConsumeResult, Counters, Inner};
+use crate::pb::{self, Code};
+use crate::{Endpoint, Error, ReceivedMessage};
+
+/// Identifies an assigned queue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct QueueKey {
+    pub(super) topic: String,
+    pub(super) broker: String,
+    pub(super) queue_id: i32,
+}
+
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// Receives from one queue until `stop`: long-polls for up to `receive_batch_size` messages
+/// while the consumer has room, and hands each to the handler.
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    key: QueueKey,
+    queue: pb::MessageQueue,
+    endpoint: Endpoint,
+    fifo: bool,
+    stop: CancellationToken,
+) {
+    let Some(subscription) = inner.subscriptions.iter().find(|s| s.topic == key.topic) else {
+        return;
+    };
+    let filter = subscription.filter.clone();
+    let mut attempt = 0u64;
+    while !stop.is_cancelled() {
+        // Room for a whole batch before asking for it: the consumer never holds more than its
+        // concurrency.
+        let wanted = inner
+            .receive_batch_size
+            .min(inner.concurrency as i32)
+            .max(1);
+        let permits = tokio::select! {
+            () = stop.cancelled() => return,
+            permits = Arc::clone(&inner.permits).acquire_many_owned(wanted as u32) => match permits {
+                Ok(permits) => permits,
+                Err(_) => return,
+            },
+        };
+        attempt += 1;
+        let long_polling = *inner.long_polling.lock();
+        let request = pb::ReceiveMessageRequest {
+            group: Some(inner.session.resource(&inner.group)),
+            message_queue: Some(queue.clone()),
+            filter_expression: Some(filter.clone()),
+            batch_size: wanted,
+            invisible_duration: None,
+            auto_renew: true,
+            long_polling_timeout: prost_types::Duration::try_from(long_polling).ok(),
+            attempt_id: Some(format!(
+                "{}-{}-{attempt}",
+                inner.session.client_id(),
+                key.queue_id
+            )),
+        };
+        let received = tokio::select! {
+            () = stop.cancelled() => return,
+            received = receive(&inner, &endpoint, request, long_polling) => received,
+        };
+        let messages = match received {
+            Ok(messages) => messages,
+            Err(error) => {
+                tracing::warn!(topic = %key.topic, queue = key.queue_id, %error, "receive failed; retrying in 1 s");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(RETRY_AFTER_FAILURE) => continue,
+                }
+            }
+        };
+        let mut permits = permits;
+        for message in messages {
+            Counters::add(&inner.counters.received, 1);
+            let Some(permit) = permits.split(1) else {
+                break;
+            };
+            if fifo || message.is_fifo() {
+                // In order: the next message of the queue waits for this one and its ack.
+                consume(&inner, message).await;
+                drop(permit);
+            } else {
+                let inner = Arc::clone(&inner);
+                inner.tasks.clone().spawn(async move {
+                    consume(&inner, message).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+}
+
+/// One `ReceiveMessage` call: the messages it delivered (possibly none).
+async fn receive(
+    inner: &Inner,
+    endpoint: &Endpoint,
+    request: pb::ReceiveMessageRequest,
+    long_polling: Duration,
+) -> Result<Vec<ReceivedMessage>, Error> {
+    let mut client = inner.session.client(endpoint)?;
+    let deadline = long_polling + inner.session.config().request_timeout;
+    let mut stream = client
+        .receive_message(inner.session.request(request, deadline))
+        .await
+        .map_err(|status| Error::rpc("ReceiveMessage", status))?
+        .into_inner();
+    let mut messages = Vec::new();
+    while let Some(frame) = stream
+        .message()
+        .await
+        .map_err(|status| Error::rpc("ReceiveMessage", status))?
+    {
+        match frame.content {
+            Some(pb::receive_message_response::Content::Status(status)) => {
+                let code = status.code;
+                if code != Code::Ok as i32 && code != Code::MessageNotFound as i32 {
+                    Error::check("ReceiveMessage", Some(&status))?;
+                }
+            }
+            Some(pb::receive_message_response::Content::Message(message)) => {
+                match ReceivedMessage::from_pb(message, endpoint) {
+                    Ok(message) => messages.push(message),
+                    Err(error) => tracing::warn!(%error, "skipping a malformed message"),
+                }
+            }
+            Some(pb::receive_message_response::Content::DeliveryTimestamp(_)) | None => {}
+        }
+    }
+    Ok(messages)
+}
+
+/// Runs the handler, then acks or nacks.
+async fn consume(inner: &Inner, message: ReceivedMessage) {
+    match inner.handler.handle(&message).await {
+        ConsumeResult::Success => {
+            Counters::add(&inner.counters.consumed, 1);
+            inner.ack(&message).await;
+        }
+        ConsumeResult::Failure => {
+            Counters::add(&inner.counters.failed, 1);
+            inner.nack(&message).await;
+        }
+    }
+}
