@@ -20,6 +20,8 @@
 
 mod ack;
 mod consumer;
+#[cfg(feature = "emulator")]
+pub mod emulator;
 mod error;
 mod message;
 mod producer;

@@ -1,0 +1,76 @@
+//! Settings fixed when the emulator starts (faults are adjustable at run time, see
+//! [`FaultConfig`](super::FaultConfig)).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Proxy defaults from the reference (§4.4, §4.7) unless noted.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// Broker name in routes and receipt handles.
+    pub(crate) broker_name: String,
+    /// `enableBatchAck`.
+    pub(crate) batch_ack: bool,
+    /// `enableProxyAutoRenew`.
+    pub(crate) proxy_auto_renew: bool,
+    /// `defaultInvisibleTimeMills` (60 s): the invisible time of auto-renewed pops.
+    pub(crate) auto_renew_invisible: Duration,
+    /// `renewMaxTimeMillis` (3 h): how long the proxy keeps renewing.
+    pub(crate) renew_max: Duration,
+    /// `minInvisibleTimeMillsForRecv` (10 s).
+    pub(crate) min_invisible_recv: Duration,
+    /// `maxInvisibleTimeMills` (12 h).
+    pub(crate) max_invisible: Duration,
+    /// `grpcClientConsumerMinLongPollingTimeoutMillis` (5 s).
+    pub(crate) min_long_polling: Duration,
+    /// `grpcClientConsumerMaxLongPollingTimeoutMillis` (20 s).
+    pub(crate) max_long_polling: Duration,
+    /// `maxMessageSize` (4 MiB); 0 means no limit.
+    pub(crate) max_body_size: usize,
+    /// `enableMessageBodyEmptyCheck` (true).
+    pub(crate) reject_empty_body: bool,
+    /// Auto-renew receives need the client's channel (a Heartbeat or Telemetry first).
+    pub(crate) require_client_channel: bool,
+    /// Unknown consumer groups are created on first use (the broker's
+    /// `autoCreateSubscriptionGroup`); off by default so that unknown groups are errors.
+    pub(crate) auto_create_groups: bool,
+    /// `Subscription.receive_batch_size` pushed in telemetry settings (32).
+    pub(crate) receive_batch_size: i32,
+    /// Upper bound applied to `ReceiveMessageRequest.batch_size` (32).
+    pub(crate) max_receive_batch: usize,
+    /// Consumer `RetryPolicy.max_attempts` pushed in telemetry settings (17: 16 retries).
+    pub(crate) max_delivery_attempts: i32,
+    /// After NotifyClientTermination, the client's auto-renewed messages become visible after
+    /// this long.
+    pub(crate) release_on_termination: Duration,
+    /// Access key → secret key; empty means no signature check.
+    pub(crate) credentials: HashMap<String, String>,
+    /// `grpcMaxInboundMessageSize` (130 MiB).
+    pub(crate) max_inbound_message_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            broker_name: "broker-emulator".to_owned(),
+            batch_ack: false,
+            proxy_auto_renew: true,
+            auto_renew_invisible: Duration::from_secs(60),
+            renew_max: Duration::from_secs(3 * 3600),
+            min_invisible_recv: Duration::from_secs(10),
+            max_invisible: Duration::from_secs(12 * 3600),
+            min_long_polling: Duration::from_secs(5),
+            max_long_polling: Duration::from_secs(20),
+            max_body_size: 4 * 1024 * 1024,
+            reject_empty_body: true,
+            require_client_channel: true,
+            auto_create_groups: false,
+            receive_batch_size: 32,
+            max_receive_batch: 32,
+            max_delivery_attempts: 17,
+            release_on_termination: Duration::from_secs(1),
+            credentials: HashMap::new(),
+            max_inbound_message_size: 130 * 1024 * 1024,
+        }
+    }
+}

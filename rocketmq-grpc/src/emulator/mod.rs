@@ -1,0 +1,765 @@
+//! An embedded, in-memory RocketMQ 5 proxy emulator (feature `emulator`).
+//!
+//! A tonic `MessagingService` server on `127.0.0.1` that follows the documented behaviour of the
+//! open-source proxy closely enough to test a real client against it: topics with several
+//! queues (normal or FIFO), consumer groups, long-polling receives with opaque receipt handles
+//! and invisibility deadlines, redelivery when invisibility ends, per-entry ack results with the
+//! proxy's top-level status rules (and its "batch ack" mode), `ChangeInvisibleDuration`, the
+//! required `x-mq-client-id` header and the HMAC-SHA1 signature check. Counters, a per-message
+//! ledger and seeded fault injection make client behaviour measurable.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rocketmq_grpc::emulator::EmulatorError> {
+//! use rocketmq_grpc::emulator::{Emulator, PublishMessage, TopicKind};
+//!
+//! let emulator = Emulator::builder()
+//!     .topic("orders", TopicKind::Normal, 4)
+//!     .group("order-consumers", false)
+//!     .start()
+//!     .await?;
+//! emulator.publish("orders", PublishMessage::new("hello"))?;
+//! println!("proxy at {}", emulator.endpoint()); // "127.0.0.1:PORT"
+//! // ... run a client against it, then:
+//! let stats = emulator.stats();
+//! println!("{} acked, {} ack RPCs", stats.acked, stats.ack_requests());
+//! emulator.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What is modelled
+//!
+//! - **Headers.** Every RPC first checks, in the proxy's order: the signature when credentials
+//!   are configured (`authorization` per §3.3 of the reference: HMAC-SHA1 of the raw
+//!   `x-mq-date-time` with the secret, hex, `Credential=AK[/...]`; absent or wrong →
+//!   `UNAUTHORIZED`), then a non-blank `x-mq-client-id` (→ `CLIENT_ID_REQUIRED`). Like the
+//!   proxy, these codes come in the response `status` with gRPC status OK (a single status
+//!   frame for `ReceiveMessage`, a single command with that status for `Telemetry`).
+//! - **Routes and assignments.** `QueryRoute` lists every queue of the topic with the
+//!   emulator's broker name and its own address as endpoints; `QueryAssignment` assigns every
+//!   queue to the group. Unknown topic → `TOPIC_NOT_FOUND`, unknown group →
+//!   `CONSUMER_GROUP_NOT_FOUND`, illegal names → `ILLEGAL_TOPIC` / `ILLEGAL_CONSUMER_GROUP`.
+//! - **Send.** One request goes to one queue (hash of the message group for a single FIFO
+//!   message, round robin otherwise). Whole-request failures, as the proxy's exceptions:
+//!   no messages or mixed topics → `MESSAGE_CORRUPTED`, empty body → `MESSAGE_BODY_EMPTY`, body
+//!   above 4 MiB (configurable) → `MESSAGE_BODY_TOO_LARGE`, blank message id →
+//!   `ILLEGAL_MESSAGE_ID`, message type not matching the topic (a FIFO topic needs a message
+//!   group, a normal topic must not have one) → `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`.
+//!   Success: one `SendResultEntry` per message with its id and queue offset.
+//! - **Receive.** An OK status frame then one frame per message, or a single
+//!   `MESSAGE_NOT_FOUND` after long polling. Long polling is clamped to 5–20 s (configurable)
+//!   and to the `grpc-timeout` deadline; `auto_renew` receives get the proxy's 60 s invisible
+//!   time and are renewed by the "proxy" for their client for up to 3 h; other receives must
+//!   ask for 10 s–12 h (`ILLEGAL_INVISIBLE_TIME`). A message whose invisibility ends without
+//!   an ack is redelivered with `delivery_attempt + 1` and a new handle. A consumer group
+//!   created as FIFO consumes orderly: a message group's next message is delivered only after
+//!   the previous one is acknowledged (or after its invisibility ends, redelivering it).
+//! - **Ack.** Per §4.2/§4.3: topic and group validated first (whole request); per entry an
+//!   expired handle → `INVALID_RECEIPT_HANDLE` "receipt handle is expired", a malformed one →
+//!   `INTERNAL_SERVER_ERROR`, a handle superseded by a redelivery or a
+//!   `ChangeInvisibleDuration` → `INVALID_RECEIPT_HANDLE`; top level: one distinct code → that
+//!   code, several → `MULTIPLE_RESULTS`, no entries → `INTERNAL_SERVER_ERROR`. Results come in
+//!   request order; in batch-ack mode ([`EmulatorBuilder::batch_ack`]) a malformed handle
+//!   fails the whole request with no entries and results come expired first, then the rest.
+//!   For auto-renewed deliveries the client that received the message can ack with its
+//!   original handle after 60 s (the proxy maps it to the renewed one).
+//! - **Time.** Deadlines use tokio time (paused test time works) plus a manual offset moved
+//!   by [`Emulator::advance`], which also wakes long polls, so redelivery tests need no real
+//!   waiting.
+//!
+//! # What is not modelled
+//!
+//! Filter expressions (accepted, not applied), namespaces (echoed, not used), delay and
+//! transactional messages, dead-letter queues and `max_attempts`, retry topics, consumer
+//! offsets for new groups (every group starts at offset 0), several brokers, TLS, and the
+//! RPCs outside the crate's proto subset.
+
+mod auth;
+mod clock;
+mod config;
+mod counters;
+mod faults;
+mod handle;
+mod service;
+mod state;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use counters::{InjectedFaults, Rpc, Stats};
+pub use faults::FaultConfig;
+pub use state::{MessageRecord, TopicKind};
+
+use config::Config;
+use service::{Service, Shared, Topic, stored_message};
+
+use crate::pb::messaging_service_server::MessagingServiceServer;
+
+/// Errors of the emulator's own API (not of the RPCs it serves, which answer with codes).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmulatorError {
+    /// The listener could not be bound. Retryable with another port.
+    #[error("cannot bind the emulator to {addr}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server stopped with a transport error. Not retryable.
+    #[error("the emulator's server failed")]
+    Serve(#[source] tonic::transport::Error),
+    /// The server task panicked or was cancelled. Not retryable.
+    #[error("the emulator's server task ended abnormally: {0}")]
+    Task(String),
+    /// A topic or group already exists with other settings. Not retryable.
+    #[error("{0} already exists with other settings")]
+    AlreadyExists(String),
+    /// No such topic. Not retryable.
+    #[error("topic {0:?} does not exist")]
+    TopicNotFound(String),
+    /// An argument was rejected; the message says why. Not retryable.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// A message for [`Emulator::publish`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PublishMessage {
+    /// The body.
+    pub body: Vec<u8>,
+    /// The message id; generated when `None`.
+    pub message_id: Option<String>,
+    /// The FIFO message group (required on FIFO topics, refused on normal ones).
+    pub message_group: Option<String>,
+    /// The tag.
+    pub tag: Option<String>,
+    /// The keys.
+    pub keys: Vec<String>,
+    /// User properties.
+    pub user_properties: HashMap<String, String>,
+    /// The queue; chosen as for `SendMessage` when `None`.
+    pub queue_id: Option<u32>,
+}
+
+impl PublishMessage {
+    /// A message with this body.
+    pub fn new(body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            body: body.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the message id.
+    #[must_use]
+    pub fn message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
+        self
+    }
+
+    /// Sets the FIFO message group.
+    #[must_use]
+    pub fn message_group(mut self, group: impl Into<String>) -> Self {
+        self.message_group = Some(group.into());
+        self
+    }
+
+    /// Sets the tag.
+    #[must_use]
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Adds a key.
+    #[must_use]
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(key.into());
+        self
+    }
+
+    /// Adds a user property.
+    #[must_use]
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.user_properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// Puts the message in this queue.
+    #[must_use]
+    pub fn queue(mut self, queue_id: u32) -> Self {
+        self.queue_id = Some(queue_id);
+        self
+    }
+}
+
+/// Where [`Emulator::publish`] stored a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Published {
+    /// The queue.
+    pub queue_id: u32,
+    /// The offset in the queue.
+    pub offset: u64,
+    /// The message id (given or generated).
+    pub message_id: String,
+}
+
+/// A topic as the emulator holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicInfo {
+    /// The kind.
+    pub kind: TopicKind,
+    /// Messages stored per queue (index = queue id).
+    pub messages_per_queue: Vec<u64>,
+}
+
+/// Configures and starts an [`Emulator`].
+#[derive(Debug, Clone)]
+pub struct EmulatorBuilder {
+    bind: SocketAddr,
+    config: Config,
+    faults: FaultConfig,
+    seed: u64,
+    topics: Vec<(String, TopicKind, u32)>,
+    groups: Vec<(String, bool)>,
+}
+
+impl Default for EmulatorBuilder {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            config: Config::default(),
+            faults: FaultConfig::default(),
+            seed: 0x5EED_0FE1_1A70_1234,
+            topics: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+}
+
+impl EmulatorBuilder {
+    /// Defaults: `127.0.0.1:0`, the proxy's defaults, no credentials, no faults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Binds to this address (default `127.0.0.1:0`, an ephemeral port).
+    #[must_use]
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = addr;
+        self
+    }
+
+    /// Binds to `127.0.0.1:port`.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.bind = SocketAddr::from(([127, 0, 0, 1], port));
+        self
+    }
+
+    /// The broker name in routes and receipt handles (default `broker-emulator`; no spaces).
+    #[must_use]
+    pub fn broker_name(mut self, name: impl Into<String>) -> Self {
+        self.config.broker_name = name.into();
+        self
+    }
+
+    /// Creates a topic at start.
+    #[must_use]
+    pub fn topic(mut self, name: impl Into<String>, kind: TopicKind, queues: u32) -> Self {
+        self.topics.push((name.into(), kind, queues));
+        self
+    }
+
+    /// Creates a consumer group at start; `fifo` is the group's `consumeMessageOrderly`.
+    #[must_use]
+    pub fn group(mut self, name: impl Into<String>, fifo: bool) -> Self {
+        self.groups.push((name.into(), fifo));
+        self
+    }
+
+    /// Requires signed requests and accepts this access key / secret key pair (may be called
+    /// several times).
+    #[must_use]
+    pub fn credentials(
+        mut self,
+        access_key: impl Into<String>,
+        secret_key: impl Into<String>,
+    ) -> Self {
+        self.config
+            .credentials
+            .insert(access_key.into(), secret_key.into());
+        self
+    }
+
+    /// The proxy's `enableBatchAck` (default false): a malformed handle fails the whole ack
+    /// request and results come expired first, then the rest.
+    #[must_use]
+    pub fn batch_ack(mut self, on: bool) -> Self {
+        self.config.batch_ack = on;
+        self
+    }
+
+    /// The proxy's `enableProxyAutoRenew` (default true).
+    #[must_use]
+    pub fn proxy_auto_renew(mut self, on: bool) -> Self {
+        self.config.proxy_auto_renew = on;
+        self
+    }
+
+    /// The invisible time of `auto_renew` receives (default 60 s) and how long the proxy
+    /// keeps renewing them (default 3 h).
+    #[must_use]
+    pub fn auto_renew(mut self, invisible: Duration, renew_max: Duration) -> Self {
+        self.config.auto_renew_invisible = invisible;
+        self.config.renew_max = renew_max;
+        self
+    }
+
+    /// Valid `invisible_duration` of receives without auto-renew (default 10 s to 12 h; the
+    /// maximum also bounds `ChangeInvisibleDuration`).
+    #[must_use]
+    pub fn invisible_duration_range(mut self, min: Duration, max: Duration) -> Self {
+        self.config.min_invisible_recv = min;
+        self.config.max_invisible = max.max(min);
+        self
+    }
+
+    /// Clamp of long polling (default 5 s to 20 s); shorten it for fast tests.
+    #[must_use]
+    pub fn long_polling_range(mut self, min: Duration, max: Duration) -> Self {
+        self.config.min_long_polling = min;
+        self.config.max_long_polling = max.max(min);
+        self
+    }
+
+    /// Largest accepted message body (default 4 MiB; 0 = no limit).
+    #[must_use]
+    pub fn max_body_size(mut self, bytes: usize) -> Self {
+        self.config.max_body_size = bytes;
+        self
+    }
+
+    /// Reject empty bodies with `MESSAGE_BODY_EMPTY` (default true).
+    #[must_use]
+    pub fn reject_empty_body(mut self, on: bool) -> Self {
+        self.config.reject_empty_body = on;
+        self
+    }
+
+    /// Whether `auto_renew` receives need the client's channel, created by a Heartbeat or a
+    /// Telemetry settings command (default true, as the proxy: otherwise `MESSAGE_NOT_FOUND`
+    /// "The client [...] is disconnected.").
+    #[must_use]
+    pub fn require_client_channel(mut self, on: bool) -> Self {
+        self.config.require_client_channel = on;
+        self
+    }
+
+    /// Create unknown consumer groups on first use (default false: unknown groups are
+    /// `CONSUMER_GROUP_NOT_FOUND`).
+    #[must_use]
+    pub fn auto_create_groups(mut self, on: bool) -> Self {
+        self.config.auto_create_groups = on;
+        self
+    }
+
+    /// `receive_batch_size` pushed in telemetry settings (default 32) and the upper bound
+    /// applied to a request's `batch_size` (default 32).
+    #[must_use]
+    pub fn receive_batch_size(mut self, pushed: i32, max: usize) -> Self {
+        self.config.receive_batch_size = pushed;
+        self.config.max_receive_batch = max.max(1);
+        self
+    }
+
+    /// `RetryPolicy.max_attempts` pushed to consumers in telemetry settings (default 17).
+    #[must_use]
+    pub fn max_delivery_attempts(mut self, attempts: i32) -> Self {
+        self.config.max_delivery_attempts = attempts;
+        self
+    }
+
+    /// Seed of the fault-injection PRNG.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Initial faults (adjustable later with [`Emulator::set_faults`]).
+    #[must_use]
+    pub fn faults(mut self, faults: FaultConfig) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    fn build_shared(self) -> Result<(Arc<Shared>, SocketAddr), EmulatorError> {
+        if self.config.broker_name.is_empty()
+            || self.config.broker_name.contains(char::is_whitespace)
+        {
+            return Err(EmulatorError::InvalidArgument(format!(
+                "broker name {:?} must be non-empty without spaces",
+                self.config.broker_name
+            )));
+        }
+        let shared = Arc::new(Shared::new(self.config, self.faults, self.seed));
+        for (name, kind, queues) in &self.topics {
+            create_topic(&shared, name, *kind, *queues)?;
+        }
+        for (name, fifo) in &self.groups {
+            create_group(&shared, name, *fifo)?;
+        }
+        Ok((shared, self.bind))
+    }
+
+    /// Binds and starts serving in a background task.
+    pub async fn start(self) -> Result<Emulator, EmulatorError> {
+        let (shared, bind) = self.build_shared()?;
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|source| EmulatorError::Bind { addr: bind, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| EmulatorError::Bind { addr: bind, source })?;
+        let advertised = if local.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], local.port()))
+        } else {
+            local
+        };
+        let _ = shared.advertised.set(advertised);
+        let task = tokio::spawn(serve(shared.clone(), listener));
+        Ok(Emulator {
+            shared,
+            addr: advertised,
+            task: Some(task),
+        })
+    }
+
+    /// Runs the emulator in the foreground until `signal` completes (for a separate process:
+    /// pass `tokio::signal::ctrl_c()` mapped to `()`), then shuts it down gracefully. `ready`
+    /// is called once with the started emulator, e.g. to print its endpoint or create topics.
+    pub async fn run_until<S, R>(self, signal: S, ready: R) -> Result<(), EmulatorError>
+    where
+        S: Future<Output = ()> + Send,
+        R: FnOnce(&Emulator),
+    {
+        let mut emulator = self.start().await?;
+        ready(&emulator);
+        let Some(mut task) = emulator.task.take() else {
+            return Ok(());
+        };
+        tokio::select! {
+            () = signal => {
+                emulator.shared.shutdown.cancel();
+                emulator.shared.wake_all();
+                finish(&mut task).await
+            }
+            res = &mut task => join_result(res),
+        }
+    }
+}
+
+fn create_topic(
+    shared: &Shared,
+    name: &str,
+    kind: TopicKind,
+    queues: u32,
+) -> Result<(), EmulatorError> {
+    validate::topic(name).map_err(EmulatorError::InvalidArgument)?;
+    if queues == 0 || queues > 1024 {
+        return Err(EmulatorError::InvalidArgument(format!(
+            "a topic needs 1 to 1024 queues, not {queues}"
+        )));
+    }
+    let queues = queues as usize;
+    let mut topics = shared.topics.write();
+    if let Some(t) = topics.get(name) {
+        if t.kind == kind && t.queue_count() == queues {
+            return Ok(());
+        }
+        return Err(EmulatorError::AlreadyExists(format!("topic {name:?}")));
+    }
+    topics.insert(name.to_owned(), Arc::new(Topic::new(kind, queues)));
+    Ok(())
+}
+
+fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), EmulatorError> {
+    validate::group(name).map_err(EmulatorError::InvalidArgument)?;
+    let mut groups = shared.groups.write();
+    match groups.get(name) {
+        Some(existing) if *existing == fifo => Ok(()),
+        Some(_) => Err(EmulatorError::AlreadyExists(format!(
+            "consumer group {name:?}"
+        ))),
+        None => {
+            groups.insert(name.to_owned(), fifo);
+            Ok(())
+        }
+    }
+}
+
+async fn serve(shared: Arc<Shared>, listener: TcpListener) -> Result<(), tonic::transport::Error> {
+    let max_inbound = shared.config.max_inbound_message_size;
+    let signal = shared.shutdown.clone().cancelled_owned();
+    let svc = MessagingServiceServer::new(Service { shared })
+        .max_decoding_message_size(max_inbound)
+        .max_encoding_message_size(usize::MAX);
+    // Small answers (acks, status frames) must not wait for Nagle's algorithm.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
+    tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, signal)
+        .await
+}
+
+type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
+
+fn join_result(
+    res: Result<Result<(), tonic::transport::Error>, tokio::task::JoinError>,
+) -> Result<(), EmulatorError> {
+    match res {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(EmulatorError::Serve(e)),
+        Err(e) => Err(EmulatorError::Task(e.to_string())),
+    }
+}
+
+/// Waits for the server task after the shutdown signal, aborting it after 5 s.
+async fn finish(task: &mut ServerTask) -> Result<(), EmulatorError> {
+    match tokio::time::timeout(Duration::from_secs(5), &mut *task).await {
+        Ok(res) => join_result(res),
+        Err(_) => {
+            task.abort();
+            Ok(())
+        }
+    }
+}
+
+/// A running emulator. Dropping it stops the server (without waiting); prefer
+/// [`shutdown`](Self::shutdown).
+#[derive(Debug)]
+pub struct Emulator {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    task: Option<ServerTask>,
+}
+
+impl Emulator {
+    /// A builder with the proxy's defaults.
+    pub fn builder() -> EmulatorBuilder {
+        EmulatorBuilder::new()
+    }
+
+    /// The bound address (the unspecified address is reported as `127.0.0.1`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `host:port`, e.g. `"127.0.0.1:43517"`, as an access point.
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// `http://host:port`, for `tonic::transport::Endpoint`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The broker name used in routes and receipt handles.
+    pub fn broker_name(&self) -> &str {
+        &self.shared.config.broker_name
+    }
+
+    /// Creates a topic with `queues` queues (1 to 1024). Creating an identical topic again is a
+    /// no-op; other settings for an existing name are an error.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        kind: TopicKind,
+        queues: u32,
+    ) -> Result<(), EmulatorError> {
+        create_topic(&self.shared, name, kind, queues)?;
+        self.shared.wake_all();
+        Ok(())
+    }
+
+    /// Creates a consumer group; `fifo` makes it consume orderly. Idempotent for the same
+    /// setting.
+    pub fn create_group(&self, name: &str, fifo: bool) -> Result<(), EmulatorError> {
+        create_group(&self.shared, name, fifo)
+    }
+
+    /// Stores a message directly (no RPC, no faults), with the same type rules as `SendMessage`.
+    pub fn publish(&self, topic: &str, msg: PublishMessage) -> Result<Published, EmulatorError> {
+        let t = self
+            .shared
+            .topic(topic)
+            .ok_or_else(|| EmulatorError::TopicNotFound(topic.to_owned()))?;
+        let group = msg.message_group.filter(|g| !g.is_empty());
+        match (t.kind, &group) {
+            (TopicKind::Fifo, None) => {
+                return Err(EmulatorError::InvalidArgument(format!(
+                    "topic {topic:?} is FIFO: a message group is required"
+                )));
+            }
+            (TopicKind::Normal, Some(_)) => {
+                return Err(EmulatorError::InvalidArgument(format!(
+                    "topic {topic:?} is normal: a message group is not allowed"
+                )));
+            }
+            _ => {}
+        }
+        let queues = t.queue_count();
+        let queue = match msg.queue_id {
+            Some(q) if (q as usize) < queues => Some(q as usize),
+            Some(q) => {
+                return Err(EmulatorError::InvalidArgument(format!(
+                    "topic {topic:?} has {queues} queues, no queue {q}"
+                )));
+            }
+            None => None,
+        };
+        let message_id = msg
+            .message_id
+            .filter(|id| !id.trim().is_empty())
+            .unwrap_or_else(|| self.shared.next_message_id());
+        let stored = stored_message(
+            message_id.clone(),
+            msg.body,
+            msg.tag,
+            msg.keys,
+            msg.user_properties,
+            group,
+            None,
+            String::new(),
+        );
+        let s = self.shared.store(&t, queue, vec![stored]);
+        Ok(Published {
+            queue_id: u32::try_from(s.queue_id).unwrap_or(u32::MAX),
+            offset: s.offsets.first().copied().unwrap_or(0),
+            message_id,
+        })
+    }
+
+    /// Topic names.
+    pub fn topics(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.shared.topics.read().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// A topic's kind and message counts.
+    pub fn topic_info(&self, topic: &str) -> Option<TopicInfo> {
+        let t = self.shared.topic(topic)?;
+        let inner = t.inner.lock();
+        Some(TopicInfo {
+            kind: t.kind,
+            messages_per_queue: inner.queues.iter().map(|q| q.log.len() as u64).collect(),
+        })
+    }
+
+    /// Consumer groups and whether each is FIFO.
+    pub fn groups(&self) -> Vec<(String, bool)> {
+        let mut v: Vec<(String, bool)> = self
+            .shared
+            .groups
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Client ids with a channel (seen in Heartbeat or Telemetry and not terminated).
+    pub fn clients(&self) -> Vec<String> {
+        self.shared.clients.lock().iter().cloned().collect()
+    }
+
+    /// The ledger of `group` on `topic`: one record per stored message, by queue then offset
+    /// (empty for an unknown topic).
+    pub fn ledger(&self, topic: &str, group: &str) -> Vec<MessageRecord> {
+        let Some(t) = self.shared.topic(topic) else {
+            return Vec::new();
+        };
+        let mut inner = t.inner.lock();
+        inner.reap_group(group, self.shared.clock.now_ms(), &self.shared.counters);
+        inner.ledger(group)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// The current faults.
+    pub fn faults(&self) -> FaultConfig {
+        self.shared.faults.lock().config.clone()
+    }
+
+    /// Replaces the faults (the PRNG keeps its position).
+    pub fn set_faults(&self, faults: FaultConfig) {
+        self.shared.faults.lock().config = faults;
+    }
+
+    /// Moves the emulator's clock forward without waiting: invisibility deadlines and receipt
+    /// handle expiry see the jump, and long polls wake to re-check (their own timeout is
+    /// measured on the same clock).
+    pub fn advance(&self, by: Duration) {
+        self.shared.clock.advance(by);
+        self.shared.wake_all();
+    }
+
+    /// The emulator's clock: time since start plus every [`advance`](Self::advance).
+    pub fn now(&self) -> Duration {
+        Duration::from_millis(self.shared.clock.now_ms())
+    }
+
+    /// Stops accepting calls, ends long polls (`MESSAGE_NOT_FOUND`) and telemetry streams,
+    /// and waits up to 5 s for the server to finish.
+    pub async fn shutdown(mut self) -> Result<(), EmulatorError> {
+        self.shared.shutdown.cancel();
+        self.shared.wake_all();
+        match self.task.take() {
+            Some(mut task) => finish(&mut task).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Serves until the server fails (for a foreground process; see also
+    /// [`EmulatorBuilder::run_until`]).
+    pub async fn serve_forever(mut self) -> Result<(), EmulatorError> {
+        match self.task.take() {
+            Some(task) => join_result(task.await),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+        self.shared.wake_all();
+    }
+}

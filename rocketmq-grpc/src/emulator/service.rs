@@ -1,0 +1,1269 @@
+//! The shared emulator state and the tonic `MessagingService` implementation.
+//!
+//! Every RPC goes through [`Service::admit`] first (counters, injected connection drops, the
+//! signature, the client id, injected delays and flow limits), then validates its request the
+//! way the proxy does and answers with the proxy's codes in the response `status` (the gRPC
+//! status stays OK except for injected `UNAVAILABLE`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Mutex, RwLock};
+use sha1::{Digest as _, Sha1};
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Streaming};
+
+use super::auth;
+use super::clock::{Clock, duration_ms, ms_to_proto, proto_duration_ms};
+use super::config::Config;
+use super::counters::{Counters, Rpc, add, inc};
+use super::faults::{FaultConfig, FaultState};
+use super::handle::ReceiptHandle;
+use super::state::{
+    AckApplied, ChangeApplied, Delivery, PopRequest, StoredMessage, TopicInner, TopicKind, Verdict,
+};
+use super::validate;
+use crate::pb::{
+    self, Code, messaging_service_server::MessagingService, receive_message_response, retry_policy,
+    settings, telemetry_command,
+};
+
+/// A topic: its queues behind one lock, and a notifier that wakes long polls.
+#[derive(Debug)]
+pub(crate) struct Topic {
+    pub(crate) kind: TopicKind,
+    pub(crate) notify: Notify,
+    rr: AtomicUsize,
+    pub(crate) inner: Mutex<TopicInner>,
+}
+
+impl Topic {
+    pub(crate) fn new(kind: TopicKind, queues: usize) -> Self {
+        Self {
+            kind,
+            notify: Notify::new(),
+            rr: AtomicUsize::new(0),
+            inner: Mutex::new(TopicInner::new(queues)),
+        }
+    }
+
+    pub(crate) fn queue_count(&self) -> usize {
+        self.inner.lock().queues.len()
+    }
+
+    fn next_rr(&self) -> usize {
+        self.rr.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Everything the service and the [`Emulator`](super::Emulator) handle share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) clock: Clock,
+    pub(crate) topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// Consumer group → FIFO (`consumeMessageOrderly`).
+    pub(crate) groups: RwLock<HashMap<String, bool>>,
+    /// Clients with a channel (seen in Heartbeat or Telemetry, not terminated).
+    pub(crate) clients: Mutex<BTreeSet<String>>,
+    pub(crate) counters: Counters,
+    pub(crate) faults: Mutex<FaultState>,
+    pub(crate) seq: AtomicU64,
+    message_ids: AtomicU64,
+    pub(crate) shutdown: CancellationToken,
+    /// The address routes advertise; set once the listener is bound.
+    pub(crate) advertised: OnceLock<SocketAddr>,
+}
+
+/// Outcome of storing messages.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub(crate) queue_id: usize,
+    pub(crate) offsets: Vec<u64>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, faults: FaultConfig, seed: u64) -> Self {
+        Self {
+            config,
+            clock: Clock::new(),
+            topics: RwLock::new(HashMap::new()),
+            groups: RwLock::new(HashMap::new()),
+            clients: Mutex::new(BTreeSet::new()),
+            counters: Counters::default(),
+            faults: Mutex::new(FaultState::new(faults, seed)),
+            seq: AtomicU64::new(0),
+            message_ids: AtomicU64::new(0),
+            shutdown: CancellationToken::new(),
+            advertised: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().get(name).cloned()
+    }
+
+    /// Whether the group exists (creating it when auto-creation is on); `Some(fifo)`.
+    fn group_fifo(&self, name: &str) -> Option<bool> {
+        if let Some(fifo) = self.groups.read().get(name) {
+            return Some(*fifo);
+        }
+        if self.config.auto_create_groups {
+            return Some(*self.groups.write().entry(name.to_owned()).or_insert(false));
+        }
+        None
+    }
+
+    /// Wakes every long poll (clock moved, shutdown).
+    pub(crate) fn wake_all(&self) {
+        for t in self.topics.read().values() {
+            t.notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn next_message_id(&self) -> String {
+        let n = self.message_ids.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("EMU{n:029X}")
+    }
+
+    fn advertised(&self) -> SocketAddr {
+        self.advertised
+            .get()
+            .copied()
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    fn endpoints(&self) -> pb::Endpoints {
+        let addr = self.advertised();
+        let scheme = if addr.is_ipv6() {
+            pb::AddressScheme::IPv6
+        } else {
+            pb::AddressScheme::IPv4
+        };
+        pb::Endpoints {
+            scheme: scheme as i32,
+            addresses: vec![pb::Address {
+                host: addr.ip().to_string(),
+                port: i32::from(addr.port()),
+            }],
+        }
+    }
+
+    fn broker(&self) -> pb::Broker {
+        pb::Broker {
+            name: self.config.broker_name.clone(),
+            id: 0,
+            endpoints: Some(self.endpoints()),
+        }
+    }
+
+    /// Picks the queue for a send as the proxy does: the hash of the message group when a
+    /// single message has one, round robin otherwise.
+    fn select_queue(&self, topic: &Topic, group: Option<&str>, queues: usize) -> usize {
+        if queues == 0 {
+            return 0;
+        }
+        match group {
+            Some(g) if !g.is_empty() => {
+                // FNV-1a: stable across runs and platforms.
+                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+                for b in g.bytes() {
+                    h ^= u64::from(b);
+                    h = h.wrapping_mul(0x0100_0000_01b3);
+                }
+                usize::try_from(h % queues as u64).unwrap_or(0)
+            }
+            _ => topic.next_rr() % queues,
+        }
+    }
+
+    /// Stores messages in one queue (chosen unless `queue` is given) and wakes long polls.
+    pub(crate) fn store(
+        &self,
+        topic: &Topic,
+        queue: Option<usize>,
+        msgs: Vec<StoredMessage>,
+    ) -> Stored {
+        let n = msgs.len() as u64;
+        let group = if msgs.len() == 1 {
+            msgs[0].message_group.as_deref().map(str::to_owned)
+        } else {
+            None
+        };
+        let stored = {
+            let mut inner = topic.inner.lock();
+            let queues = inner.queues.len();
+            let queue_id =
+                queue.unwrap_or_else(|| self.select_queue(topic, group.as_deref(), queues));
+            let offsets = inner.append(queue_id, msgs);
+            Stored { queue_id, offsets }
+        };
+        add(&self.counters.messages_stored, n);
+        topic.notify.notify_waiters();
+        stored
+    }
+
+    fn register_client(&self, client_id: &str) {
+        let mut clients = self.clients.lock();
+        if !clients.contains(client_id) {
+            clients.insert(client_id.to_owned());
+        }
+    }
+
+    fn client_connected(&self, client_id: &str) -> bool {
+        self.clients.lock().contains(client_id)
+    }
+}
+
+/// Builds a stored message (SHA-1 digest, store time).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stored_message(
+    message_id: String,
+    body: Vec<u8>,
+    tag: Option<String>,
+    keys: Vec<String>,
+    user_properties: HashMap<String, String>,
+    message_group: Option<String>,
+    born_timestamp: Option<prost_types::Timestamp>,
+    born_host: String,
+) -> StoredMessage {
+    let body_sha1 = hex::encode_upper(Sha1::digest(&body));
+    StoredMessage {
+        message_id,
+        body,
+        tag,
+        keys,
+        user_properties,
+        message_group: message_group.filter(|g| !g.is_empty()).map(Arc::from),
+        born_timestamp,
+        born_host,
+        store_timestamp: prost_types::Timestamp::from(SystemTime::now()),
+        body_sha1,
+    }
+}
+
+/// A status.
+pub(crate) fn status(code: Code, message: impl Into<String>) -> pb::Status {
+    pb::Status {
+        code: code as i32,
+        message: message.into(),
+    }
+}
+
+fn ok() -> pb::Status {
+    status(Code::Ok, "OK")
+}
+
+/// The name of an optional resource ("" when absent).
+fn name(r: Option<&pb::Resource>) -> &str {
+    r.map_or("", |r| r.name.as_str())
+}
+
+/// The top-level status of a multi-entry answer: one distinct code → that code (with its
+/// message when there is one entry), several → MULTIPLE_RESULTS, none → `empty`.
+fn top_level<'a>(statuses: impl Iterator<Item = &'a pb::Status>, empty: &str) -> pb::Status {
+    let mut codes = BTreeSet::new();
+    let mut first: Option<&pb::Status> = None;
+    let mut n = 0usize;
+    for st in statuses {
+        codes.insert(st.code);
+        first.get_or_insert(st);
+        n += 1;
+    }
+    match (codes.len(), first) {
+        (0, _) | (_, None) => status(Code::InternalServerError, empty),
+        (1, Some(st)) if n == 1 => st.clone(),
+        (1, Some(st)) => {
+            let code = Code::try_from(st.code).unwrap_or(Code::Unspecified);
+            status(code, code.as_str_name())
+        }
+        _ => status(Code::MultipleResults, "MULTIPLE_RESULTS"),
+    }
+}
+
+/// Why a call stopped before processing.
+#[derive(Debug)]
+enum Reject {
+    /// A gRPC error status (injected connection drop).
+    Grpc(tonic::Status),
+    /// A proxy code in the response status.
+    Code(pb::Status),
+}
+
+/// What a call carries besides its message.
+#[derive(Debug)]
+struct Ctx {
+    client_id: String,
+    client_version: Option<String>,
+    remaining_ms: Option<u64>,
+}
+
+/// Response types that carry a top-level status.
+trait WithStatus: Default {
+    fn set_status(&mut self, st: pb::Status);
+
+    fn from_status(st: pb::Status) -> Self {
+        let mut r = Self::default();
+        r.set_status(st);
+        r
+    }
+}
+
+macro_rules! with_status {
+    ($($t:ty),* $(,)?) => {
+        $(impl WithStatus for $t {
+            fn set_status(&mut self, st: pb::Status) {
+                self.status = Some(st);
+            }
+        })*
+    };
+}
+
+with_status!(
+    pb::QueryRouteResponse,
+    pb::HeartbeatResponse,
+    pb::SendMessageResponse,
+    pb::QueryAssignmentResponse,
+    pb::AckMessageResponse,
+    pb::NotifyClientTerminationResponse,
+    pb::ChangeInvisibleDurationResponse,
+);
+
+fn unary<T: WithStatus>(r: Result<T, pb::Status>) -> Result<Response<T>, tonic::Status> {
+    Ok(Response::new(r.unwrap_or_else(T::from_status)))
+}
+
+fn reject_unary<T: WithStatus>(r: Reject) -> Result<Response<T>, tonic::Status> {
+    match r {
+        Reject::Grpc(st) => Err(st),
+        Reject::Code(st) => Ok(Response::new(T::from_status(st))),
+    }
+}
+
+/// Validates a topic name and finds the topic.
+fn topic_of(shared: &Shared, topic: &str) -> Result<Arc<Topic>, pb::Status> {
+    validate::topic(topic).map_err(|m| status(Code::IllegalTopic, m))?;
+    shared.topic(topic).ok_or_else(|| {
+        status(
+            Code::TopicNotFound,
+            format!("topic [{topic}] does not exist"),
+        )
+    })
+}
+
+/// Validates a group name and finds the group; `Ok(fifo)`.
+fn group_of(shared: &Shared, group: &str) -> Result<bool, pb::Status> {
+    validate::group(group).map_err(|m| status(Code::IllegalConsumerGroup, m))?;
+    shared.group_fifo(group).ok_or_else(|| {
+        status(
+            Code::ConsumerGroupNotFound,
+            format!("consumer group [{group}] does not exist"),
+        )
+    })
+}
+
+/// The tonic service.
+#[derive(Debug, Clone)]
+pub(crate) struct Service {
+    pub(crate) shared: Arc<Shared>,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
+
+impl Service {
+    /// Header checks and request-level faults, in the proxy's order.
+    async fn admit(&self, md: &MetadataMap, rpc: Rpc) -> Result<Ctx, Reject> {
+        let s = &self.shared;
+        s.counters.call(rpc);
+        let (drop, delay, too_many) = {
+            let mut f = s.faults.lock();
+            if f.config.applies_to(rpc) {
+                let drop = f.roll(|c| c.unavailable_rate);
+                let delay = if f.roll(|c| c.delay_rate) {
+                    let (min, max) = (f.config.delay_min, f.config.delay_max);
+                    Some(f.prng.duration_between(min, max))
+                } else {
+                    None
+                };
+                let too_many = f.roll(|c| c.too_many_requests_rate);
+                (drop, delay, too_many)
+            } else {
+                (false, None, false)
+            }
+        };
+        if drop {
+            inc(&s.counters.injected_unavailable);
+            return Err(Reject::Grpc(tonic::Status::unavailable(
+                "injected fault: connection dropped",
+            )));
+        }
+        if let Err(m) = auth::verify(md, &s.config.credentials) {
+            inc(&s.counters.rejected_requests);
+            return Err(Reject::Code(status(Code::Unauthorized, m)));
+        }
+        let Some(client_id) = auth::client_id(md) else {
+            inc(&s.counters.rejected_requests);
+            return Err(Reject::Code(status(
+                Code::ClientIdRequired,
+                "header x-mq-client-id is required",
+            )));
+        };
+        if let Some(d) = delay {
+            inc(&s.counters.injected_delays);
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                () = s.shutdown.cancelled() => {}
+            }
+        }
+        if too_many {
+            inc(&s.counters.injected_too_many_requests);
+            return Err(Reject::Code(status(Code::TooManyRequests, "flow limit")));
+        }
+        Ok(Ctx {
+            client_id,
+            client_version: auth::header(md, auth::CLIENT_VERSION).map(str::to_owned),
+            remaining_ms: auth::grpc_timeout_ms(md),
+        })
+    }
+
+    fn query_route_inner(
+        &self,
+        req: &pb::QueryRouteRequest,
+    ) -> Result<pb::QueryRouteResponse, pb::Status> {
+        let s = &self.shared;
+        let topic = topic_of(s, name(req.topic.as_ref()))?;
+        let resource = req.topic.clone().unwrap_or_default();
+        let message_queues = (0..topic.queue_count())
+            .map(|id| self.message_queue(&resource, topic.kind, id))
+            .collect();
+        Ok(pb::QueryRouteResponse {
+            status: Some(ok()),
+            message_queues,
+        })
+    }
+
+    fn message_queue(&self, topic: &pb::Resource, kind: TopicKind, id: usize) -> pb::MessageQueue {
+        pb::MessageQueue {
+            topic: Some(topic.clone()),
+            id: i32::try_from(id).unwrap_or(i32::MAX),
+            permission: pb::Permission::ReadWrite as i32,
+            broker: Some(self.shared.broker()),
+            accept_message_types: vec![kind.message_type() as i32],
+        }
+    }
+
+    fn query_assignment_inner(
+        &self,
+        req: &pb::QueryAssignmentRequest,
+    ) -> Result<pb::QueryAssignmentResponse, pb::Status> {
+        let s = &self.shared;
+        let topic_name = name(req.topic.as_ref());
+        validate::topic(topic_name).map_err(|m| status(Code::IllegalTopic, m))?;
+        validate::group(name(req.group.as_ref()))
+            .map_err(|m| status(Code::IllegalConsumerGroup, m))?;
+        let topic = topic_of(s, topic_name)?;
+        group_of(s, name(req.group.as_ref()))?;
+        let resource = req.topic.clone().unwrap_or_default();
+        let assignments = (0..topic.queue_count())
+            .map(|id| pb::Assignment {
+                message_queue: Some(self.message_queue(&resource, topic.kind, id)),
+            })
+            .collect();
+        Ok(pb::QueryAssignmentResponse {
+            status: Some(ok()),
+            assignments,
+        })
+    }
+
+    fn send_inner(
+        &self,
+        req: pb::SendMessageRequest,
+    ) -> Result<pb::SendMessageResponse, pb::Status> {
+        let s = &self.shared;
+        let cfg = &s.config;
+        let Some(first) = req.messages.first() else {
+            return Err(status(Code::MessageCorrupted, "no message to send"));
+        };
+        let topic_res = first.topic.clone().unwrap_or_default();
+        validate::topic(&topic_res.name).map_err(|m| status(Code::IllegalTopic, m))?;
+        let mut msgs = Vec::with_capacity(req.messages.len());
+        let mut actual_types = Vec::with_capacity(req.messages.len());
+        for m in req.messages {
+            if m.topic.clone().unwrap_or_default() != topic_res {
+                return Err(status(
+                    Code::MessageCorrupted,
+                    "topic in message is not same",
+                ));
+            }
+            if cfg.reject_empty_body && m.body.is_empty() {
+                return Err(status(
+                    Code::MessageBodyEmpty,
+                    "message body cannot be empty",
+                ));
+            }
+            if cfg.max_body_size > 0 && m.body.len() > cfg.max_body_size {
+                return Err(status(
+                    Code::MessageBodyTooLarge,
+                    format!("message body cannot exceed the max {}", cfg.max_body_size),
+                ));
+            }
+            let sp = m.system_properties.unwrap_or_default();
+            if sp.message_id.trim().is_empty() {
+                return Err(status(Code::IllegalMessageId, "message id cannot be empty"));
+            }
+            let group = sp.message_group.clone().filter(|g| !g.is_empty());
+            if let Some(g) = &group
+                && g.trim().is_empty()
+            {
+                return Err(status(
+                    Code::IllegalMessageGroup,
+                    "message group cannot be the char sequence of whitespace",
+                ));
+            }
+            let actual = if group.is_some() {
+                "FIFO"
+            } else if sp.delivery_timestamp.is_some() {
+                "DELAY"
+            } else if sp.message_type == pb::MessageType::Transaction as i32 {
+                "TRANSACTION"
+            } else {
+                "NORMAL"
+            };
+            actual_types.push(actual);
+            msgs.push(stored_message(
+                sp.message_id,
+                m.body,
+                sp.tag,
+                sp.keys,
+                m.user_properties,
+                group,
+                sp.born_timestamp,
+                sp.born_host,
+            ));
+        }
+        let topic = s.topic(&topic_res.name).ok_or_else(|| {
+            status(
+                Code::TopicNotFound,
+                format!("topic [{}] does not exist", topic_res.name),
+            )
+        })?;
+        let expected = match topic.kind {
+            TopicKind::Normal => "NORMAL",
+            TopicKind::Fifo => "FIFO",
+        };
+        if let Some(actual) = actual_types.iter().find(|a| **a != expected) {
+            return Err(status(
+                Code::MessagePropertyConflictWithType,
+                format!(
+                    "TopicMessageType validate failed, the expected type is {expected}, but actual type is {actual}"
+                ),
+            ));
+        }
+        let ids: Vec<String> = msgs.iter().map(|m| m.message_id.clone()).collect();
+        let stored = s.store(&topic, None, msgs);
+        let entries: Vec<pb::SendResultEntry> = ids
+            .into_iter()
+            .zip(stored.offsets)
+            .map(|(message_id, offset)| pb::SendResultEntry {
+                status: Some(ok()),
+                message_id,
+                transaction_id: String::new(),
+                offset: i64::try_from(offset).unwrap_or(i64::MAX),
+            })
+            .collect();
+        let st = top_level(
+            entries.iter().filter_map(|e| e.status.as_ref()),
+            "send status is empty",
+        );
+        Ok(pb::SendMessageResponse {
+            status: Some(st),
+            entries,
+        })
+    }
+
+    /// Long polling time after the proxy's clamps, or the status to answer with.
+    fn polling_ms(&self, ctx: &Ctx, req: &pb::ReceiveMessageRequest) -> Result<u64, pb::Status> {
+        let cfg = &self.shared.config;
+        let min = duration_ms(cfg.min_long_polling);
+        let max = duration_ms(cfg.max_long_polling);
+        let requested = match req.long_polling_timeout.as_ref() {
+            Some(d) => proto_duration_ms(d).map_or(max, |ms| u64::try_from(ms).unwrap_or(0)),
+            // The proxy uses the remaining deadline minus half the request timeout (3 s).
+            None => ctx.remaining_ms.map_or(max, |r| r.saturating_sub(1_500)),
+        };
+        let mut polling = requested.clamp(min, max.max(min));
+        if let Some(remaining) = ctx.remaining_ms
+            && polling > remaining
+        {
+            if remaining < min {
+                let modern = ctx.client_version.as_deref().is_some_and(|v| v >= "5.0.3");
+                let code = if modern {
+                    Code::IllegalPollingTime
+                } else {
+                    Code::BadRequest
+                };
+                return Err(status(
+                    code,
+                    "The deadline time remaining is not enough for polling, please check network condition",
+                ));
+            }
+            polling = remaining;
+        }
+        Ok(polling)
+    }
+
+    async fn receive_inner(
+        &self,
+        ctx: &Ctx,
+        req: pb::ReceiveMessageRequest,
+    ) -> Vec<pb::ReceiveMessageResponse> {
+        let frame = |st: pb::Status| pb::ReceiveMessageResponse {
+            content: Some(receive_message_response::Content::Status(st)),
+        };
+        match self.receive_messages(ctx, &req).await {
+            Ok((topic_res, kind, deliveries)) => {
+                let mut frames = Vec::with_capacity(deliveries.len() + 1);
+                frames.push(frame(ok()));
+                for d in &deliveries {
+                    frames.push(pb::ReceiveMessageResponse {
+                        content: Some(receive_message_response::Content::Message(
+                            self.to_proto(&topic_res, kind, d),
+                        )),
+                    });
+                }
+                frames
+            }
+            Err(st) => vec![frame(st)],
+        }
+    }
+
+    async fn receive_messages(
+        &self,
+        ctx: &Ctx,
+        req: &pb::ReceiveMessageRequest,
+    ) -> Result<(pb::Resource, TopicKind, Vec<Delivery>), pb::Status> {
+        let s = &self.shared;
+        let cfg = &s.config;
+        let polling = self.polling_ms(ctx, req)?;
+        let group = name(req.group.as_ref());
+        let mq = req.message_queue.clone().unwrap_or_default();
+        let topic_res = mq.topic.clone().unwrap_or_default();
+        validate::topic(&topic_res.name).map_err(|m| status(Code::IllegalTopic, m))?;
+        validate::group(group).map_err(|m| status(Code::IllegalConsumerGroup, m))?;
+        let renew = cfg.proxy_auto_renew && req.auto_renew;
+        let invisible_ms = if renew {
+            duration_ms(cfg.auto_renew_invisible)
+        } else {
+            let ms = req
+                .invisible_duration
+                .as_ref()
+                .map_or(Some(0), proto_duration_ms);
+            check_invisible(
+                ms,
+                duration_ms(cfg.min_invisible_recv),
+                duration_ms(cfg.max_invisible),
+            )?
+        };
+        let topic = topic_of(s, &topic_res.name)?;
+        let orderly = group_of(s, group)?;
+        if renew && cfg.require_client_channel && !s.client_connected(&ctx.client_id) {
+            return Err(status(
+                Code::MessageNotFound,
+                format!("The client [{}] is disconnected.", ctx.client_id),
+            ));
+        }
+        let n = topic.queue_count();
+        let queues: Vec<usize> = match usize::try_from(mq.id) {
+            Ok(id) if id < n => vec![id],
+            _ => {
+                let start = topic.next_rr();
+                (0..n).map(|i| (start + i) % n.max(1)).collect()
+            }
+        };
+        let max = usize::try_from(req.batch_size)
+            .unwrap_or(1)
+            .clamp(1, cfg.max_receive_batch.max(1));
+        let renew_client: Option<Arc<str>> = renew.then(|| Arc::from(ctx.client_id.as_str()));
+        let end_ms = s.clock.now_ms().saturating_add(polling);
+        loop {
+            let notified = topic.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now_ms = s.clock.now_ms();
+            let out = {
+                let pop = PopRequest {
+                    group,
+                    orderly,
+                    queues: queues.clone(),
+                    max,
+                    invisible_ms,
+                    renew: renew_client
+                        .clone()
+                        .map(|c| (c, duration_ms(cfg.renew_max))),
+                    now_ms,
+                    broker_name: &cfg.broker_name,
+                };
+                topic.inner.lock().pop(&pop, &s.seq, &s.counters)
+            };
+            if !out.deliveries.is_empty() {
+                return Ok((topic_res, topic.kind, out.deliveries));
+            }
+            if now_ms >= end_ms || s.shutdown.is_cancelled() {
+                inc(&s.counters.receives_empty);
+                return Err(status(Code::MessageNotFound, "no new message"));
+            }
+            let wake = out.next_deadline_ms.map_or(end_ms, |d| d.min(end_ms));
+            let wait = Duration::from_millis(wake.saturating_sub(now_ms).max(1));
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(wait) => {}
+                () = s.shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    fn to_proto(&self, topic: &pb::Resource, kind: TopicKind, d: &Delivery) -> pb::Message {
+        let m = &d.message;
+        pb::Message {
+            topic: Some(topic.clone()),
+            user_properties: m.user_properties.clone(),
+            system_properties: Some(pb::SystemProperties {
+                tag: m.tag.clone(),
+                keys: m.keys.clone(),
+                message_id: m.message_id.clone(),
+                body_digest: Some(pb::Digest {
+                    r#type: pb::DigestType::Sha1 as i32,
+                    checksum: m.body_sha1.clone(),
+                }),
+                body_encoding: pb::Encoding::Identity as i32,
+                message_type: kind.message_type() as i32,
+                born_timestamp: m.born_timestamp,
+                born_host: m.born_host.clone(),
+                store_timestamp: Some(m.store_timestamp),
+                store_host: self.shared.advertised().to_string(),
+                delivery_timestamp: None,
+                receipt_handle: Some(d.handle.clone()),
+                queue_id: i32::try_from(d.queue_id).unwrap_or(i32::MAX),
+                queue_offset: Some(i64::try_from(d.offset).unwrap_or(i64::MAX)),
+                invisible_duration: Some(ms_to_proto(d.invisible_ms)),
+                delivery_attempt: Some(i32::try_from(d.attempt).unwrap_or(i32::MAX)),
+                message_group: m.message_group.as_deref().map(str::to_owned),
+            }),
+            body: m.body.clone(),
+        }
+    }
+
+    fn ack_inner(
+        &self,
+        ctx: &Ctx,
+        req: pb::AckMessageRequest,
+    ) -> Result<pb::AckMessageResponse, pb::Status> {
+        let s = &self.shared;
+        let cfg = &s.config;
+        s.counters.ack_request(req.entries.len());
+        let group = name(req.group.as_ref());
+        let topic_name = name(req.topic.as_ref());
+        validate::topic(topic_name).map_err(|m| status(Code::IllegalTopic, m))?;
+        validate::group(group).map_err(|m| status(Code::IllegalConsumerGroup, m))?;
+        let topic = topic_of(s, topic_name)?;
+        group_of(s, group)?;
+
+        let decoded: Vec<Result<ReceiptHandle, String>> = req
+            .entries
+            .iter()
+            .map(|e| ReceiptHandle::decode(&e.receipt_handle))
+            .collect();
+        let malformed = decoded.iter().filter(|d| d.is_err()).count();
+        add(&s.counters.malformed_handles, malformed as u64);
+        if cfg.batch_ack
+            && let Some(Err(m)) = decoded.iter().find(|d| d.is_err())
+        {
+            return Err(status(Code::InternalServerError, m.clone()));
+        }
+
+        let now_ms = s.clock.now_ms();
+        let mut unblocked = false;
+        // (expired, result, acknowledged target)
+        let mut results: Vec<(bool, pb::AckMessageResultEntry)> =
+            Vec::with_capacity(req.entries.len());
+        {
+            let mut inner = topic.inner.lock();
+            inner.reap_group(group, now_ms, &s.counters);
+            let mut faults = s.faults.lock();
+            let error_code = faults.config.ack_entry_error_code;
+            // Batch mode: entries of one broker share one result, so one draw for all.
+            let batch_fault = cfg.batch_ack && faults.roll(|c| c.ack_entry_error_rate);
+            for (entry, dec) in req.entries.into_iter().zip(decoded) {
+                let mut expired = false;
+                let mut target = None;
+                let st = match dec {
+                    Err(m) => status(Code::InternalServerError, m),
+                    Ok(h) => match inner.evaluate(
+                        group,
+                        &h,
+                        &entry.message_id,
+                        &ctx.client_id,
+                        &cfg.broker_name,
+                        now_ms,
+                    ) {
+                        Verdict::Expired => {
+                            expired = true;
+                            inc(&s.counters.expired_handles);
+                            status(Code::InvalidReceiptHandle, "receipt handle is expired")
+                        }
+                        Verdict::Invalid(m) => {
+                            inc(&s.counters.invalid_handles);
+                            status(Code::InvalidReceiptHandle, m)
+                        }
+                        Verdict::Error(m) => status(Code::InternalServerError, m),
+                        Verdict::Target { queue, offset } => {
+                            let inject = if cfg.batch_ack {
+                                batch_fault
+                            } else {
+                                faults.roll(|c| c.ack_entry_error_rate)
+                            };
+                            if inject {
+                                inc(&s.counters.injected_entry_errors);
+                                status(error_code, "injected fault: ack failed: status is abnormal")
+                            } else {
+                                match inner.apply_ack(group, queue, offset, &s.counters) {
+                                    AckApplied::Acked { unblocked: u } => {
+                                        unblocked |= u;
+                                        target = Some((queue, offset));
+                                        ok()
+                                    }
+                                    AckApplied::Duplicate => {
+                                        target = Some((queue, offset));
+                                        ok()
+                                    }
+                                    AckApplied::Expired => {
+                                        expired = true;
+                                        inc(&s.counters.expired_handles);
+                                        status(
+                                            Code::InvalidReceiptHandle,
+                                            "receipt handle is expired",
+                                        )
+                                    }
+                                }
+                            }
+                        }
+                    },
+                };
+                // Missing results: the entry was processed, only its answer is lost.
+                if faults.roll(|c| c.ack_missing_result_rate) {
+                    inc(&s.counters.injected_dropped_results);
+                    if let Some((queue, offset)) = target {
+                        inner.note_dropped_result(group, queue, offset);
+                    }
+                    continue;
+                }
+                results.push((
+                    expired,
+                    pb::AckMessageResultEntry {
+                        message_id: entry.message_id,
+                        receipt_handle: entry.receipt_handle,
+                        status: Some(st),
+                    },
+                ));
+            }
+        }
+        if unblocked {
+            topic.notify.notify_waiters();
+        }
+        if cfg.batch_ack {
+            // Expired handles first, then the per-broker group (one broker here).
+            results.sort_by_key(|(expired, _)| !*expired);
+        }
+        let entries: Vec<pb::AckMessageResultEntry> = results.into_iter().map(|(_, e)| e).collect();
+        let st = top_level(
+            entries.iter().filter_map(|e| e.status.as_ref()),
+            "ack message result is empty",
+        );
+        Ok(pb::AckMessageResponse {
+            status: Some(st),
+            entries,
+        })
+    }
+
+    fn change_invisible_inner(
+        &self,
+        ctx: &Ctx,
+        req: &pb::ChangeInvisibleDurationRequest,
+    ) -> Result<pb::ChangeInvisibleDurationResponse, pb::Status> {
+        let s = &self.shared;
+        let cfg = &s.config;
+        let group = name(req.group.as_ref());
+        let topic_name = name(req.topic.as_ref());
+        validate::topic(topic_name).map_err(|m| status(Code::IllegalTopic, m))?;
+        validate::group(group).map_err(|m| status(Code::IllegalConsumerGroup, m))?;
+        let ms = req
+            .invisible_duration
+            .as_ref()
+            .map_or(Some(0), proto_duration_ms);
+        let invisible_ms = check_invisible(ms, 0, duration_ms(cfg.max_invisible))?;
+        let topic = topic_of(s, topic_name)?;
+        group_of(s, group)?;
+        let handle = ReceiptHandle::decode(&req.receipt_handle).map_err(|m| {
+            inc(&s.counters.malformed_handles);
+            status(Code::InternalServerError, m)
+        })?;
+        let now_ms = s.clock.now_ms();
+        let result = {
+            let mut inner = topic.inner.lock();
+            inner.reap_group(group, now_ms, &s.counters);
+            let verdict = inner.evaluate(
+                group,
+                &handle,
+                &req.message_id,
+                &ctx.client_id,
+                &cfg.broker_name,
+                now_ms,
+            );
+            match verdict {
+                Verdict::Expired => Err(expired_status(s)),
+                Verdict::Invalid(m) => {
+                    inc(&s.counters.invalid_handles);
+                    Err(status(Code::InvalidReceiptHandle, m))
+                }
+                Verdict::Error(m) => Err(status(Code::InternalServerError, m)),
+                Verdict::Target { queue, offset } => match inner.apply_change_invisible(
+                    group,
+                    queue,
+                    offset,
+                    invisible_ms,
+                    now_ms,
+                    &cfg.broker_name,
+                    &s.seq,
+                    &s.counters,
+                ) {
+                    ChangeApplied::Changed(h) => Ok(h),
+                    ChangeApplied::AlreadyAcked => {
+                        inc(&s.counters.invalid_handles);
+                        Err(status(
+                            Code::InvalidReceiptHandle,
+                            "the message has already been acknowledged",
+                        ))
+                    }
+                    ChangeApplied::Expired => Err(expired_status(s)),
+                },
+            }
+        };
+        let receipt_handle = result?;
+        topic.notify.notify_waiters();
+        Ok(pb::ChangeInvisibleDurationResponse {
+            status: Some(ok()),
+            receipt_handle,
+        })
+    }
+
+    /// The reply to a client's telemetry command: settings echoed with server-side values.
+    fn telemetry_reply(
+        shared: &Shared,
+        client_id: &str,
+        cmd: pb::TelemetryCommand,
+    ) -> Option<pb::TelemetryCommand> {
+        let Some(telemetry_command::Command::Settings(mut settings)) = cmd.command else {
+            return None;
+        };
+        shared.register_client(client_id);
+        let cfg = &shared.config;
+        match &mut settings.pub_sub {
+            Some(settings::PubSub::Subscription(sub)) => {
+                let fifo = shared
+                    .groups
+                    .read()
+                    .get(name(sub.group.as_ref()))
+                    .copied()
+                    .unwrap_or(false);
+                sub.fifo = Some(fifo);
+                sub.receive_batch_size = Some(cfg.receive_batch_size);
+                sub.long_polling_timeout = Some(ms_to_proto(duration_ms(cfg.max_long_polling)));
+                settings.backoff_policy = Some(consumer_backoff(cfg.max_delivery_attempts));
+            }
+            Some(settings::PubSub::Publishing(p)) => {
+                p.max_body_size = i32::try_from(cfg.max_body_size).unwrap_or(i32::MAX);
+                p.validate_message_type = true;
+            }
+            None => {}
+        }
+        Some(pb::TelemetryCommand {
+            status: Some(ok()),
+            command: Some(telemetry_command::Command::Settings(settings)),
+        })
+    }
+}
+
+fn expired_status(s: &Shared) -> pb::Status {
+    inc(&s.counters.expired_handles);
+    status(Code::InvalidReceiptHandle, "receipt handle is expired")
+}
+
+/// Validates an invisible time in milliseconds against `[min, max]`.
+fn check_invisible(ms: Option<i64>, min: u64, max: u64) -> Result<u64, pb::Status> {
+    let Some(ms) = ms else {
+        return Err(status(
+            Code::IllegalInvisibleTime,
+            "the invisibleTime is too large",
+        ));
+    };
+    let Ok(v) = u64::try_from(ms) else {
+        return Err(status(
+            Code::IllegalInvisibleTime,
+            format!("the invisibleTime is too small. invisibleTime={ms}, min={min}"),
+        ));
+    };
+    if v < min {
+        return Err(status(
+            Code::IllegalInvisibleTime,
+            format!("the invisibleTime is too small. invisibleTime={v}, min={min}"),
+        ));
+    }
+    if v > max {
+        return Err(status(
+            Code::IllegalInvisibleTime,
+            format!("the invisibleTime is too large. invisibleTime={v}, max={max}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// The broker's default consumer retry schedule (the customized back-off of the proto comment).
+fn consumer_backoff(max_attempts: i32) -> pb::RetryPolicy {
+    const SECS: [i64; 18] = [
+        1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+    ];
+    pb::RetryPolicy {
+        max_attempts,
+        strategy: Some(retry_policy::Strategy::CustomizedBackoff(
+            pb::CustomizedBackoff {
+                next: SECS
+                    .iter()
+                    .map(|s| prost_types::Duration {
+                        seconds: *s,
+                        nanos: 0,
+                    })
+                    .collect(),
+            },
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl MessagingService for Service {
+    async fn query_route(
+        &self,
+        request: Request<pb::QueryRouteRequest>,
+    ) -> Result<Response<pb::QueryRouteResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        if let Err(r) = self.admit(&md, Rpc::QueryRoute).await {
+            return reject_unary(r);
+        }
+        unary(self.query_route_inner(&req))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, tonic::Status> {
+        let (md, _, _req) = request.into_parts();
+        let ctx = match self.admit(&md, Rpc::Heartbeat).await {
+            Ok(ctx) => ctx,
+            Err(r) => return reject_unary(r),
+        };
+        self.shared.register_client(&ctx.client_id);
+        unary(Ok(pb::HeartbeatResponse { status: Some(ok()) }))
+    }
+
+    async fn send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        if let Err(r) = self.admit(&md, Rpc::SendMessage).await {
+            return reject_unary(r);
+        }
+        unary(self.send_inner(req))
+    }
+
+    async fn query_assignment(
+        &self,
+        request: Request<pb::QueryAssignmentRequest>,
+    ) -> Result<Response<pb::QueryAssignmentResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        if let Err(r) = self.admit(&md, Rpc::QueryAssignment).await {
+            return reject_unary(r);
+        }
+        unary(self.query_assignment_inner(&req))
+    }
+
+    type ReceiveMessageStream = BoxStream<pb::ReceiveMessageResponse>;
+
+    async fn receive_message(
+        &self,
+        request: Request<pb::ReceiveMessageRequest>,
+    ) -> Result<Response<Self::ReceiveMessageStream>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        let frames = match self.admit(&md, Rpc::ReceiveMessage).await {
+            Ok(ctx) => self.receive_inner(&ctx, req).await,
+            Err(Reject::Grpc(st)) => return Err(st),
+            Err(Reject::Code(st)) => vec![pb::ReceiveMessageResponse {
+                content: Some(receive_message_response::Content::Status(st)),
+            }],
+        };
+        let stream: Self::ReceiveMessageStream =
+            Box::pin(tokio_stream::iter(frames.into_iter().map(Ok)));
+        Ok(Response::new(stream))
+    }
+
+    async fn ack_message(
+        &self,
+        request: Request<pb::AckMessageRequest>,
+    ) -> Result<Response<pb::AckMessageResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        match self.admit(&md, Rpc::AckMessage).await {
+            Ok(ctx) => unary(self.ack_inner(&ctx, req)),
+            Err(r) => reject_unary(r),
+        }
+    }
+
+    type TelemetryStream = BoxStream<pb::TelemetryCommand>;
+
+    async fn telemetry(
+        &self,
+        request: Request<Streaming<pb::TelemetryCommand>>,
+    ) -> Result<Response<Self::TelemetryStream>, tonic::Status> {
+        let (md, _, mut inbound) = request.into_parts();
+        let ctx = match self.admit(&md, Rpc::Telemetry).await {
+            Ok(ctx) => ctx,
+            Err(Reject::Grpc(st)) => return Err(st),
+            Err(Reject::Code(st)) => {
+                let cmd = pb::TelemetryCommand {
+                    status: Some(st),
+                    command: None,
+                };
+                let stream: Self::TelemetryStream = Box::pin(tokio_stream::iter([Ok(cmd)]));
+                return Ok(Response::new(stream));
+            }
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shared.shutdown.cancelled() => break,
+                    msg = inbound.message() => match msg {
+                        Ok(Some(cmd)) => {
+                            let reply = Self::telemetry_reply(&shared, &ctx.client_id, cmd);
+                            if let Some(reply) = reply
+                                && tx.send(Ok(reply)).await.is_err()
+                            {
+                                break;
+                            }
+                        }
+                        Ok(None) | Err(_) => break,
+                    },
+                }
+            }
+        });
+        let stream: Self::TelemetryStream = Box::pin(ReceiverStream::new(rx));
+        Ok(Response::new(stream))
+    }
+
+    async fn notify_client_termination(
+        &self,
+        request: Request<pb::NotifyClientTerminationRequest>,
+    ) -> Result<Response<pb::NotifyClientTerminationResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        let ctx = match self.admit(&md, Rpc::NotifyClientTermination).await {
+            Ok(ctx) => ctx,
+            Err(r) => return reject_unary(r),
+        };
+        let s = &self.shared;
+        s.clients.lock().remove(&ctx.client_id);
+        let group = req.group.as_ref().map(|g| g.name.as_str());
+        let now_ms = s.clock.now_ms();
+        let release_ms = duration_ms(s.config.release_on_termination);
+        let topics: Vec<Arc<Topic>> = s.topics.read().values().cloned().collect();
+        for t in topics {
+            let released =
+                t.inner
+                    .lock()
+                    .release_client(group, &ctx.client_id, now_ms, release_ms, &s.seq);
+            if released > 0 {
+                t.notify.notify_waiters();
+            }
+        }
+        unary(Ok(pb::NotifyClientTerminationResponse {
+            status: Some(ok()),
+        }))
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        request: Request<pb::ChangeInvisibleDurationRequest>,
+    ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        match self.admit(&md, Rpc::ChangeInvisibleDuration).await {
+            Ok(ctx) => unary(self.change_invisible_inner(&ctx, &req)),
+            Err(r) => reject_unary(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_level_rules() {
+        let okst = ok();
+        let exp = status(Code::InvalidReceiptHandle, "receipt handle is expired");
+        let ise = status(Code::InternalServerError, "x");
+        assert_eq!(
+            top_level([].iter(), "empty").code,
+            Code::InternalServerError as i32
+        );
+        assert_eq!(top_level([].iter(), "empty").message, "empty");
+        assert_eq!(top_level([&exp].into_iter(), "e"), exp);
+        let two_expired = top_level([&exp, &exp].into_iter(), "e");
+        assert_eq!(two_expired.code, Code::InvalidReceiptHandle as i32);
+        assert_eq!(
+            top_level([&okst, &okst].into_iter(), "e").code,
+            Code::Ok as i32
+        );
+        let mixed = top_level([&okst, &exp, &ise].into_iter(), "e");
+        assert_eq!(mixed.code, Code::MultipleResults as i32);
+    }
+
+    #[test]
+    fn invisible_time_bounds() {
+        assert_eq!(check_invisible(Some(10_000), 10_000, 20_000), Ok(10_000));
+        for bad in [None, Some(-1), Some(9_999), Some(20_001)] {
+            let st = check_invisible(bad, 10_000, 20_000).unwrap_err();
+            assert_eq!(st.code, Code::IllegalInvisibleTime as i32, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn queue_selection_is_stable_for_groups() {
+        let shared = Shared::new(Config::default(), FaultConfig::default(), 1);
+        let topic = Topic::new(TopicKind::Fifo, 8);
+        let a = shared.select_queue(&topic, Some("order-42"), 8);
+        for _ in 0..10 {
+            assert_eq!(shared.select_queue(&topic, Some("order-42"), 8), a);
+        }
+        let rr: Vec<usize> = (0..4)
+            .map(|_| shared.select_queue(&topic, None, 4))
+            .collect();
+        assert_eq!(rr, [0, 1, 2, 3]);
+        assert_eq!(shared.select_queue(&topic, None, 0), 0);
+    }
+}
