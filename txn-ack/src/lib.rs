@@ -32,6 +32,14 @@
 //! assert!(acks.ack(txn, AckKind::Individual, &again).is_err());
 //! # Ok::<(), txn_ack::Error>(())
 //! ```
+//!
+//! # Feature flags
+//! - `model` (off by default): the `model` module, a pure, deterministic model of a 4.0.x
+//!   broker's side of one Shared-subscription consumer: dispatch with pending acks and batch
+//!   sizes, the unacked count with blocking at the limit and unblocking at half of it, ordinary
+//!   and transactional acks as the broker reads them from the wire, and the pending-ack
+//!   conflict rules with commit and abort. It is this crate's test oracle and the accounting
+//!   core of a broker emulator. It adds no dependencies.
 
 mod ack_set;
 mod error;
@@ -39,6 +47,9 @@ mod position;
 mod recent;
 mod tracker;
 mod txn;
+
+#[cfg(feature = "model")]
+pub mod model;
 
 pub use ack_set::AckSet;
 pub use error::{Error, MAX_BATCH_SIZE};
