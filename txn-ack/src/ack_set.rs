@@ -114,7 +114,10 @@ impl AckSet {
                     batch_size,
                 });
             }
-            set.raw_mut()[w] = word;
+            // Words past the batch are zero here (checked above): Go sends trailing zeros.
+            if let Some(slot) = set.raw_mut().get_mut(w) {
+                *slot = word;
+            }
         }
         Ok(set)
     }
@@ -273,18 +276,30 @@ impl AckSet {
         Ok(())
     }
 
-    /// Whether some message is acknowledged in both sets (the broker's `isAckSetOverlap`).
+    /// The first message acknowledged in both sets, if any.
     ///
     /// # Errors
     /// [`Error::BatchSizeMismatch`] if the batch sizes differ.
-    pub fn acked_in_both(&self, other: &AckSet) -> Result<bool, Error> {
+    pub fn first_acked_in_both(&self, other: &AckSet) -> Result<Option<u32>, Error> {
         self.check_same_size(other)?;
         Ok(self
             .raw()
             .iter()
             .zip(other.raw())
             .enumerate()
-            .any(|(w, (a, b))| !a & !b & valid_mask(self.batch_size, w) != 0))
+            .find_map(|(w, (a, b))| {
+                let both = !a & !b & valid_mask(self.batch_size, w);
+                (both != 0).then(|| w as u32 * 64 + both.trailing_zeros())
+            }))
+    }
+
+    /// Whether some message is acknowledged in both sets (the broker's `isAckSetOverlap`).
+    ///
+    /// # Errors
+    /// [`Error::BatchSizeMismatch`] if the batch sizes differ.
+    pub fn acked_in_both(&self, other: &AckSet) -> Result<bool, Error> {
+        self.check_same_size(other)?;
+        Ok(self.first_acked_in_both(other)?.is_some())
     }
 }
 
@@ -422,6 +437,13 @@ mod tests {
         assert!(!a.acked_in_both(&b).unwrap());
         let c = AckSet::from_wire(3, &[0b100]).unwrap(); // 0, 1 acked
         assert!(a.acked_in_both(&c).unwrap(), "index 0 is acked in both");
+        assert_eq!(a.first_acked_in_both(&c).unwrap(), Some(0));
+        let mut wide = AckSet::outstanding(130).unwrap();
+        wide.ack(100).unwrap();
+        let mut other = AckSet::outstanding(130).unwrap();
+        other.ack(100).unwrap();
+        other.ack(5).unwrap();
+        assert_eq!(wide.first_acked_in_both(&other).unwrap(), Some(100));
         a.merge_acks(&b).unwrap();
         assert_eq!(a.words(), [0b100]);
         a.restore(&b).unwrap();

@@ -99,14 +99,15 @@ impl AckTracker {
     /// [`AckTracker::ack_entry`]); [`Error::InconsistentBatchSize`] if the entry was tracked
     /// with another size.
     pub fn ack(&mut self, position: &MessagePosition) -> Result<Option<Ack>, Error> {
+        let entry = position.entry();
+        if self.completed.contains(&entry) || self.covered_by_cumulative(position) {
+            return Ok(None);
+        }
         if !position.is_batched() {
+            self.completed.insert(entry);
             return Ok(Some(individual(AckId::whole_entry(position))));
         }
         let index = position.index_in_batch("an individual ack")?;
-        let entry = position.entry();
-        if self.completed.contains(&entry) {
-            return Ok(None);
-        }
         let mode = self.mode;
         let set = self.partial_set(position)?;
         if !set.ack(index)? {
@@ -130,14 +131,18 @@ impl AckTracker {
     /// Acknowledges a whole entry at once (every message of its batch).
     pub fn ack_entry(&mut self, position: &MessagePosition) -> Option<Ack> {
         let entry = position.entry();
-        if position.is_batched() && self.completed.contains(&entry) {
+        if self.completed.contains(&entry) || self.covered_by_cumulative(&position.entry_level()) {
             return None;
         }
         self.partial.remove(&entry);
-        if position.is_batched() {
-            self.completed.insert(entry);
-        }
+        self.completed.insert(entry);
         Some(individual(AckId::whole_entry(position)))
+    }
+
+    /// Whether a cumulative ack already covers `position`.
+    fn covered_by_cumulative(&self, position: &MessagePosition) -> bool {
+        self.last_cumulative
+            .is_some_and(|last| !is_after((position.entry(), position.batch_index()), last))
     }
 
     /// Acknowledges everything up to and including `position`; returns the cumulative ack to
@@ -277,6 +282,13 @@ mod tests {
             .ack(&MessagePosition::single(1, 9, 0))
             .unwrap()
             .unwrap();
+        assert!(
+            tracker
+                .ack(&MessagePosition::single(1, 9, 0))
+                .unwrap()
+                .is_none(),
+            "a duplicate of a single message sends nothing"
+        );
         assert_eq!(single.id.batch_size, None);
         assert!(single.id.is_whole_entry());
         let one = tracker.ack(&at(2, 0, 1)).unwrap().unwrap();
@@ -304,6 +316,18 @@ mod tests {
         assert!(
             tracker.ack_cumulative(&at(2, 0, 4)).unwrap().is_none(),
             "not forward"
+        );
+        assert!(
+            tracker.ack(&at(1, 1, 3)).unwrap().is_none(),
+            "entry 1 is covered by the cumulative ack"
+        );
+        assert!(
+            tracker.ack(&at(2, 1, 4)).unwrap().is_none(),
+            "index 1 of entry 2 too"
+        );
+        assert!(
+            tracker.ack(&at(2, 3, 4)).unwrap().is_some(),
+            "index 3 of entry 2 is not"
         );
         let whole = tracker.ack_cumulative(&at(2, 3, 4)).unwrap().unwrap();
         assert!(whole.id.is_whole_entry());

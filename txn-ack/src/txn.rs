@@ -169,7 +169,7 @@ impl TxnAckTracker {
                             given: claimed.batch_size(),
                         });
                     }
-                    if let Some(index) = first_acked_in_both(&claim.set, &claimed) {
+                    if let Some(index) = claim.set.first_acked_in_both(&claimed)? {
                         return Err(Error::AlreadyAckedInTxn {
                             ledger_id: entry.ledger_id,
                             entry_id: entry.entry_id,
@@ -257,16 +257,6 @@ fn claimed_set(ack: &TxnAck, position: &MessagePosition) -> Result<AckSet, Error
         Some(set) => Ok(set.clone()),
         None => AckSet::acknowledged(position.batch_size()),
     }
-}
-
-/// The first message acknowledged in both sets.
-fn first_acked_in_both(a: &AckSet, b: &AckSet) -> Option<u32> {
-    (0..a.batch_size()).find(|i| {
-        matches!(
-            (a.is_outstanding(*i), b.is_outstanding(*i)),
-            (Ok(false), Ok(false))
-        )
-    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! - [`rules`]: the model's accounting rules one by one (§5, §6, §7 of the reference).
 //! - [`properties`]: random correct clients keep the count exact; random garbage never panics.
 //! - [`bad_input`]: clear errors for bad sizes, indexes and words; idempotent ordinary acks.
+//! - [`no_alloc`]: building acks and updating the trackers for batches of up to 64 messages
+//!   does not allocate (counted by this binary's global allocator).
 //!
 //! [`legacy`] holds the broken client builders; they exist only here, to prove the checks can
 //! fail.
@@ -16,7 +18,11 @@ mod bad_input;
 mod conflicts;
 mod golden;
 mod legacy;
+mod no_alloc;
 mod properties;
 mod rules;
 mod stall;
 mod support;
+
+#[global_allocator]
+static ALLOCATOR: no_alloc::CountingAllocator = no_alloc::CountingAllocator;

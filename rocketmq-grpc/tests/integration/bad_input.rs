@@ -1,0 +1,134 @@
+//! Bad input: a clear error, no panic.
+
+use std::time::Duration;
+
+use rocketmq_grpc::emulator::Emulator;
+use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::{
+    ClientConfig, Credentials, Error, OutgoingMessage, Producer, PushConsumer, Session,
+};
+
+use crate::support::{self, GROUP, Handler};
+
+#[tokio::test]
+async fn an_unreachable_endpoint_is_reported_as_such() {
+    let config = ClientConfig::new("127.0.0.1:1")
+        .unwrap()
+        .request_timeout(Duration::from_secs(2));
+    let error = PushConsumer::builder(config, GROUP)
+        .subscribe("orders", "*")
+        .start(Handler::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Unreachable { .. }), "{error:?}");
+    assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+}
+
+#[tokio::test]
+async fn wrong_credentials_unknown_topic_and_unknown_group_are_refused() {
+    let emulator = Emulator::builder()
+        .topic("orders", rocketmq_grpc::emulator::TopicKind::Normal, 1)
+        .group(GROUP, false)
+        .credentials("ak", "sk")
+        .start()
+        .await
+        .unwrap();
+    let good = || support::config(&emulator).credentials(Credentials::new("ak", "sk"));
+    let refused = |error: Error, code: Code| {
+        assert_eq!(error.code(), Some(code), "{error:?}");
+        assert!(error.to_string().contains(code.as_str_name()), "{error}");
+    };
+    let wrong = support::config(&emulator).credentials(Credentials::new("ak", "not-the-secret"));
+    let error = PushConsumer::builder(wrong, GROUP)
+        .subscribe("orders", "*")
+        .start(Handler::default())
+        .await
+        .unwrap_err();
+    refused(error, Code::Unauthorized);
+    let error = PushConsumer::builder(good(), GROUP)
+        .subscribe("no-such-topic", "*")
+        .start(Handler::default())
+        .await
+        .unwrap_err();
+    refused(error, Code::TopicNotFound);
+    let error = PushConsumer::builder(good(), "no-such-group")
+        .subscribe("orders", "*")
+        .start(Handler::default())
+        .await
+        .unwrap_err();
+    refused(error, Code::ConsumerGroupNotFound);
+    let ok = PushConsumer::builder(good(), GROUP)
+        .subscribe("orders", "*")
+        .start(Handler::default())
+        .await
+        .unwrap();
+    ok.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn oversized_messages_are_refused_before_and_by_the_proxy() {
+    let emulator = support::emulator(&["orders"]).await;
+    let session = Session::new(support::config(&emulator)).unwrap();
+    let body = vec![0u8; 5 * 1024 * 1024];
+    let producer = Producer::new(session.clone());
+    let error = producer
+        .send(OutgoingMessage::new("orders", body.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::MessageTooLarge {
+                limit: 4_194_304,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let lenient = Producer::new(session).max_body(8 * 1024 * 1024);
+    let error = lenient
+        .send(OutgoingMessage::new("orders", body))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some(Code::MessageBodyTooLarge), "{error:?}");
+    let sent = lenient
+        .send(OutgoingMessage::new("orders", "fine"))
+        .await
+        .unwrap();
+    assert!(!sent.message_id.is_empty());
+}
+
+#[tokio::test]
+async fn invalid_settings_are_rejected_by_name() {
+    assert!(matches!(
+        ClientConfig::new("localhost"),
+        Err(Error::InvalidConfig {
+            setting: "endpoint",
+            ..
+        })
+    ));
+    let config = ClientConfig::new("127.0.0.1:1").unwrap();
+    let error = PushConsumer::builder(config.clone(), GROUP)
+        .start(Handler::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        Error::InvalidConfig {
+            setting: "subscribe",
+            ..
+        }
+    ));
+    let error = PushConsumer::builder(config, "")
+        .subscribe("t", "*")
+        .start(Handler::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        Error::InvalidConfig {
+            setting: "group",
+            ..
+        }
+    ));
+}

@@ -1,0 +1,162 @@
+//! How acks are grouped into `AckMessage` requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ack_batcher::FlushReason;
+use rocketmq_grpc::emulator::{Emulator, PublishMessage, TopicKind};
+use rocketmq_grpc::{AckSettings, PushConsumer};
+
+use crate::support::{self, Acks, GROUP, Handler};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_messages_take_ceil_of_n_over_1024_ack_rpcs() {
+    let emulator = support::emulator(&["orders"]).await;
+    support::publish(&emulator, "orders", 10_000);
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .concurrency(256)
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_handled(&consumer, 10_000, Duration::from_secs(60)).await;
+    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    assert!(
+        report.unacknowledged.is_empty(),
+        "{:?}",
+        report.unacknowledged
+    );
+    let stats = emulator.stats();
+    assert_eq!(stats.ack_requests(), 10, "ceil(10,000 / 1,024) requests");
+    assert_eq!(stats.ack_requests_with_entries(1024), 9);
+    assert_eq!(
+        stats.ack_requests_with_entries(10_000 - 9 * 1024),
+        1,
+        "the rest, flushed on shutdown"
+    );
+    let ledger = emulator.ledger("orders", GROUP);
+    assert_eq!(ledger.len(), 10_000);
+    assert!(ledger.iter().all(|m| m.acked_exactly_once()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_topics_never_share_a_request() {
+    let emulator = support::emulator(&["a", "b"]).await;
+    let a = support::publish(&emulator, "a", 300);
+    let b = support::publish(&emulator, "b", 300);
+    let acks = Arc::new(Acks::default());
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("a", "*")
+        .subscribe("b", "*")
+        .acks(AckSettings::default().observer(acks.clone()))
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_handled(&consumer, 600, Duration::from_secs(30)).await;
+    consumer.shutdown(Duration::from_secs(10)).await;
+    let batches = acks.batches.lock().clone();
+    assert_eq!(batches.len(), 2, "one request per topic: {batches:?}");
+    for (topic, ids) in batches {
+        let own = if topic == "a" { &a } else { &b };
+        assert!(
+            ids.iter().all(|id| own.contains(id)),
+            "a request of {topic} carries another topic's message"
+        );
+        assert_eq!(ids.len(), 300);
+    }
+    assert_eq!(emulator.stats().ack_requests(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_message_is_acknowledged_by_the_timer() {
+    let emulator = support::emulator(&["orders"]).await;
+    support::publish(&emulator, "orders", 1);
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .acks(AckSettings::default().max_delay(Duration::from_millis(200)))
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_for("the lone ack", Duration::from_secs(10), || {
+        emulator.stats().acked == 1
+    })
+    .await;
+    let stats = consumer.stats();
+    assert_eq!(stats.acks.batches(FlushReason::Delay), 1);
+    assert_eq!(stats.acked, 1);
+    consumer.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(emulator.stats().ack_requests_with_entries(1), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_messages_are_acknowledged_immediately_and_in_order() {
+    let emulator = Emulator::builder()
+        .topic("ledger", TopicKind::Fifo, 1)
+        .group(GROUP, true)
+        .start()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        emulator
+            .publish(
+                "ledger",
+                PublishMessage::new(format!("{i}")).message_group("account-1"),
+            )
+            .unwrap();
+    }
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("ledger", "*")
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_for("20 FIFO acks", Duration::from_secs(20), || {
+        emulator.stats().acked == 20
+    })
+    .await;
+    let stats = consumer.stats();
+    assert_eq!(stats.acks.batches(FlushReason::Immediate), 20);
+    assert_eq!(stats.acks.total_batches(), 20);
+    consumer.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(emulator.stats().ack_requests_with_entries(1), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_messages_are_acknowledged_immediately() {
+    let emulator = support::emulator(&["orders"]).await;
+    support::publish(&emulator, "orders", 5);
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .acks(AckSettings::default().late_after(Duration::from_millis(50)))
+        .start(Handler {
+            pause: Duration::from_millis(100),
+            ..Handler::default()
+        })
+        .await
+        .unwrap();
+    support::wait_for("5 late acks", Duration::from_secs(10), || {
+        emulator.stats().acked == 5
+    })
+    .await;
+    assert_eq!(consumer.stats().acks.batches(FlushReason::Immediate), 5);
+    consumer.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immediate_mode_sends_one_entry_per_request() {
+    let emulator = support::emulator(&["orders"]).await;
+    support::publish(&emulator, "orders", 50);
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .acks(AckSettings::immediate())
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_for("50 acks", Duration::from_secs(10), || {
+        emulator.stats().acked == 50
+    })
+    .await;
+    consumer.shutdown(Duration::from_secs(5)).await;
+    let stats = emulator.stats();
+    assert_eq!(stats.ack_requests(), 50);
+    assert_eq!(stats.ack_requests_with_entries(1), 50);
+}

@@ -1,0 +1,7 @@
+//! Integration tests of the RocketMQ adapter against the embedded proxy emulator.
+
+mod bad_input;
+mod batching;
+mod faults;
+mod results;
+mod support;

@@ -1,0 +1,95 @@
+//! Per-message ack results: mixed answers, missing results, terminal and transient errors.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ack_batcher::FlushReason;
+use rocketmq_grpc::emulator::FaultConfig;
+use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::{AckSettings, PushConsumer};
+
+use crate::support::{self, Acks, GROUP, Handler};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_results_reach_the_right_messages_and_invalid_handles_are_not_retried() {
+    let emulator = support::emulator(&["orders"]).await;
+    emulator.set_faults(FaultConfig::none().ack_entry_errors(0.3, Code::InvalidReceiptHandle));
+    support::publish(&emulator, "orders", 500);
+    let acks = Arc::new(Acks::default());
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .acks(AckSettings::default().observer(acks.clone()))
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_handled(&consumer, 500, Duration::from_secs(30)).await;
+    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let finals = acks.finals.lock().clone();
+    assert_eq!(finals.len(), 500, "every ack resolved once");
+    let ledger = emulator.ledger("orders", GROUP);
+    let mut refused = 0;
+    for record in &ledger {
+        match &finals[&record.message_id] {
+            Ok(()) => assert!(record.acked_exactly_once(), "{record:?}"),
+            Err(code) => {
+                refused += 1;
+                assert_eq!(*code, Some(Code::InvalidReceiptHandle as i32));
+                assert!(!record.acked, "{record:?}");
+                assert!(report.unacknowledged.contains(&record.message_id));
+            }
+        }
+    }
+    assert!(
+        (100..=200).contains(&refused),
+        "about 30% refused: {refused}"
+    );
+    assert_eq!(report.unacknowledged.len(), refused);
+    let stats = emulator.stats();
+    assert_eq!(
+        stats.ack_requests(),
+        1,
+        "no retries: one request of 500 entries"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_results_and_transient_errors_are_retried_individually() {
+    let emulator = support::emulator(&["orders"]).await;
+    emulator.set_faults(
+        FaultConfig::none()
+            .ack_missing_results(0.1)
+            .ack_entry_errors(0.1, Code::InternalServerError),
+    );
+    support::publish(&emulator, "orders", 500);
+    let acks = Arc::new(Acks::default());
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .acks(
+            AckSettings::default()
+                .max_delay(Duration::from_millis(100))
+                .retry_backoff(Duration::from_millis(20))
+                .observer(acks.clone()),
+        )
+        .start(Handler::default())
+        .await
+        .unwrap();
+    support::wait_handled(&consumer, 500, Duration::from_secs(30)).await;
+    support::wait_for("all acks confirmed", Duration::from_secs(30), || {
+        consumer.stats().acked == 500
+    })
+    .await;
+    let stats = consumer.stats();
+    assert!(stats.acks.retries > 0);
+    assert_eq!(
+        stats.acks.batches(FlushReason::Retry),
+        stats.acks.retries,
+        "every retry is a request of its own"
+    );
+    assert!(acks.missing_seen.load(Ordering::Relaxed) > 0);
+    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    assert!(report.unacknowledged.is_empty());
+    let ledger = emulator.ledger("orders", GROUP);
+    assert!(ledger.iter().all(|m| m.acked_exactly_once()), "{ledger:?}");
+    assert_eq!(emulator.stats().redelivered, 0);
+}
