@@ -2,6 +2,8 @@
 
 use std::collections::{HashSet, VecDeque};
 
+use rustc_hash::FxBuildHasher;
+
 use crate::EntryId;
 
 /// The last `capacity` completed entries, so that late duplicate acks are recognised. Never
@@ -9,7 +11,7 @@ use crate::EntryId;
 #[derive(Debug, Clone)]
 pub(crate) struct RecentlyCompleted {
     order: VecDeque<EntryId>,
-    members: HashSet<EntryId>,
+    members: HashSet<EntryId, FxBuildHasher>,
     capacity: usize,
 }
 
@@ -17,7 +19,7 @@ impl RecentlyCompleted {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
             order: VecDeque::with_capacity(capacity),
-            members: HashSet::with_capacity(capacity),
+            members: HashSet::with_capacity_and_hasher(capacity, FxBuildHasher),
             capacity,
         }
     }

@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxBuildHasher;
+
 use crate::recent::RecentlyCompleted;
 use crate::{AckId, AckKind, AckSet, EntryId, Error, MessagePosition};
 
@@ -56,7 +58,7 @@ pub struct Ack {
 #[derive(Debug, Clone)]
 pub struct AckTracker {
     mode: PartialBatches,
-    partial: HashMap<EntryId, AckSet>,
+    partial: HashMap<EntryId, AckSet, FxBuildHasher>,
     completed: RecentlyCompleted,
     last_cumulative: Option<(EntryId, i32)>,
 }
@@ -76,7 +78,7 @@ impl AckTracker {
     ) -> Self {
         Self {
             mode,
-            partial: HashMap::with_capacity(partial_entries),
+            partial: HashMap::with_capacity_and_hasher(partial_entries, FxBuildHasher),
             completed: RecentlyCompleted::with_capacity(recent_capacity),
             last_cumulative: None,
         }
@@ -108,6 +110,11 @@ impl AckTracker {
             return Ok(Some(individual(AckId::whole_entry(position))));
         }
         let index = position.index_in_batch("an individual ack")?;
+        if position.batch_size() == 1 {
+            // A batch of one completes at once: no partial state to keep.
+            self.completed.insert(entry);
+            return Ok(Some(individual(AckId::whole_entry(position))));
+        }
         let mode = self.mode;
         let set = self.partial_set(position)?;
         if !set.ack(index)? {

@@ -1,6 +1,8 @@
 //! Transactional acks: one independent set per ack, the batch size always kept.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxBuildHasher;
 use std::fmt;
 
 use crate::recent::RecentlyCompleted;
@@ -103,7 +105,7 @@ impl Claims {
 /// messages; a commit makes them final.
 #[derive(Debug, Clone)]
 pub struct TxnAckTracker {
-    entries: HashMap<EntryId, Claims>,
+    entries: HashMap<EntryId, Claims, FxBuildHasher>,
     completed: RecentlyCompleted,
 }
 
@@ -118,7 +120,7 @@ impl TxnAckTracker {
     /// fully committed entries without allocating.
     pub fn with_capacity(entries: usize, recent_capacity: usize) -> Self {
         Self {
-            entries: HashMap::with_capacity(entries),
+            entries: HashMap::with_capacity_and_hasher(entries, FxBuildHasher),
             completed: RecentlyCompleted::with_capacity(recent_capacity),
         }
     }
