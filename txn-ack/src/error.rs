@@ -1,5 +1,7 @@
 //! The crate's error type.
 
+use crate::{EntryId, TxnId};
+
 /// The largest batch this crate accepts, in messages. Pulsar producers batch at most 1,000
 /// messages by default (`batchingMaxMessages`); this leaves ample room while keeping a bad
 /// size from the network from allocating without bound.
@@ -91,17 +93,27 @@ pub enum Error {
         entry_id: u64,
     },
     /// The entry was seen before with a different batch size.
-    #[error(
-        "entry {ledger_id}:{entry_id} was tracked as a batch of {known} messages, now given as {given}"
-    )]
+    #[error("entry {entry} was seen as a batch of {known} messages, now given as {given}")]
     InconsistentBatchSize {
-        /// The entry's ledger.
-        ledger_id: u64,
         /// The entry.
-        entry_id: u64,
+        entry: EntryId,
         /// The size recorded first.
         known: u32,
         /// The size given now.
-        given: u32,
+        given: i64,
+    },
+    /// An ack of an entry the broker model never dispatched (feature `model`).
+    #[error("entry {entry} was never dispatched to this consumer")]
+    UnknownEntry {
+        /// The entry.
+        entry: EntryId,
+    },
+    /// An ack, commit or abort in a transaction that already ended (feature `model`).
+    #[error("transaction {txn} already {}", if *committed { "committed" } else { "aborted" })]
+    TransactionEnded {
+        /// The transaction.
+        txn: TxnId,
+        /// Whether it committed (else it aborted).
+        committed: bool,
     },
 }

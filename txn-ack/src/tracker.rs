@@ -213,10 +213,9 @@ impl AckTracker {
         };
         if set.batch_size() != size {
             return Err(Error::InconsistentBatchSize {
-                ledger_id: position.ledger_id(),
-                entry_id: position.entry_id(),
+                entry: position.entry(),
                 known: set.batch_size(),
-                given: size,
+                given: i64::from(size),
             });
         }
         Ok(set)

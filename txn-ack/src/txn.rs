@@ -165,10 +165,9 @@ impl TxnAckTracker {
                 for claim in claims.iter() {
                     if claim.set.batch_size() != claimed.batch_size() {
                         return Err(Error::InconsistentBatchSize {
-                            ledger_id: entry.ledger_id,
-                            entry_id: entry.entry_id,
+                            entry,
                             known: claim.set.batch_size(),
-                            given: claimed.batch_size(),
+                            given: i64::from(claimed.batch_size()),
                         });
                     }
                     if let Some(index) = claim.set.first_acked_in_both(&claimed)? {

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use super::java_bits::JavaBits;
 use super::pending_ack::PendingAcks;
 use super::{
-    Counters, CursorState, Dispatch, EntryView, ModelConfig, ModelError, Redelivered, SkipReason,
-    TxnStatus,
+    Counters, CursorState, Dispatch, EntryView, ModelConfig, Redelivered, SkipReason, TxnStatus,
 };
+use crate::Error;
 use crate::{AckSet, EntryId, MAX_BATCH_SIZE, TxnId};
 
 /// The cursor's state of one entry.
@@ -74,11 +74,11 @@ impl Default for ConsumerModel {
 }
 
 /// Checks `num_messages_in_batch` or a transactional `batch_size`.
-pub(super) fn batch_size(size: i32) -> Result<u32, ModelError> {
+pub(super) fn batch_size(size: i32) -> Result<u32, Error> {
     u32::try_from(size)
         .ok()
         .filter(|size| (1..=MAX_BATCH_SIZE).contains(size))
-        .ok_or(ModelError::InvalidBatchSize {
+        .ok_or(Error::InvalidBatchSize {
             size: i64::from(size),
         })
 }
@@ -244,14 +244,14 @@ impl ConsumerModel {
     ///   the count reaches the limit.
     ///
     /// # Errors
-    /// [`ModelError::InvalidBatchSize`] unless `1 <= num_messages <= MAX_BATCH_SIZE`;
-    /// [`ModelError::InconsistentBatchSize`] if the entry was dispatched with another size.
-    pub fn dispatch(&mut self, entry: EntryId, num_messages: i32) -> Result<Dispatch, ModelError> {
+    /// [`Error::InvalidBatchSize`] unless `1 <= num_messages <= MAX_BATCH_SIZE`;
+    /// [`Error::InconsistentBatchSize`] if the entry was dispatched with another size.
+    pub fn dispatch(&mut self, entry: EntryId, num_messages: i32) -> Result<Dispatch, Error> {
         let size = batch_size(num_messages)?;
         if let Some(state) = self.entries.get(&entry)
             && state.batch_size != size
         {
-            return Err(ModelError::InconsistentBatchSize {
+            return Err(Error::InconsistentBatchSize {
                 entry,
                 known: state.batch_size,
                 given: i64::from(num_messages),

@@ -4,47 +4,10 @@ use super::accounting::{ConsumerModel, Cursor, batch_size};
 use super::java_bits::JavaBits;
 use super::{
     Aborted, AckEffect, AckOutcome, Committed, Conflict, ConflictEffects, ConflictReason,
-    IgnoredReason, ModelError, WireAck,
+    IgnoredReason, WireAck,
 };
+use crate::Error;
 use crate::{AckKind, AckSet, EntryId, TxnId};
-
-/// Refuses words with a bit at or beyond `batch_size` (zero words beyond it are fine: Go
-/// keeps trailing zero words).
-fn check_words(entry: EntryId, batch_size: u32, words: &[i64]) -> Result<(), ModelError> {
-    for (w, word) in words.iter().enumerate() {
-        let start = w as u64 * 64;
-        let end = u64::from(batch_size);
-        let valid = if end >= start + 64 {
-            u64::MAX
-        } else if end <= start {
-            0
-        } else {
-            (1u64 << (end - start)) - 1
-        };
-        let stray = (*word as u64) & !valid;
-        if stray != 0 {
-            return Err(ModelError::BitsBeyondBatch {
-                entry,
-                bit: start + u64::from(stray.trailing_zeros()),
-                batch_size,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The words of a checked set as an [`AckSet`] of the entry's size.
-fn ack_set_of(entry: EntryId, batch_size: u32, words: &[i64]) -> Result<AckSet, ModelError> {
-    let used = words
-        .iter()
-        .rposition(|w| *w != 0)
-        .map_or(0, |last| last + 1);
-    AckSet::from_wire(batch_size, &words[..used]).map_err(|_| ModelError::BitsBeyondBatch {
-        entry,
-        bit: u64::from(batch_size),
-        batch_size,
-    })
-}
 
 impl ConsumerModel {
     /// Handles one acknowledged message id as the broker does.
@@ -68,13 +31,13 @@ impl ConsumerModel {
     ///
     /// # Errors
     /// Nothing changes when one is returned.
-    /// - [`ModelError::UnknownEntry`]: the entry was never dispatched.
-    /// - [`ModelError::BitsBeyondBatch`]: the ack set has a bit at or beyond the entry's batch
+    /// - [`Error::UnknownEntry`]: the entry was never dispatched.
+    /// - [`Error::BitsBeyondBatch`]: the ack set has a bit at or beyond the entry's batch
     ///   size.
-    /// - [`ModelError::InvalidBatchSize`]: a transactional ack's `batch_size` is present but
+    /// - [`Error::InvalidBatchSize`]: a transactional ack's `batch_size` is present but
     ///   not in `1..=MAX_BATCH_SIZE`.
-    /// - [`ModelError::TransactionEnded`]: the transaction already committed or aborted.
-    pub fn ack(&mut self, ack: &WireAck) -> Result<AckOutcome, ModelError> {
+    /// - [`Error::TransactionEnded`]: the transaction already committed or aborted.
+    pub fn ack(&mut self, ack: &WireAck) -> Result<AckOutcome, Error> {
         if ack.kind == AckKind::Cumulative {
             self.counters.ignored += 1;
             return Ok(AckOutcome::Ignored(IgnoredReason::CumulativeOnShared));
@@ -83,17 +46,18 @@ impl ConsumerModel {
         let state = self
             .entries
             .get(&entry)
-            .ok_or(ModelError::UnknownEntry { entry })?;
-        check_words(entry, state.batch_size, &ack.ack_set)?;
+            .ok_or(Error::UnknownEntry { entry })?;
+        // Zero words beyond the batch are fine (Go keeps trailing zero words).
+        AckSet::from_wire(state.batch_size, &ack.ack_set)?;
         match ack.txn {
             None => self.ordinary_ack(entry, &ack.ack_set),
             Some(txn) => self.txn_ack(txn, entry, &ack.ack_set, ack.batch_size),
         }
     }
 
-    fn ordinary_ack(&mut self, entry: EntryId, words: &[i64]) -> Result<AckOutcome, ModelError> {
+    fn ordinary_ack(&mut self, entry: EntryId, words: &[i64]) -> Result<AckOutcome, Error> {
         let Some(state) = self.entries.get(&entry) else {
-            return Err(ModelError::UnknownEntry { entry });
+            return Err(Error::UnknownEntry { entry });
         };
         let size = state.batch_size;
         let batch_index_ack = self.config.batch_index_ack;
@@ -118,18 +82,18 @@ impl ConsumerModel {
             self.pending.clear(&entry);
             effect.entry_deleted = true;
         } else {
-            let given = ack_set_of(entry, size, words)?;
+            let given = AckSet::from_wire(size, words)?;
             let acked = if batch_index_ack && state.in_pending_acks {
                 match &state.cursor {
                     Cursor::Partial(cursor) => {
                         let mut merged = cursor.clone();
-                        merged.merge_acks(&given).map_err(|_| {
-                            ModelError::InconsistentBatchSize {
+                        merged
+                            .merge_acks(&given)
+                            .map_err(|_| Error::InconsistentBatchSize {
                                 entry,
                                 known: cursor.batch_size(),
                                 given: i64::from(given.batch_size()),
-                            }
-                        })?;
+                            })?;
                         i64::from(cursor.outstanding_count())
                             - i64::from(merged.outstanding_count())
                     }
@@ -184,13 +148,13 @@ impl ConsumerModel {
         entry: EntryId,
         words: &[i64],
         client_batch_size: Option<i32>,
-    ) -> Result<AckOutcome, ModelError> {
+    ) -> Result<AckOutcome, Error> {
         if let Some(&committed) = self.ended.get(&txn) {
-            return Err(ModelError::TransactionEnded { txn, committed });
+            return Err(Error::TransactionEnded { txn, committed });
         }
         let client_batch_size = client_batch_size.map(batch_size).transpose()?;
         let Some(state) = self.entries.get(&entry) else {
-            return Err(ModelError::UnknownEntry { entry });
+            return Err(Error::UnknownEntry { entry });
         };
         // §5.2: batchSize = hasBatchSize ? batch_size : 0; ackedCount = hasBatchSize ?
         // batch_size : 1, or batchSize - cardinality(ackSet) with a set.
@@ -264,10 +228,10 @@ impl ConsumerModel {
     /// commits as a no-op.
     ///
     /// # Errors
-    /// [`ModelError::TransactionEnded`] if `txn` already ended; nothing changes.
-    pub fn commit(&mut self, txn: TxnId) -> Result<Committed, ModelError> {
+    /// [`Error::TransactionEnded`] if `txn` already ended; nothing changes.
+    pub fn commit(&mut self, txn: TxnId) -> Result<Committed, Error> {
         if let Some(&committed) = self.ended.get(&txn) {
-            return Err(ModelError::TransactionEnded { txn, committed });
+            return Err(Error::TransactionEnded { txn, committed });
         }
         self.ended.insert(txn, true);
         self.counters.commits += 1;
@@ -283,7 +247,7 @@ impl ConsumerModel {
                 (_, Some(merged)) if merged.is_empty() => Cursor::Deleted,
                 (cursor, Some(_)) if !self.config.batch_index_ack => cursor.clone(),
                 (cursor, Some(merged)) => {
-                    match ack_set_of(entry, state.batch_size, &merged.to_long_array()) {
+                    match AckSet::from_wire(state.batch_size, &merged.to_long_array()) {
                         Ok(given) => {
                             let set = match cursor {
                                 Cursor::Partial(set) => {
@@ -321,10 +285,10 @@ impl ConsumerModel {
     /// (see [`Counters::recounted_on_redispatch`](super::Counters::recounted_on_redispatch)).
     ///
     /// # Errors
-    /// [`ModelError::TransactionEnded`] if `txn` already ended; nothing changes.
-    pub fn abort(&mut self, txn: TxnId) -> Result<Aborted, ModelError> {
+    /// [`Error::TransactionEnded`] if `txn` already ended; nothing changes.
+    pub fn abort(&mut self, txn: TxnId) -> Result<Aborted, Error> {
         if let Some(&committed) = self.ended.get(&txn) {
-            return Err(ModelError::TransactionEnded { txn, committed });
+            return Err(Error::TransactionEnded { txn, committed });
         }
         self.ended.insert(txn, false);
         self.counters.aborts += 1;

@@ -7,7 +7,7 @@
 //! the consumer's unacked count and blocked flag, its `pendingAcks`, the cursor's deleted
 //! entries and batch-deleted indexes, and the subscription's transactional pending-ack state.
 //! It is deterministic, does no I/O and has no clock; every input, however broken, gets an
-//! answer ([`AckOutcome`], [`Dispatch`]) or a [`ModelError`], never a panic.
+//! answer ([`AckOutcome`], [`Dispatch`]) or an [`Error`](crate::Error), never a panic.
 //!
 //! It is the test oracle of this crate and the accounting core of a broker emulator: feed it
 //! a correct client and the count returns to zero; feed it a client that drops `batch_size`
@@ -52,7 +52,7 @@
 //! # What the model decides where the broker is silent or the reference is ambiguous
 //! - **Invalid input is refused, not miscounted.** The broker accepts `ack_set` bits beyond
 //!   the batch, a `batch_size` of 0 or a negative one, and acks of entries it never sent, and
-//!   then miscounts. The model answers [`ModelError`] for input that no message id of a real
+//!   then miscounts. The model answers an [`Error`](crate::Error) for input that no message id of a real
 //!   entry can produce (see [`ConsumerModel::ack`]) and changes nothing. Input a real but
 //!   broken client sends (no `batch_size`, an accumulated set, a whole-entry ack after
 //!   per-index ones, a `batch_size` that differs from the entry's) is accepted and handled as
@@ -244,57 +244,4 @@ impl From<&TxnAck> for WireAck {
     fn from(ack: &TxnAck) -> Self {
         Self::from_id(ack.kind, &ack.id).in_txn(ack.txn)
     }
-}
-
-/// Input the model refuses. Nothing changes when it is returned. None of these is
-/// retryable: each names input that is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ModelError {
-    /// A dispatched batch size or a transactional `batch_size` outside
-    /// `1..=MAX_BATCH_SIZE`.
-    #[error(
-        "batch size {size} is invalid: a batch holds 1..={max} messages",
-        max = crate::MAX_BATCH_SIZE
-    )]
-    InvalidBatchSize {
-        /// The size given.
-        size: i64,
-    },
-    /// An entry dispatched again with another batch size.
-    #[error("entry {entry} was dispatched as a batch of {known} messages, now of {given}")]
-    InconsistentBatchSize {
-        /// The entry.
-        entry: EntryId,
-        /// The size dispatched first.
-        known: u32,
-        /// The size given now.
-        given: i64,
-    },
-    /// An ack of an entry the model never dispatched.
-    #[error("entry {entry} was never dispatched to this consumer")]
-    UnknownEntry {
-        /// The entry.
-        entry: EntryId,
-    },
-    /// `ack_set` words with a bit at or beyond the entry's batch size.
-    #[error(
-        "the ack set of entry {entry} has bit {bit} set, but the entry holds {batch_size} messages"
-    )]
-    BitsBeyondBatch {
-        /// The entry.
-        entry: EntryId,
-        /// The first offending bit.
-        bit: u64,
-        /// The entry's batch size.
-        batch_size: u32,
-    },
-    /// An ack, commit or abort in a transaction that already ended.
-    #[error("transaction {txn} already {}", if *committed { "committed" } else { "aborted" })]
-    TransactionEnded {
-        /// The transaction.
-        txn: TxnId,
-        /// Whether it committed (else it aborted).
-        committed: bool,
-    },
 }

@@ -1,7 +1,7 @@
 //! Bad input gets a clear error, never a panic: in the builders and in the model.
 
 use proptest::prelude::*;
-use txn_ack::model::{ConflictEffects, ConsumerModel, Dispatch, ModelConfig, ModelError, WireAck};
+use txn_ack::model::{ConflictEffects, ConsumerModel, Dispatch, ModelConfig, WireAck};
 use txn_ack::{
     AckKind, AckSet, AckTracker, EntryId, Error, MAX_BATCH_SIZE, MessagePosition, PartialBatches,
     TxnAckTracker,
@@ -112,7 +112,7 @@ fn the_model_refuses_bad_input_and_changes_nothing() {
     for size in [0, -1, MAX + 1, i32::MIN] {
         assert_eq!(
             broker.dispatch(entry(2), size),
-            Err(ModelError::InvalidBatchSize {
+            Err(Error::InvalidBatchSize {
                 size: i64::from(size)
             })
         );
@@ -125,7 +125,7 @@ fn the_model_refuses_bad_input_and_changes_nothing() {
     let counters_big = *broker.counters();
     assert_eq!(
         broker.dispatch(entry(1), 4),
-        Err(ModelError::InconsistentBatchSize {
+        Err(Error::InconsistentBatchSize {
             entry: entry(1),
             known: 3,
             given: 4
@@ -137,7 +137,7 @@ fn the_model_refuses_bad_input_and_changes_nothing() {
     };
     assert_eq!(
         broker.ack(&WireAck::individual(unknown)),
-        Err(ModelError::UnknownEntry { entry: unknown })
+        Err(Error::UnknownEntry { entry: unknown })
     );
     for (words, bit) in [(vec![8i64], 3u64), (vec![-1], 3), (vec![0, 1], 64)] {
         for txn_id in [None, Some(txn(2))] {
@@ -145,25 +145,21 @@ fn the_model_refuses_bad_input_and_changes_nothing() {
             ack.txn = txn_id;
             assert_eq!(
                 broker.ack(&ack),
-                Err(ModelError::BitsBeyondBatch {
-                    entry: entry(1),
-                    bit,
-                    batch_size: 3
-                })
+                Err(Error::BitsBeyondBatch { bit, batch_size: 3 })
             );
         }
     }
     for size in [0, -3, MAX + 1] {
         assert_eq!(
             broker.ack(&txn_wire(txn(2), 1, &[5], Some(size))),
-            Err(ModelError::InvalidBatchSize {
+            Err(Error::InvalidBatchSize {
                 size: i64::from(size)
             })
         );
     }
     assert_eq!(
         broker.ack(&txn_wire(txn(1), 1, &[5], Some(3))),
-        Err(ModelError::TransactionEnded {
+        Err(Error::TransactionEnded {
             txn: txn(1),
             committed: true
         })
@@ -183,16 +179,12 @@ fn the_model_refuses_bad_input_and_changes_nothing() {
             .unwrap()
             .is_acked()
     );
-    let message = ModelError::BitsBeyondBatch {
-        entry: entry(1),
+    let message = Error::BitsBeyondBatch {
         bit: 3,
         batch_size: 3,
     }
     .to_string();
-    assert!(
-        message.contains("7:1") && message.contains("bit 3"),
-        "{message}"
-    );
+    assert!(message.contains("bit 3"), "{message}");
 }
 
 /// One raw operation on the model, from any client, with any values.
@@ -282,13 +274,13 @@ fn expected_ack_error(
     }
 }
 
-fn kind(error: &ModelError) -> &'static str {
+fn kind(error: &Error) -> &'static str {
     match error {
-        ModelError::InvalidBatchSize { .. } => "InvalidBatchSize",
-        ModelError::InconsistentBatchSize { .. } => "InconsistentBatchSize",
-        ModelError::UnknownEntry { .. } => "UnknownEntry",
-        ModelError::BitsBeyondBatch { .. } => "BitsBeyondBatch",
-        ModelError::TransactionEnded { .. } => "TransactionEnded",
+        Error::InvalidBatchSize { .. } => "InvalidBatchSize",
+        Error::InconsistentBatchSize { .. } => "InconsistentBatchSize",
+        Error::UnknownEntry { .. } => "UnknownEntry",
+        Error::BitsBeyondBatch { .. } => "BitsBeyondBatch",
+        Error::TransactionEnded { .. } => "TransactionEnded",
         _ => "other",
     }
 }
