@@ -211,7 +211,7 @@ impl Inner {
     /// Makes a failed message visible again after the retry delay for its attempt, retrying
     /// the request every second until its invisibility ends.
     pub(super) async fn nack(&self, message: &ReceivedMessage) {
-        let delay = nack_delay(message.delivery_attempt);
+        let delay = nack_delay(self.backoff.lock().as_ref(), message.delivery_attempt);
         let request = pb::ChangeInvisibleDurationRequest {
             group: Some(self.session.resource(&self.group)),
             topic: Some(self.session.resource(&message.topic)),
@@ -254,8 +254,89 @@ impl Inner {
     }
 }
 
-/// Exponential redelivery delay: 1 s, 2 s, 4 s … capped at 60 s.
-fn nack_delay(delivery_attempt: i32) -> Duration {
-    let exponent = delivery_attempt.clamp(1, 7) - 1;
-    Duration::from_secs(1 << exponent).min(Duration::from_secs(60))
+/// The redelivery delay for a failed delivery attempt: from the server's backoff policy
+/// (announced on the telemetry stream) when it sent one, else exponential from 1 s, capped at
+/// 60 s.
+fn nack_delay(policy: Option<&pb::RetryPolicy>, delivery_attempt: i32) -> Duration {
+    let attempt = delivery_attempt.max(1);
+    let from_policy = policy.and_then(|policy| match &policy.strategy {
+        Some(pb::retry_policy::Strategy::ExponentialBackoff(backoff)) => {
+            let initial = Duration::try_from(backoff.initial?).ok()?;
+            let max = Duration::try_from(backoff.max?).ok()?;
+            let multiplier = f64::from(backoff.multiplier).max(1.0);
+            let secs = initial.as_secs_f64() * multiplier.powi(attempt.min(64) - 1);
+            Some(if secs.is_finite() && secs < max.as_secs_f64() {
+                Duration::from_secs_f64(secs)
+            } else {
+                max
+            })
+        }
+        Some(pb::retry_policy::Strategy::CustomizedBackoff(backoff)) => {
+            let index = usize::try_from(attempt - 1)
+                .ok()?
+                .min(backoff.next.len().checked_sub(1)?);
+            Duration::try_from(backoff.next[index]).ok()
+        }
+        None => None,
+    });
+    from_policy.unwrap_or_else(|| {
+        let exponent = attempt.clamp(1, 7) - 1;
+        Duration::from_secs(1 << exponent).min(Duration::from_secs(60))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: i64) -> Option<prost_types::Duration> {
+        Some(prost_types::Duration {
+            seconds: s,
+            nanos: 0,
+        })
+    }
+
+    #[test]
+    fn nack_delays_follow_the_servers_policy() {
+        assert_eq!(nack_delay(None, 1), Duration::from_secs(1));
+        assert_eq!(nack_delay(None, 3), Duration::from_secs(4));
+        assert_eq!(nack_delay(None, 30), Duration::from_secs(60));
+        let exponential = pb::RetryPolicy {
+            max_attempts: 16,
+            strategy: Some(pb::retry_policy::Strategy::ExponentialBackoff(
+                pb::ExponentialBackoff {
+                    initial: secs(2),
+                    max: secs(10),
+                    multiplier: 3.0,
+                },
+            )),
+        };
+        let delays: Vec<_> = (1..=4)
+            .map(|a| nack_delay(Some(&exponential), a).as_secs())
+            .collect();
+        assert_eq!(delays, [2, 6, 10, 10]);
+        let customized = pb::RetryPolicy {
+            max_attempts: 16,
+            strategy: Some(pb::retry_policy::Strategy::CustomizedBackoff(
+                pb::CustomizedBackoff {
+                    next: vec![secs(1).unwrap(), secs(5).unwrap()],
+                },
+            )),
+        };
+        let delays: Vec<_> = (1..=3)
+            .map(|a| nack_delay(Some(&customized), a).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 5, 5]);
+        let empty = pb::RetryPolicy {
+            max_attempts: 16,
+            strategy: Some(pb::retry_policy::Strategy::CustomizedBackoff(
+                pb::CustomizedBackoff { next: vec![] },
+            )),
+        };
+        assert_eq!(
+            nack_delay(Some(&empty), 2),
+            Duration::from_secs(2),
+            "falls back"
+        );
+    }
 }

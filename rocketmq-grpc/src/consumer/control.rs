@@ -227,8 +227,13 @@ async fn telemetry_once(inner: &Inner) -> Result<(), Error> {
         let Some(command) = command else {
             return Ok(());
         };
-        if let Some(pb::telemetry_command::Command::Settings(settings)) = command.command
-            && let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
+        let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
+            continue;
+        };
+        if settings.backoff_policy.is_some() {
+            *inner.backoff.lock() = settings.backoff_policy;
+        }
+        if let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
             && let Some(polling) = subscription
                 .long_polling_timeout
                 .and_then(|d| Duration::try_from(d).ok())

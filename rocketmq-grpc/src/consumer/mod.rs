@@ -209,6 +209,7 @@ impl PushConsumerBuilder {
             concurrency: self.concurrency,
             receive_batch_size: self.receive_batch_size,
             long_polling: Mutex::new(self.long_polling),
+            backoff: Mutex::new(None),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             counters,
@@ -249,6 +250,8 @@ struct Inner {
     concurrency: usize,
     receive_batch_size: i32,
     long_polling: Mutex<Duration>,
+    /// The redelivery backoff the server announced on the telemetry stream.
+    backoff: Mutex<Option<pb::RetryPolicy>>,
     stop: CancellationToken,
     tasks: TaskTracker,
     counters: Arc<Counters>,
