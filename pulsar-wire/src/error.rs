@@ -1,0 +1,128 @@
+//! The crate's error type.
+
+use std::sync::Arc;
+
+use crate::pb::ServerError;
+
+/// Everything the adapter can report.
+///
+/// [`Error::is_retryable`] says whether the same operation may succeed later.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A frame announced a size above the limit; nothing was allocated for it.
+    #[error(
+        "a frame of {size} bytes exceeds the limit of {max} bytes (raise the limit if the broker's max_message_size is higher)"
+    )]
+    FrameTooLarge {
+        /// The announced size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The bytes are not a valid frame; the connection cannot be trusted any more.
+    #[error("malformed frame: {reason}")]
+    MalformedFrame {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A batch payload could not be split into its messages.
+    #[error("malformed batch: {reason}")]
+    MalformedBatch {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The connection failed or closed; requests pending on it fail with this. Retryable on a
+    /// new connection.
+    #[error("connection to {addr} lost: {reason}")]
+    ConnectionLost {
+        /// The broker's address.
+        addr: String,
+        /// What happened.
+        reason: String,
+    },
+    /// An I/O error.
+    #[error("I/O error: {0}")]
+    Io(#[source] Arc<std::io::Error>),
+    /// The broker answered with an error.
+    #[error("the broker refused {operation}: {} ({}): {message}", server_error_name(*.code), .code)]
+    Server {
+        /// What was attempted.
+        operation: &'static str,
+        /// The `ServerError` code.
+        code: i32,
+        /// The broker's explanation.
+        message: String,
+    },
+    /// The broker did not answer within the timeout.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What was attempted.
+        operation: &'static str,
+        /// The timeout.
+        after: std::time::Duration,
+    },
+    /// An argument or setting was rejected.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was rejected.
+        what: &'static str,
+        /// Why, and what is accepted.
+        reason: String,
+    },
+    /// An ack could not be built (from `txn-ack`).
+    #[error(transparent)]
+    Ack(#[from] txn_ack::Error),
+    /// The client, producer or consumer was closed.
+    #[error("{0} is closed")]
+    Closed(&'static str),
+}
+
+pub(crate) fn server_error_name(code: i32) -> &'static str {
+    ServerError::try_from(code).map_or("UnknownServerError", |e| e.as_str_name())
+}
+
+impl From<std::io::Error> for Error {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(Arc::new(error))
+    }
+}
+
+impl Error {
+    /// The broker's error code, for [`Error::Server`].
+    pub fn server_error(&self) -> Option<ServerError> {
+        match self {
+            Self::Server { code, .. } => ServerError::try_from(*code).ok(),
+            _ => None,
+        }
+    }
+
+    /// Whether the same operation may succeed later (on a new connection if the old one was
+    /// lost).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::ConnectionLost { .. } | Self::Io(_) | Self::Timeout { .. } => true,
+            Self::Server { code, .. } => matches!(
+                ServerError::try_from(*code),
+                Ok(ServerError::ServiceNotReady
+                    | ServerError::TooManyRequests
+                    | ServerError::MetadataError
+                    | ServerError::PersistenceError
+                    | ServerError::TransactionCoordinatorNotFound)
+            ),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn malformed(reason: impl Into<String>) -> Self {
+        Self::MalformedFrame {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl ack_batcher::Retryable for Error {
+    fn is_retryable(&self) -> bool {
+        Error::is_retryable(self)
+    }
+}
