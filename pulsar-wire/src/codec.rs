@@ -216,16 +216,8 @@ impl Encoder<Frame> for PulsarCodec {
     type Error = Error;
 
     fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), Error> {
-        self.encode(&frame, dst)
-    }
-}
-
-impl Encoder<&Frame> for PulsarCodec {
-    type Error = Error;
-
-    fn encode(&mut self, frame: &Frame, dst: &mut BytesMut) -> Result<(), Error> {
         let start = dst.len();
-        encode_frame(frame, dst);
+        encode_frame(&frame, dst);
         let size = dst.len() - start - 4;
         if size > self.max_frame_size {
             dst.truncate(start);

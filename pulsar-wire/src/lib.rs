@@ -5,6 +5,7 @@
 
 mod batch;
 mod codec;
+mod connection;
 mod error;
 
 pub use batch::{BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, encode_batch};
@@ -12,6 +13,7 @@ pub use codec::{
     DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
     decode_frame, encode_frame,
 };
+pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
 pub use error::Error;
 
 /// Generated protocol types (`pulsar.proto`).
