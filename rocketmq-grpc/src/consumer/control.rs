@@ -15,25 +15,22 @@ use crate::{Endpoint, Error};
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 const ASSIGNMENT_EVERY: Duration = Duration::from_secs(5);
 
-/// Checks every subscription with the proxy, then starts the background loops.
+/// Announces the client's settings on the telemetry stream (the proxy refuses heartbeats and
+/// receives from clients whose settings it has not seen), checks every subscription, then
+/// starts the background loops.
 pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
+    let stream = open_telemetry(inner)
+        .await
+        .map_err(|error| unreachable_if_down(inner, error))?;
     for subscription in &inner.subscriptions {
         let assignments = query_assignment(inner, &subscription.topic)
             .await
-            .map_err(|error| match error {
-                Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
-                    Error::Unreachable {
-                        endpoint: inner.session.config().endpoint().to_string(),
-                        reason: source.message().to_owned(),
-                    }
-                }
-                other => other,
-            })?;
+            .map_err(|error| unreachable_if_down(inner, error))?;
         apply_assignments(inner, &subscription.topic, assignments);
     }
     heartbeat(inner).await?;
     let tasks = &inner.tasks;
-    tasks.spawn(telemetry(Arc::clone(inner)));
+    tasks.spawn(telemetry(Arc::clone(inner), stream));
     tasks.spawn(heartbeats(Arc::clone(inner)));
     tasks.spawn(assignments(Arc::clone(inner)));
     Ok(())
@@ -194,52 +191,110 @@ fn settings(inner: &Inner) -> pb::TelemetryCommand {
     }
 }
 
-/// Keeps a telemetry stream open, announcing the settings and taking the server's.
-async fn telemetry(inner: Arc<Inner>) {
-    loop {
-        if let Err(error) = telemetry_once(&inner).await {
-            tracing::debug!(%error, "telemetry stream ended");
+/// A connection failure at start-up is reported as an unreachable endpoint.
+fn unreachable_if_down(inner: &Inner, error: Error) -> Error {
+    match error {
+        Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
+            Error::Unreachable {
+                endpoint: inner.session.config().endpoint().to_string(),
+                reason: source.message().to_owned(),
+            }
         }
-        tokio::select! {
-            () = inner.stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
+        other => other,
     }
 }
 
-async fn telemetry_once(inner: &Inner) -> Result<(), Error> {
+/// An open telemetry stream: the sender keeps it open, the receiver reads the server's commands.
+type Telemetry = (
+    tokio::sync::mpsc::Sender<pb::TelemetryCommand>,
+    tonic::Streaming<pb::TelemetryCommand>,
+);
+
+/// Opens the telemetry stream, announces the settings and waits for the server's answer.
+async fn open_telemetry(inner: &Inner) -> Result<Telemetry, Error> {
     let access = inner.session.config().endpoint().clone();
     let mut client = inner.session.client(&access)?;
     let (outbound, rx) = tokio::sync::mpsc::channel(4);
     let _ = outbound.send(settings(inner)).await;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     inner.session.stamp(request.metadata_mut());
-    let mut inbound = client
-        .telemetry(request)
+    let timeout = inner.session.config().request_timeout;
+    let mut inbound = tokio::time::timeout(timeout, client.telemetry(request))
         .await
+        .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
         .map_err(|status| Error::rpc("Telemetry", status))?
         .into_inner();
-    loop {
-        let command = tokio::select! {
-            () = inner.stop.cancelled() => return Ok(()),
-            command = inbound.message() => command.map_err(|status| Error::rpc("Telemetry", status))?,
-        };
-        let Some(command) = command else {
-            return Ok(());
-        };
-        let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
-            continue;
-        };
-        if settings.backoff_policy.is_some() {
-            *inner.backoff.lock() = settings.backoff_policy;
+    let first = tokio::time::timeout(timeout, inbound.message())
+        .await
+        .map_err(|_| {
+            Error::rpc(
+                "Telemetry",
+                tonic::Status::deadline_exceeded("no settings answer"),
+            )
+        })?
+        .map_err(|status| Error::rpc("Telemetry", status))?;
+    if let Some(command) = first {
+        if let Some(status) = &command.status {
+            Error::check("Telemetry", Some(status))?;
         }
-        if let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
-            && let Some(polling) = subscription
-                .long_polling_timeout
-                .and_then(|d| Duration::try_from(d).ok())
-                .filter(|d| !d.is_zero())
-        {
-            *inner.long_polling.lock() = polling;
+        take_settings(inner, command);
+    }
+    Ok((outbound, inbound))
+}
+
+/// Applies what the server announced: its redelivery backoff and long-polling timeout.
+fn take_settings(inner: &Inner, command: pb::TelemetryCommand) {
+    let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
+        return;
+    };
+    if settings.backoff_policy.is_some() {
+        *inner.backoff.lock() = settings.backoff_policy;
+    }
+    if let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
+        && let Some(polling) = subscription
+            .long_polling_timeout
+            .and_then(|d| Duration::try_from(d).ok())
+            .filter(|d| !d.is_zero())
+    {
+        *inner.long_polling.lock() = polling;
+    }
+}
+
+/// Keeps the telemetry stream open, reopening it when it ends, and takes the server's settings.
+async fn telemetry(inner: Arc<Inner>, first: Telemetry) {
+    let mut stream = Some(first);
+    loop {
+        let (outbound, mut inbound) = match stream.take() {
+            Some(open) => open,
+            None => match open_telemetry(&inner).await {
+                Ok(open) => open,
+                Err(error) => {
+                    tracing::debug!(%error, "telemetry stream could not be reopened");
+                    tokio::select! {
+                        () = inner.stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            },
+        };
+        loop {
+            let command = tokio::select! {
+                () = inner.stop.cancelled() => return,
+                command = inbound.message() => command,
+            };
+            match command {
+                Ok(Some(command)) => take_settings(&inner, command),
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(%status, "telemetry stream ended");
+                    break;
+                }
+            }
+        }
+        drop(outbound);
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

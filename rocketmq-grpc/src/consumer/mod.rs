@@ -38,6 +38,14 @@ pub trait MessageHandler: Send + Sync + 'static {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult;
 }
 
+/// A shared handler: keep an `Arc` to read its state while the consumer runs.
+#[async_trait::async_trait]
+impl<H: MessageHandler + ?Sized> MessageHandler for Arc<H> {
+    async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
+        (**self).handle(message).await
+    }
+}
+
 /// The observer type of the consumer's acks: it sees every ack with its own result.
 pub type AckObserver = Arc<dyn Observer<AckKey, AckEntry, (), Error>>;
 

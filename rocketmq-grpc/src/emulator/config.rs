@@ -31,6 +31,7 @@ pub(crate) struct Config {
     pub(crate) reject_empty_body: bool,
     /// Auto-renew receives need the client's channel (a Heartbeat or Telemetry first).
     pub(crate) require_client_channel: bool,
+    pub(crate) require_client_settings: bool,
     /// Unknown consumer groups are created on first use (the broker's
     /// `autoCreateSubscriptionGroup`); off by default so that unknown groups are errors.
     pub(crate) auto_create_groups: bool,
@@ -64,6 +65,7 @@ impl Default for Config {
             max_body_size: 4 * 1024 * 1024,
             reject_empty_body: true,
             require_client_channel: true,
+            require_client_settings: true,
             auto_create_groups: false,
             receive_batch_size: 32,
             max_receive_batch: 32,

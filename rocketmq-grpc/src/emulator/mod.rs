@@ -363,6 +363,14 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Whether `Heartbeat` requires the client to have announced its settings on the telemetry
+    /// stream first (default `true`, as the real proxy answers `UNRECOGNIZED_CLIENT_TYPE` "cannot
+    /// find client settings for this client"; seen against RocketMQ 5.3.3).
+    pub fn require_client_settings(mut self, on: bool) -> Self {
+        self.config.require_client_settings = on;
+        self
+    }
+
     /// Whether `auto_renew` receives need the client's channel, created by a Heartbeat or a
     /// Telemetry settings command (default true, as the proxy: otherwise `MESSAGE_NOT_FOUND`
     /// "The client [...] is disconnected.").

@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub(crate) groups: RwLock<HashMap<String, bool>>,
     /// Clients with a channel (seen in Heartbeat or Telemetry, not terminated).
     pub(crate) clients: Mutex<BTreeSet<String>>,
+    /// Clients that announced their settings on the telemetry stream.
+    pub(crate) settings_seen: Mutex<BTreeSet<String>>,
     pub(crate) counters: Counters,
     pub(crate) faults: Mutex<FaultState>,
     pub(crate) seq: AtomicU64,
@@ -98,6 +100,7 @@ impl Shared {
             topics: RwLock::new(HashMap::new()),
             groups: RwLock::new(HashMap::new()),
             clients: Mutex::new(BTreeSet::new()),
+            settings_seen: Mutex::new(BTreeSet::new()),
             counters: Counters::default(),
             faults: Mutex::new(FaultState::new(faults, seed)),
             seq: AtomicU64::new(0),
@@ -974,6 +977,7 @@ impl Service {
             return None;
         };
         shared.register_client(client_id);
+        shared.settings_seen.lock().insert(client_id.to_owned());
         let cfg = &shared.config;
         match &mut settings.pub_sub {
             Some(settings::PubSub::Subscription(sub)) => {
@@ -1078,6 +1082,16 @@ impl MessagingService for Service {
             Ok(ctx) => ctx,
             Err(r) => return reject_unary(r),
         };
+        if self.shared.config.require_client_settings
+            && !self.shared.settings_seen.lock().contains(&ctx.client_id)
+        {
+            return unary(Ok(pb::HeartbeatResponse {
+                status: Some(pb::Status {
+                    code: pb::Code::UnrecognizedClientType as i32,
+                    message: "cannot find client settings for this client".into(),
+                }),
+            }));
+        }
         self.shared.register_client(&ctx.client_id);
         unary(Ok(pb::HeartbeatResponse { status: Some(ok()) }))
     }

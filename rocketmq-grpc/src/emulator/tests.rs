@@ -30,6 +30,8 @@ fn builder() -> EmulatorBuilder {
         .group(GROUP, false)
         .group(FIFO_GROUP, true)
         .long_polling_range(Duration::from_millis(1), SHORT_POLL)
+        // These tests call Heartbeat without a telemetry stream.
+        .require_client_settings(false)
 }
 
 async fn start() -> Emulator {
@@ -1246,4 +1248,20 @@ async fn admin_api() {
         .await
         .unwrap();
     assert!(seen.unwrap().starts_with("127.0.0.1:"));
+}
+
+#[tokio::test]
+async fn heartbeat_needs_the_clients_settings_first() {
+    let emu = Emulator::builder()
+        .group(GROUP, false)
+        .start()
+        .await
+        .unwrap();
+    let mut c = Client::connect(&emu, "client-1").await;
+    let status = c.heartbeat().await;
+    assert_eq!(code(Some(&status)), Code::UnrecognizedClientType);
+    assert_eq!(
+        status.message,
+        "cannot find client settings for this client"
+    );
 }

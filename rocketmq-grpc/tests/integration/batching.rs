@@ -16,6 +16,8 @@ async fn ten_thousand_messages_take_ceil_of_n_over_1024_ack_rpcs() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .concurrency(256)
+        // Only size and shutdown flush here, however slow the machine is.
+        .acks(AckSettings::default().max_delay(Duration::from_secs(120)))
         .start(Handler::default())
         .await
         .unwrap();
@@ -48,7 +50,11 @@ async fn two_topics_never_share_a_request() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("a", "*")
         .subscribe("b", "*")
-        .acks(AckSettings::default().observer(acks.clone()))
+        .acks(
+            AckSettings::default()
+                .max_delay(Duration::from_secs(120))
+                .observer(acks.clone()),
+        )
         .start(Handler::default())
         .await
         .unwrap();
@@ -82,7 +88,7 @@ async fn a_lone_message_is_acknowledged_by_the_timer() {
     })
     .await;
     let stats = consumer.stats();
-    assert_eq!(stats.acks.batches(FlushReason::Delay), 1);
+    assert_eq!(stats.acks.batches(FlushReason::Delay), 1, "{stats:?}");
     assert_eq!(stats.acked, 1);
     consumer.shutdown(Duration::from_secs(5)).await;
     assert_eq!(emulator.stats().ack_requests_with_entries(1), 1);

@@ -19,7 +19,11 @@ async fn mixed_results_reach_the_right_messages_and_invalid_handles_are_not_retr
     let acks = Arc::new(Acks::default());
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
-        .acks(AckSettings::default().observer(acks.clone()))
+        .acks(
+            AckSettings::default()
+                .max_delay(Duration::from_secs(120))
+                .observer(acks.clone()),
+        )
         .start(Handler::default())
         .await
         .unwrap();
