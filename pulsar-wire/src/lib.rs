@@ -2,11 +2,19 @@
 //!
 //! Work in progress: the frame codec and batch format are here; connection, producer,
 //! consumer, transactions and the emulator follow.
+//!
+//! # Feature flags
+//! - `emulator` (off by default): an embedded broker on 127.0.0.1 speaking the same protocol,
+//!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
+//!   and tests.
 
 mod batch;
 mod codec;
 mod connection;
 mod error;
+
+#[cfg(feature = "emulator")]
+pub mod emulator;
 
 pub use batch::{BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, encode_batch};
 pub use codec::{

@@ -99,3 +99,151 @@ async fn batched_acks_are_accepted_and_nothing_is_redelivered() {
         "no duplicates before shutdown"
     );
 }
+
+/// Consumes with a fresh group, publishing `n` messages after it started; returns the consumer,
+/// its recorder and the ids sent.
+async fn consume_fresh(
+    endpoint: &str,
+    topic: &str,
+    group: &str,
+    n: usize,
+    fifo_group: Option<&str>,
+    acks: AckSettings,
+) -> (PushConsumer, Arc<Recorder>, Vec<String>) {
+    let config = ClientConfig::new(endpoint).unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let consumer = PushConsumer::builder(config.clone(), group)
+        .subscribe(topic, "*")
+        .acks(acks)
+        .start(recorder.clone())
+        .await
+        .expect("the consumer starts against the real proxy");
+    let producer = Producer::new(Session::new(config).unwrap());
+    let mut sent = Vec::new();
+    for i in 0..n {
+        let mut message = OutgoingMessage::new(topic, format!("message {i}"));
+        if let Some(group) = fifo_group {
+            message = message.message_group(group);
+        }
+        sent.push(producer.send(message).await.expect("send").message_id);
+    }
+    (consumer, recorder, sent)
+}
+
+fn count_of(seen: &[String], sent: &[String]) -> usize {
+    seen.iter().filter(|id| sent.contains(id)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_pending_acks_and_acked_messages_are_not_redelivered() {
+    let Some(endpoint) = endpoint() else {
+        eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
+        return;
+    };
+    let group = format!("it-flush-{}", std::process::id());
+    // A long max_delay: only the shutdown flushes.
+    let acks = AckSettings::default().max_delay(Duration::from_secs(600));
+    let (consumer, recorder, sent) =
+        consume_fresh(&endpoint, "it-normal-2", &group, 50, None, acks).await;
+    wait_for("50 messages", Duration::from_secs(120), || {
+        count_of(&recorder.seen.lock(), &sent) == 50
+    })
+    .await;
+    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(report.acks.succeeded, 50, "{report:?}");
+    assert!(report.unacknowledged.is_empty());
+    // A second consumer of the group stays past the 20 s invisibility: nothing comes back.
+    let config = ClientConfig::new(&endpoint).unwrap();
+    let again = Arc::new(Recorder::default());
+    let second = PushConsumer::builder(config, group.as_str())
+        .subscribe("it-normal-2", "*")
+        .start(again.clone())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(
+        count_of(&again.seen.lock(), &sent),
+        0,
+        "acknowledged messages came back"
+    );
+    second.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_messages_are_consumed_in_order_and_acked_at_once() {
+    let Some(endpoint) = endpoint() else {
+        eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
+        return;
+    };
+    let (consumer, recorder, sent) = consume_fresh(
+        &endpoint,
+        "it-fifo",
+        "it-fifo-group",
+        20,
+        Some(&format!("account-{}", std::process::id())),
+        AckSettings::default(),
+    )
+    .await;
+    wait_for("20 FIFO messages", Duration::from_secs(120), || {
+        count_of(&recorder.seen.lock(), &sent) == 20
+    })
+    .await;
+    let seen: Vec<String> = recorder
+        .seen
+        .lock()
+        .iter()
+        .filter(|id| sent.contains(id))
+        .cloned()
+        .collect();
+    assert_eq!(seen, sent, "in order, once each");
+    let stats = consumer.stats();
+    assert!(
+        stats.acks.batches(ack_batcher::FlushReason::Immediate) >= 20,
+        "{stats:?}"
+    );
+    assert_eq!(stats.ack_failed, 0);
+    consumer.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_receipt_handle_is_a_per_entry_internal_server_error() {
+    use rocketmq_grpc::pb;
+    let Some(endpoint) = endpoint() else {
+        eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
+        return;
+    };
+    let config = ClientConfig::new(&endpoint).unwrap();
+    let session = Session::new(config.clone()).unwrap();
+    let mut client = session.client(config.endpoint()).unwrap();
+    let group = format!("it-malformed-{}", std::process::id());
+    let response = client
+        .ack_message(session.request(
+            pb::AckMessageRequest {
+                group: Some(session.resource(&group)),
+                topic: Some(session.resource("it-normal")),
+                entries: vec![pb::AckMessageEntry {
+                    message_id: "not-a-message".into(),
+                    receipt_handle: "not a receipt handle".into(),
+                }],
+            },
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let entry = response
+        .entries
+        .first()
+        .and_then(|e| e.status.as_ref())
+        .map(|s| s.code);
+    assert_eq!(
+        entry,
+        Some(pb::Code::InternalServerError as i32),
+        "per entry (the proxy's default one-by-one mode): {response:?}"
+    );
+    assert_eq!(
+        response.status.map(|s| s.code),
+        entry,
+        "one distinct code: the top level"
+    );
+}

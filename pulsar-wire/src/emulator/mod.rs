@@ -1,0 +1,356 @@
+//! An embedded Pulsar broker for examples and tests (feature `emulator`).
+//!
+//! [`Emulator::start`] listens on 127.0.0.1 and speaks the Pulsar binary protocol through
+//! [`PulsarCodec`](crate::PulsarCodec): CONNECT (with optional token authentication), PING and
+//! PONG both ways, PARTITIONED_METADATA and LOOKUP, producers and sends (transactional ones
+//! included), subscriptions with FLOW permits, acks and redelivery, and a transaction
+//! coordinator. The unacked accounting of every consumer — the count, blocking at
+//! `maxUnackedMessagesOnConsumer` and unblocking at half of it, and the transactional
+//! pending-ack conflict rules — is `txn_ack::model::ConsumerModel`, fed with what the client
+//! actually put on the wire. So a client that drops `batch_size` from transactional acks
+//! stalls here the way it stalls a 4.0.x broker, and a correct one drains.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! use pulsar_wire::emulator::{Emulator, EmulatorConfig, Faults};
+//!
+//! let emulator = Emulator::start(EmulatorConfig::default()).await?;
+//! emulator.create_topic("orders", 3)?;
+//! emulator.set_max_unacked_messages("orders", 20)?;
+//! println!("connect to {}", emulator.endpoint()); // pulsar://127.0.0.1:PORT
+//! // ... run a client ...
+//! let stats = emulator.stats();
+//! assert!(stats.consumers().all(|c| c.unacked == 0 && !c.blocked));
+//! emulator.set_faults(Faults::none().corrupt_rate(0.01));
+//! emulator.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # What is modelled
+//! - **Topics**: non-partitioned and partitioned (`name-partition-N`), created with
+//!   [`Emulator::create_topic`] or on PRODUCER / SUBSCRIBE when auto-creation is on (auto-
+//!   created topics are non-partitioned; PARTITIONED_METADATA of an unknown topic answers
+//!   [`EmulatorConfig::auto_created_partitions`] and creates a partitioned topic when that is
+//!   not 0). Each topic (or partition) has one ledger; an entry is one SEND: a single message
+//!   or a whole batch with its `num_messages_in_batch`, kept with its metadata and payload.
+//! - **Sends**: the frame's CRC32C is checked (`SEND_ERROR ChecksumError`); the receipt
+//!   carries (ledger, entry, partition). A transactional send gets its position at once but
+//!   is not readable until its transaction commits, and holds back every later entry of the
+//!   topic meanwhile (the transaction buffer's max read position); an abort drops it.
+//! - **Subscriptions**: Exclusive (a second consumer gets `ConsumerBusy`), Failover (the
+//!   first connected consumer is active; ACTIVE_CONSUMER_CHANGE is sent), Shared
+//!   (round-robin over the consumers that have permits and are not blocked), and
+//!   **Key_Shared, dispatched as Shared** (keys are not hashed to consumers). Initial
+//!   position Latest or Earliest; non-durable subscriptions vanish with their last consumer.
+//! - **Dispatch**: MESSAGE frames carry the entry's metadata and payload with a valid CRC32C,
+//!   the redelivery count, and `ack_set` when indexes of a redelivered entry are already
+//!   acknowledged or pending in a transaction. An entry goes out while the consumer has
+//!   permits (a batch may take them below zero) and its model does not block it. The limit is
+//!   the topic's `maxUnackedMessagesOnConsumer` ([`Emulator::set_max_unacked_messages`]) or
+//!   [`EmulatorConfig::max_unacked_messages_per_consumer`], for durable Shared and Key_Shared
+//!   subscriptions; 0 (unlimited) otherwise, as on the broker.
+//! - **Acks**: each `MessageIdData` goes to the model as a `WireAck` (ack set words,
+//!   `batch_size` presence, transaction bits presence), to the consumer whose `pendingAcks`
+//!   holds the entry. Cumulative acks are ignored on Shared (as the broker does); on Exclusive
+//!   and Failover they become one individual ack per entry they cover. ACK_RESPONSE answers
+//!   every ack with a `request_id`, with `TransactionConflict` (23) when the model reports a
+//!   conflict, `InvalidTxnStatus` / `TransactionNotFound` for a transaction that is not open.
+//! - **Redelivery**: REDELIVER_UNACKNOWLEDGED_MESSAGES with ids or without; a closed
+//!   consumer's unacknowledged entries go to the others; an abort redelivers what the model
+//!   says.
+//! - **Transactions**: one coordinator (id 0; `transaction_coordinator_assign` has one
+//!   partition). NEW_TXN (`txn_ttl_seconds` read as milliseconds, 0 meaning
+//!   [`EmulatorConfig::default_txn_timeout`]) returns (most = 0, least = a sequence from 1);
+//!   ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, END_TXN commit or abort. A repeated END_TXN
+//!   with the same action succeeds; the other action gets `InvalidTxnStatus`; unknown ids get
+//!   `TransactionNotFound`. A transaction still open when its timeout passes is aborted
+//!   (tokio time, so `tokio::time::pause` works).
+//! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
+//!   delayed, MESSAGE checksums corrupted at a rate, from a seeded SplitMix64 generator.
+//! - **Stats** ([`Stats`]): per consumer unacked, blocked, permits, dispatched and acked
+//!   counts; per subscription the backlog; frames per command type; frames per connection.
+//!
+//! # What is not modelled
+//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
+//! chunking, deduplication, delayed delivery, seeks, retention and TTL, dead-letter topics,
+//! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
+//! one static token. Key_Shared is Shared. Each consumer's model holds the cursor and
+//! pending-ack state of the entries it received; an entry redelivered to another consumer of
+//! a Shared subscription (after its consumer closed) starts from a fresh state there, so
+//! per-index acks made through the first consumer are not carried over (redeliveries go back
+//! to the consumer whose model holds them whenever it is still connected). A topic's limit
+//! set with [`Emulator::set_max_unacked_messages`] applies to consumers that subscribe
+//! afterwards. The backlog counts readable entries only (not those of open or aborted
+//! transactions).
+
+mod broker;
+mod dispatch;
+mod faults;
+mod server;
+mod stats;
+mod topics;
+mod txn;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use faults::Faults;
+pub use stats::{
+    ConnectionStats, ConsumerStats, FaultStats, Stats, SubscriptionStats, TopicStats,
+    TransactionStats,
+};
+pub use txn_ack::model::ConflictEffects;
+
+use crate::Error;
+use broker::Broker;
+use server::Shared;
+
+/// How the emulator behaves. Build it from [`EmulatorConfig::default`] with the methods
+/// below.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    bind: SocketAddr,
+    server_version: String,
+    max_message_size: i32,
+    auth_token: Option<String>,
+    auto_topic_creation: bool,
+    auto_created_partitions: u32,
+    max_unacked_messages_per_consumer: u32,
+    batch_index_ack: bool,
+    conflict_effects: ConflictEffects,
+    keep_alive: Option<Duration>,
+    default_txn_timeout: Duration,
+    transactions: bool,
+    faults: Faults,
+    seed: u64,
+}
+
+impl Default for EmulatorConfig {
+    /// 127.0.0.1 on a free port; no authentication; topics auto-created non-partitioned;
+    /// limit 50,000 unacked messages per consumer; broker batch-index acks off (the 4.0.x
+    /// default); transactions on with a 60 s default timeout; keep-alive PINGs after 30 s of
+    /// silence; no faults; seed 0.
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            server_version: concat!("pulsar-wire-emulator/", env!("CARGO_PKG_VERSION")).into(),
+            max_message_size: 5 * 1024 * 1024,
+            auth_token: None,
+            auto_topic_creation: true,
+            auto_created_partitions: 0,
+            max_unacked_messages_per_consumer: 50_000,
+            batch_index_ack: false,
+            conflict_effects: ConflictEffects::None,
+            keep_alive: Some(Duration::from_secs(30)),
+            default_txn_timeout: Duration::from_secs(60),
+            transactions: true,
+            faults: Faults::default(),
+            seed: 0,
+        }
+    }
+}
+
+impl EmulatorConfig {
+    /// Listens on 127.0.0.1:`port` (0: any free port).
+    pub fn port(mut self, port: u16) -> Self {
+        self.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        self
+    }
+
+    /// Listens on `addr`.
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = addr;
+        self
+    }
+
+    /// CONNECTED's `server_version`.
+    pub fn server_version(mut self, version: impl Into<String>) -> Self {
+        self.server_version = version.into();
+        self
+    }
+
+    /// CONNECTED's `max_message_size`; frames larger than this plus 10 KiB close the
+    /// connection.
+    pub fn max_message_size(mut self, bytes: i32) -> Self {
+        self.max_message_size = bytes.max(1);
+        self
+    }
+
+    /// Requires CONNECT to carry `auth_method_name = "token"` and this token as `auth_data`;
+    /// otherwise ERROR `AuthenticationError` and the connection is closed.
+    pub fn auth_token(mut self, token: impl Into<String>) -> Self {
+        self.auth_token = Some(token.into());
+        self
+    }
+
+    /// Whether unknown topics are created on PRODUCER and SUBSCRIBE (and reported by
+    /// PARTITIONED_METADATA and LOOKUP); when off they get `TopicNotFound`.
+    pub fn auto_topic_creation(mut self, enabled: bool) -> Self {
+        self.auto_topic_creation = enabled;
+        self
+    }
+
+    /// The partitions of a topic auto-created by PARTITIONED_METADATA (0: non-partitioned).
+    pub fn auto_created_partitions(mut self, partitions: u32) -> Self {
+        self.auto_created_partitions = partitions;
+        self
+    }
+
+    /// The broker-wide `maxUnackedMessagesPerConsumer` (0: unlimited), used where a topic has
+    /// no limit of its own.
+    pub fn max_unacked_messages_per_consumer(mut self, max: u32) -> Self {
+        self.max_unacked_messages_per_consumer = max;
+        self
+    }
+
+    /// `acknowledgmentAtBatchIndexLevelEnabled` (off by default, as in 4.0.x).
+    pub fn batch_index_ack(mut self, enabled: bool) -> Self {
+        self.batch_index_ack = enabled;
+        self
+    }
+
+    /// What a rejected transactional ack does to the unacked count.
+    pub fn conflict_effects(mut self, effects: ConflictEffects) -> Self {
+        self.conflict_effects = effects;
+        self
+    }
+
+    /// Sends a PING after this much silence from a client and closes the connection if the
+    /// next period passes without a frame; `None` disables it.
+    pub fn keep_alive(mut self, period: Option<Duration>) -> Self {
+        self.keep_alive = period.filter(|p| !p.is_zero());
+        self
+    }
+
+    /// The timeout of a transaction whose NEW_TXN carries none.
+    pub fn default_txn_timeout(mut self, timeout: Duration) -> Self {
+        self.default_txn_timeout = timeout;
+        self
+    }
+
+    /// `transactionCoordinatorEnabled`: when off, TC_CLIENT_CONNECT and NEW_TXN get
+    /// `TransactionCoordinatorNotFound`.
+    pub fn transactions(mut self, enabled: bool) -> Self {
+        self.transactions = enabled;
+        self
+    }
+
+    /// The faults injected from the start.
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The seed of the fault generator.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
+/// A running emulator. Dropping it stops it (tasks end on their own); [`Emulator::shutdown`]
+/// also waits for them.
+#[derive(Debug)]
+pub struct Emulator {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    endpoint: String,
+}
+
+impl Emulator {
+    /// Starts listening.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the address cannot be bound.
+    pub async fn start(config: EmulatorConfig) -> Result<Self, Error> {
+        let listener = TcpListener::bind(config.bind).await?;
+        let addr = listener.local_addr()?;
+        let endpoint = format!("pulsar://{addr}");
+        let max_frame_size = usize::try_from(config.max_message_size).unwrap_or(0) + 10 * 1024;
+        let shared = Arc::new(Shared {
+            keep_alive: config.keep_alive,
+            broker: Mutex::new(Broker::new(config, endpoint.clone())),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            max_frame_size,
+        });
+        shared
+            .tasks
+            .spawn(server::accept_loop(listener, shared.clone()));
+        Ok(Self {
+            shared,
+            addr,
+            endpoint,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The service URL: `pulsar://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Creates a topic: non-partitioned with `partitions = 0`, else partitioned (its
+    /// partitions appear as `topic-partition-N` when first used).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad name, a partition's name, or a topic that exists.
+    pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), Error> {
+        self.shared.broker.lock().create_topic(topic, partitions)
+    }
+
+    /// Sets the topic's `maxUnackedMessagesOnConsumer` (for a partitioned topic, of all its
+    /// partitions); 0 means unlimited. Consumers that subscribe afterwards get it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad name.
+    pub fn set_max_unacked_messages(&self, topic: &str, max: u32) -> Result<(), Error> {
+        self.shared.broker.lock().set_max_unacked(topic, max)
+    }
+
+    /// A snapshot of everything.
+    pub fn stats(&self) -> Stats {
+        self.shared.broker.lock().stats()
+    }
+
+    /// The faults in force.
+    pub fn faults(&self) -> Faults {
+        self.shared.broker.lock().faults().clone()
+    }
+
+    /// Replaces the faults in force (connections already open are affected too).
+    pub fn set_faults(&self, faults: Faults) {
+        self.shared.broker.lock().set_faults(faults);
+    }
+
+    /// Closes every open connection abruptly; returns how many.
+    pub fn disconnect_all(&self) -> usize {
+        self.shared.broker.lock().disconnect_all()
+    }
+
+    /// Stops accepting, closes every connection and waits for the emulator's tasks to end.
+    pub async fn shutdown(self) {
+        self.shared.shutdown.cancel();
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+    }
+}
