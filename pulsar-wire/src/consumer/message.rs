@@ -1,0 +1,368 @@
+//! Received messages, and decoding a `MESSAGE` frame into them.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use txn_ack::{EntryId, MessagePosition};
+
+use crate::pb::command_ack::ValidationError;
+use crate::pb::{CompressionType, KeyValue};
+use crate::{Frame, MessageId, decode_batch};
+
+/// A message delivered to a consumer.
+#[derive(Debug, Clone)]
+pub struct Message {
+    payload: Bytes,
+    key: Option<String>,
+    properties: Vec<(String, String)>,
+    position: MessagePosition,
+    redelivery_count: u32,
+    publish_time: u64,
+    event_time: Option<u64>,
+    producer_name: Arc<str>,
+    sequence_id: Option<u64>,
+    topic: Arc<str>,
+    /// Which consumer delivered it, and which of its partitions.
+    pub(crate) origin: Origin,
+}
+
+/// The consumer and partition slot a message came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub(crate) consumer: u64,
+    pub(crate) slot: usize,
+}
+
+impl Message {
+    /// The payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The key (`partition_key`), if the producer set one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The properties.
+    pub fn properties(&self) -> &[(String, String)] {
+        &self.properties
+    }
+
+    /// A property's value.
+    pub fn property(&self, key: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Where the message sits: entry, partition, index and size of its batch, and whether the
+    /// entry is a batch at all (`num_messages_in_batch` present).
+    pub fn position(&self) -> &MessagePosition {
+        &self.position
+    }
+
+    /// The message's id.
+    pub fn id(&self) -> MessageId {
+        MessageId {
+            ledger_id: self.position.ledger_id(),
+            entry_id: self.position.entry_id(),
+            partition: self.position.partition(),
+            batch_index: self.position.batch_index(),
+            batch_size: self
+                .position
+                .is_batched()
+                .then_some(self.position.batch_size()),
+        }
+    }
+
+    /// How often the broker delivered it before.
+    pub fn redelivery_count(&self) -> u32 {
+        self.redelivery_count
+    }
+
+    /// When the broker stored it, in milliseconds since the epoch.
+    pub fn publish_time(&self) -> u64 {
+        self.publish_time
+    }
+
+    /// The event time the producer set, in milliseconds since the epoch.
+    pub fn event_time(&self) -> Option<u64> {
+        self.event_time.filter(|t| *t > 0)
+    }
+
+    /// The producer's name.
+    pub fn producer_name(&self) -> &str {
+        &self.producer_name
+    }
+
+    /// The producer's sequence id of the message, when known.
+    pub fn sequence_id(&self) -> Option<u64> {
+        self.sequence_id
+    }
+
+    /// The full name of the topic (the partition's, on a partitioned topic) it came from.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+/// What one `MESSAGE` frame holds for the application.
+#[derive(Debug, Default)]
+pub(crate) struct Decoded {
+    /// The messages to deliver.
+    pub(crate) messages: Vec<Message>,
+    /// Messages of the entry that were acknowledged before (cleared in the frame's
+    /// `ack_set`) or compacted out: not delivered.
+    pub(crate) skipped: Vec<MessagePosition>,
+    /// The entry cannot be delivered: acknowledge it with this validation error.
+    pub(crate) invalid: Option<(ValidationError, String)>,
+    /// The entry, when the frame names one.
+    pub(crate) entry: Option<(EntryId, i32)>,
+    /// The flow permits the entry took.
+    pub(crate) permits: u32,
+}
+
+/// Whether bit `index` is set in a wire ack set; bits past the last word are clear (Java).
+fn bit_is_set(words: &[i64], index: u32) -> bool {
+    words
+        .get((index / 64) as usize)
+        .is_some_and(|word| (*word as u64 >> (index % 64)) & 1 == 1)
+}
+
+fn properties(values: Vec<KeyValue>) -> Vec<(String, String)> {
+    values.into_iter().map(|kv| (kv.key, kv.value)).collect()
+}
+
+/// Splits a `MESSAGE` frame into the messages to deliver. Never panics: a frame that cannot
+/// be delivered comes back with [`Decoded::invalid`] set.
+pub(crate) fn decode(frame: Frame, partition: i32, origin: Origin, topic: &Arc<str>) -> Decoded {
+    let mut decoded = Decoded {
+        permits: 1,
+        ..Decoded::default()
+    };
+    let Some(command) = frame.command.message else {
+        decoded.invalid = Some((
+            ValidationError::BatchDeSerializeError,
+            "a MESSAGE frame without its command".into(),
+        ));
+        return decoded;
+    };
+    let entry = EntryId {
+        ledger_id: command.message_id.ledger_id,
+        entry_id: command.message_id.entry_id,
+    };
+    decoded.entry = Some((entry, partition));
+    let Some(payload) = frame.payload else {
+        decoded.invalid = Some((
+            ValidationError::BatchDeSerializeError,
+            format!("entry {entry}: a MESSAGE frame without payload"),
+        ));
+        return decoded;
+    };
+    let metadata = payload.metadata;
+    let batch = metadata.num_messages_in_batch;
+    decoded.permits = batch
+        .map_or(1, |n| n.clamp(1, crate::MAX_BATCH_MESSAGES))
+        .unsigned_abs();
+    if !payload.checksum_ok {
+        decoded.invalid = Some((
+            ValidationError::ChecksumMismatch,
+            format!("entry {entry}: the CRC32C checksum does not match"),
+        ));
+        return decoded;
+    }
+    if metadata.compression() != CompressionType::None {
+        decoded.invalid = Some((
+            ValidationError::DecompressionError,
+            format!(
+                "entry {entry}: compression {:?} is not supported by this client",
+                metadata.compression()
+            ),
+        ));
+        return decoded;
+    }
+    let producer_name: Arc<str> = metadata.producer_name.as_str().into();
+    let common = |position, payload, key, props, event_time, sequence_id| Message {
+        payload,
+        key,
+        properties: props,
+        position,
+        redelivery_count: command.redelivery_count.unwrap_or(0),
+        publish_time: metadata.publish_time,
+        event_time,
+        producer_name: Arc::clone(&producer_name),
+        sequence_id,
+        topic: Arc::clone(topic),
+        origin,
+    };
+    let Some(size) = batch else {
+        let position = MessagePosition::single(entry.ledger_id, entry.entry_id, partition);
+        decoded.messages.push(common(
+            position,
+            payload.data,
+            metadata.partition_key.clone(),
+            properties(metadata.properties.clone()),
+            metadata.event_time,
+            Some(metadata.sequence_id),
+        ));
+        return decoded;
+    };
+    let singles = match decode_batch(&metadata, payload.data) {
+        Ok(singles) => singles,
+        Err(error) => {
+            decoded.invalid = Some((
+                ValidationError::BatchDeSerializeError,
+                format!("entry {entry}: {error}"),
+            ));
+            return decoded;
+        }
+    };
+    for (index, single) in (0..size).zip(singles) {
+        let position = match MessagePosition::received(entry, partition, Some(size), index) {
+            Ok(position) => position,
+            Err(error) => {
+                decoded.messages.clear();
+                decoded.skipped.clear();
+                decoded.invalid = Some((
+                    ValidationError::BatchDeSerializeError,
+                    format!("entry {entry}: {error}"),
+                ));
+                return decoded;
+            }
+        };
+        let acked_before =
+            !command.ack_set.is_empty() && !bit_is_set(&command.ack_set, index as u32);
+        if acked_before || single.metadata.compacted_out() {
+            decoded.skipped.push(position);
+            continue;
+        }
+        let metadata = single.metadata;
+        decoded.messages.push(common(
+            position,
+            single.payload,
+            metadata.partition_key,
+            properties(metadata.properties),
+            metadata.event_time,
+            metadata.sequence_id,
+        ));
+    }
+    decoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::base_command::Type;
+    use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
+    use crate::{BatchedMessage, command_frame, encode_batch};
+
+    const ORIGIN: Origin = Origin {
+        consumer: 1,
+        slot: 0,
+    };
+
+    fn frame(num: Option<i32>, ack_set: Vec<i64>, data: Bytes) -> Frame {
+        let command = command_frame(Type::Message, |c| {
+            c.message = Some(pb::CommandMessage {
+                consumer_id: 1,
+                message_id: pb::MessageIdData {
+                    ledger_id: 7,
+                    entry_id: 9,
+                    ..pb::MessageIdData::default()
+                },
+                ack_set,
+                ..pb::CommandMessage::default()
+            });
+        })
+        .command;
+        let metadata = MessageMetadata {
+            producer_name: "p".into(),
+            num_messages_in_batch: num,
+            ..MessageMetadata::default()
+        };
+        Frame::with_payload(command, metadata, data)
+    }
+
+    fn batch(n: usize) -> Bytes {
+        let messages: Vec<_> = (0..n)
+            .map(|i| BatchedMessage {
+                metadata: SingleMessageMetadata {
+                    partition_key: Some(format!("k{i}")),
+                    ..SingleMessageMetadata::default()
+                },
+                payload: Bytes::from(format!("m{i}")),
+            })
+            .collect();
+        encode_batch(&messages)
+    }
+
+    fn topic() -> Arc<str> {
+        "persistent://public/default/t".into()
+    }
+
+    #[test]
+    fn batches_get_positions_and_skip_cleared_indexes() {
+        let decoded = decode(frame(Some(3), vec![], batch(3)), -1, ORIGIN, &topic());
+        assert_eq!(decoded.messages.len(), 3);
+        assert_eq!(decoded.permits, 3);
+        for (i, m) in decoded.messages.iter().enumerate() {
+            assert!(m.position().is_batched());
+            assert_eq!(m.position().batch_index(), i as i32);
+            assert_eq!(m.position().batch_size(), 3);
+            assert_eq!(m.key(), Some(format!("k{i}").as_str()));
+            assert_eq!(m.id().batch_size, Some(3));
+        }
+        // Index 1 was acknowledged before: bit 1 cleared ({0, 2} = 0b101).
+        let redelivered = decode(frame(Some(3), vec![0b101], batch(3)), -1, ORIGIN, &topic());
+        let indexes: Vec<_> = redelivered
+            .messages
+            .iter()
+            .map(|m| m.position().batch_index())
+            .collect();
+        assert_eq!(indexes, [0, 2]);
+        assert_eq!(redelivered.skipped.len(), 1);
+        assert_eq!(redelivered.skipped[0].batch_index(), 1);
+    }
+
+    #[test]
+    fn a_batch_of_one_is_a_batch_and_a_plain_entry_is_not() {
+        let one = decode(frame(Some(1), vec![], batch(1)), 2, ORIGIN, &topic());
+        assert!(one.messages[0].position().is_batched());
+        assert_eq!(one.messages[0].position().partition(), 2);
+        let plain = decode(frame(None, vec![], Bytes::from("x")), -1, ORIGIN, &topic());
+        assert_eq!(plain.messages.len(), 1);
+        assert!(!plain.messages[0].position().is_batched());
+        assert_eq!(plain.messages[0].id().batch_size, None);
+        assert_eq!(plain.messages[0].payload(), &Bytes::from("x"));
+    }
+
+    #[test]
+    fn bad_entries_are_reported_not_delivered() {
+        let mut corrupt = frame(Some(3), vec![], batch(3));
+        if let Some(payload) = corrupt.payload.as_mut() {
+            payload.checksum_ok = false;
+        }
+        let decoded = decode(corrupt, -1, ORIGIN, &topic());
+        assert!(decoded.messages.is_empty());
+        assert_eq!(
+            decoded.invalid.map(|(e, _)| e),
+            Some(ValidationError::ChecksumMismatch)
+        );
+        assert_eq!(decoded.permits, 3);
+        let truncated = decode(
+            frame(Some(3), vec![], Bytes::from_static(&[0, 0, 0, 9])),
+            -1,
+            ORIGIN,
+            &topic(),
+        );
+        assert_eq!(
+            truncated.invalid.map(|(e, _)| e),
+            Some(ValidationError::BatchDeSerializeError)
+        );
+        let mut no_payload = frame(None, vec![], Bytes::new());
+        no_payload.payload = None;
+        assert!(decode(no_payload, -1, ORIGIN, &topic()).invalid.is_some());
+    }
+}

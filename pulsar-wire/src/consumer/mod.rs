@@ -1,0 +1,634 @@
+//! [`Consumer`]: subscribes, keeps the broker supplied with flow permits, decodes batches, and
+//! acknowledges correctly: ordinary acks grouped through `ack-batcher` with `txn-ack`'s
+//! [`txn_ack::AckTracker`], transactional acks built only by [`txn_ack::TxnAckTracker`].
+
+mod acks;
+mod message;
+mod partition;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use ack_batcher::{Batcher, ItemOptions};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use txn_ack::{AckId, AckKind, PartialBatches};
+
+use acks::{AckFlusher, AckKey};
+pub use message::Message;
+use message::Origin;
+use partition::{Delivery, PartitionConsumer};
+
+use crate::{Client, Connection, Error, Transaction};
+
+/// The subscription type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubType {
+    /// One consumer at a time.
+    #[default]
+    Exclusive,
+    /// Messages spread over every consumer; each tracks its unacknowledged messages.
+    Shared,
+    /// One active consumer, the others standing by.
+    Failover,
+    /// Shared, with every key sticking to one consumer.
+    KeyShared,
+}
+
+/// Where a new subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialPosition {
+    /// After the last message published.
+    #[default]
+    Latest,
+    /// At the first message kept.
+    Earliest,
+}
+
+/// How a consumer subscribes and acknowledges.
+#[derive(Debug, Clone)]
+pub struct ConsumerOptions {
+    pub(crate) sub_type: SubType,
+    pub(crate) initial_position: InitialPosition,
+    pub(crate) receiver_queue_size: u32,
+    pub(crate) name: Option<String>,
+    pub(crate) ack_group_time: Duration,
+    pub(crate) ack_group_max: usize,
+    pub(crate) partial_batches: PartialBatches,
+    pub(crate) ack_receipts: bool,
+}
+
+impl Default for ConsumerOptions {
+    /// Exclusive, from the latest message, 1,000 permits, acks grouped for 100 ms or 1,000
+    /// ids, partial batches acknowledged with their accumulated set, no ack receipts.
+    fn default() -> Self {
+        Self {
+            sub_type: SubType::Exclusive,
+            initial_position: InitialPosition::Latest,
+            receiver_queue_size: 1000,
+            name: None,
+            ack_group_time: Duration::from_millis(100),
+            ack_group_max: 1000,
+            partial_batches: PartialBatches::SendAckSet,
+            ack_receipts: false,
+        }
+    }
+}
+
+impl ConsumerOptions {
+    /// The subscription type (default Exclusive).
+    pub fn sub_type(mut self, sub_type: SubType) -> Self {
+        self.sub_type = sub_type;
+        self
+    }
+
+    /// Where a new subscription starts (default Latest).
+    pub fn initial_position(mut self, position: InitialPosition) -> Self {
+        self.initial_position = position;
+        self
+    }
+
+    /// The flow permits granted per partition (default 1,000); refilled when half are used.
+    pub fn receiver_queue_size(mut self, size: u32) -> Self {
+        self.receiver_queue_size = size;
+        self
+    }
+
+    /// The consumer's name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How long acks are grouped before they are sent (default 100 ms; zero sends each ack at
+    /// once).
+    pub fn ack_group_time(mut self, time: Duration) -> Self {
+        self.ack_group_time = time;
+        self
+    }
+
+    /// The most ids in one `CommandAck` (default 1,000).
+    pub fn ack_group_max(mut self, max: usize) -> Self {
+        self.ack_group_max = max;
+        self
+    }
+
+    /// What acks of partly acknowledged batches send (default: the accumulated set, which
+    /// needs the broker's batch-index acknowledgement; [`PartialBatches::HoldUntilComplete`]
+    /// for brokers without it).
+    pub fn partial_batches(mut self, mode: PartialBatches) -> Self {
+        self.partial_batches = mode;
+        self
+    }
+
+    /// Asks the broker to confirm each ack frame (`request_id` → `ACK_RESPONSE`); its answer
+    /// reaches [`Consumer::ack_and_wait`].
+    pub fn ack_receipts(mut self, receipts: bool) -> Self {
+        self.ack_receipts = receipts;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        if self.receiver_queue_size == 0 {
+            return Err(Error::Invalid {
+                what: "receiver_queue_size",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.ack_group_time > Duration::from_secs(3600) {
+            return Err(Error::Invalid {
+                what: "ack_group_time",
+                reason: format!("{:?} is longer than 1 h", self.ack_group_time),
+            });
+        }
+        if !(1..=1 << 20).contains(&self.ack_group_max) {
+            return Err(Error::Invalid {
+                what: "ack_group_max",
+                reason: format!("{} is not in 1..=1048576", self.ack_group_max),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The consumer's counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    received: AtomicU64,
+    skipped: AtomicU64,
+    discarded: AtomicU64,
+    checksum_mismatches: AtomicU64,
+    flow_frames: AtomicU64,
+    ack_frames: AtomicU64,
+    acked_ids: AtomicU64,
+    txn_acks: AtomicU64,
+    nacks: AtomicU64,
+    closed_by_broker: AtomicBool,
+    reached_end_of_topic: AtomicBool,
+}
+
+/// A snapshot of a consumer's counters, from [`Consumer::stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerStats {
+    /// Messages decoded for delivery.
+    pub received: u64,
+    /// Messages of redelivered batches skipped because the broker had them acknowledged.
+    pub skipped: u64,
+    /// Entries not delivered because they could not be read (acknowledged with a
+    /// `validation_error`).
+    pub discarded: u64,
+    /// Of those, entries whose checksum did not match.
+    pub checksum_mismatches: u64,
+    /// `FLOW` frames sent after the first.
+    pub flow_frames: u64,
+    /// `ACK` frames sent for ordinary acks (and discarded entries).
+    pub ack_frames: u64,
+    /// Ids those ack frames carried.
+    pub acked_ids: u64,
+    /// Transactional acks sent (one frame each).
+    pub txn_acks: u64,
+    /// Negative acks sent.
+    pub nacks: u64,
+    /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
+    pub closed_by_broker: bool,
+    /// Whether the topic reached its end.
+    pub reached_end_of_topic: bool,
+}
+
+/// Tells consumers apart, so that a message is acknowledged only through its own consumer.
+static NEXT_CONSUMER: AtomicU64 = AtomicU64::new(1);
+
+/// How long closing a consumer waits for its pending acks.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A subscription's consumer on a topic, or on every partition of a partitioned topic.
+///
+/// Acknowledgements:
+/// - [`Consumer::ack`] queues an ordinary ack: `txn-ack`'s [`txn_ack::AckTracker`]
+///   accumulates batches (a completed batch becomes a whole-entry ack keeping its batch size;
+///   a partial one sends its accumulated set or waits, per [`PartialBatches`]) and the acks are
+///   grouped: one `CommandAck` carries every id of a group.
+/// - [`Consumer::ack_in`] acknowledges in a transaction: `txn-ack`'s
+///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;
+///   the ack is sent at once with a request id and its `ACK_RESPONSE` awaited.
+/// - [`Consumer::nack`] asks for a redelivery.
+#[derive(Debug)]
+pub struct Consumer {
+    topic: String,
+    subscription: String,
+    sub_type: SubType,
+    key: u64,
+    partitions: Arc<[Arc<PartitionConsumer>]>,
+    deliveries: tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>>,
+    /// Why the deliveries ended, once they did.
+    ended: Mutex<Option<Error>>,
+    acks: Batcher<AckKey, AckId, AckFlusher>,
+    counters: Arc<Counters>,
+    closed: AtomicBool,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Consumer {
+    pub(crate) async fn subscribe(
+        client: &Client,
+        topic: &str,
+        subscription: &str,
+        options: ConsumerOptions,
+    ) -> Result<Self, Error> {
+        options.validate()?;
+        if subscription.is_empty() {
+            return Err(Error::Invalid {
+                what: "subscription",
+                reason: "the name is empty".into(),
+            });
+        }
+        let topic = crate::client::topic_name(topic)?;
+        let topics = client.partition_topics(&topic).await?;
+        let partitioned = topics.len() > 1 || topics[0] != topic;
+        let mut partitions = Vec::with_capacity(topics.len());
+        let mut receivers = Vec::with_capacity(topics.len());
+        for (index, partition_topic) in topics.into_iter().enumerate() {
+            let partition = if partitioned { index as i32 } else { -1 };
+            match PartitionConsumer::subscribe(
+                client,
+                partition_topic,
+                partition,
+                subscription,
+                &options,
+            )
+            .await
+            {
+                Ok((consumer, events)) => {
+                    partitions.push(Arc::new(consumer));
+                    receivers.push(events);
+                }
+                Err(error) => {
+                    for consumer in &partitions {
+                        let _ = consumer.close().await;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        let partitions: Arc<[Arc<PartitionConsumer>]> = partitions.into();
+        let counters = Arc::new(Counters::default());
+        let key = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let tasks = receivers
+            .into_iter()
+            .enumerate()
+            .map(|(slot, events)| {
+                tokio::spawn(partition::pump(
+                    Arc::clone(&partitions[slot]),
+                    Origin {
+                        consumer: key,
+                        slot,
+                    },
+                    events,
+                    tx.clone(),
+                    Arc::clone(&counters),
+                ))
+            })
+            .collect();
+        let acks = acks::batcher(
+            AckFlusher {
+                partitions: Arc::clone(&partitions),
+                receipts: options.ack_receipts,
+                counters: Arc::clone(&counters),
+            },
+            options.ack_group_time,
+            options.ack_group_max,
+        )?;
+        Ok(Self {
+            topic,
+            subscription: subscription.to_owned(),
+            sub_type: options.sub_type,
+            key,
+            partitions,
+            deliveries: tokio::sync::Mutex::new(rx),
+            ended: Mutex::new(None),
+            acks,
+            counters,
+            closed: AtomicBool::new(false),
+            tasks,
+        })
+    }
+
+    /// The topic's full name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The subscription's name.
+    pub fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    /// Waits for the next message.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when a partition's connection is lost (its messages stop);
+    /// [`Error::Closed`] when the broker closed the consumer (`CLOSE_CONSUMER`, also in
+    /// [`ConsumerStats::closed_by_broker`]) or after [`Consumer::close`].
+    pub async fn receive(&self) -> Result<Message, Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("the consumer"));
+        }
+        let mut deliveries = self.deliveries.lock().await;
+        match deliveries.recv().await {
+            Some(Delivery::Message(message)) => {
+                if let Some(partition) = self.partitions.get(message.origin.slot) {
+                    partition.consumed(1, &self.counters);
+                }
+                Ok(*message)
+            }
+            Some(Delivery::Closed { topic }) => {
+                tracing::info!(%topic, subscription = %self.subscription, "the broker closed the consumer");
+                let error = Error::Closed("the consumer (the broker sent CLOSE_CONSUMER)");
+                self.ended.lock().get_or_insert(error.clone());
+                Err(error)
+            }
+            Some(Delivery::Lost(error)) => {
+                self.ended.lock().get_or_insert(error.clone());
+                Err(error)
+            }
+            None => Err(self
+                .ended
+                .lock()
+                .clone()
+                .unwrap_or(Error::Closed("the consumer"))),
+        }
+    }
+
+    fn partition(&self, message: &Message) -> Result<&Arc<PartitionConsumer>, Error> {
+        if message.origin.consumer != self.key {
+            return Err(Error::Invalid {
+                what: "message",
+                reason: format!(
+                    "{} was delivered by another consumer; acknowledge it through that one",
+                    message.id()
+                ),
+            });
+        }
+        self.partitions
+            .get(message.origin.slot)
+            .ok_or(Error::Closed("the consumer's partition"))
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("the consumer"));
+        }
+        Ok(())
+    }
+
+    /// Queues the ack of one message and returns without waiting for it to be sent; the
+    /// group it joins goes out within the ack group time.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Consumer::close`]; [`Error::Invalid`] for a message of another
+    /// consumer; [`Error::Ack`] when the message's batch size disagrees with an earlier one.
+    pub async fn ack(&self, message: &Message) -> Result<(), Error> {
+        self.enqueue(message, false).await.map(drop)
+    }
+
+    /// Acks one message and waits until its group was sent (with
+    /// [`ConsumerOptions::ack_receipts`], until the broker confirmed it).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack`]; the broker's error for the ack frame ([`Error::Server`]) with
+    /// receipts; connection errors.
+    pub async fn ack_and_wait(&self, message: &Message) -> Result<(), Error> {
+        if let Some(ticket) = self.enqueue(message, false).await? {
+            ticket
+                .await
+                .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledges every message up to and including this one (Exclusive and Failover
+    /// subscriptions only), and returns without waiting for the ack to be sent.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] on a Shared or Key_Shared subscription (the broker ignores
+    /// cumulative acks there); as [`Consumer::ack`].
+    pub async fn ack_cumulative(&self, message: &Message) -> Result<(), Error> {
+        self.check_cumulative()?;
+        self.enqueue(message, true).await.map(drop)
+    }
+
+    fn check_cumulative(&self) -> Result<(), Error> {
+        if matches!(self.sub_type, SubType::Shared | SubType::KeyShared) {
+            return Err(Error::Invalid {
+                what: "cumulative ack",
+                reason: format!(
+                    "the broker ignores cumulative acks on a {:?} subscription",
+                    self.sub_type
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    async fn enqueue(
+        &self,
+        message: &Message,
+        cumulative: bool,
+    ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
+        self.check_open()?;
+        let partition = self.partition(message)?;
+        let ack = {
+            let mut tracker = partition.acks.lock();
+            if cumulative {
+                tracker.ack_cumulative(message.position())?
+            } else {
+                tracker.ack(message.position())?
+            }
+        };
+        let Some(ack) = ack else {
+            return Ok(None);
+        };
+        let key = AckKey {
+            slot: message.origin.slot,
+            cumulative,
+        };
+        self.acks
+            .enqueue(key, ack.id, ItemOptions::new())
+            .await
+            .map(Some)
+            .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))
+    }
+
+    /// Acknowledges a message in a transaction: an independent set with the batch size (from
+    /// [`txn_ack::TxnAckTracker`]), the transaction's bits and a request id, sent at once;
+    /// returns the broker's answer. Registers the subscription with the coordinator
+    /// (`ADD_SUBSCRIPTION_TO_TXN`) before the transaction's first ack on it.
+    ///
+    /// # Errors
+    /// [`Error::Server`] when the broker refuses the ack (for example `TransactionConflict`);
+    /// [`Error::Ack`] when the message is already acknowledged in this or another open or
+    /// committed transaction (the broker would answer `TransactionConflict`);
+    /// [`Error::Invalid`] when the transaction is not open; connection errors.
+    pub async fn ack_in(&self, txn: &Transaction, message: &Message) -> Result<(), Error> {
+        self.txn_ack(txn, AckKind::Individual, message).await
+    }
+
+    /// Acknowledges every message up to and including this one in a transaction (Exclusive
+    /// and Failover subscriptions only).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack_in`] and [`Consumer::ack_cumulative`].
+    pub async fn ack_cumulative_in(
+        &self,
+        txn: &Transaction,
+        message: &Message,
+    ) -> Result<(), Error> {
+        self.check_cumulative()?;
+        self.txn_ack(txn, AckKind::Cumulative, message).await
+    }
+
+    async fn txn_ack(
+        &self,
+        txn: &Transaction,
+        kind: AckKind,
+        message: &Message,
+    ) -> Result<(), Error> {
+        self.check_open()?;
+        let partition = self.partition(message)?;
+        let _op = txn.start_op()?;
+        txn.add_subscription(&partition.topic, &self.subscription)
+            .await?;
+        let ack = partition
+            .txn_acks
+            .lock()
+            .ack(txn.id(), kind, message.position())?;
+        txn.watch(&partition.txn_acks);
+        let consumer_id = partition.consumer_id;
+        partition
+            .connection
+            .request("ACK", |request_id| {
+                acks::txn_ack_frame(consumer_id, &ack, request_id)
+            })
+            .await?;
+        self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Asks the broker to deliver this message's entry again
+    /// (`REDELIVER_UNACKNOWLEDGED_MESSAGES`); messages of the entry acknowledged before are
+    /// skipped on redelivery.
+    ///
+    /// # Errors
+    /// As [`Consumer::ack`]; connection errors.
+    pub fn nack(&self, message: &Message) -> Result<(), Error> {
+        self.check_open()?;
+        let partition = self.partition(message)?;
+        let position = message.position();
+        partition.redeliver(vec![crate::pb::MessageIdData {
+            ledger_id: position.ledger_id(),
+            entry_id: position.entry_id(),
+            partition: (position.partition() >= 0).then_some(position.partition()),
+            ..crate::pb::MessageIdData::default()
+        }])?;
+        self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Asks the broker to deliver everything unacknowledged again, on every partition.
+    ///
+    /// # Errors
+    /// [`Error::Closed`]; connection errors.
+    pub fn redeliver_unacknowledged(&self) -> Result<(), Error> {
+        self.check_open()?;
+        for partition in self.partitions.iter() {
+            partition.redeliver(Vec::new())?;
+        }
+        Ok(())
+    }
+
+    /// Sends the grouped acks now and waits until they are sent.
+    pub async fn flush_acks(&self) {
+        self.acks.flush_all().await;
+    }
+
+    /// The connection and consumer id behind a message, for sending raw frames
+    /// ([`crate::command_frame`]) about it, as tests and tools do.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a message of another consumer.
+    pub fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
+        let partition = self.partition(message)?;
+        Ok((partition.connection.clone(), partition.consumer_id))
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ConsumerStats {
+        let c = &self.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ConsumerStats {
+            received: load(&c.received),
+            skipped: load(&c.skipped),
+            discarded: load(&c.discarded),
+            checksum_mismatches: load(&c.checksum_mismatches),
+            flow_frames: load(&c.flow_frames),
+            ack_frames: load(&c.ack_frames),
+            acked_ids: load(&c.acked_ids),
+            txn_acks: load(&c.txn_acks),
+            nacks: load(&c.nacks),
+            closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),
+            reached_end_of_topic: c.reached_end_of_topic.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sends the pending acks (closing the ack batcher), then closes the consumer on the
+    /// broker (`CLOSE_CONSUMER`) and stops delivering.
+    ///
+    /// # Errors
+    /// The first `CLOSE_CONSUMER` failure (none when the broker had closed it already); every
+    /// partition is closed anyway.
+    pub async fn close(&self) -> Result<(), Error> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let report = self.acks.close(CLOSE_TIMEOUT).await;
+        if report.abandoned > 0 || report.failed > 0 {
+            tracing::warn!(
+                abandoned = report.abandoned,
+                failed = report.failed,
+                topic = %self.topic,
+                "acks not delivered while closing the consumer"
+            );
+        }
+        let closed_by_broker = self.counters.closed_by_broker.load(Ordering::Relaxed);
+        let mut result = Ok(());
+        for partition in self.partitions.iter() {
+            if let Err(error) = partition.close().await
+                && result.is_ok()
+                && !closed_by_broker
+            {
+                result = Err(error);
+            }
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+        result
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for partition in self.partitions.iter() {
+            partition
+                .connection
+                .unregister_consumer(partition.consumer_id);
+        }
+    }
+}

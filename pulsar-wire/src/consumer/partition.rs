@@ -1,0 +1,259 @@
+//! One consumer on one topic or partition: `SUBSCRIBE`, flow permits, and the task that
+//! turns its `MESSAGE` frames into deliveries.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use txn_ack::{AckTracker, TxnAckTracker};
+
+use super::message::{Origin, decode};
+use super::{ConsumerOptions, Counters, Message};
+use crate::pb::base_command::Type;
+use crate::pb::command_ack::{AckType, ValidationError};
+use crate::pb::{self, command_subscribe};
+use crate::{Client, Connection, ConsumerEvent, Error, command_frame};
+
+/// What the partition tasks hand to [`super::Consumer::receive`].
+#[derive(Debug)]
+pub(crate) enum Delivery {
+    Message(Box<Message>),
+    /// The broker closed this partition's consumer (`CLOSE_CONSUMER`).
+    Closed {
+        topic: String,
+    },
+    /// The connection of this partition's consumer was lost.
+    Lost(Error),
+}
+
+/// A consumer attached to one topic (or one partition of a partitioned topic).
+#[derive(Debug)]
+pub(crate) struct PartitionConsumer {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) connection: Connection,
+    pub(crate) consumer_id: u64,
+    /// Messages taken from the queue since the last `FLOW`.
+    consumed: Mutex<u32>,
+    refill_at: u32,
+    /// Ordinary acks, accumulated per entry.
+    pub(crate) acks: Mutex<AckTracker>,
+    /// Transactional acks; transactions report their outcome to it.
+    pub(crate) txn_acks: Arc<Mutex<TxnAckTracker>>,
+}
+
+impl PartitionConsumer {
+    /// Looks the topic up, subscribes and grants the first permits. Returns the consumer and
+    /// the receiver of its frames.
+    pub(crate) async fn subscribe(
+        client: &Client,
+        topic: String,
+        partition: i32,
+        subscription: &str,
+        options: &ConsumerOptions,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
+        let connection = client.lookup(&topic).await?;
+        let consumer_id = connection.next_id();
+        let events = connection.register_consumer(consumer_id);
+        let subscribed = connection
+            .request("SUBSCRIBE", |request_id| {
+                command_frame(Type::Subscribe, |c| {
+                    c.subscribe = Some(pb::CommandSubscribe {
+                        topic: topic.clone(),
+                        subscription: subscription.to_owned(),
+                        sub_type: options.sub_type.wire() as i32,
+                        consumer_id,
+                        request_id,
+                        consumer_name: options.name.clone(),
+                        durable: Some(true),
+                        initial_position: Some(options.initial_position.wire() as i32),
+                        ..pb::CommandSubscribe::default()
+                    });
+                })
+            })
+            .await;
+        if let Err(error) = subscribed {
+            connection.unregister_consumer(consumer_id);
+            return Err(error);
+        }
+        let consumer = Self {
+            topic,
+            partition,
+            connection,
+            consumer_id,
+            consumed: Mutex::new(0),
+            refill_at: (options.receiver_queue_size / 2).max(1),
+            acks: Mutex::new(AckTracker::new(options.partial_batches)),
+            txn_acks: Arc::new(Mutex::new(TxnAckTracker::default())),
+        };
+        consumer.flow(options.receiver_queue_size)?;
+        Ok((consumer, events))
+    }
+
+    /// Grants the broker `permits` more messages.
+    fn flow(&self, permits: u32) -> Result<(), Error> {
+        self.connection.send(command_frame(Type::Flow, |c| {
+            c.flow = Some(pb::CommandFlow {
+                consumer_id: self.consumer_id,
+                message_permits: permits,
+            });
+        }))
+    }
+
+    /// Counts messages taken off the queue; refills the permits once half the queue is used.
+    pub(crate) fn consumed(&self, messages: u32, counters: &Counters) {
+        let grant = {
+            let mut consumed = self.consumed.lock();
+            *consumed += messages;
+            if *consumed < self.refill_at {
+                return;
+            }
+            std::mem::take(&mut *consumed)
+        };
+        if self.flow(grant).is_ok() {
+            counters.flow_frames.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Acknowledges an entry that cannot be delivered, with the reason (`validation_error`).
+    fn reject(&self, entry: txn_ack::EntryId, error: ValidationError) -> Result<(), Error> {
+        self.connection.send(command_frame(Type::Ack, |c| {
+            c.ack = Some(pb::CommandAck {
+                consumer_id: self.consumer_id,
+                ack_type: AckType::Individual as i32,
+                message_id: vec![pb::MessageIdData {
+                    ledger_id: entry.ledger_id,
+                    entry_id: entry.entry_id,
+                    ..pb::MessageIdData::default()
+                }],
+                validation_error: Some(error as i32),
+                ..pb::CommandAck::default()
+            });
+        }))
+    }
+
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` for these ids, or for everything unacknowledged
+    /// when `ids` is empty.
+    pub(crate) fn redeliver(&self, ids: Vec<pb::MessageIdData>) -> Result<(), Error> {
+        self.connection
+            .send(command_frame(Type::RedeliverUnacknowledgedMessages, |c| {
+                c.redeliver_unacknowledged_messages =
+                    Some(pb::CommandRedeliverUnacknowledgedMessages {
+                        consumer_id: self.consumer_id,
+                        message_ids: ids,
+                        consumer_epoch: None,
+                    });
+            }))
+    }
+
+    /// `CLOSE_CONSUMER`.
+    pub(crate) async fn close(&self) -> Result<(), Error> {
+        let consumer_id = self.consumer_id;
+        let result = self
+            .connection
+            .request("CLOSE_CONSUMER", |request_id| {
+                command_frame(Type::CloseConsumer, |c| {
+                    c.close_consumer = Some(pb::CommandCloseConsumer {
+                        consumer_id,
+                        request_id,
+                    });
+                })
+            })
+            .await;
+        self.connection.unregister_consumer(consumer_id);
+        result.map(drop)
+    }
+}
+
+/// Turns one partition's frames into deliveries until the consumer or its connection ends.
+pub(crate) async fn pump(
+    consumer: Arc<PartitionConsumer>,
+    origin: Origin,
+    mut events: mpsc::UnboundedReceiver<ConsumerEvent>,
+    deliveries: mpsc::UnboundedSender<Delivery>,
+    counters: Arc<Counters>,
+) {
+    let topic: Arc<str> = consumer.topic.as_str().into();
+    while let Some(event) = events.recv().await {
+        let frame = match event {
+            ConsumerEvent::Message(frame) => *frame,
+            ConsumerEvent::ReachedEndOfTopic => {
+                counters.reached_end_of_topic.store(true, Ordering::Relaxed);
+                continue;
+            }
+            ConsumerEvent::Closed => {
+                counters.closed_by_broker.store(true, Ordering::Relaxed);
+                let _ = deliveries.send(Delivery::Closed {
+                    topic: consumer.topic.clone(),
+                });
+                return;
+            }
+            ConsumerEvent::ConnectionLost(error) => {
+                let _ = deliveries.send(Delivery::Lost(error));
+                return;
+            }
+        };
+        let decoded = decode(frame, consumer.partition, origin, &topic);
+        if let Some((error, reason)) = decoded.invalid {
+            if error == ValidationError::ChecksumMismatch {
+                counters.checksum_mismatches.fetch_add(1, Ordering::Relaxed);
+            }
+            counters.discarded.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(topic = %consumer.topic, %reason, ?error, "discarding an entry");
+            if let Some((entry, _)) = decoded.entry
+                && consumer.reject(entry, error).is_ok()
+            {
+                counters.ack_frames.fetch_add(1, Ordering::Relaxed);
+            }
+            consumer.consumed(decoded.permits, &counters);
+            continue;
+        }
+        if !decoded.skipped.is_empty() {
+            // The tracker learns what the broker already has, so the entry completes when
+            // the messages delivered now are acknowledged.
+            let mut acks = consumer.acks.lock();
+            for position in &decoded.skipped {
+                let _ = acks.ack(position);
+            }
+            drop(acks);
+            counters
+                .skipped
+                .fetch_add(decoded.skipped.len() as u64, Ordering::Relaxed);
+        }
+        let delivered = decoded.messages.len() as u32;
+        counters
+            .received
+            .fetch_add(u64::from(delivered), Ordering::Relaxed);
+        for message in decoded.messages {
+            if deliveries
+                .send(Delivery::Message(Box::new(message)))
+                .is_err()
+            {
+                return;
+            }
+        }
+        // Permits of the messages not delivered come back now; the rest on receive.
+        consumer.consumed(decoded.permits.saturating_sub(delivered), &counters);
+    }
+}
+
+impl super::SubType {
+    fn wire(self) -> command_subscribe::SubType {
+        match self {
+            Self::Exclusive => command_subscribe::SubType::Exclusive,
+            Self::Shared => command_subscribe::SubType::Shared,
+            Self::Failover => command_subscribe::SubType::Failover,
+            Self::KeyShared => command_subscribe::SubType::KeyShared,
+        }
+    }
+}
+
+impl super::InitialPosition {
+    fn wire(self) -> command_subscribe::InitialPosition {
+        match self {
+            Self::Latest => command_subscribe::InitialPosition::Latest,
+            Self::Earliest => command_subscribe::InitialPosition::Earliest,
+        }
+    }
+}

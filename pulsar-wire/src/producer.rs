@@ -1,0 +1,376 @@
+//! [`Producer`]: sends single messages or batches (on `ack-batcher`), routes them over the
+//! partitions of a partitioned topic, and joins transactions.
+
+mod batching;
+mod partition;
+mod router;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+
+pub use batching::BatchingOptions;
+use batching::{BatchKey, ProducerBatcher};
+use partition::PartitionProducer;
+pub use router::{PartitionRouter, RoundRobin, key_partition};
+
+use crate::pb::KeyValue;
+use crate::{Client, Error, Transaction};
+
+/// Where a message was stored: its entry, partition and place in the entry's batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MessageId {
+    /// The ledger.
+    pub ledger_id: u64,
+    /// The entry within the ledger.
+    pub entry_id: u64,
+    /// The partition, -1 for a topic that is not partitioned.
+    pub partition: i32,
+    /// The index in the entry's batch, -1 for a message sent without batching.
+    pub batch_index: i32,
+    /// The number of messages in the entry's batch, `None` for a message sent without
+    /// batching.
+    pub batch_size: Option<u32>,
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.ledger_id, self.entry_id, self.partition, self.batch_index
+        )
+    }
+}
+
+/// A message to send.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutgoingMessage {
+    pub(crate) payload: Bytes,
+    pub(crate) key: Option<String>,
+    pub(crate) properties: Vec<(String, String)>,
+    pub(crate) event_time: Option<u64>,
+}
+
+impl OutgoingMessage {
+    /// A message with this payload.
+    pub fn new(payload: impl Into<Bytes>) -> Self {
+        Self {
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Its key (`partition_key`): routes it on a partitioned topic and groups it on a
+    /// Key_Shared subscription.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Adds a property.
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Its event time, in milliseconds since the epoch.
+    pub fn event_time(mut self, millis: u64) -> Self {
+        self.event_time = Some(millis);
+        self
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    pub(crate) fn key_values(&self) -> Vec<KeyValue> {
+        self.properties
+            .iter()
+            .map(|(key, value)| KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect()
+    }
+
+    /// Roughly what the message takes in a batch (payload, key, properties, framing).
+    pub(crate) fn encoded_size(&self) -> usize {
+        let properties: usize = self
+            .properties
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 6)
+            .sum();
+        self.payload.len() + self.key.as_ref().map_or(0, |k| k.len() + 2) + properties + 16
+    }
+}
+
+/// How a producer behaves.
+#[derive(Debug, Clone)]
+pub struct ProducerOptions {
+    name: Option<String>,
+    batching: Option<BatchingOptions>,
+    router: Arc<dyn PartitionRouter>,
+    transactional: bool,
+}
+
+impl Default for ProducerOptions {
+    /// A broker-assigned name, batching with [`BatchingOptions::default`], the
+    /// [`RoundRobin`] router, not transactional.
+    fn default() -> Self {
+        Self {
+            name: None,
+            batching: Some(BatchingOptions::default()),
+            router: Arc::new(RoundRobin::default()),
+            transactional: false,
+        }
+    }
+}
+
+impl ProducerOptions {
+    /// The producer's name (the broker assigns one by default). On a partitioned topic every
+    /// partition gets `<name>-<partition>`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Batches messages with these limits.
+    pub fn batching(mut self, batching: BatchingOptions) -> Self {
+        self.batching = Some(batching);
+        self
+    }
+
+    /// Sends every message on its own (no `num_messages_in_batch`).
+    pub fn no_batching(mut self) -> Self {
+        self.batching = None;
+        self
+    }
+
+    /// The partition router for partitioned topics.
+    pub fn router(mut self, router: Arc<dyn PartitionRouter>) -> Self {
+        self.router = router;
+        self
+    }
+
+    /// Tells the broker the producer sends in transactions (`txn_enabled`).
+    pub fn transactional(mut self, transactional: bool) -> Self {
+        self.transactional = transactional;
+        self
+    }
+}
+
+/// Sends messages to a topic, or to the partitions of a partitioned topic. Cheap to clone.
+///
+/// With batching (the default), messages to the same partition (and transaction) are grouped
+/// by count, bytes and delay; each batch is one `SEND` whose entry carries
+/// `num_messages_in_batch` (also for a batch of one), and each message's future resolves to
+/// its own [`MessageId`] (batch index and size included). A partition's batches go out one
+/// after another, in order.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<ProducerInner>,
+}
+
+struct ProducerInner {
+    topic: String,
+    partitions: Arc<[PartitionProducer]>,
+    partitioned: bool,
+    router: Arc<dyn PartitionRouter>,
+    batcher: Option<ProducerBatcher>,
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("topic", &self.inner.topic)
+            .field("partitions", &self.inner.partitions.len())
+            .field("batching", &self.inner.batcher.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    pub(crate) async fn create(
+        client: &Client,
+        topic: &str,
+        options: ProducerOptions,
+    ) -> Result<Self, Error> {
+        let topic = crate::client::topic_name(topic)?;
+        if let Some(batching) = &options.batching {
+            batching.validate()?;
+        }
+        let topics = client.partition_topics(&topic).await?;
+        let partitioned = topics.len() > 1 || topics[0] != topic;
+        let mut partitions = Vec::with_capacity(topics.len());
+        for (index, partition_topic) in topics.into_iter().enumerate() {
+            let name = match (&options.name, partitioned) {
+                (Some(name), true) => Some(format!("{name}-{index}")),
+                (name, _) => name.clone(),
+            };
+            let partition = if partitioned { index as i32 } else { -1 };
+            partitions.push(
+                PartitionProducer::create(
+                    client,
+                    partition_topic,
+                    partition,
+                    name,
+                    options.transactional,
+                )
+                .await?,
+            );
+        }
+        let partitions: Arc<[PartitionProducer]> = partitions.into();
+        let batcher = options
+            .batching
+            .map(|batching| ProducerBatcher::new(Arc::clone(&partitions), batching))
+            .transpose()?;
+        Ok(Self {
+            inner: Arc::new(ProducerInner {
+                topic,
+                partitions,
+                partitioned,
+                router: options.router,
+                batcher,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The topic's full name.
+    pub fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+
+    /// The number of partitions (0 for a topic that is not partitioned).
+    pub fn partitions(&self) -> usize {
+        if self.inner.partitioned {
+            self.inner.partitions.len()
+        } else {
+            0
+        }
+    }
+
+    /// Sends a message and waits for the broker's receipt.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a message larger than the broker's `max_message_size`;
+    /// [`Error::Server`] for a `SEND_ERROR`; [`Error::Closed`] after [`Producer::close`];
+    /// [`Error::Timeout`] and connection errors.
+    pub async fn send(&self, message: OutgoingMessage) -> Result<MessageId, Error> {
+        self.send_with(None, message).await
+    }
+
+    /// Sends a message in a transaction: it becomes visible when the transaction commits
+    /// and is discarded if it aborts. Registers the partition with the coordinator
+    /// (`ADD_PARTITION_TO_TXN`) before the transaction's first send to it.
+    ///
+    /// # Errors
+    /// As [`Producer::send`]; [`Error::Invalid`] when the transaction is not open;
+    /// [`Error::Server`] when the coordinator refuses the partition.
+    pub async fn send_in(
+        &self,
+        txn: &Transaction,
+        message: OutgoingMessage,
+    ) -> Result<MessageId, Error> {
+        let _op = txn.start_op()?;
+        self.send_with(Some(txn), message).await
+    }
+
+    async fn send_with(
+        &self,
+        txn: Option<&Transaction>,
+        message: OutgoingMessage,
+    ) -> Result<MessageId, Error> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("the producer"));
+        }
+        let index = self.route(&message);
+        let producer = &self.inner.partitions[index];
+        producer.check_size(&message)?;
+        if let Some(txn) = txn {
+            txn.add_partition(&producer.topic).await?;
+        }
+        let txn = txn.map(Transaction::id);
+        match &self.inner.batcher {
+            Some(batcher) => {
+                let key = BatchKey {
+                    partition: index,
+                    txn,
+                };
+                batcher.send(key, message).await
+            }
+            None => producer.send_single(&message, txn).await,
+        }
+    }
+
+    fn route(&self, message: &OutgoingMessage) -> usize {
+        let count = self.inner.partitions.len();
+        if count == 1 {
+            return 0;
+        }
+        let partitions = u32::try_from(count).unwrap_or(u32::MAX);
+        self.inner.router.route(message.key.as_deref(), partitions) as usize % count
+    }
+
+    /// Sends every open batch now and waits for the receipts.
+    pub async fn flush(&self) {
+        if let Some(batcher) = &self.inner.batcher {
+            batcher.flush().await;
+        }
+    }
+
+    /// Sends what is batched, then closes the producer on the broker (`CLOSE_PRODUCER`).
+    ///
+    /// # Errors
+    /// The first `CLOSE_PRODUCER` failure; every partition is closed anyway.
+    pub async fn close(&self) -> Result<(), Error> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(batcher) = &self.inner.batcher {
+            let report = batcher.close().await;
+            if report.abandoned > 0 {
+                tracing::warn!(
+                    abandoned = report.abandoned,
+                    topic = %self.inner.topic,
+                    "messages abandoned while closing the producer"
+                );
+            }
+        }
+        let mut result = Ok(());
+        for producer in self.inner.partitions.iter() {
+            if let Err(error) = producer.close().await
+                && result.is_ok()
+            {
+                result = Err(error);
+            }
+        }
+        result
+    }
+}
+
+/// Maps a batcher's error for an item or a setup onto the crate's error.
+pub(crate) fn batcher_error<T>(error: ack_batcher::Error<Error, T>, what: &'static str) -> Error {
+    match error {
+        ack_batcher::Error::Failed { source, .. } => source,
+        ack_batcher::Error::InvalidConfig { setting, reason } => Error::Invalid {
+            what: setting,
+            reason,
+        },
+        ack_batcher::Error::Full { limit, .. } => Error::Invalid {
+            what: "queue",
+            reason: format!("{what} already holds {limit} pending items"),
+        },
+        ack_batcher::Error::NoRuntime => Error::Invalid {
+            what: "runtime",
+            reason: "must be created inside a Tokio runtime".into(),
+        },
+        // Missing (never produced by these transports), Abandoned, Closed.
+        _ => Error::Closed(what),
+    }
+}

@@ -1,0 +1,254 @@
+//! One producer on one topic or partition: `PRODUCER`, the `SEND` frames, `CLOSE_PRODUCER`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use txn_ack::TxnId;
+
+use super::{MessageId, OutgoingMessage};
+use crate::batch::{BatchedMessage, encode_batch};
+use crate::pb::base_command::Type;
+use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
+use crate::{Client, Connection, Error, Frame, command_frame};
+
+/// The broker's default largest message when it does not say (5 MiB).
+const DEFAULT_MAX_MESSAGE_SIZE: usize = 5 * 1024 * 1024;
+
+/// A producer attached to one topic (or one partition of a partitioned topic).
+#[derive(Debug)]
+pub(crate) struct PartitionProducer {
+    pub(crate) topic: String,
+    /// The partition index, -1 for a topic that is not partitioned.
+    pub(crate) partition: i32,
+    pub(crate) connection: Connection,
+    pub(crate) producer_id: u64,
+    pub(crate) name: String,
+    sequence: AtomicU64,
+    pub(crate) max_message_size: usize,
+}
+
+impl PartitionProducer {
+    /// Looks the topic up and registers a producer on its broker.
+    pub(crate) async fn create(
+        client: &Client,
+        topic: String,
+        partition: i32,
+        name: Option<String>,
+        txn_enabled: bool,
+    ) -> Result<Self, Error> {
+        let connection = client.lookup(&topic).await?;
+        let producer_id = connection.next_id();
+        let answer = connection
+            .request("PRODUCER", |request_id| {
+                command_frame(Type::Producer, |c| {
+                    c.producer = Some(pb::CommandProducer {
+                        topic: topic.clone(),
+                        producer_id,
+                        request_id,
+                        user_provided_producer_name: Some(name.is_some()),
+                        producer_name: name,
+                        metadata: Vec::new(),
+                        epoch: Some(0),
+                        txn_enabled: Some(txn_enabled),
+                    });
+                })
+            })
+            .await?;
+        let success = answer.producer_success.ok_or_else(|| {
+            Error::malformed(format!(
+                "PRODUCER was answered by a frame of type {} instead of PRODUCER_SUCCESS",
+                answer.r#type
+            ))
+        })?;
+        let max_message_size = connection
+            .max_message_size()
+            .and_then(|size| usize::try_from(size).ok())
+            .filter(|size| *size > 0)
+            .unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
+        let next_sequence =
+            u64::try_from(success.last_sequence_id().saturating_add(1)).unwrap_or(0);
+        Ok(Self {
+            topic,
+            partition,
+            connection,
+            producer_id,
+            name: success.producer_name,
+            sequence: AtomicU64::new(next_sequence),
+            max_message_size,
+        })
+    }
+
+    /// Refuses a message larger than the broker takes.
+    pub(crate) fn check_size(&self, message: &OutgoingMessage) -> Result<(), Error> {
+        let size = message.encoded_size();
+        if size > self.max_message_size {
+            return Err(Error::Invalid {
+                what: "message",
+                reason: format!(
+                    "{size} bytes (payload, key and properties) exceed the broker's \
+                     max_message_size of {} bytes on {}",
+                    self.max_message_size, self.topic
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends one message that is not in a batch (no `num_messages_in_batch`).
+    pub(crate) async fn send_single(
+        &self,
+        message: &OutgoingMessage,
+        txn: Option<TxnId>,
+    ) -> Result<MessageId, Error> {
+        let sequence_id = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let metadata = MessageMetadata {
+            properties: message.key_values(),
+            partition_key: message.key.clone(),
+            event_time: message.event_time,
+            ..self.metadata(sequence_id, txn)
+        };
+        let frame = self.send_frame(sequence_id, None, txn, metadata, message.payload.clone());
+        let id = self
+            .connection
+            .send_message(self.producer_id, sequence_id, frame)
+            .await?;
+        Ok(MessageId {
+            ledger_id: id.ledger_id,
+            entry_id: id.entry_id,
+            partition: self.partition,
+            batch_index: -1,
+            batch_size: None,
+        })
+    }
+
+    /// Sends messages as one batch entry (`num_messages_in_batch` set, even for one message);
+    /// returns each message's id.
+    pub(crate) async fn send_batch(
+        &self,
+        messages: &[&OutgoingMessage],
+        txn: Option<TxnId>,
+    ) -> Result<Vec<MessageId>, Error> {
+        let count = i32::try_from(messages.len())
+            .ok()
+            .filter(|n| (1..=crate::MAX_BATCH_MESSAGES).contains(n))
+            .ok_or_else(|| Error::Invalid {
+                what: "batch",
+                reason: format!(
+                    "{} messages is not in 1..={}",
+                    messages.len(),
+                    crate::MAX_BATCH_MESSAGES
+                ),
+            })?;
+        let first = self
+            .sequence
+            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        let singles: Vec<BatchedMessage> = messages
+            .iter()
+            .zip(first..)
+            .map(|(message, sequence_id)| BatchedMessage {
+                metadata: SingleMessageMetadata {
+                    properties: message.key_values(),
+                    partition_key: message.key.clone(),
+                    event_time: message.event_time,
+                    sequence_id: Some(sequence_id),
+                    ..SingleMessageMetadata::default()
+                },
+                payload: message.payload.clone(),
+            })
+            .collect();
+        let data = encode_batch(&singles);
+        if data.len() > self.max_message_size {
+            return Err(Error::Invalid {
+                what: "batch",
+                reason: format!(
+                    "a batch of {count} messages takes {} bytes, above the broker's \
+                     max_message_size of {}; lower the batching max_bytes",
+                    data.len(),
+                    self.max_message_size
+                ),
+            });
+        }
+        // The entry's key, when every message shares it (Key_Shared dispatch reads it).
+        let key = messages[0].key.clone().filter(|key| {
+            messages
+                .iter()
+                .all(|m| m.key.as_deref() == Some(key.as_str()))
+        });
+        let metadata = MessageMetadata {
+            num_messages_in_batch: Some(count),
+            uncompressed_size: u32::try_from(data.len()).ok(),
+            partition_key: key,
+            ..self.metadata(first, txn)
+        };
+        let frame = self.send_frame(first, Some(count), txn, metadata, data);
+        let id = self
+            .connection
+            .send_message(self.producer_id, first, frame)
+            .await?;
+        Ok((0..count)
+            .map(|index| MessageId {
+                ledger_id: id.ledger_id,
+                entry_id: id.entry_id,
+                partition: self.partition,
+                batch_index: index,
+                batch_size: Some(count as u32),
+            })
+            .collect())
+    }
+
+    fn metadata(&self, sequence_id: u64, txn: Option<TxnId>) -> MessageMetadata {
+        MessageMetadata {
+            producer_name: self.name.clone(),
+            sequence_id,
+            publish_time: now_millis(),
+            txnid_least_bits: txn.map(|t| t.least_bits),
+            txnid_most_bits: txn.map(|t| t.most_bits),
+            ..MessageMetadata::default()
+        }
+    }
+
+    fn send_frame(
+        &self,
+        sequence_id: u64,
+        num_messages: Option<i32>,
+        txn: Option<TxnId>,
+        metadata: MessageMetadata,
+        data: Bytes,
+    ) -> Frame {
+        let command = command_frame(Type::Send, |c| {
+            c.send = Some(pb::CommandSend {
+                producer_id: self.producer_id,
+                sequence_id,
+                num_messages,
+                txnid_least_bits: txn.map(|t| t.least_bits),
+                txnid_most_bits: txn.map(|t| t.most_bits),
+                highest_sequence_id: None,
+            });
+        })
+        .command;
+        Frame::with_payload(command, metadata, data)
+    }
+
+    /// `CLOSE_PRODUCER`.
+    pub(crate) async fn close(&self) -> Result<(), Error> {
+        let producer_id = self.producer_id;
+        self.connection
+            .request("CLOSE_PRODUCER", |request_id| {
+                command_frame(Type::CloseProducer, |c| {
+                    c.close_producer = Some(pb::CommandCloseProducer {
+                        producer_id,
+                        request_id,
+                    });
+                })
+            })
+            .await
+            .map(drop)
+    }
+}
+
+pub(crate) fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

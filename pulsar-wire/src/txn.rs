@@ -1,0 +1,344 @@
+//! Transactions: the coordinator client ([`TransactionCoordinator`]) and [`Transaction`].
+//!
+//! A transaction registers what it touches before touching it: `ADD_PARTITION_TO_TXN` before
+//! the first transactional send to a partition, `ADD_SUBSCRIPTION_TO_TXN` before the first
+//! transactional ack of a subscription. Its commit or abort waits for the sends and acks still
+//! in flight, then sends `END_TXN` and tells the consumers' transactional ack trackers.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use txn_ack::{TxnAckTracker, TxnId};
+
+use crate::pb::base_command::Type;
+use crate::pb::{self, TxnAction};
+use crate::{Client, Connection, Error, command_frame};
+
+/// The topic whose partition `N` is served by the broker that runs transaction coordinator `N`.
+pub const TRANSACTION_COORDINATOR_ASSIGN: &str =
+    "persistent://pulsar/system/transaction_coordinator_assign";
+
+/// The client of transaction coordinator 0: opens transactions.
+#[derive(Debug, Clone)]
+pub struct TransactionCoordinator {
+    connection: Connection,
+    tc_id: u64,
+}
+
+impl TransactionCoordinator {
+    /// Finds coordinator 0 (a lookup of partition 0 of [`TRANSACTION_COORDINATOR_ASSIGN`],
+    /// falling back to the service URL's broker) and connects to it; sends
+    /// `TC_CLIENT_CONNECT_REQUEST` when the broker speaks protocol v19 or later.
+    pub(crate) async fn connect(client: &Client) -> Result<Self, Error> {
+        let tc_id = 0;
+        let assign = crate::client::partition_topic(TRANSACTION_COORDINATOR_ASSIGN, 0);
+        let connection = match client.lookup(&assign).await {
+            Ok(connection) => connection,
+            Err(error) => {
+                tracing::debug!(%error, "no lookup for the coordinator; using the service URL");
+                client.service_connection().await?
+            }
+        };
+        if connection.protocol_version() > 18 {
+            connection
+                .request("TC_CLIENT_CONNECT_REQUEST", |request_id| {
+                    command_frame(Type::TcClientConnectRequest, |c| {
+                        c.tc_client_connect_request =
+                            Some(pb::CommandTcClientConnectRequest { request_id, tc_id });
+                    })
+                })
+                .await?;
+        }
+        Ok(Self { connection, tc_id })
+    }
+
+    /// Opens a transaction that the coordinator aborts if it is not ended within `timeout`.
+    ///
+    /// `NEW_TXN` carries the timeout in **milliseconds** in its `txn_ttl_seconds` field, as the
+    /// Java and Go clients send it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a zero timeout; [`Error::Server`] when the coordinator refuses;
+    /// connection errors.
+    pub async fn new_transaction(&self, timeout: Duration) -> Result<Transaction, Error> {
+        if timeout.is_zero() {
+            return Err(Error::Invalid {
+                what: "transaction timeout",
+                reason: "must be positive".into(),
+            });
+        }
+        let ttl_millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let tc_id = self.tc_id;
+        let answer = self
+            .connection
+            .request("NEW_TXN", |request_id| {
+                command_frame(Type::NewTxn, |c| {
+                    c.new_txn = Some(pb::CommandNewTxn {
+                        request_id,
+                        txn_ttl_seconds: Some(ttl_millis),
+                        tc_id: Some(tc_id),
+                    });
+                })
+            })
+            .await?;
+        let response = answer.new_txn_response.unwrap_or_default();
+        let id = TxnId {
+            most_bits: response.txnid_most_bits.unwrap_or(0),
+            least_bits: response.txnid_least_bits.unwrap_or(0),
+        };
+        Ok(Transaction {
+            inner: Arc::new(TxnInner {
+                id,
+                coordinator: self.connection.clone(),
+                partitions: tokio::sync::Mutex::new(HashSet::new()),
+                subscriptions: tokio::sync::Mutex::new(HashSet::new()),
+                trackers: Mutex::new(Vec::new()),
+                state: Mutex::new(TxnState::Open),
+                in_flight: AtomicUsize::new(0),
+                idle: Notify::new(),
+            }),
+        })
+    }
+
+    /// The connection to the coordinator.
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+}
+
+/// Where a transaction stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    /// Sends and acks may join it.
+    Open,
+    /// `END_TXN` is on its way.
+    Ending,
+    /// Committed.
+    Committed,
+    /// Aborted.
+    Aborted,
+}
+
+/// An open transaction. Cheap to clone; pass it to [`crate::Producer::send_in`] and
+/// [`crate::Consumer::ack_in`], then [`Transaction::commit`] or [`Transaction::abort`] it.
+#[derive(Clone)]
+pub struct Transaction {
+    inner: Arc<TxnInner>,
+}
+
+struct TxnInner {
+    id: TxnId,
+    coordinator: Connection,
+    partitions: tokio::sync::Mutex<HashSet<String>>,
+    subscriptions: tokio::sync::Mutex<HashSet<(String, String)>>,
+    /// The transactional ack trackers of the consumers that acknowledged in it.
+    trackers: Mutex<Vec<Weak<Mutex<TxnAckTracker>>>>,
+    state: Mutex<TxnState>,
+    in_flight: AtomicUsize,
+    idle: Notify,
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("id", &self.inner.id)
+            .field("state", &*self.inner.state.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Marks one send or ack in flight in a transaction; its end lets a waiting commit go on.
+pub(crate) struct TxnOp {
+    txn: Arc<TxnInner>,
+}
+
+impl Drop for TxnOp {
+    fn drop(&mut self) {
+        if self.txn.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.txn.idle.notify_waiters();
+        }
+    }
+}
+
+impl Transaction {
+    /// The transaction id.
+    pub fn id(&self) -> TxnId {
+        self.inner.id
+    }
+
+    /// Where it stands.
+    pub fn state(&self) -> TxnState {
+        *self.inner.state.lock()
+    }
+
+    /// Starts a send or ack in this transaction.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] unless the transaction is open.
+    pub(crate) fn start_op(&self) -> Result<TxnOp, Error> {
+        let state = self.inner.state.lock();
+        if *state != TxnState::Open {
+            return Err(Error::Invalid {
+                what: "transaction",
+                reason: format!("{} is {:?}, not open", self.inner.id, *state),
+            });
+        }
+        self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        Ok(TxnOp {
+            txn: Arc::clone(&self.inner),
+        })
+    }
+
+    /// Registers a partition (its full topic name) with the coordinator
+    /// (`ADD_PARTITION_TO_TXN`), once per transaction. Transactional sends do this themselves.
+    ///
+    /// # Errors
+    /// [`Error::Server`] when the coordinator refuses; connection errors.
+    pub async fn add_partition(&self, topic: &str) -> Result<(), Error> {
+        let mut partitions = self.inner.partitions.lock().await;
+        if partitions.contains(topic) {
+            return Ok(());
+        }
+        let id = self.inner.id;
+        self.inner
+            .coordinator
+            .request("ADD_PARTITION_TO_TXN", |request_id| {
+                command_frame(Type::AddPartitionToTxn, |c| {
+                    c.add_partition_to_txn = Some(pb::CommandAddPartitionToTxn {
+                        request_id,
+                        txnid_least_bits: Some(id.least_bits),
+                        txnid_most_bits: Some(id.most_bits),
+                        partitions: vec![topic.to_owned()],
+                    });
+                })
+            })
+            .await?;
+        partitions.insert(topic.to_owned());
+        Ok(())
+    }
+
+    /// Registers a subscription of a topic (its full name, a partition's for a partitioned
+    /// topic) with the coordinator (`ADD_SUBSCRIPTION_TO_TXN`), once per transaction.
+    /// Transactional acks do this themselves.
+    ///
+    /// # Errors
+    /// [`Error::Server`] when the coordinator refuses; connection errors.
+    pub async fn add_subscription(&self, topic: &str, subscription: &str) -> Result<(), Error> {
+        let key = (topic.to_owned(), subscription.to_owned());
+        let mut subscriptions = self.inner.subscriptions.lock().await;
+        if subscriptions.contains(&key) {
+            return Ok(());
+        }
+        let id = self.inner.id;
+        self.inner
+            .coordinator
+            .request("ADD_SUBSCRIPTION_TO_TXN", |request_id| {
+                command_frame(Type::AddSubscriptionToTxn, |c| {
+                    c.add_subscription_to_txn = Some(pb::CommandAddSubscriptionToTxn {
+                        request_id,
+                        txnid_least_bits: Some(id.least_bits),
+                        txnid_most_bits: Some(id.most_bits),
+                        subscription: vec![pb::Subscription {
+                            topic: key.0.clone(),
+                            subscription: key.1.clone(),
+                        }],
+                    });
+                })
+            })
+            .await?;
+        subscriptions.insert(key);
+        Ok(())
+    }
+
+    /// Remembers a consumer's transactional ack tracker, to tell it the outcome.
+    pub(crate) fn watch(&self, tracker: &Arc<Mutex<TxnAckTracker>>) {
+        let mut trackers = self.inner.trackers.lock();
+        if !trackers
+            .iter()
+            .any(|t| std::ptr::eq(t.as_ptr(), Arc::as_ptr(tracker)))
+        {
+            trackers.push(Arc::downgrade(tracker));
+        }
+    }
+
+    /// Commits: waits for the sends and acks in flight in it, then `END_TXN(COMMIT)`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
+    /// coordinator refuses (for example `TransactionNotFound` after a timeout, or
+    /// `InvalidTxnStatus`); connection errors. After an error the transaction is left as the
+    /// coordinator has it: abort it or let it time out.
+    pub async fn commit(&self) -> Result<(), Error> {
+        self.end(TxnAction::Commit).await
+    }
+
+    /// Aborts: waits for the sends and acks in flight in it, then `END_TXN(ABORT)`. Its
+    /// messages are discarded and its acknowledged messages delivered again.
+    ///
+    /// # Errors
+    /// As [`Transaction::commit`].
+    pub async fn abort(&self) -> Result<(), Error> {
+        self.end(TxnAction::Abort).await
+    }
+
+    async fn end(&self, action: TxnAction) -> Result<(), Error> {
+        {
+            let mut state = self.inner.state.lock();
+            if *state != TxnState::Open {
+                return Err(Error::Invalid {
+                    what: "transaction",
+                    reason: format!("{} is {:?}, not open", self.inner.id, *state),
+                });
+            }
+            *state = TxnState::Ending;
+        }
+        self.wait_idle().await;
+        let id = self.inner.id;
+        let result = self
+            .inner
+            .coordinator
+            .request("END_TXN", |request_id| {
+                command_frame(Type::EndTxn, |c| {
+                    c.end_txn = Some(pb::CommandEndTxn {
+                        request_id,
+                        txnid_least_bits: Some(id.least_bits),
+                        txnid_most_bits: Some(id.most_bits),
+                        txn_action: Some(action as i32),
+                    });
+                })
+            })
+            .await;
+        let mut state = self.inner.state.lock();
+        if let Err(error) = result {
+            *state = TxnState::Open;
+            return Err(error);
+        }
+        let trackers: Vec<_> = self.inner.trackers.lock().drain(..).collect();
+        for tracker in trackers.iter().filter_map(Weak::upgrade) {
+            let mut tracker = tracker.lock();
+            match action {
+                TxnAction::Commit => tracker.commit(id),
+                TxnAction::Abort => tracker.abort(id),
+            }
+        }
+        *state = match action {
+            TxnAction::Commit => TxnState::Committed,
+            TxnAction::Abort => TxnState::Aborted,
+        };
+        Ok(())
+    }
+
+    async fn wait_idle(&self) {
+        loop {
+            let idle = self.inner.idle.notified();
+            if self.inner.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
