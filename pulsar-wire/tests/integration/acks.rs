@@ -1,0 +1,253 @@
+//! Ordinary acks: every kind of entry drains, with grouped frames.
+
+use std::time::{Duration, Instant};
+
+use pulsar_wire::emulator::EmulatorConfig;
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::{
+    ConsumerOptions, Error, OutgoingMessage, PartialBatches, SubType, key_partition,
+};
+
+use crate::support::{Setup, assert_quiet, receive, send_all};
+
+#[tokio::test]
+async fn batched_and_unbatched_messages_drain() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("mixed", ConsumerOptions::default()).await;
+    let batched = setup.producer("mixed", 3).await;
+    let single = setup.producer("mixed", 0).await;
+    let ids = send_all(&batched, 30).await;
+    assert!(ids.iter().all(|id| id.batch_size == Some(3)));
+    assert_eq!(ids[4].batch_index, 1);
+    let plain = send_all(&single, 10).await;
+    assert!(
+        plain
+            .iter()
+            .all(|id| id.batch_size.is_none() && id.batch_index == -1)
+    );
+
+    let messages = receive(&consumer, 40).await;
+    let (in_batches, alone): (Vec<_>, Vec<_>) =
+        messages.iter().partition(|m| m.position().is_batched());
+    assert_eq!((in_batches.len(), alone.len()), (30, 10));
+    assert!(in_batches.iter().all(|m| m.position().batch_size() == 3));
+    for message in &messages {
+        consumer.ack(message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    setup.assert_drained("mixed").await;
+    setup.assert_never_blocked();
+    let stats = consumer.stats();
+    assert_eq!(stats.received, 40);
+    // 10 batches of 3 and 10 single entries acknowledged in a handful of frames.
+    assert!(stats.ack_frames <= 3, "{stats:?}");
+    consumer.close().await.expect("closed");
+}
+
+#[tokio::test]
+async fn single_message_batches_are_batches_and_drain() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("ones", ConsumerOptions::default()).await;
+    let producer = setup.producer("ones", 1).await;
+    let ids = send_all(&producer, 12).await;
+    assert!(
+        ids.iter()
+            .all(|id| id.batch_size == Some(1) && id.batch_index == 0)
+    );
+    let messages = receive(&consumer, 12).await;
+    for message in &messages {
+        assert!(
+            message.position().is_batched(),
+            "num_messages_in_batch is present"
+        );
+        assert_eq!(message.id().batch_size, Some(1));
+        consumer.ack(message).await.expect("ack queued");
+    }
+    consumer.close().await.expect("close flushes the acks");
+    setup.assert_drained("ones").await;
+    setup.assert_never_blocked();
+}
+
+#[tokio::test]
+async fn ordinary_acks_get_past_the_unacked_limit() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    setup.emulator.create_topic("limited", 0).expect("created");
+    setup
+        .emulator
+        .set_max_unacked_messages("limited", 20)
+        .expect("limit set");
+    let consumer = setup.shared("limited", ConsumerOptions::default()).await;
+    let producer = setup.producer("limited", 3).await;
+    send_all(&producer, 90).await;
+    // Dispatch blocks at 20 unacknowledged messages and resumes once the grouped acks bring
+    // the count to 10: acknowledging as messages arrive gets everything through.
+    for _ in 0..90 {
+        let message = receive(&consumer, 1).await.remove(0);
+        consumer.ack(&message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    setup.assert_drained("limited").await;
+    assert!(setup.stats().consumers().all(|c| c.times_blocked >= 1));
+}
+
+#[tokio::test]
+async fn batch_index_acks_count_and_skip_on_redelivery() {
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let consumer = setup.shared("indexes", ConsumerOptions::default()).await;
+    let producer = setup.producer("indexes", 4).await;
+    send_all(&producer, 4).await;
+    let messages = receive(&consumer, 4).await;
+    consumer.ack_and_wait(&messages[0]).await.expect("acked");
+    consumer.ack_and_wait(&messages[2]).await.expect("acked");
+    let unacked = || setup.stats().consumers().map(|c| c.unacked).sum::<i64>();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while unacked() != 2 {
+        assert!(Instant::now() < deadline, "unacked stays {}", unacked());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The entry comes back with indexes 0 and 2 cleared: only 1 and 3 are delivered.
+    consumer.redeliver_unacknowledged().expect("sent");
+    let again = receive(&consumer, 2).await;
+    let indexes: Vec<_> = again.iter().map(|m| m.position().batch_index()).collect();
+    assert_eq!(indexes, [1, 3]);
+    assert_eq!(consumer.stats().skipped, 2);
+    for message in &again {
+        consumer.ack(message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    setup.assert_drained("indexes").await;
+    assert_quiet(&consumer, Duration::from_millis(200)).await;
+}
+
+#[tokio::test]
+async fn partial_batches_can_wait_for_the_whole_entry() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let options = ConsumerOptions::default().partial_batches(PartialBatches::HoldUntilComplete);
+    let consumer = setup.shared("hold", options).await;
+    let producer = setup.producer("hold", 3).await;
+    send_all(&producer, 3).await;
+    let messages = receive(&consumer, 3).await;
+    consumer.ack_and_wait(&messages[0]).await.expect("held");
+    consumer.ack_and_wait(&messages[1]).await.expect("held");
+    assert_eq!(
+        consumer.stats().acked_ids,
+        0,
+        "nothing sent for a partial batch"
+    );
+    consumer.ack_and_wait(&messages[2]).await.expect("acked");
+    assert_eq!(consumer.stats().acked_ids, 1, "one whole-entry id");
+    setup.assert_drained("hold").await;
+}
+
+#[tokio::test]
+async fn cumulative_acks_on_an_exclusive_subscription() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup
+        .consumer(
+            "cumulative",
+            ConsumerOptions::default().sub_type(SubType::Exclusive),
+        )
+        .await;
+    let batched = setup.producer("cumulative", 3).await;
+    let single = setup.producer("cumulative", 0).await;
+    send_all(&batched, 30).await;
+    send_all(&single, 5).await;
+    let messages = receive(&consumer, 35).await;
+    // Half way, in the middle of a batch, then the last one.
+    consumer
+        .ack_cumulative(&messages[13])
+        .await
+        .expect("ack queued");
+    consumer.flush_acks().await;
+    consumer
+        .ack_cumulative(&messages[34])
+        .await
+        .expect("ack queued");
+    consumer.flush_acks().await;
+    setup.assert_drained("cumulative").await;
+    assert_eq!(consumer.stats().ack_frames, 2);
+
+    let shared = setup
+        .shared("cumulative-shared", ConsumerOptions::default())
+        .await;
+    let producer = setup.producer("cumulative-shared", 0).await;
+    send_all(&producer, 1).await;
+    let message = receive(&shared, 1).await.remove(0);
+    assert!(matches!(
+        shared.ack_cumulative(&message).await,
+        Err(Error::Invalid { .. })
+    ));
+}
+
+#[tokio::test]
+async fn partitioned_topics_route_by_key_and_drain() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    setup.emulator.create_topic("parted", 3).expect("created");
+    let consumer = setup.shared("parted", ConsumerOptions::default()).await;
+    let producer = setup.producer("parted", 4).await;
+    assert_eq!(producer.partitions(), 3);
+    let keyed = (0..12).map(|i| producer.send(OutgoingMessage::new("k").key(format!("key{i}"))));
+    let keyed = futures_util::future::join_all(keyed).await;
+    for (i, id) in keyed.iter().enumerate() {
+        let id = id.as_ref().expect("sent");
+        assert_eq!(id.partition as u32, key_partition(&format!("key{i}"), 3));
+    }
+    let spread = send_all(&producer, 12).await;
+    let mut per_partition = [0; 3];
+    for id in &spread {
+        per_partition[id.partition as usize] += 1;
+    }
+    assert_eq!(per_partition, [4, 4, 4], "round robin without a key");
+    for message in receive(&consumer, 24).await {
+        assert!(message.topic().contains("-partition-"));
+        consumer.ack(&message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    setup.assert_drained("parted").await;
+    setup.assert_never_blocked();
+}
+
+/// 10,000 messages in batches of 10, each acknowledged on its own as it arrives; the acks are
+/// grouped (100 ms / 1,000 ids) and the emulator counts the ACK frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_thousand_messages_with_grouped_acks() {
+    const MESSAGES: usize = 10_000;
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("load", ConsumerOptions::default()).await;
+    let producer = setup.producer("load", 10).await;
+    let started = Instant::now();
+    let send = tokio::spawn({
+        let producer = producer.clone();
+        async move { send_all(&producer, MESSAGES).await }
+    });
+    let mut acks_started = None;
+    for _ in 0..MESSAGES {
+        let message = crate::support::within(crate::support::PATIENCE, consumer.receive())
+            .await
+            .expect("delivered in time")
+            .expect("received");
+        acks_started.get_or_insert_with(Instant::now);
+        consumer.ack(&message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    let acked_in = acks_started.map(|t| t.elapsed()).unwrap_or_default();
+    send.await.expect("sender");
+    setup.assert_drained("load").await;
+    setup.assert_never_blocked();
+    let stats = setup.stats();
+    let ack_frames = stats.received(Type::Ack);
+    let ratio = ack_frames as f64 / MESSAGES as f64;
+    let rate = MESSAGES as f64 / acked_in.as_secs_f64();
+    println!(
+        "10,000 messages: {ack_frames} ACK frames ({ratio:.4} per message), {} FLOW frames, \
+         {} SEND frames; acks at {rate:.0}/s; whole run {:?}",
+        stats.received(Type::Flow),
+        stats.received(Type::Send),
+        started.elapsed()
+    );
+    assert!(
+        ratio <= 0.01,
+        "{ack_frames} ACK frames for {MESSAGES} messages"
+    );
+    assert_eq!(consumer.stats().ack_frames, ack_frames);
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the Pulsar adapter against the embedded broker emulator.
+
+mod acks;
+mod bad_input;
+mod faults;
+mod scripted;
+mod support;
+mod txn;

@@ -1,0 +1,243 @@
+//! Transactions: acks that keep the batch size drain; the legacy ack stalls.
+
+use std::time::Duration;
+
+use pulsar_wire::emulator::EmulatorConfig;
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::command_ack::AckType;
+use pulsar_wire::pb::{self, ServerError};
+use pulsar_wire::{
+    Consumer, ConsumerOptions, Error, Message, OutgoingMessage, Transaction, TxnState,
+    command_frame,
+};
+
+use crate::support::{Setup, assert_quiet, receive, send_all, within};
+
+const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn new_txn(setup: &Setup) -> Transaction {
+    setup
+        .client
+        .transaction_coordinator()
+        .await
+        .expect("coordinator")
+        .new_transaction(TXN_TIMEOUT)
+        .await
+        .expect("transaction")
+}
+
+/// What Go v0.21.0 sends for a completed batch in a transaction: one whole-entry ack
+/// without `batch_size`. Test-only; the library never sends this.
+async fn legacy_txn_ack(consumer: &Consumer, txn: &Transaction, message: &Message) {
+    txn.add_subscription(message.topic(), consumer.subscription())
+        .await
+        .expect("subscription added");
+    let (connection, consumer_id) = consumer.wire_of(message).expect("our message");
+    let id = txn.id();
+    connection
+        .request("ACK", |request_id| {
+            command_frame(Type::Ack, |c| {
+                c.ack = Some(pb::CommandAck {
+                    consumer_id,
+                    ack_type: AckType::Individual as i32,
+                    message_id: vec![pb::MessageIdData {
+                        ledger_id: message.position().ledger_id(),
+                        entry_id: message.position().entry_id(),
+                        ..pb::MessageIdData::default()
+                    }],
+                    txnid_least_bits: Some(id.least_bits),
+                    txnid_most_bits: Some(id.most_bits),
+                    request_id: Some(request_id),
+                    ..pb::CommandAck::default()
+                });
+            })
+        })
+        .await
+        .expect("the broker accepts the legacy ack");
+}
+
+async fn limited(setup: &Setup, topic: &str) -> Consumer {
+    setup.emulator.create_topic(topic, 0).expect("created");
+    setup
+        .emulator
+        .set_max_unacked_messages(topic, 20)
+        .expect("limit set");
+    setup.shared(topic, ConsumerOptions::default()).await
+}
+
+/// Produces a batch of 3, receives it, acknowledges it in its own transaction (with
+/// `ack` for each batch) and commits; returns the number of batches that arrived before
+/// dispatch stopped, or `batches` when all did.
+async fn batch_by_batch<A, F>(setup: &Setup, topic: &str, batches: usize, ack: A) -> usize
+where
+    A: Fn(Consumer, Transaction, Vec<Message>) -> F,
+    F: std::future::Future<Output = Consumer>,
+{
+    let mut consumer = limited(setup, topic).await;
+    let producer = setup.producer(topic, 3).await;
+    for batch in 0..batches {
+        send_all(&producer, 3).await;
+        let Some(first) = within(Duration::from_millis(500), consumer.receive()).await else {
+            return batch;
+        };
+        let mut messages = vec![first.expect("received")];
+        messages.extend(receive(&consumer, 2).await);
+        let txn = new_txn(setup).await;
+        consumer = ack(consumer, txn.clone(), messages).await;
+        txn.commit().await.expect("committed");
+        assert_eq!(txn.state(), TxnState::Committed);
+    }
+    batches
+}
+
+#[tokio::test]
+async fn each_batch_acked_in_its_own_transaction_drains_under_the_limit() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let arrived = batch_by_batch(
+        &setup,
+        "stall-fixed",
+        30,
+        |consumer, txn, batch| async move {
+            for message in &batch {
+                consumer.ack_in(&txn, message).await.expect("acked");
+            }
+            consumer
+        },
+    )
+    .await;
+    assert_eq!(arrived, 30);
+    setup.assert_drained("stall-fixed").await;
+    setup.assert_never_blocked();
+    assert_eq!(setup.stats().transactions.committed, 30);
+}
+
+/// The check that is meant to fail: whole-entry transactional acks without `batch_size`
+/// (Go v0.21.0) leak 2 per batch of 3 until dispatch stops at batch 11.
+#[tokio::test]
+async fn legacy_whole_entry_txn_acks_stall_the_consumer() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let arrived = batch_by_batch(
+        &setup,
+        "stall-legacy",
+        30,
+        |consumer, txn, batch| async move {
+            legacy_txn_ack(&consumer, &txn, &batch[2]).await;
+            consumer
+        },
+    )
+    .await;
+    let stats = setup.stats();
+    let stalled = stats.consumers().next().expect("a consumer");
+    assert_eq!(arrived, 10, "batch 11 is never delivered: {stalled:#?}");
+    assert!(stalled.blocked, "{stalled:#?}");
+    assert_eq!(stalled.unacked, 20, "{stalled:#?}");
+}
+
+#[tokio::test]
+async fn abort_then_redelivery_then_commit() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("abort", ConsumerOptions::default()).await;
+    let producer = setup.producer("abort", 3).await;
+    send_all(&producer, 3).await;
+    let first = receive(&consumer, 3).await;
+    let txn = new_txn(&setup).await;
+    for message in &first {
+        consumer.ack_in(&txn, message).await.expect("acked");
+    }
+    txn.abort().await.expect("aborted");
+    let again = receive(&consumer, 3).await;
+    assert_eq!(
+        again.iter().map(Message::id).collect::<Vec<_>>(),
+        first.iter().map(Message::id).collect::<Vec<_>>()
+    );
+    assert!(again.iter().all(|m| m.redelivery_count() >= 1));
+    let txn = new_txn(&setup).await;
+    for message in &again {
+        consumer.ack_in(&txn, message).await.expect("acked again");
+    }
+    txn.commit().await.expect("committed");
+    setup.assert_drained("abort").await;
+    assert_quiet(&consumer, Duration::from_millis(200)).await;
+}
+
+#[tokio::test]
+async fn separate_transactions_ack_messages_of_one_batch() {
+    // Per-index acks from separate transactions reach the cursor only with the broker's
+    // batch-index acknowledgement (as on a real broker).
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let consumer = setup.shared("split", ConsumerOptions::default()).await;
+    let producer = setup.producer("split", 3).await;
+    send_all(&producer, 3).await;
+    let messages = receive(&consumer, 3).await;
+    let mut txns = Vec::new();
+    for message in &messages {
+        let txn = new_txn(&setup).await;
+        consumer.ack_in(&txn, message).await.expect("acked");
+        txns.push(txn);
+    }
+    // Acknowledging a message again, in any transaction, is refused before it reaches the
+    // broker (which would answer TransactionConflict).
+    assert!(matches!(
+        consumer.ack_in(&txns[0], &messages[1]).await,
+        Err(Error::Ack(_))
+    ));
+    for txn in txns.iter().rev() {
+        txn.commit().await.expect("committed");
+    }
+    setup.assert_drained("split").await;
+}
+
+#[tokio::test]
+async fn broker_conflicts_surface_as_server_errors() {
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let consumer = setup.shared("conflict", ConsumerOptions::default()).await;
+    let producer = setup.producer("conflict", 3).await;
+    send_all(&producer, 3).await;
+    let messages = receive(&consumer, 3).await;
+    // An ordinary batch-index ack first; the transaction does not know about it.
+    consumer.ack_and_wait(&messages[0]).await.expect("acked");
+    let txn = new_txn(&setup).await;
+    let error = consumer
+        .ack_in(&txn, &messages[0])
+        .await
+        .expect_err("a conflict");
+    assert_eq!(error.server_error(), Some(ServerError::TransactionConflict));
+    assert!(error.to_string().contains("TransactionConflict"), "{error}");
+    txn.abort().await.expect("aborted");
+    assert!(matches!(
+        consumer.ack_in(&txn, &messages[1]).await,
+        Err(Error::Invalid { .. })
+    ));
+}
+
+#[tokio::test]
+async fn transactional_sends_appear_on_commit_only() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("txn-send", ConsumerOptions::default()).await;
+    let producer = setup.producer("txn-send", 3).await;
+    let aborted = new_txn(&setup).await;
+    let sends = (0..3).map(|i| producer.send_in(&aborted, OutgoingMessage::new(format!("x{i}"))));
+    for id in futures_util::future::join_all(sends).await {
+        assert_eq!(id.expect("sent").batch_size, Some(3));
+    }
+    aborted.abort().await.expect("aborted");
+
+    let committed = new_txn(&setup).await;
+    let sends = (0..3).map(|i| producer.send_in(&committed, OutgoingMessage::new(format!("y{i}"))));
+    for id in futures_util::future::join_all(sends).await {
+        id.expect("sent");
+    }
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    committed.commit().await.expect("committed");
+    let messages = receive(&consumer, 3).await;
+    for message in &messages {
+        assert!(message.payload().starts_with(b"y"));
+        consumer.ack(message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    assert_quiet(&consumer, Duration::from_millis(200)).await;
+    setup.assert_drained("txn-send").await;
+    let stats = setup.stats();
+    assert_eq!(stats.received(Type::AddPartitionToTxn), 2);
+    assert_eq!(stats.transactions.aborted, 1);
+}
