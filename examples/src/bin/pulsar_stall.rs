@@ -1,0 +1,315 @@
+//! The Shared-consumer stall of pulsar-client-go#1534, shown and fixed.
+//!
+//! A broker limits each consumer to 20 unacknowledged messages. A producer sends batches of 3;
+//! each batch is received and acknowledged in its own transaction, then committed.
+//!
+//! - Default: `pulsar-wire` acknowledges each message with an independent ack set and
+//!   `batch_size = 3`, so the broker takes 3 off the unacked count per batch; everything
+//!   drains and the count returns to 0.
+//! - `--legacy`: one whole-entry transactional ack per batch **without `batch_size`**, as the
+//!   Go client v0.21.0 sends it (built here from raw frames; the library never sends it). A
+//!   4.0.x broker takes 1 off per batch, the count climbs by 2 per batch, and dispatch stops
+//!   for good at batch 11 (blocked at 20, resuming only at 10).
+//!
+//! ```text
+//! cargo run -p examples --bin pulsar_stall               # embedded emulator, fixed
+//! cargo run -p examples --bin pulsar_stall -- --legacy   # embedded emulator, the stall
+//! cargo run -p examples --bin pulsar_stall -- --service-url pulsar://127.0.0.1:6650 \
+//!     [--admin-url http://127.0.0.1:8080] [--legacy]
+//! ```
+//!
+//! Against a real broker (4.0.x with `transactionCoordinatorEnabled=true`,
+//! `acknowledgmentAtBatchIndexLevelEnabled=true` and `maxUnackedMessagesPerConsumer=20`, as
+//! `scripts/brokers/pulsar` configures it), the unacked counts come from the admin API when
+//! `--admin-url` is given.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use pulsar_wire::emulator::{Emulator, EmulatorConfig};
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::{self, command_ack::AckType};
+use pulsar_wire::{
+    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
+    Message, OutgoingMessage, ProducerOptions, SubType, Transaction, command_frame,
+};
+
+const LIMIT: u32 = 20;
+const PER_BATCH: usize = 3;
+const SUBSCRIPTION: &str = "stall";
+
+struct Args {
+    legacy: bool,
+    service_url: Option<String>,
+    admin_url: Option<String>,
+    batches: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        legacy: false,
+        service_url: None,
+        admin_url: None,
+        batches: 30,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--legacy" => args.legacy = true,
+            "--service-url" => args.service_url = it.next(),
+            "--admin-url" => args.admin_url = it.next(),
+            "--batches" => {
+                args.batches = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--batches takes a number")?;
+            }
+            "-h" | "--help" => {
+                return Err(
+                    "usage: pulsar_stall [--legacy] [--service-url pulsar://HOST:6650] \
+                     [--admin-url http://HOST:8080] [--batches N]"
+                        .into(),
+                );
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+    }
+    Ok(args)
+}
+
+/// Where the unacked counts come from.
+enum Broker {
+    Embedded(Emulator),
+    Real { admin_url: Option<String> },
+}
+
+/// The consumer's unacked count and blocked flag, if the broker tells.
+async fn unacked(broker: &Broker, topic: &str) -> Option<(i64, bool)> {
+    match broker {
+        Broker::Embedded(emulator) => {
+            let stats = emulator.stats();
+            let consumer = stats.subscription(topic, SUBSCRIPTION)?.consumers.first()?;
+            Some((consumer.unacked, consumer.blocked))
+        }
+        Broker::Real { admin_url } => admin_stats(admin_url.as_deref()?, topic).await,
+    }
+}
+
+/// Reads `unackedMessages` and `blockedConsumerOnUnackedMsgs` of the first consumer from the
+/// admin API's topic stats (plain HTTP/1.0, so never chunked; no JSON library needed for two
+/// fields).
+async fn admin_stats(admin_url: &str, topic: &str) -> Option<(i64, bool)> {
+    let host = admin_url
+        .strip_prefix("http://")?
+        .trim_end_matches('/')
+        .to_owned();
+    let path = topic.replacen("persistent://", "/admin/v2/persistent/", 1);
+    let body = tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(&host).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let request =
+            format!("GET {path}/stats HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).ok()?;
+        Some(body)
+    })
+    .await
+    .ok()??;
+    let consumers = &body[body.find("\"consumers\"")?..];
+    let field = |name: &str| -> Option<String> {
+        let at = consumers.find(&format!("\"{name}\""))? + name.len() + 2;
+        let rest = consumers[at..].trim_start_matches([':', ' ']);
+        let end = rest.find([',', '}'])?;
+        Some(rest[..end].trim().to_owned())
+    };
+    Some((
+        field("unackedMessages")?.parse().ok()?,
+        field("blockedConsumerOnUnackedMsgs")? == "true",
+    ))
+}
+
+fn show(counts: Option<(i64, bool)>) -> String {
+    match counts {
+        Some((unacked, blocked)) => format!("unacked {unacked:>2}, blocked {blocked}"),
+        None => "unacked unknown (pass --admin-url)".into(),
+    }
+}
+
+/// What Go v0.21.0 sends for a completed batch in a transaction: one whole-entry ack with the
+/// transaction's bits and a request id, but **no `batch_size`**.
+async fn legacy_ack(consumer: &Consumer, txn: &Transaction, last: &Message) -> Result<(), Error> {
+    txn.add_subscription(last.topic(), consumer.subscription())
+        .await?;
+    let (connection, consumer_id) = consumer.wire_of(last)?;
+    let id = txn.id();
+    connection
+        .request("ACK", |request_id| {
+            command_frame(Type::Ack, |c| {
+                c.ack = Some(pb::CommandAck {
+                    consumer_id,
+                    ack_type: AckType::Individual as i32,
+                    message_id: vec![pb::MessageIdData {
+                        ledger_id: last.position().ledger_id(),
+                        entry_id: last.position().entry_id(),
+                        ..pb::MessageIdData::default()
+                    }],
+                    txnid_least_bits: Some(id.least_bits),
+                    txnid_most_bits: Some(id.most_bits),
+                    request_id: Some(request_id),
+                    ..pb::CommandAck::default()
+                });
+            })
+        })
+        .await
+        .map(drop)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<ExitCode, Error> {
+    let mode = if args.legacy { "legacy" } else { "fixed" };
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!("persistent://public/default/stall-{mode}-{millis}");
+    let (broker, url) = match args.service_url {
+        Some(url) => (
+            Broker::Real {
+                admin_url: args.admin_url,
+            },
+            url,
+        ),
+        None => {
+            let emulator = Emulator::start(EmulatorConfig::default()).await?;
+            emulator.create_topic(&topic, 0)?;
+            emulator.set_max_unacked_messages(&topic, LIMIT)?;
+            let url = emulator.endpoint().to_owned();
+            (Broker::Embedded(emulator), url)
+        }
+    };
+    println!(
+        "{mode} mode against {url}: limit {LIMIT} unacked messages per consumer, batches of \
+         {PER_BATCH}, each acknowledged in its own transaction and committed"
+    );
+    let client = Client::connect(ConnectOptions::new(&url)?).await?;
+    let consumer = client
+        .subscribe(
+            &topic,
+            SUBSCRIPTION,
+            ConsumerOptions::default()
+                .sub_type(SubType::Shared)
+                .initial_position(InitialPosition::Earliest),
+        )
+        .await?;
+    let producer = client
+        .create_producer(
+            &topic,
+            ProducerOptions::default().transactional(true).batching(
+                BatchingOptions::default()
+                    .max_messages(PER_BATCH)
+                    .max_delay(Duration::from_millis(200)),
+            ),
+        )
+        .await?;
+    let coordinator = client.transaction_coordinator().await?;
+
+    for batch in 1..=args.batches {
+        let (a, b, c) = tokio::join!(
+            producer.send(OutgoingMessage::new(format!("{batch}.0"))),
+            producer.send(OutgoingMessage::new(format!("{batch}.1"))),
+            producer.send(OutgoingMessage::new(format!("{batch}.2"))),
+        );
+        let (_, _, _) = (a?, b?, c?);
+        let mut messages = Vec::with_capacity(PER_BATCH);
+        while messages.len() < PER_BATCH {
+            match tokio::time::timeout(Duration::from_secs(2), consumer.receive()).await {
+                Ok(message) => messages.push(message?),
+                Err(_) => {
+                    let counts = unacked(&broker, &topic).await;
+                    println!(
+                        "batch {batch:>2}: not delivered within 2 s: {}",
+                        show(counts)
+                    );
+                    println!(
+                        "dispatch stopped at batch {batch}: each legacy ack took 1 off the \
+                         count instead of {PER_BATCH}, so it climbed to the limit of {LIMIT}; \
+                         the broker resumes only at {}, which never comes.",
+                        LIMIT / 2
+                    );
+                    return Ok(if args.legacy {
+                        println!("the stall is reproduced (run without --legacy for the fix)");
+                        ExitCode::SUCCESS
+                    } else {
+                        println!("unexpected: the fixed client stalled");
+                        ExitCode::FAILURE
+                    });
+                }
+            }
+        }
+        let received = unacked(&broker, &topic).await;
+        let txn = coordinator.new_transaction(Duration::from_secs(60)).await?;
+        if args.legacy {
+            legacy_ack(&consumer, &txn, &messages[PER_BATCH - 1]).await?;
+        } else {
+            for message in &messages {
+                consumer.ack_in(&txn, message).await?;
+            }
+        }
+        txn.commit().await?;
+        println!(
+            "batch {batch:>2}: received {PER_BATCH} ({}), acked in txn {} and committed ({})",
+            show(received),
+            txn.id(),
+            show(unacked(&broker, &topic).await)
+        );
+    }
+
+    let counts = unacked(&broker, &topic).await;
+    let backlog = match &broker {
+        Broker::Embedded(emulator) => Some(emulator.stats().backlog(&topic)),
+        Broker::Real { .. } => None,
+    };
+    consumer.close().await?;
+    producer.close().await?;
+    println!(
+        "all {} batches delivered: {}{}",
+        args.batches,
+        show(counts),
+        backlog.map_or(String::new(), |b| format!(", backlog {b}"))
+    );
+    if args.legacy {
+        println!(
+            "the legacy mode did not stall within {} batches (a broker that counts \
+             whole-entry transactional acks itself, newer than 4.0.x, does not stall)",
+            args.batches
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let drained = counts.is_none_or(|(unacked, blocked)| unacked == 0 && !blocked)
+        && backlog.is_none_or(|b| b == 0);
+    Ok(if drained {
+        println!("drained: every message acknowledged, unacked back to 0");
+        ExitCode::SUCCESS
+    } else {
+        println!("not drained");
+        ExitCode::FAILURE
+    })
+}
