@@ -251,3 +251,41 @@ async fn ten_thousand_messages_with_grouped_acks() {
     );
     assert_eq!(consumer.stats().ack_frames, ack_frames);
 }
+
+#[tokio::test]
+async fn receipts_nacks_and_every_subscription_type() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup
+        .shared("receipts", ConsumerOptions::default().ack_receipts(true))
+        .await;
+    let producer = setup.producer("receipts", 2).await;
+    send_all(&producer, 4).await;
+    let messages = receive(&consumer, 4).await;
+    // A negative ack brings the entry back; the redelivered copy is acknowledged.
+    consumer.nack(&messages[0]).expect("nack sent");
+    let again = receive(&consumer, 2).await;
+    assert!(again.iter().all(|m| m.redelivery_count() >= 1));
+    assert_eq!(again[0].id(), messages[0].id());
+    for message in again.iter().chain(&messages[2..]) {
+        consumer.ack_and_wait(message).await.expect("confirmed");
+    }
+    assert!(setup.stats().sent(Type::AckResponse) >= 1);
+    assert_eq!(consumer.stats().nacks, 1);
+    setup.assert_drained("receipts").await;
+
+    for (topic, sub_type) in [
+        ("failover", SubType::Failover),
+        ("key-shared", SubType::KeyShared),
+    ] {
+        let consumer = setup
+            .consumer(topic, ConsumerOptions::default().sub_type(sub_type))
+            .await;
+        let producer = setup.producer(topic, 0).await;
+        send_all(&producer, 3).await;
+        for message in receive(&consumer, 3).await {
+            consumer.ack(&message).await.expect("ack queued");
+        }
+        consumer.close().await.expect("closed");
+        setup.assert_drained(topic).await;
+    }
+}
