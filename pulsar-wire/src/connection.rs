@@ -88,10 +88,12 @@ pub(crate) fn parse_service_url(url: &str) -> Result<String, Error> {
     let valid = bare
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
-    if !valid || url.contains("pulsar+ssl://") {
+    if !valid || bare.contains("://") {
         return Err(Error::Invalid {
             what: "service URL",
-            reason: format!("{url:?} is not pulsar://host:port (TLS is not supported)"),
+            reason: format!(
+                "{url:?} is not pulsar://host:port (other schemes, TLS included, are not supported)"
+            ),
         });
     }
     Ok(bare.to_owned())
@@ -696,4 +698,31 @@ fn fail_all(shared: &Shared, reason: String) {
 /// Builds a command frame of `type`, letting `fill` set its member.
 pub fn command_frame(r#type: Type, fill: impl FnOnce(&mut BaseCommand)) -> Frame {
     Frame::command(command(r#type, fill))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_urls() {
+        assert_eq!(
+            parse_service_url("pulsar://127.0.0.1:6650").unwrap(),
+            "127.0.0.1:6650"
+        );
+        assert_eq!(
+            parse_service_url("localhost:6650/").unwrap(),
+            "localhost:6650"
+        );
+        for bad in [
+            "http://x:1",
+            "pulsar+ssl://x:6651",
+            "pulsar://x",
+            "x:0",
+            ":6650",
+            "",
+        ] {
+            assert!(parse_service_url(bad).is_err(), "{bad}");
+        }
+    }
 }
