@@ -85,6 +85,8 @@
 mod batch;
 mod client;
 mod codec;
+#[cfg(test)]
+mod codec_fuzz_tests;
 mod connection;
 mod consumer;
 mod error;
