@@ -86,7 +86,16 @@ for frame, title in frames.items():
         missed += not met
         print(
             f"{op:<8} {size / wire_ns * 1e3:>17.1f} {1e9 / wire_ns:>12,.0f}"
-            f" {size / pulsar_ns * 1e3:>12.1f} {1e9 / pulsar_ns:>12,.0f} {ratio:>6.2f}x  {'yes' if met else 'NO'}"
+            f" {size / pulsar_ns * 1e3:>12.1f} {1e9 / pulsar_ns:>12,.0f} {ratio:>6.3f}x  {'yes' if met else 'NO'}"
+        )
+    for bench, op in [("suggested_backpatch_encode", "encode"), ("suggested_slice_decode", "decode")]:
+        if not (group / bench / "new").exists():
+            continue
+        ns, _ = result(group, bench)
+        pulsar_ns, _ = ns_size["pulsar", op]
+        print(
+            f"{op + '*':<8} {size / ns * 1e3:>17.1f} {1e9 / ns:>12,.0f}"
+            f" {'':>12} {'':>12} {pulsar_ns / ns:>6.3f}x  (* a suggested change, not pulsar-wire's code)"
         )
 print()
 print("ratio = pulsar-wire throughput / pulsar throughput; target: >= 1.00x (at least as fast)")

@@ -9,49 +9,26 @@
 //! ```
 //!
 //! Operations: `{pulsar_wire,pulsar}_{encode,decode}` as in the criterion bench, and
-//! `backpatch_encode`, a variant of `encode_frame` (below) that lets prost compute the command's
-//! length, as it does anyway, and back-patches the size fields: one `encoded_len` walk fewer.
+//! `backpatch_encode`, the library's `encode_frame_backpatched` (a variant of `encode_frame` that
+//! lets prost compute the command's length, as it does anyway, and back-patches the size
+//! fields: one `encoded_len` walk fewer), and `slice_decode`, the library's `decode_sliced`
+//! (prost decodes from `&[u8]` slices of the frame instead of `Bytes` handles).
 //! It also runs one operation in a loop, for `perf record`:
 //! `opcount FRAME ROUNDS N OP` with a single OP.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, BytesMut};
-use prost::Message;
+use bytes::BytesMut;
 use pulsar::message::Codec;
-use pulsar_codec_compare::{SameFrame, same_frames};
-use pulsar_wire::{Frame, MAGIC_CRC32C, PulsarCodec};
+use pulsar_codec_compare::{SameFrame, decode_sliced, encode_frame_backpatched, same_frames};
+use pulsar_wire::PulsarCodec;
 use tokio_util::codec::{Decoder, Encoder};
 
 // Only some of the frame helpers are used here.
 #[allow(dead_code)]
 #[path = "../../../pulsar-wire/benches/frames/mod.rs"]
 mod frames;
-
-/// `encode_frame` with the size fields written after prost encodes.
-fn encode_frame_backpatched(frame: &Frame, dst: &mut BytesMut) {
-    let start = dst.len();
-    dst.put_u64(0);
-    frame.command.encode(dst).unwrap();
-    let command_size = dst.len() - start - 8;
-    if let Some(payload) = &frame.payload {
-        dst.put_u16(MAGIC_CRC32C);
-        let checksum_at = dst.len();
-        dst.put_u32(0);
-        let covered_from = dst.len();
-        dst.put_u32(0);
-        payload.metadata.encode(dst).unwrap();
-        let metadata_size = (dst.len() - covered_from - 4) as u32;
-        dst[covered_from..covered_from + 4].copy_from_slice(&metadata_size.to_be_bytes());
-        dst.put_slice(&payload.data);
-        let crc = crc32c::crc32c(&dst[covered_from..]);
-        dst[checksum_at..checksum_at + 4].copy_from_slice(&crc.to_be_bytes());
-    }
-    let total = (dst.len() - start - 4) as u32;
-    dst[start..start + 4].copy_from_slice(&total.to_be_bytes());
-    dst[start + 4..start + 8].copy_from_slice(&(command_size as u32).to_be_bytes());
-}
 
 /// Times `n` runs of `op` on `frame`; setup and drop are not timed.
 fn run(op: &str, frame: &SameFrame, n: usize) -> Duration {
@@ -117,6 +94,17 @@ fn run(op: &str, frame: &SameFrame, n: usize) -> Duration {
             black_box(outputs);
             elapsed
         }
+        "slice_decode" => {
+            let inputs: Vec<_> = (0..n).map(|_| BytesMut::from(&frame.bytes[..])).collect();
+            let start = Instant::now();
+            let outputs: Vec<_> = inputs
+                .into_iter()
+                .map(|mut src| decode_sliced(&mut src).unwrap().unwrap())
+                .collect();
+            let elapsed = start.elapsed();
+            black_box(outputs);
+            elapsed
+        }
         "pulsar_decode" => {
             let inputs: Vec<_> = (0..n).map(|_| BytesMut::from(&frame.bytes[..])).collect();
             let start = Instant::now();
@@ -133,8 +121,12 @@ fn run(op: &str, frame: &SameFrame, n: usize) -> Duration {
 }
 
 fn median(values: &mut [f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+fn quantile(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
 fn main() {
@@ -178,16 +170,22 @@ fn main() {
         frame.bytes.len()
     );
     println!(
-        "{:<20} {:>12} {:>10} {:>12} {:>16}",
-        "op", "median ns", "MB/s", "frames/s", "time / first op"
+        "{:<20} {:>12} {:>10} {:>12} {:>16} {:>18}",
+        "op", "median ns", "MB/s", "frames/s", "time / first op", "(quartiles)"
     );
     for (i, op) in ops.iter().enumerate() {
         let t = median(&mut ns[i]);
+        let (q1, q3) = (
+            quantile(&mut ratios[i], 0.25),
+            quantile(&mut ratios[i], 0.75),
+        );
         println!(
-            "{op:<20} {t:>12.0} {:>10.1} {:>12.0} {:>15.3}x",
+            "{op:<20} {t:>12.0} {:>10.1} {:>12.0} {:>15.3}x {:>8.3}x..{:.3}x",
             bytes / t * 1e3,
             1e9 / t,
-            median(&mut ratios[i])
+            median(&mut ratios[i]),
+            q1,
+            q3
         );
     }
 }
