@@ -28,10 +28,13 @@ pub fn decode_batch(
     mut data: Bytes,
 ) -> Result<Vec<BatchedMessage>, Error> {
     let bad = |reason: String| Error::MalformedBatch { reason };
-    if metadata.compression() != CompressionType::None {
+    // The raw value: prost's getter would read an unknown code as NONE.
+    let compression = metadata.compression.unwrap_or(CompressionType::None as i32);
+    if compression != CompressionType::None as i32 {
+        let name = CompressionType::try_from(compression)
+            .map_or_else(|_| format!("code {compression}"), |c| format!("{c:?}"));
         return Err(bad(format!(
-            "compression {:?} is not supported by this client; produce without compression",
-            metadata.compression()
+            "compression {name} is not supported by this client; produce without compression"
         )));
     }
     let count = metadata.num_messages_in_batch.unwrap_or(1);
@@ -139,5 +142,11 @@ mod tests {
             ..metadata(1)
         };
         assert!(decode_batch(&compressed, Bytes::from(vec![0; 8])).is_err());
+        let unknown = MessageMetadata {
+            compression: Some(99),
+            ..metadata(1)
+        };
+        let error = decode_batch(&unknown, Bytes::from(vec![0; 8])).unwrap_err();
+        assert!(error.to_string().contains("code 99"), "{error}");
     }
 }

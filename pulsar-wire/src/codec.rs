@@ -182,34 +182,37 @@ impl Decoder for PulsarCodec {
 }
 
 /// Appends one encoded frame to `dst`.
+///
+/// The sizes are written as placeholders and filled in once the command and metadata are
+/// encoded, so that prost walks each message once.
 pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
-    let command_size = frame.command.encoded_len();
-    match &frame.payload {
-        None => {
-            dst.reserve(8 + command_size);
-            dst.put_u32((4 + command_size) as u32);
-            dst.put_u32(command_size as u32);
-            // Encoding into a BytesMut with reserved room cannot fail.
-            let _ = frame.command.encode(dst);
-        }
-        Some(payload) => {
-            let metadata_size = payload.metadata.encoded_len();
-            let total = 4 + command_size + 2 + 4 + 4 + metadata_size + payload.data.len();
-            dst.reserve(4 + total);
-            dst.put_u32(total as u32);
-            dst.put_u32(command_size as u32);
-            let _ = frame.command.encode(dst);
-            dst.put_u16(MAGIC_CRC32C);
-            let checksum_at = dst.len();
-            dst.put_u32(0);
-            let covered_from = dst.len();
-            dst.put_u32(metadata_size as u32);
-            let _ = payload.metadata.encode(dst);
-            dst.put_slice(&payload.data);
-            let crc = crc32c::crc32c(&dst[covered_from..]);
-            dst[checksum_at..checksum_at + 4].copy_from_slice(&crc.to_be_bytes());
-        }
+    let start = dst.len();
+    dst.put_u32(0); // total size
+    dst.put_u32(0); // command size
+    // Encoding into a growable BytesMut cannot fail.
+    let _ = frame.command.encode(dst);
+    let command_size = dst.len() - start - 8;
+    put_u32_at(dst, start + 4, command_size);
+    if let Some(payload) = &frame.payload {
+        dst.put_u16(MAGIC_CRC32C);
+        let checksum_at = dst.len();
+        dst.put_u32(0);
+        let covered_from = dst.len();
+        dst.put_u32(0); // metadata size
+        let _ = payload.metadata.encode(dst);
+        let metadata_size = dst.len() - covered_from - 4;
+        put_u32_at(dst, covered_from, metadata_size);
+        dst.put_slice(&payload.data);
+        let crc = crc32c::crc32c(&dst[covered_from..]);
+        dst[checksum_at..checksum_at + 4].copy_from_slice(&crc.to_be_bytes());
     }
+    let total = dst.len() - start - 4;
+    put_u32_at(dst, start, total);
+}
+
+/// Overwrites four bytes at `at` with `value` (big-endian).
+fn put_u32_at(dst: &mut BytesMut, at: usize, value: usize) {
+    dst[at..at + 4].copy_from_slice(&(value as u32).to_be_bytes());
 }
 
 impl Encoder<Frame> for PulsarCodec {
