@@ -118,6 +118,9 @@ impl AckSettings {
             .max_delay(self.max_delay)
             .deadline_margin(self.deadline_margin)
             .max_pending(self.max_items.max(65_536))
+            // Immediate acks (one entry per request) are not limited per topic, as in the
+            // official clients; batches keep a few in flight per (endpoint, topic).
+            .max_in_flight_per_key(if self.batching { 4 } else { 1024 })
             // Acks retry until the receipt handle's deadline passes (the item's deadline).
             .retry(
                 RetryPolicy::default()
