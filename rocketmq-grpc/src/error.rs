@@ -58,6 +58,33 @@ pub enum Error {
     /// The client was shut down.
     #[error("the client is shut down")]
     ShutDown,
+    /// The emulator could not bind its listener (feature `emulator`). Retryable with another
+    /// port.
+    #[cfg(feature = "emulator")]
+    #[error("cannot bind the emulator to {addr}: {source}")]
+    EmulatorBind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The emulator's server stopped with a transport error (feature `emulator`).
+    #[cfg(feature = "emulator")]
+    #[error("the emulator's server failed: {0}")]
+    EmulatorServe(#[source] Arc<tonic::transport::Error>),
+    /// The emulator's server task panicked or was cancelled (feature `emulator`).
+    #[cfg(feature = "emulator")]
+    #[error("the emulator's server task ended abnormally: {0}")]
+    EmulatorTask(String),
+    /// An emulator topic or group already exists with other settings (feature `emulator`).
+    #[cfg(feature = "emulator")]
+    #[error("{0} already exists in the emulator with other settings")]
+    AlreadyExists(String),
+    /// The emulator has no such topic (feature `emulator`).
+    #[cfg(feature = "emulator")]
+    #[error("topic {0:?} does not exist in the emulator")]
+    UnknownTopic(String),
 }
 
 /// The name of a RocketMQ status code, or "UNKNOWN" for a value this crate does not know.
@@ -81,6 +108,13 @@ impl Error {
             Self::Rpc { .. } | Self::Unreachable { .. } => true,
             Self::Server { code, .. } => *code != Code::InvalidReceiptHandle as i32,
             Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
+            #[cfg(feature = "emulator")]
+            Self::EmulatorBind { .. } => true,
+            #[cfg(feature = "emulator")]
+            Self::EmulatorServe(_)
+            | Self::EmulatorTask(_)
+            | Self::AlreadyExists(_)
+            | Self::UnknownTopic(_) => false,
         }
     }
 

@@ -9,7 +9,7 @@
 //! ledger and seeded fault injection make client behaviour measurable.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), rocketmq_grpc::emulator::EmulatorError> {
+//! # async fn demo() -> Result<(), rocketmq_grpc::Error> {
 //! use rocketmq_grpc::emulator::{Emulator, PublishMessage, TopicKind};
 //!
 //! let emulator = Emulator::builder()
@@ -103,36 +103,15 @@ pub use state::{MessageRecord, TopicKind};
 use config::Config;
 use service::{Service, Shared, Topic, stored_message};
 
+use crate::Error;
 use crate::pb::messaging_service_server::MessagingServiceServer;
 
-/// Errors of the emulator's own API (not of the RPCs it serves, which answer with codes).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EmulatorError {
-    /// The listener could not be bound. Retryable with another port.
-    #[error("cannot bind the emulator to {addr}")]
-    Bind {
-        /// The address asked for.
-        addr: SocketAddr,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The server stopped with a transport error. Not retryable.
-    #[error("the emulator's server failed")]
-    Serve(#[source] tonic::transport::Error),
-    /// The server task panicked or was cancelled. Not retryable.
-    #[error("the emulator's server task ended abnormally: {0}")]
-    Task(String),
-    /// A topic or group already exists with other settings. Not retryable.
-    #[error("{0} already exists with other settings")]
-    AlreadyExists(String),
-    /// No such topic. Not retryable.
-    #[error("topic {0:?} does not exist")]
-    TopicNotFound(String),
-    /// An argument was rejected; the message says why. Not retryable.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+/// An argument of the emulator's admin API was rejected.
+fn invalid(reason: String) -> Error {
+    Error::InvalidConfig {
+        setting: "emulator",
+        reason,
+    }
 }
 
 /// A message for [`Emulator::publish`].
@@ -418,11 +397,11 @@ impl EmulatorBuilder {
         self
     }
 
-    fn build_shared(self) -> Result<(Arc<Shared>, SocketAddr), EmulatorError> {
+    fn build_shared(self) -> Result<(Arc<Shared>, SocketAddr), Error> {
         if self.config.broker_name.is_empty()
             || self.config.broker_name.contains(char::is_whitespace)
         {
-            return Err(EmulatorError::InvalidArgument(format!(
+            return Err(invalid(format!(
                 "broker name {:?} must be non-empty without spaces",
                 self.config.broker_name
             )));
@@ -438,14 +417,20 @@ impl EmulatorBuilder {
     }
 
     /// Binds and starts serving in a background task.
-    pub async fn start(self) -> Result<Emulator, EmulatorError> {
+    pub async fn start(self) -> Result<Emulator, Error> {
         let (shared, bind) = self.build_shared()?;
         let listener = TcpListener::bind(bind)
             .await
-            .map_err(|source| EmulatorError::Bind { addr: bind, source })?;
+            .map_err(|source| Error::EmulatorBind {
+                addr: bind,
+                source: Arc::new(source),
+            })?;
         let local = listener
             .local_addr()
-            .map_err(|source| EmulatorError::Bind { addr: bind, source })?;
+            .map_err(|source| Error::EmulatorBind {
+                addr: bind,
+                source: Arc::new(source),
+            })?;
         let advertised = if local.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], local.port()))
         } else {
@@ -463,7 +448,7 @@ impl EmulatorBuilder {
     /// Runs the emulator in the foreground until `signal` completes (for a separate process:
     /// pass `tokio::signal::ctrl_c()` mapped to `()`), then shuts it down gracefully. `ready`
     /// is called once with the started emulator, e.g. to print its endpoint or create topics.
-    pub async fn run_until<S, R>(self, signal: S, ready: R) -> Result<(), EmulatorError>
+    pub async fn run_until<S, R>(self, signal: S, ready: R) -> Result<(), Error>
     where
         S: Future<Output = ()> + Send,
         R: FnOnce(&Emulator),
@@ -484,15 +469,13 @@ impl EmulatorBuilder {
     }
 }
 
-fn create_topic(
-    shared: &Shared,
-    name: &str,
-    kind: TopicKind,
-    queues: u32,
-) -> Result<(), EmulatorError> {
-    validate::topic(name).map_err(EmulatorError::InvalidArgument)?;
+fn create_topic(shared: &Shared, name: &str, kind: TopicKind, queues: u32) -> Result<(), Error> {
+    validate::topic(name).map_err(|reason| Error::InvalidConfig {
+        setting: "emulator",
+        reason,
+    })?;
     if queues == 0 || queues > 1024 {
-        return Err(EmulatorError::InvalidArgument(format!(
+        return Err(invalid(format!(
             "a topic needs 1 to 1024 queues, not {queues}"
         )));
     }
@@ -502,20 +485,21 @@ fn create_topic(
         if t.kind == kind && t.queue_count() == queues {
             return Ok(());
         }
-        return Err(EmulatorError::AlreadyExists(format!("topic {name:?}")));
+        return Err(Error::AlreadyExists(format!("topic {name:?}")));
     }
     topics.insert(name.to_owned(), Arc::new(Topic::new(kind, queues)));
     Ok(())
 }
 
-fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), EmulatorError> {
-    validate::group(name).map_err(EmulatorError::InvalidArgument)?;
+fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), Error> {
+    validate::group(name).map_err(|reason| Error::InvalidConfig {
+        setting: "emulator",
+        reason,
+    })?;
     let mut groups = shared.groups.write();
     match groups.get(name) {
         Some(existing) if *existing == fifo => Ok(()),
-        Some(_) => Err(EmulatorError::AlreadyExists(format!(
-            "consumer group {name:?}"
-        ))),
+        Some(_) => Err(Error::AlreadyExists(format!("consumer group {name:?}"))),
         None => {
             groups.insert(name.to_owned(), fifo);
             Ok(())
@@ -545,16 +529,16 @@ type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
 
 fn join_result(
     res: Result<Result<(), tonic::transport::Error>, tokio::task::JoinError>,
-) -> Result<(), EmulatorError> {
+) -> Result<(), Error> {
     match res {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(EmulatorError::Serve(e)),
-        Err(e) => Err(EmulatorError::Task(e.to_string())),
+        Ok(Err(e)) => Err(Error::EmulatorServe(Arc::new(e))),
+        Err(e) => Err(Error::EmulatorTask(e.to_string())),
     }
 }
 
 /// Waits for the server task after the shutdown signal, aborting it after 5 s.
-async fn finish(task: &mut ServerTask) -> Result<(), EmulatorError> {
+async fn finish(task: &mut ServerTask) -> Result<(), Error> {
     match tokio::time::timeout(Duration::from_secs(5), &mut *task).await {
         Ok(res) => join_result(res),
         Err(_) => {
@@ -601,12 +585,7 @@ impl Emulator {
 
     /// Creates a topic with `queues` queues (1 to 1024). Creating an identical topic again is a
     /// no-op; other settings for an existing name are an error.
-    pub fn create_topic(
-        &self,
-        name: &str,
-        kind: TopicKind,
-        queues: u32,
-    ) -> Result<(), EmulatorError> {
+    pub fn create_topic(&self, name: &str, kind: TopicKind, queues: u32) -> Result<(), Error> {
         create_topic(&self.shared, name, kind, queues)?;
         self.shared.wake_all();
         Ok(())
@@ -614,25 +593,25 @@ impl Emulator {
 
     /// Creates a consumer group; `fifo` makes it consume orderly. Idempotent for the same
     /// setting.
-    pub fn create_group(&self, name: &str, fifo: bool) -> Result<(), EmulatorError> {
+    pub fn create_group(&self, name: &str, fifo: bool) -> Result<(), Error> {
         create_group(&self.shared, name, fifo)
     }
 
     /// Stores a message directly (no RPC, no faults), with the same type rules as `SendMessage`.
-    pub fn publish(&self, topic: &str, msg: PublishMessage) -> Result<Published, EmulatorError> {
+    pub fn publish(&self, topic: &str, msg: PublishMessage) -> Result<Published, Error> {
         let t = self
             .shared
             .topic(topic)
-            .ok_or_else(|| EmulatorError::TopicNotFound(topic.to_owned()))?;
+            .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))?;
         let group = msg.message_group.filter(|g| !g.is_empty());
         match (t.kind, &group) {
             (TopicKind::Fifo, None) => {
-                return Err(EmulatorError::InvalidArgument(format!(
+                return Err(invalid(format!(
                     "topic {topic:?} is FIFO: a message group is required"
                 )));
             }
             (TopicKind::Normal, Some(_)) => {
-                return Err(EmulatorError::InvalidArgument(format!(
+                return Err(invalid(format!(
                     "topic {topic:?} is normal: a message group is not allowed"
                 )));
             }
@@ -642,7 +621,7 @@ impl Emulator {
         let queue = match msg.queue_id {
             Some(q) if (q as usize) < queues => Some(q as usize),
             Some(q) => {
-                return Err(EmulatorError::InvalidArgument(format!(
+                return Err(invalid(format!(
                     "topic {topic:?} has {queues} queues, no queue {q}"
                 )));
             }
@@ -746,7 +725,7 @@ impl Emulator {
 
     /// Stops accepting calls, ends long polls (`MESSAGE_NOT_FOUND`) and telemetry streams,
     /// and waits up to 5 s for the server to finish.
-    pub async fn shutdown(mut self) -> Result<(), EmulatorError> {
+    pub async fn shutdown(mut self) -> Result<(), Error> {
         self.shared.shutdown.cancel();
         self.shared.wake_all();
         match self.task.take() {
@@ -757,7 +736,7 @@ impl Emulator {
 
     /// Serves until the server fails (for a foreground process; see also
     /// [`EmulatorBuilder::run_until`]).
-    pub async fn serve_forever(mut self) -> Result<(), EmulatorError> {
+    pub async fn serve_forever(mut self) -> Result<(), Error> {
         match self.task.take() {
             Some(task) => join_result(task.await),
             None => Ok(()),

@@ -1196,11 +1196,11 @@ async fn admin_api() {
     emu.create_topic("t2", TopicKind::Normal, 3).unwrap();
     assert!(matches!(
         emu.create_topic("t2", TopicKind::Fifo, 3),
-        Err(EmulatorError::AlreadyExists(_))
+        Err(crate::Error::AlreadyExists(_))
     ));
     assert!(matches!(
         emu.create_topic("bad name", TopicKind::Normal, 1),
-        Err(EmulatorError::InvalidArgument(_))
+        Err(crate::Error::InvalidConfig { .. })
     ));
     assert!(emu.create_topic("t3", TopicKind::Normal, 0).is_err());
     emu.create_group("g2", true).unwrap();
@@ -1223,7 +1223,7 @@ async fn admin_api() {
     assert!(emu.publish(FIFO_TOPIC, PublishMessage::new("x")).is_err());
     assert!(matches!(
         emu.publish("missing", PublishMessage::new("x")),
-        Err(EmulatorError::TopicNotFound(_))
+        Err(crate::Error::UnknownTopic(_))
     ));
     let info = emu.topic_info("t2").unwrap();
     assert_eq!(
