@@ -1,3 +1,9 @@
 //! Cross-crate integration tests. The real-broker suites live in `tests/` and run only when
-//! the broker scripts' address variables are set (`ROCKETMQ_ENDPOINT`, `PULSAR_SERVICE_URL`);
-//! without them each test returns at once, so `cargo test --workspace` stays hermetic.
+//! the broker scripts' address variables are set (`ROCKETMQ_ENDPOINT`; `PULSAR_SERVICE_URL`
+//! and `PULSAR_ADMIN_URL`); without them each test returns at once, so `cargo test
+//! --workspace` stays hermetic.
+//!
+//! [`pulsar_admin`]: the Pulsar admin REST calls the Pulsar suite needs (topic creation,
+//! per-topic `maxUnackedMessagesOnConsumer`, topic stats).
+
+pub mod pulsar_admin;

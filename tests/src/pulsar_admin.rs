@@ -1,0 +1,445 @@
+//! A small client of the Pulsar admin REST API (`PULSAR_ADMIN_URL`), for the real-broker
+//! suite: create a topic, set its `maxUnackedMessagesOnConsumer` and wait until the broker
+//! reports it, and read the topic stats that the suite asserts on (per consumer
+//! `unackedMessages` and `blockedConsumerOnUnackedMsgs`, per subscription `msgBacklog`).
+//!
+//! Plain HTTP/1.0 over a fresh TCP connection per request: the broker then answers with the
+//! whole body and closes (never chunked), so no HTTP library is needed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The admin API of one broker.
+#[derive(Debug, Clone)]
+pub struct PulsarAdmin {
+    /// `host:port`.
+    address: String,
+}
+
+/// An HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// The body.
+    pub body: String,
+}
+
+impl Response {
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// What a request failed with.
+#[derive(Debug, Clone)]
+pub struct AdminError(pub String);
+
+impl fmt::Display for AdminError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AdminError {}
+
+/// The REST path of a persistent topic: `persistent://t/ns/x` (or `t/ns/x`) becomes
+/// `/admin/v2/persistent/t/ns/x`.
+pub fn topic_path(topic: &str) -> String {
+    let name = topic.strip_prefix("persistent://").unwrap_or(topic);
+    format!("/admin/v2/persistent/{name}")
+}
+
+impl PulsarAdmin {
+    /// The admin API at `admin_url` (`http://host:port`).
+    ///
+    /// # Errors
+    /// When the URL is not `http://host:port`.
+    pub fn new(admin_url: &str) -> Result<Self, AdminError> {
+        let address = admin_url
+            .strip_prefix("http://")
+            .ok_or_else(|| AdminError(format!("{admin_url:?} is not an http:// URL")))?
+            .trim_end_matches('/');
+        if address.is_empty() || address.contains('/') || !address.contains(':') {
+            return Err(AdminError(format!("{admin_url:?} is not http://host:port")));
+        }
+        Ok(Self {
+            address: address.to_owned(),
+        })
+    }
+
+    /// One request; any status is an answer.
+    ///
+    /// # Errors
+    /// When the broker cannot be reached, does not answer in time, or answers garbage.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<Response, AdminError> {
+        let body = body.unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nConnection: close\r\nAccept: application/json\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.address,
+            body.len()
+        );
+        let what = format!("{method} {path}");
+        let exchange = async {
+            let mut stream = TcpStream::connect(&self.address).await?;
+            stream.write_all(request.as_bytes()).await?;
+            let mut raw = Vec::new();
+            stream.read_to_end(&mut raw).await?;
+            Ok::<_, std::io::Error>(raw)
+        };
+        let raw = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| AdminError(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")))?
+            .map_err(|e| AdminError(format!("{what}: {e}")))?;
+        let raw = String::from_utf8_lossy(&raw);
+        let (head, body) = raw
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| AdminError(format!("{what}: not an HTTP response: {raw:?}")))?;
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| AdminError(format!("{what}: no status in {head:?}")))?;
+        Ok(Response {
+            status,
+            body: body.to_owned(),
+        })
+    }
+
+    /// A request that must succeed (2xx).
+    async fn expect_success(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<Response, AdminError> {
+        let response = self.request(method, path, body).await?;
+        if response.is_success() {
+            Ok(response)
+        } else {
+            Err(AdminError(format!(
+                "{method} {path}: {} {}",
+                response.status,
+                response.body.trim()
+            )))
+        }
+    }
+
+    /// Creates a non-partitioned topic (one that exists already is fine).
+    ///
+    /// # Errors
+    /// When the broker refuses.
+    pub async fn create_topic(&self, topic: &str) -> Result<(), AdminError> {
+        let path = topic_path(topic);
+        let response = self.request("PUT", &path, None).await?;
+        if response.is_success() || response.status == 409 {
+            Ok(())
+        } else {
+            Err(AdminError(format!(
+                "PUT {path}: {} {}",
+                response.status,
+                response.body.trim()
+            )))
+        }
+    }
+
+    /// The topic's own `maxUnackedMessagesOnConsumer` policy, if it has one.
+    ///
+    /// # Errors
+    /// When the broker refuses.
+    pub async fn max_unacked_on_consumer(&self, topic: &str) -> Result<Option<u32>, AdminError> {
+        let path = format!("{}/maxUnackedMessagesOnConsumer", topic_path(topic));
+        let response = self.expect_success("GET", &path, None).await?;
+        Ok(response.body.trim().parse().ok())
+    }
+
+    /// Sets the topic's `maxUnackedMessagesOnConsumer` and waits (up to `limit`) until the
+    /// broker reports it: topic policies travel through a system topic, so the first writes
+    /// after the namespace's policies service starts may be refused and a write is read back
+    /// only after a moment.
+    ///
+    /// # Errors
+    /// When the broker does not report the value in time.
+    pub async fn set_max_unacked_on_consumer(
+        &self,
+        topic: &str,
+        max: u32,
+        limit: Duration,
+    ) -> Result<(), AdminError> {
+        let path = format!("{}/maxUnackedMessagesOnConsumer", topic_path(topic));
+        let deadline = Instant::now() + limit;
+        let mut written = false;
+        let mut last = String::new();
+        loop {
+            if !written {
+                match self
+                    .expect_success("POST", &path, Some(&max.to_string()))
+                    .await
+                {
+                    Ok(_) => written = true,
+                    Err(error) => last = error.0,
+                }
+            }
+            if written {
+                match self.max_unacked_on_consumer(topic).await {
+                    Ok(Some(value)) if value == max => return Ok(()),
+                    Ok(value) => last = format!("the broker reports {value:?}"),
+                    Err(error) => last = error.0,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(AdminError(format!(
+                    "maxUnackedMessagesOnConsumer={max} on {topic} not reported within {limit:?}: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The topic's stats (`GET …/stats?getPreciseBacklog=true`).
+    ///
+    /// # Errors
+    /// When the broker refuses or the JSON is not what the stats look like.
+    pub async fn topic_stats(&self, topic: &str) -> Result<TopicStats, AdminError> {
+        let path = format!("{}/stats?getPreciseBacklog=true", topic_path(topic));
+        let response = self.expect_success("GET", &path, None).await?;
+        let json: Value = serde_json::from_str(&response.body)
+            .map_err(|e| AdminError(format!("GET {path}: {e}: {}", response.body)))?;
+        TopicStats::from_json(json).map_err(|e| AdminError(format!("GET {path}: {e}")))
+    }
+
+    /// Polls the topic's stats until `done` holds for them, for up to `limit`; returns them.
+    ///
+    /// # Errors
+    /// The last stats (or the last error) when `done` did not hold in time.
+    pub async fn wait_for_stats(
+        &self,
+        topic: &str,
+        limit: Duration,
+        mut done: impl FnMut(&TopicStats) -> bool,
+    ) -> Result<TopicStats, AdminError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let last = match self.topic_stats(topic).await {
+                Ok(stats) if done(&stats) => return Ok(stats),
+                Ok(stats) => format!("{stats:#?}"),
+                Err(error) => error.0,
+            };
+            if Instant::now() >= deadline {
+                return Err(AdminError(format!(
+                    "{topic}: the stats did not get there within {limit:?}; last: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The parts of `TopicStatsImpl` the suite reads.
+#[derive(Debug, Clone)]
+pub struct TopicStats {
+    /// `msgInCounter`.
+    pub msg_in_counter: i64,
+    /// `subscriptions`, by name.
+    pub subscriptions: BTreeMap<String, SubscriptionStats>,
+    /// The whole answer.
+    pub json: Value,
+}
+
+/// The parts of `SubscriptionStatsImpl` the suite reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionStats {
+    /// `type` (`Shared`, `Exclusive`, …).
+    pub sub_type: String,
+    /// `msgBacklog`: entries (not messages) not yet acknowledged.
+    pub msg_backlog: i64,
+    /// `unackedMessages`.
+    pub unacked_messages: i64,
+    /// `blockedSubscriptionOnUnackedMsgs`.
+    pub blocked_subscription_on_unacked_msgs: bool,
+    /// `consumers`.
+    pub consumers: Vec<ConsumerStats>,
+}
+
+/// The parts of `ConsumerStatsImpl` the suite reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// `consumerName`.
+    pub consumer_name: String,
+    /// `unackedMessages`.
+    pub unacked_messages: i64,
+    /// `blockedConsumerOnUnackedMsgs`.
+    pub blocked_consumer_on_unacked_msgs: bool,
+    /// `availablePermits`.
+    pub available_permits: i64,
+    /// `msgOutCounter`.
+    pub msg_out_counter: i64,
+}
+
+fn int(json: &Value, field: &str) -> Result<i64, String> {
+    json.get(field)
+        .and_then(Value::as_i64)
+        .ok_or_else(|| format!("no integer {field:?}"))
+}
+
+fn flag(json: &Value, field: &str) -> Result<bool, String> {
+    json.get(field)
+        .and_then(Value::as_bool)
+        .ok_or_else(|| format!("no boolean {field:?}"))
+}
+
+impl TopicStats {
+    /// Reads the stats out of the broker's JSON.
+    ///
+    /// # Errors
+    /// When a field the suite needs is missing or has another type.
+    pub fn from_json(json: Value) -> Result<Self, String> {
+        let mut subscriptions = BTreeMap::new();
+        if let Some(map) = json.get("subscriptions").and_then(Value::as_object) {
+            for (name, sub) in map {
+                let consumers = sub
+                    .get("consumers")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| {
+                        Ok(ConsumerStats {
+                            consumer_name: c
+                                .get("consumerName")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            unacked_messages: int(c, "unackedMessages")?,
+                            blocked_consumer_on_unacked_msgs: flag(
+                                c,
+                                "blockedConsumerOnUnackedMsgs",
+                            )?,
+                            available_permits: int(c, "availablePermits")?,
+                            msg_out_counter: int(c, "msgOutCounter")?,
+                        })
+                    })
+                    .collect::<Result<_, String>>()
+                    .map_err(|e| format!("subscription {name}, a consumer: {e}"))?;
+                let stats = SubscriptionStats {
+                    sub_type: sub
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    msg_backlog: int(sub, "msgBacklog")
+                        .map_err(|e| format!("subscription {name}: {e}"))?,
+                    unacked_messages: int(sub, "unackedMessages")
+                        .map_err(|e| format!("subscription {name}: {e}"))?,
+                    blocked_subscription_on_unacked_msgs: flag(
+                        sub,
+                        "blockedSubscriptionOnUnackedMsgs",
+                    )
+                    .map_err(|e| format!("subscription {name}: {e}"))?,
+                    consumers,
+                };
+                subscriptions.insert(name.clone(), stats);
+            }
+        }
+        Ok(Self {
+            msg_in_counter: json
+                .get("msgInCounter")
+                .and_then(Value::as_i64)
+                .unwrap_or_default(),
+            subscriptions,
+            json,
+        })
+    }
+
+    /// One subscription's stats.
+    pub fn subscription(&self, name: &str) -> Option<&SubscriptionStats> {
+        self.subscriptions.get(name)
+    }
+}
+
+impl SubscriptionStats {
+    /// Every consumer has no unacknowledged messages and is not blocked, the subscription
+    /// is not blocked, and its backlog is empty.
+    pub fn is_drained(&self) -> bool {
+        self.msg_backlog == 0
+            && self.unacked_messages == 0
+            && !self.blocked_subscription_on_unacked_msgs
+            && self
+                .consumers
+                .iter()
+                .all(|c| c.unacked_messages == 0 && !c.blocked_consumer_on_unacked_msgs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_paths() {
+        assert!(PulsarAdmin::new("http://127.0.0.1:8080").is_ok());
+        assert!(PulsarAdmin::new("http://127.0.0.1:8080/").is_ok());
+        assert!(PulsarAdmin::new("https://127.0.0.1:8080").is_err());
+        assert!(PulsarAdmin::new("http://127.0.0.1:8080/admin").is_err());
+        assert_eq!(
+            topic_path("persistent://public/default/t"),
+            "/admin/v2/persistent/public/default/t"
+        );
+        assert_eq!(
+            topic_path("public/default/t"),
+            "/admin/v2/persistent/public/default/t"
+        );
+    }
+
+    #[test]
+    fn stats_are_read_from_the_broker_json() {
+        // Trimmed from a 4.0.x broker's answer.
+        let json = serde_json::json!({
+            "msgInCounter": 40,
+            "publishers": [],
+            "subscriptions": {
+                "sub": {
+                    "msgBacklog": 2, "msgBacklogNoDelayed": 2, "unackedMessages": 21,
+                    "blockedSubscriptionOnUnackedMsgs": false, "type": "Shared",
+                    "consumers": [{
+                        "consumerName": "c1", "unackedMessages": 21,
+                        "blockedConsumerOnUnackedMsgs": true, "availablePermits": 979,
+                        "msgOutCounter": 21
+                    }]
+                },
+                "idle": {
+                    "msgBacklog": 0, "unackedMessages": 0,
+                    "blockedSubscriptionOnUnackedMsgs": false, "type": "Exclusive",
+                    "consumers": []
+                }
+            }
+        });
+        let stats = TopicStats::from_json(json).unwrap();
+        assert_eq!(stats.msg_in_counter, 40);
+        let sub = stats.subscription("sub").unwrap();
+        assert_eq!((sub.msg_backlog, sub.unacked_messages), (2, 21));
+        assert_eq!(sub.sub_type, "Shared");
+        assert!(sub.consumers[0].blocked_consumer_on_unacked_msgs);
+        assert_eq!(sub.consumers[0].available_permits, 979);
+        assert!(!sub.is_drained());
+        assert!(stats.subscription("idle").unwrap().is_drained());
+
+        let broken = serde_json::json!({"subscriptions": {"s": {"msgBacklog": "x"}}});
+        assert!(TopicStats::from_json(broken).is_err());
+    }
+}

@@ -1,0 +1,634 @@
+//! The `pulsar-wire` scenarios against a real broker (`scripts/brokers/pulsar start`: 4.0.x
+//! standalone with `acknowledgmentAtBatchIndexLevelEnabled=true` and transactions on).
+//!
+//! Runs when `PULSAR_SERVICE_URL` and `PULSAR_ADMIN_URL` are set (the script prints both);
+//! otherwise every test returns at once.
+//!
+//! Each test makes its own topic, sets its `maxUnackedMessagesOnConsumer` to 20 through the
+//! admin API (and waits until the broker reports it), runs one scenario of the emulator
+//! suite (`pulsar-wire/tests/integration`) with the `pulsar-wire` client, and reads the admin
+//! stats: per consumer `unackedMessages` and `blockedConsumerOnUnackedMsgs`, per subscription
+//! `msgBacklog` (entries, not messages). Every message must arrive although the limit is far
+//! below what is sent, and the counters must be back at 0 at the end, with the consumer still
+//! connected.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use integration_tests::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
+use pulsar_wire::{
+    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
+    Message, MessageId, OutgoingMessage, Producer, ProducerOptions, SubType, Transaction, TxnState,
+};
+
+/// `maxUnackedMessagesOnConsumer` of every test topic.
+const LIMIT: u32 = 20;
+/// The subscription every test uses.
+const SUB: &str = "sub";
+/// How long a test waits for something that should happen soon.
+const PATIENCE: Duration = Duration::from_secs(15);
+const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A client and the admin API of the real broker, and this test's topic.
+struct RealBroker {
+    client: Client,
+    admin: PulsarAdmin,
+    topic: String,
+    scenario: &'static str,
+    started: Instant,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The broker, with a fresh topic limited to [`LIMIT`] unacked messages per consumer; `None`
+/// (the test is skipped) unless both variables are set.
+async fn real_broker(scenario: &'static str) -> Option<RealBroker> {
+    let (Some(service_url), Some(admin_url)) = (var("PULSAR_SERVICE_URL"), var("PULSAR_ADMIN_URL"))
+    else {
+        eprintln!("PULSAR_SERVICE_URL and PULSAR_ADMIN_URL are not both set; skipping");
+        return None;
+    };
+    let started = Instant::now();
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!(
+        "persistent://public/default/it-{scenario}-{}-{millis}",
+        std::process::id()
+    );
+    let admin = PulsarAdmin::new(&admin_url).expect("PULSAR_ADMIN_URL is http://host:port");
+    admin.create_topic(&topic).await.expect("topic created");
+    admin
+        .set_max_unacked_on_consumer(&topic, LIMIT, Duration::from_secs(60))
+        .await
+        .expect("the per-topic limit is set");
+    let options = ConnectOptions::new(&service_url)
+        .expect("PULSAR_SERVICE_URL is a pulsar:// URL")
+        .operation_timeout(Duration::from_secs(30));
+    let client = Client::connect(options)
+        .await
+        .expect("the client connects to the real broker");
+    println!(
+        "{scenario}: topic {topic} ready with limit {LIMIT} in {:?}",
+        started.elapsed()
+    );
+    Some(RealBroker {
+        client,
+        admin,
+        topic,
+        scenario,
+        started,
+    })
+}
+
+impl RealBroker {
+    async fn consumer(&self, options: ConsumerOptions) -> Consumer {
+        self.client
+            .subscribe(
+                &self.topic,
+                SUB,
+                options.initial_position(InitialPosition::Earliest),
+            )
+            .await
+            .expect("subscribed")
+    }
+
+    /// A Shared consumer from the earliest message.
+    async fn shared(&self, options: ConsumerOptions) -> Consumer {
+        self.consumer(options.sub_type(SubType::Shared)).await
+    }
+
+    /// A transactional producer batching `per_batch` messages (0: no batching).
+    async fn producer(&self, per_batch: usize) -> Producer {
+        let options = if per_batch == 0 {
+            ProducerOptions::default().no_batching()
+        } else {
+            ProducerOptions::default().batching(
+                BatchingOptions::default()
+                    .max_messages(per_batch)
+                    .max_delay(Duration::from_millis(50)),
+            )
+        };
+        self.client
+            .create_producer(&self.topic, options.transactional(true))
+            .await
+            .expect("producer created")
+    }
+
+    async fn new_txn(&self) -> Transaction {
+        self.client
+            .transaction_coordinator()
+            .await
+            .expect("the transaction coordinator")
+            .new_transaction(TXN_TIMEOUT)
+            .await
+            .expect("a transaction")
+    }
+
+    async fn stats(&self) -> TopicStats {
+        self.admin
+            .topic_stats(&self.topic)
+            .await
+            .expect("topic stats")
+    }
+
+    /// Polls the subscription's stats until `done` holds; panics with the last stats.
+    async fn wait_for(
+        &self,
+        what: &str,
+        done: impl Fn(&SubscriptionStats) -> bool,
+    ) -> SubscriptionStats {
+        let stats = self
+            .admin
+            .wait_for_stats(&self.topic, PATIENCE, |stats| {
+                stats.subscription(SUB).is_some_and(&done)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{}: {what}: {e}", self.scenario));
+        stats.subscription(SUB).cloned().expect("the subscription")
+    }
+
+    /// Waits until the connected consumer has no unacked messages and is not blocked, and
+    /// the backlog is empty.
+    async fn assert_drained(&self) -> SubscriptionStats {
+        self.wait_for("drained with the consumer connected", |s| {
+            !s.consumers.is_empty() && s.is_drained()
+        })
+        .await
+    }
+
+    fn done(&self) {
+        println!("{}: passed in {:?}", self.scenario, self.started.elapsed());
+    }
+}
+
+/// The only consumer's stats.
+fn only_consumer(stats: &SubscriptionStats) -> &integration_tests::pulsar_admin::ConsumerStats {
+    assert_eq!(stats.consumers.len(), 1, "{stats:#?}");
+    &stats.consumers[0]
+}
+
+/// Sends `count` messages `m0`, `m1`, … concurrently (so that batches fill) and returns
+/// their ids in order.
+async fn send_all(producer: &Producer, count: usize) -> Vec<MessageId> {
+    let sends = (0..count).map(|i| producer.send(OutgoingMessage::new(format!("m{i}"))));
+    futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, Error>>()
+        .expect("every send succeeds")
+}
+
+async fn within<F: std::future::Future>(limit: Duration, future: F) -> Option<F::Output> {
+    tokio::time::timeout(limit, future).await.ok()
+}
+
+/// Receives `count` messages, each within [`PATIENCE`].
+async fn receive(consumer: &Consumer, count: usize) -> Vec<Message> {
+    let mut messages = Vec::with_capacity(count);
+    for i in 0..count {
+        let message = within(PATIENCE, consumer.receive())
+            .await
+            .unwrap_or_else(|| panic!("message {i} of {count} did not arrive within {PATIENCE:?}"))
+            .expect("received");
+        messages.push(message);
+    }
+    messages
+}
+
+/// Receives `count` messages and queues the ack of each as it arrives: with a limit of 20,
+/// nothing gets through unless the acks do.
+async fn receive_and_ack(consumer: &Consumer, count: usize) -> Vec<Message> {
+    let mut messages = Vec::with_capacity(count);
+    for i in 0..count {
+        let message = within(PATIENCE, consumer.receive())
+            .await
+            .unwrap_or_else(|| {
+                panic!(
+                    "message {i} of {count} did not arrive within {PATIENCE:?} \
+                     (delivery stopped)"
+                )
+            })
+            .expect("received");
+        consumer.ack(&message).await.expect("ack queued");
+        messages.push(message);
+    }
+    messages
+}
+
+/// Receives until nothing arrives for `quiet`.
+async fn receive_until_quiet(consumer: &Consumer, quiet: Duration) -> Vec<Message> {
+    let mut messages = Vec::new();
+    while let Some(message) = within(quiet, consumer.receive()).await {
+        messages.push(message.expect("received"));
+    }
+    messages
+}
+
+/// Nothing more arrives within `wait`.
+async fn assert_quiet(consumer: &Consumer, wait: Duration) {
+    if let Some(message) = within(wait, consumer.receive()).await {
+        panic!("unexpected delivery: {:?}", message.map(|m| m.id()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_and_unbatched_messages_drain() {
+    let Some(broker) = real_broker("mixed").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let batched = broker.producer(3).await;
+    let single = broker.producer(0).await;
+    let ids = send_all(&batched, 30).await;
+    assert!(ids.iter().all(|id| id.batch_size == Some(3)), "{ids:?}");
+    assert_eq!(ids[4].batch_index, 1);
+    let plain = send_all(&single, 10).await;
+    assert!(
+        plain
+            .iter()
+            .all(|id| id.batch_size.is_none() && id.batch_index == -1),
+        "{plain:?}"
+    );
+
+    // 40 messages through a limit of 20: only the acks let them through.
+    let messages = receive_and_ack(&consumer, 40).await;
+    let (in_batches, alone): (Vec<_>, Vec<_>) =
+        messages.iter().partition(|m| m.position().is_batched());
+    assert_eq!((in_batches.len(), alone.len()), (30, 10));
+    assert!(in_batches.iter().all(|m| m.position().batch_size() == 3));
+    consumer.flush_acks().await;
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    let stats = consumer.stats();
+    assert_eq!(stats.received, 40);
+    println!("mixed: {stats:?}");
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_message_batches_are_batches_and_drain() {
+    let Some(broker) = real_broker("ones").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(1).await;
+    let ids = send_all(&producer, 30).await;
+    assert!(
+        ids.iter()
+            .all(|id| id.batch_size == Some(1) && id.batch_index == 0),
+        "{ids:?}"
+    );
+    let messages = receive_and_ack(&consumer, 30).await;
+    for message in &messages {
+        assert!(
+            message.position().is_batched(),
+            "num_messages_in_batch is present"
+        );
+        assert_eq!(message.id().batch_size, Some(1));
+    }
+    consumer.flush_acks().await;
+    broker.assert_drained().await;
+    consumer.close().await.expect("close");
+    let after = broker.stats().await;
+    assert_eq!(after.subscription(SUB).expect("kept").msg_backlog, 0);
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordinary_acks_get_past_the_unacked_limit() {
+    let Some(broker) = real_broker("limited").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(3).await;
+    send_all(&producer, 90).await;
+    // Without acks, dispatch stops once the consumer holds 20 unacknowledged messages: 7
+    // batches of 3 (the count reaches 21 with the 7th).
+    let held = receive_until_quiet(&consumer, Duration::from_secs(2)).await;
+    let blocked = broker
+        .wait_for("the consumer blocked at the limit", |s| {
+            s.consumers
+                .iter()
+                .any(|c| c.blocked_consumer_on_unacked_msgs)
+        })
+        .await;
+    let unacked = only_consumer(&blocked).unacked_messages;
+    println!(
+        "limited: blocked after {} messages, unackedMessages {unacked}",
+        held.len()
+    );
+    assert_eq!(held.len(), 21, "7 batches of 3 before the block");
+    assert_eq!(unacked, 21, "{blocked:#?}");
+    // Acknowledging brings the count to 10 or less and dispatch resumes.
+    for message in &held {
+        consumer.ack(message).await.expect("ack queued");
+    }
+    receive_and_ack(&consumer, 90 - held.len()).await;
+    consumer.flush_acks().await;
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_index_acks_count_and_skip_on_redelivery() {
+    let Some(broker) = real_broker("indexes").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(4).await;
+    send_all(&producer, 4).await;
+    let messages = receive(&consumer, 4).await;
+    consumer.ack_and_wait(&messages[0]).await.expect("acked");
+    consumer.ack_and_wait(&messages[2]).await.expect("acked");
+    // Two of the entry's four messages are acknowledged: the count is 2, the entry stays in
+    // the backlog.
+    let partial = broker
+        .wait_for("unacked 2 after two batch-index acks", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 2
+        })
+        .await;
+    assert_eq!(partial.msg_backlog, 1, "one entry: {partial:#?}");
+    // The entry comes back with indexes 0 and 2 acknowledged: only 1 and 3 are delivered.
+    consumer.redeliver_unacknowledged().expect("sent");
+    let again = receive(&consumer, 2).await;
+    let indexes: Vec<_> = again.iter().map(|m| m.position().batch_index()).collect();
+    assert_eq!(indexes, [1, 3]);
+    assert_eq!(consumer.stats().skipped, 2);
+    let redelivered = broker
+        .wait_for("unacked 2 after the redelivery", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 2
+        })
+        .await;
+    assert!(
+        !only_consumer(&redelivered).blocked_consumer_on_unacked_msgs,
+        "{redelivered:#?}"
+    );
+    for message in &again {
+        consumer.ack(message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// The scenario of pulsar-client-go#1534: each batch of 3 acknowledged in its own
+/// transaction and committed, 30 times, under the limit of 20.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_batch_acked_in_its_own_transaction_drains_under_the_limit() {
+    let Some(broker) = real_broker("txn-batches").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(3).await;
+    let mut max_unacked = 0;
+    for batch in 0..30 {
+        send_all(&producer, 3).await;
+        let messages = receive(&consumer, 3).await;
+        assert!(messages.iter().all(|m| m.position().batch_size() == 3));
+        let txn = broker.new_txn().await;
+        for message in &messages {
+            consumer.ack_in(&txn, message).await.expect("acked");
+        }
+        txn.commit().await.expect("committed");
+        assert_eq!(txn.state(), TxnState::Committed);
+        if batch % 10 == 9 {
+            let stats = broker.stats().await;
+            let sub = stats.subscription(SUB).expect("the subscription");
+            let consumer = only_consumer(sub);
+            max_unacked = max_unacked.max(consumer.unacked_messages);
+            assert!(!consumer.blocked_consumer_on_unacked_msgs, "{sub:#?}");
+        }
+    }
+    assert!(max_unacked < 3, "no leak: {max_unacked}");
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_then_redelivery_then_commit() {
+    let Some(broker) = real_broker("abort").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(3).await;
+    send_all(&producer, 3).await;
+    let first = receive(&consumer, 3).await;
+    let txn = broker.new_txn().await;
+    for message in &first {
+        consumer.ack_in(&txn, message).await.expect("acked");
+    }
+    // A 4.0 broker takes transactional acks off the count when they arrive, not at commit.
+    let pending = broker
+        .wait_for("unacked 0 with the acks pending in the transaction", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 0
+        })
+        .await;
+    assert_eq!(pending.msg_backlog, 1, "not yet committed: {pending:#?}");
+    txn.abort().await.expect("aborted");
+    let again = receive(&consumer, 3).await;
+    assert_eq!(
+        again.iter().map(Message::id).collect::<Vec<_>>(),
+        first.iter().map(Message::id).collect::<Vec<_>>()
+    );
+    let counts: Vec<_> = again.iter().map(Message::redelivery_count).collect();
+    println!("abort: redelivery counts after the abort {counts:?}");
+    assert!(counts.iter().all(|&c| c >= 1), "{counts:?}");
+    broker
+        .wait_for("unacked 3 after the redelivery", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 3
+        })
+        .await;
+    let txn = broker.new_txn().await;
+    for message in &again {
+        consumer.ack_in(&txn, message).await.expect("acked again");
+    }
+    txn.commit().await.expect("committed");
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_transactions_ack_messages_of_one_batch() {
+    let Some(broker) = real_broker("split").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(3).await;
+    send_all(&producer, 3).await;
+    let messages = receive(&consumer, 3).await;
+    let mut txns = Vec::new();
+    for message in &messages {
+        let txn = broker.new_txn().await;
+        consumer.ack_in(&txn, message).await.expect("acked");
+        txns.push(txn);
+    }
+    // Acknowledging a message again, in any transaction, is refused before it reaches the
+    // broker (which would answer TransactionConflict).
+    assert!(matches!(
+        consumer.ack_in(&txns[0], &messages[1]).await,
+        Err(Error::Ack(_))
+    ));
+    let pending = broker
+        .wait_for("unacked 0 with three transactions pending", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 0
+        })
+        .await;
+    assert_eq!(pending.msg_backlog, 1, "{pending:#?}");
+    for txn in txns.iter().rev() {
+        txn.commit().await.expect("committed");
+    }
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cumulative_acks_on_an_exclusive_subscription() {
+    let Some(broker) = real_broker("cumulative").await else {
+        return;
+    };
+    let consumer = broker
+        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .await;
+    let batched = broker.producer(3).await;
+    let single = broker.producer(0).await;
+    send_all(&batched, 30).await;
+    send_all(&single, 5).await;
+    // Exclusive subscriptions do not count unacked messages: the limit does not apply.
+    let messages = receive(&consumer, 35).await;
+    // Half way, in the middle of a batch (entry 4, index 1)...
+    consumer
+        .ack_cumulative(&messages[13])
+        .await
+        .expect("ack queued");
+    consumer.flush_acks().await;
+    // ... leaves entries 4 to 14 in the backlog.
+    let half = broker
+        .wait_for("the backlog after the first cumulative ack", |s| {
+            s.msg_backlog < 15
+        })
+        .await;
+    assert_eq!(half.msg_backlog, 11, "entries, not messages: {half:#?}");
+    consumer
+        .ack_cumulative(&messages[34])
+        .await
+        .expect("ack queued");
+    consumer.flush_acks().await;
+    let drained = broker.assert_drained().await;
+    assert_eq!(drained.sub_type, "Exclusive");
+    assert_eq!(consumer.stats().ack_frames, 2);
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// 10,000 messages in batches of 10, each acknowledged on its own as it arrives, grouped.
+///
+/// With a limit of 20 the broker stops after two batches until the count is back at 10, so
+/// a group can never cover more than about 20 messages: groups are capped at 20 ids (a frame
+/// as soon as two batches are acknowledged) instead of waiting out the 100 ms group time
+/// while dispatch is blocked. The admin stats are sampled meanwhile: the count never exceeds
+/// the limit by more than one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_thousand_messages_with_grouped_acks() {
+    const MESSAGES: usize = 10_000;
+    let Some(broker) = real_broker("load").await else {
+        return;
+    };
+    let consumer = broker
+        .shared(ConsumerOptions::default().ack_group_max(LIMIT as usize))
+        .await;
+    let producer = broker.producer(10).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let max_unacked = Arc::new(AtomicI64::new(0));
+    let blocked_samples = Arc::new(AtomicU64::new(0));
+    let sampler = tokio::spawn({
+        let admin = broker.admin.clone();
+        let topic = broker.topic.clone();
+        let (stop, max_unacked, blocked_samples) = (
+            Arc::clone(&stop),
+            Arc::clone(&max_unacked),
+            Arc::clone(&blocked_samples),
+        );
+        async move {
+            let mut samples = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(stats) = admin.topic_stats(&topic).await
+                    && let Some(sub) = stats.subscription(SUB)
+                {
+                    samples += 1;
+                    for c in &sub.consumers {
+                        max_unacked.fetch_max(c.unacked_messages, Ordering::Relaxed);
+                        if c.blocked_consumer_on_unacked_msgs {
+                            blocked_samples.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            samples
+        }
+    });
+    let started = Instant::now();
+    let send = tokio::spawn({
+        let producer = producer.clone();
+        async move { send_all(&producer, MESSAGES).await }
+    });
+    let mut first = None;
+    for i in 0..MESSAGES {
+        let message = within(PATIENCE, consumer.receive())
+            .await
+            .unwrap_or_else(|| panic!("message {i} did not arrive (delivery stopped)"))
+            .expect("received");
+        first.get_or_insert_with(Instant::now);
+        consumer.ack(&message).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
+    let acked_in = first.map(|t| t.elapsed()).unwrap_or_default();
+    let ids = send.await.expect("sender");
+    assert!(ids.iter().all(|id| id.batch_size == Some(10)));
+    broker.assert_drained().await;
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler.await.expect("sampler");
+    let stats = consumer.stats();
+    let ratio = stats.ack_frames as f64 / MESSAGES as f64;
+    let max_unacked = max_unacked.load(Ordering::Relaxed);
+    println!(
+        "load: 10,000 messages in {:?} (acks at {:.0}/s): {} ACK frames ({ratio:.4} per \
+         message) carrying {} ids, {} FLOW frames; {samples} stats samples, max unacked \
+         {max_unacked}, blocked in {} samples",
+        started.elapsed(),
+        MESSAGES as f64 / acked_in.as_secs_f64(),
+        stats.ack_frames,
+        stats.acked_ids,
+        stats.flow_frames,
+        blocked_samples.load(Ordering::Relaxed),
+    );
+    assert_eq!(stats.received, MESSAGES as u64);
+    // One frame per 20 messages when every group fills (0.05); groups cut short by the
+    // group time add a few. Acks sent one by one would be 1 per message.
+    assert!(
+        ratio <= 0.1,
+        "{} ACK frames for {MESSAGES} messages",
+        stats.ack_frames
+    );
+    assert!(
+        max_unacked < i64::from(LIMIT) + 10,
+        "the limit applies: max unacked {max_unacked}"
+    );
+    consumer.close().await.expect("closed");
+    broker.done();
+}
