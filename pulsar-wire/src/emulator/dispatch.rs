@@ -635,9 +635,10 @@ impl Subscription {
             .retain(|c| c.model.open_transactions().next().is_some());
     }
 
-    /// Messages not acknowledged.
-    fn backlog(&self, topic: &TopicView<'_>) -> u64 {
-        let mut backlog = 0;
+    /// Messages not acknowledged, and entries not wholly acknowledged (the broker's
+    /// `msgBacklog`).
+    fn backlog(&self, topic: &TopicView<'_>) -> (u64, u64) {
+        let (mut messages, mut entries) = (0, 0);
         for index in self.mark_delete..topic.entries.len() as u64 {
             let entry = &topic.entries[index as usize];
             if entry.visibility != Visibility::Visible || self.is_deleted(index) {
@@ -655,18 +656,35 @@ impl Subscription {
                     CursorState::Deleted => 0,
                 })
                 .unwrap_or(entry.num_messages as u64);
-            backlog += outstanding;
+            messages += outstanding;
+            entries += u64::from(outstanding > 0);
         }
-        backlog
+        (messages, entries)
     }
 
     pub(super) fn stats(&self, topic: &TopicView<'_>) -> SubscriptionStats {
+        let (backlog, backlog_entries) = self.backlog(topic);
+        let shared = self.shared();
         SubscriptionStats {
             name: self.name.clone(),
             sub_type: self.sub_type,
-            backlog: self.backlog(topic),
+            backlog,
+            backlog_entries,
             pending_redelivery: self.redeliver.len(),
-            consumers: self.consumers.iter().map(Consumer::stats).collect(),
+            consumers: self
+                .consumers
+                .iter()
+                .map(|consumer| {
+                    let mut stats = consumer.stats();
+                    if !shared {
+                        // The broker counts unacked messages only in the individual-ack
+                        // modes (`Consumer.incrementUnackedMessages`); an Exclusive or
+                        // Failover consumer reports 0.
+                        stats.unacked = 0;
+                    }
+                    stats
+                })
+                .collect(),
             retired_consumers: self.retired.len(),
         }
     }

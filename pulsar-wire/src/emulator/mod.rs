@@ -67,8 +67,10 @@
 //!   (tokio time, so `tokio::time::pause` works).
 //! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
 //!   delayed, MESSAGE checksums corrupted at a rate, from a seeded SplitMix64 generator.
-//! - **Stats** ([`Stats`]): per consumer unacked, blocked, permits, dispatched and acked
-//!   counts; per subscription the backlog; frames per command type; frames per connection.
+//! - **Stats** ([`Stats`]): per consumer unacked (0 on Exclusive and Failover, where the
+//!   broker does not count), blocked, permits, dispatched and acked counts; per subscription
+//!   the backlog in messages and in entries (the broker's `msgBacklog` counts entries);
+//!   frames per command type; frames per connection.
 //!
 //! # What is not modelled
 //! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
@@ -80,7 +82,7 @@
 //! per-index acks made through the first consumer are not carried over (redeliveries go back
 //! to the consumer whose model holds them whenever it is still connected). A topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to consumers that subscribe
-//! afterwards. The backlog counts readable entries only (not those of open or aborted
+//! afterwards (a real 4.0.x broker applies it to connected consumers too). The backlog counts readable entries only (not those of open or aborted
 //! transactions).
 
 mod broker;

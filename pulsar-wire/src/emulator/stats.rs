@@ -123,6 +123,9 @@ pub struct SubscriptionStats {
     /// cursor has not deleted, each counting its messages minus the indexes its cursor holds
     /// as acknowledged.
     pub backlog: u64,
+    /// Entries not yet wholly acknowledged, as the broker's `msgBacklog` counts them (a batch
+    /// with some indexes acknowledged still counts 1).
+    pub backlog_entries: u64,
     /// Entries waiting to be sent again (redelivery, abort, a consumer gone).
     pub pending_redelivery: usize,
     /// The connected consumers, the active one first for Exclusive and Failover.
@@ -142,7 +145,8 @@ pub struct ConsumerStats {
     /// `consumer_name`, or a generated one.
     pub name: String,
     /// The broker's unacked count for the consumer (may go negative with broken clients, as
-    /// on a 4.0.x broker).
+    /// on a 4.0.x broker); always 0 on Exclusive and Failover subscriptions, where the broker
+    /// does not count.
     pub unacked: i64,
     /// Whether dispatch is blocked on unacked messages.
     pub blocked: bool,

@@ -105,6 +105,10 @@ async fn batch_index_acks_count_and_skip_on_redelivery() {
         assert!(Instant::now() < deadline, "unacked stays {}", unacked());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Two messages outstanding, in one entry: the broker's msgBacklog counts the entry.
+    let stats = setup.stats();
+    let sub = stats.subscription("indexes", "sub").expect("subscribed");
+    assert_eq!((sub.backlog, sub.backlog_entries), (2, 1));
     // The entry comes back with indexes 0 and 2 cleared: only 1 and 3 are delivered.
     consumer.redeliver_unacknowledged().expect("sent");
     let again = receive(&consumer, 2).await;
@@ -153,12 +157,30 @@ async fn cumulative_acks_on_an_exclusive_subscription() {
     send_all(&batched, 30).await;
     send_all(&single, 5).await;
     let messages = receive(&consumer, 35).await;
+    // The broker counts unacked messages on Shared and Key_Shared subscriptions only.
+    assert!(
+        setup.stats().consumers().all(|c| c.unacked == 0),
+        "{:#?}",
+        setup.stats().consumers().collect::<Vec<_>>()
+    );
     // Half way, in the middle of a batch, then the last one.
     consumer
         .ack_cumulative(&messages[13])
         .await
         .expect("ack queued");
     consumer.flush_acks().await;
+    // Entries 4 to 14 stay: 11 entries (what a 4.0.x broker's msgBacklog counts), 23
+    // messages (without the broker's batch-index acknowledgement entry 4 keeps all 3).
+    let backlog = || {
+        let stats = setup.stats();
+        let sub = stats.subscription("cumulative", "sub").expect("subscribed");
+        (sub.backlog, sub.backlog_entries)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backlog() != (23, 11) {
+        assert!(Instant::now() < deadline, "backlog stays {:?}", backlog());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     consumer
         .ack_cumulative(&messages[34])
         .await
