@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release -p examples --bins
-//! target/release/rocketmq_ack_load --duration 60            # the full run (about 6 minutes)
+//! target/release/rocketmq_ack_load --duration 60            # the full run (about 10 minutes)
 //! target/release/rocketmq_ack_load --duration 10 --scenarios a,c   # a quick look
 //! ```
 //!
