@@ -182,31 +182,35 @@ impl Observer<AckKey, AckEntry, (), Error> for Counting {
 impl Inner {
     /// Acknowledges a consumed message: batched, or at once for FIFO and late messages (or when
     /// batching is off). FIFO acks are awaited so that the next message of the group follows.
-    pub(super) async fn ack(&self, message: &ReceivedMessage) {
-        let key = AckKey {
-            endpoint: message.endpoint.clone(),
-            topic: message.topic.clone(),
-        };
-        let entry = AckEntry {
-            message_id: message.message_id.clone(),
-            receipt_handle: message.receipt_handle.clone(),
-        };
+    pub(super) async fn ack(&self, message: ReceivedMessage) {
         let late = message.received_at.elapsed() > self.ack_settings.late_after;
+        let fifo = message.is_fifo();
         let mut options = ItemOptions::new().deadline(message.invisible_until);
-        if !self.ack_settings.batching || message.is_fifo() || late {
+        if !self.ack_settings.batching || fifo || late {
             options = options.immediate();
         }
+        // The message is done with: its strings move into the ack instead of being copied.
+        let key = AckKey {
+            endpoint: message.endpoint,
+            topic: message.topic,
+        };
+        let entry = AckEntry {
+            message_id: message.message_id,
+            receipt_handle: message.receipt_handle,
+        };
         match self.acks.enqueue(key, entry, options).await {
             // Dropping a ticket does not withdraw the ack; its outcome is counted by the
             // observer.
-            Ok(ticket) if message.is_fifo() => {
+            Ok(ticket) if fifo => {
                 let _ = ticket.await;
             }
             Ok(_ticket) => {}
             Err(refused) => {
-                tracing::warn!(message_id = %message.message_id, error = %refused, "ack refused (consumer shutting down)");
+                tracing::warn!(error = %refused, "ack refused (consumer shutting down)");
                 Counters::add(&self.counters.ack_abandoned, 1);
-                self.unacknowledged.lock().push(message.message_id.clone());
+                if let Some(entry) = refused.into_item() {
+                    self.unacknowledged.lock().push(entry.message_id);
+                }
             }
         }
     }

@@ -143,7 +143,7 @@ async fn consume(inner: &Inner, message: ReceivedMessage) {
     match inner.handler.handle(&message).await {
         ConsumeResult::Success => {
             Counters::add(&inner.counters.consumed, 1);
-            inner.ack(&message).await;
+            inner.ack(message).await;
         }
         ConsumeResult::Failure => {
             Counters::add(&inner.counters.failed, 1);
