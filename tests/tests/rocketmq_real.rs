@@ -252,3 +252,185 @@ async fn a_malformed_receipt_handle_is_a_per_entry_internal_server_error() {
         "one distinct code: the top level"
     );
 }
+
+/// Receives up to `batch_size` messages of `topic` for `group` without proxy auto-renewal,
+/// invisible for `invisible`, from whichever assigned queue has some.
+async fn receive_without_renewal(
+    session: &Session,
+    group: &str,
+    topic: &str,
+    invisible: Duration,
+) -> Vec<rocketmq_grpc::pb::Message> {
+    use rocketmq_grpc::pb;
+    let config = session.config();
+    let mut client = session.client(config.endpoint()).unwrap();
+    let assignments = client
+        .query_assignment(session.request(
+            pb::QueryAssignmentRequest {
+                topic: Some(session.resource(topic)),
+                group: Some(session.resource(group)),
+                endpoints: Some(config.endpoint().to_pb()),
+            },
+            Duration::from_secs(10),
+        ))
+        .await
+        .expect("QueryAssignment")
+        .into_inner()
+        .assignments;
+    for queue in assignments.into_iter().filter_map(|a| a.message_queue) {
+        let request = pb::ReceiveMessageRequest {
+            group: Some(session.resource(group)),
+            message_queue: Some(queue),
+            filter_expression: Some(pb::FilterExpression {
+                r#type: pb::FilterType::Tag as i32,
+                expression: "*".into(),
+            }),
+            batch_size: 8,
+            invisible_duration: Some(invisible.try_into().unwrap()),
+            auto_renew: false,
+            long_polling_timeout: Some(Duration::from_secs(5).try_into().unwrap()),
+            attempt_id: None,
+        };
+        let mut stream = client
+            .receive_message(session.request(request, Duration::from_secs(20)))
+            .await
+            .expect("ReceiveMessage")
+            .into_inner();
+        let mut messages = Vec::new();
+        while let Some(frame) = stream.message().await.expect("ReceiveMessage stream") {
+            if let Some(pb::receive_message_response::Content::Message(message)) = frame.content {
+                messages.push(message);
+            }
+        }
+        if !messages.is_empty() {
+            return messages;
+        }
+    }
+    Vec::new()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
+    use rocketmq_grpc::{AckEntry, map_ack_response, pb};
+    let Some(endpoint) = endpoint() else {
+        eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
+        return;
+    };
+    let topic = "it-normal-2";
+    let group = format!("it-expired-{}", std::process::id());
+    let config = ClientConfig::new(&endpoint).unwrap();
+    let session = Session::new(config.clone()).unwrap();
+    // A simple consumer announces its settings on the telemetry stream before it may receive.
+    let settings = pb::TelemetryCommand {
+        status: None,
+        command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
+            client_type: Some(pb::ClientType::SimpleConsumer as i32),
+            access_point: Some(config.endpoint().to_pb()),
+            backoff_policy: None,
+            request_timeout: Some(Duration::from_secs(10).try_into().unwrap()),
+            pub_sub: Some(pb::settings::PubSub::Subscription(pb::Subscription {
+                group: Some(session.resource(&group)),
+                subscriptions: vec![pb::SubscriptionEntry {
+                    topic: Some(session.resource(topic)),
+                    expression: Some(pb::FilterExpression {
+                        r#type: pb::FilterType::Tag as i32,
+                        expression: "*".into(),
+                    }),
+                }],
+                fifo: None,
+                receive_batch_size: None,
+                long_polling_timeout: None,
+            })),
+            user_agent: None,
+        })),
+    };
+    let (outbound, rx) = tokio::sync::mpsc::channel(1);
+    outbound.send(settings).await.unwrap();
+    let mut telemetry_request =
+        tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    session.stamp(telemetry_request.metadata_mut());
+    let mut telemetry = session
+        .client(config.endpoint())
+        .unwrap()
+        .telemetry(telemetry_request)
+        .await
+        .expect("Telemetry")
+        .into_inner();
+    telemetry.message().await.expect("the settings answer");
+
+    let producer = Producer::new(Session::new(config.clone()).unwrap());
+    for i in 0..2 {
+        producer
+            .send(OutgoingMessage::new(topic, format!("expiring {i}")))
+            .await
+            .expect("send");
+    }
+    // The shortest invisibility the proxy accepts without auto-renewal is 10 s.
+    let first = receive_without_renewal(&session, &group, topic, Duration::from_secs(10)).await;
+    let expiring = first.first().expect("a message to let expire").clone();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    // The expired message is visible again; a new receive hands out fresh handles.
+    let second = receive_without_renewal(&session, &group, topic, Duration::from_secs(60)).await;
+    let fresh = second
+        .first()
+        .expect("a message with a fresh handle")
+        .clone();
+    let entry = |message: &pb::Message| {
+        let properties = message.system_properties.as_ref().unwrap();
+        AckEntry {
+            message_id: properties.message_id.clone(),
+            receipt_handle: properties.receipt_handle.clone().unwrap(),
+        }
+    };
+    let entries = vec![entry(&expiring), entry(&fresh)];
+    assert_ne!(entries[0].receipt_handle, entries[1].receipt_handle);
+    let response = session
+        .client(config.endpoint())
+        .unwrap()
+        .ack_message(
+            session.request(
+                pb::AckMessageRequest {
+                    group: Some(session.resource(&group)),
+                    topic: Some(session.resource(topic)),
+                    entries: entries
+                        .iter()
+                        .map(|e| pb::AckMessageEntry {
+                            message_id: e.message_id.clone(),
+                            receipt_handle: e.receipt_handle.clone(),
+                        })
+                        .collect(),
+                },
+                Duration::from_secs(10),
+            ),
+        )
+        .await
+        .expect("AckMessage")
+        .into_inner();
+    let codes: Vec<i32> = response
+        .entries
+        .iter()
+        .map(|e| e.status.as_ref().map_or(-1, |s| s.code))
+        .collect();
+    assert_eq!(
+        codes,
+        [pb::Code::InvalidReceiptHandle as i32, pb::Code::Ok as i32],
+        "{response:?}"
+    );
+    assert_eq!(
+        response.status.as_ref().map(|s| s.code),
+        Some(pb::Code::MultipleResults as i32),
+        "{response:?}"
+    );
+    // Our mapping: a terminal error for the expired entry, success for the fresh one.
+    let replies = map_ack_response(&entries, response).expect("per-entry results");
+    assert!(
+        matches!(&replies[0], ack_batcher::ItemReply::Err(e)
+            if rocketmq_grpc::is_invalid_receipt_handle(e) && !e.is_retryable()),
+        "{replies:?}"
+    );
+    assert!(
+        matches!(replies[1], ack_batcher::ItemReply::Ok(())),
+        "{replies:?}"
+    );
+    drop(outbound);
+}
