@@ -632,3 +632,78 @@ async fn ten_thousand_messages_with_grouped_acks() {
     consumer.close().await.expect("closed");
     broker.done();
 }
+
+/// Runs one of the official Java client peers (`scripts/java-peers/run`, which builds them from
+/// Maven Central on first use) to completion and returns its standard output.
+async fn java_peer(main: &str, args: &[&str]) -> String {
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/java-peers/run");
+    let output = tokio::process::Command::new(run)
+        .arg(main)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{main} failed: {stdout}");
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_the_official_java_client_are_consumed_and_acked() {
+    let Some(broker) = real_broker("java-batches").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    // 600 messages in batches of 30 by pulsar-client 4.0.8: each batch alone exceeds the
+    // consumer's limit of 20 unacked messages.
+    let produced = java_peer("PulsarProduce", &[&service_url, &broker.topic, "600", "30"]).await;
+    assert!(
+        produced.contains("produced=600 entries=20 batched=600"),
+        "the Java client batched as asked: {produced}"
+    );
+    let mut seen = std::collections::HashSet::new();
+    let mut batch = Vec::new();
+    let mut entries = 0;
+    while seen.len() < 600 {
+        let message = within(PATIENCE, consumer.receive())
+            .await
+            .unwrap_or_else(|| panic!("delivery stopped after {} messages", seen.len()))
+            .expect("received");
+        assert_eq!(message.position().batch_size(), 30, "{:?}", message.id());
+        let index: usize = message
+            .property("i")
+            .and_then(|i| i.parse().ok())
+            .expect("the Java producer's index property");
+        assert_eq!(
+            std::str::from_utf8(message.payload()).ok(),
+            Some(format!("j{index}").as_str())
+        );
+        assert!(seen.insert(index), "message {index} delivered twice");
+        batch.push(message);
+        if batch.len() == 30 {
+            // Even entries: one ack per message; odd entries: all in one transaction.
+            if entries % 2 == 0 {
+                for message in &batch {
+                    consumer.ack(message).await.expect("ack queued");
+                }
+            } else {
+                let txn = broker.new_txn().await;
+                for message in &batch {
+                    consumer.ack_in(&txn, message).await.expect("acked");
+                }
+                txn.commit().await.expect("committed");
+            }
+            batch.clear();
+            entries += 1;
+        }
+    }
+    assert_eq!(entries, 20);
+    consumer.flush_acks().await;
+    let sub = broker.assert_drained().await;
+    assert_eq!(only_consumer(&sub).unacked_messages, 0, "{sub:#?}");
+    assert_quiet(&consumer, Duration::from_millis(500)).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
