@@ -1,0 +1,90 @@
+//! Message priority over partitioned topics, without a transport.
+//!
+//! Brokers such as Pulsar have no message priority, so urgent messages wait behind a
+//! low-priority backlog. The usual fix spreads levels over partitions of one topic (a
+//! producer-side router) and makes the consumer prefer the partitions of the more important
+//! levels. This crate holds that logic, free of any client or protocol, so that adapters stay
+//! thin and a simulator can drive it with virtual time:
+//!
+//! - [`PriorityPolicy`]: the one definition producers and consumers share: how many levels
+//!   (level 0 is the most important), the default level, the message property and how its
+//!   value parses (missing or invalid values go to the default level and are counted).
+//! - [`LayoutSpec`] / [`PartitionLayout`]: which partitions hold which level, from explicit
+//!   sets or from weights, recomputed for the live partition count and validated
+//!   (overlapping, missing or out-of-range partitions are errors).
+//! - [`Router`]: the partition for a message: a Java-compatible key hash ([`KeyHash`]) when
+//!   it has a key, otherwise a per-level round robin that stays on a partition for a
+//!   [`StickyWindow`] so batching works. Never an out-of-range partition.
+//! - [`Gate`]: on the consumer, a partition's level comes from its index (no learning round).
+//!   From buffered counts (and backlogs when known) it pauses and resumes partitions through
+//!   [`PartitionControl`] with hysteresis, suggests smaller receiver queues for lower levels,
+//!   and picks the partition the next message comes from by a [`Strategy`]: strict, weighted
+//!   (stride scheduling, 2:1 by default) or strict with aging (a starvation bound). It decides
+//!   on arrivals and deliveries, never only on acks.
+//! - [`ConsumerInterceptor`] / [`GateInterceptor`]: the gate behind before-consume, ack and
+//!   nack hooks, for clients that offer interceptors.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Instant;
+//! use priority::{
+//!     Gate, GateConfig, LayoutSpec, Level, NoControl, PriorityPolicy, Router, RouterConfig,
+//!     Strategy,
+//! };
+//!
+//! // Two levels; partitions 0-1 carry level 0 (urgent), 2-5 level 1.
+//! let policy = PriorityPolicy::builder().levels(2).property("priority").build()?;
+//! let spec = LayoutSpec::weights([1, 2]);
+//! let now = Instant::now();
+//!
+//! // Producer side: route by the message's priority property and key.
+//! let router = Router::new(policy.clone(), spec.clone(), 6, RouterConfig::default(), now)?;
+//! let urgent = router.route_message(Some("0"), Some("order-7"), 6, now)?;
+//! assert!(urgent < 2);
+//! let bulk = router.route_message(None, None, 6, now)?; // no property: default level 1
+//! assert!((2..6).contains(&bulk));
+//!
+//! // Consumer side: the gate knows each partition's level from the same policy and layout.
+//! let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
+//! let mut gate = Gate::new(policy, spec, 6, config)?;
+//! let mut control = NoControl; // an adapter passes its pause/resume implementation
+//! gate.on_arrival(bulk, None, now, &mut control)?;
+//! gate.on_arrival(urgent, Some(Level::new(0)), now, &mut control)?;
+//! assert_eq!(gate.poll(now, &mut control), Some(urgent));
+//! assert_eq!(gate.poll(now, &mut control), Some(bulk));
+//! # Ok::<(), priority::Error>(())
+//! ```
+//!
+//! # Driving the gate
+//!
+//! An adapter (or a simulator) reports every event with the current instant and a
+//! [`PartitionControl`]: [`Gate::on_arrival`] when a partition's consumer buffers a message,
+//! [`Gate::poll`] (or [`Gate::next_partition`] then [`Gate::on_delivered`]) when the
+//! application takes one, [`Gate::on_ack`] / [`Gate::on_nack`], [`Gate::set_backlog`] when
+//! broker stats are known, [`Gate::set_partitions`] when the topic grows, and [`Gate::tick`]
+//! from a timer when aging is on. The gate calls `pause`/`resume` only on changes; each
+//! partition's consumer should be created with [`Gate::suggested_queue_size`].
+
+mod clock;
+mod control;
+mod error;
+mod gate;
+mod hash;
+mod interceptor;
+mod layout;
+mod policy;
+mod router;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use control::{ControlEvent, NoControl, PartitionControl, RecordingControl};
+pub use error::Error;
+pub use gate::{Gate, GateConfig, GateStats, LevelStats, QueueSizing, Strategy};
+pub use hash::{KeyHash, java_string_hash, murmur3_32};
+pub use interceptor::{ConsumerInterceptor, GateInterceptor, MessageInfo};
+pub use layout::{LayoutSpec, MAX_WEIGHT, PartitionLayout, Unlisted};
+pub use policy::{
+    DEFAULT_PROPERTY, Level, MAX_LEVELS, ParseOutcome, ParseStats, Parsed, PolicyBuilder,
+    PriorityPolicy, ValueOrder,
+};
+pub use router::{Router, RouterConfig, StickyWindow};
