@@ -9,7 +9,13 @@
 //! watermarks and pause/resume calls happen, counted by a control that only counts):
 //! - `arrival/<strategy>`: one [`Gate::on_arrival`] per iteration, partitions in turn;
 //! - `arrival_and_poll/<strategy>`: one arrival and one [`Gate::poll`] per iteration (steady
-//!   state: the buffered total stays constant).
+//!   state: the buffered total stays constant; pressure changes only rarely, the pause and
+//!   resume counts are printed after each bench).
+//! - `pressure_cycle/<strategy>`: 140 arrivals on the top level's partitions, which takes the
+//!   top level above its high watermark (33 partitions x queue 8 x 0.5 = 132): the 31 lower
+//!   partitions are paused; then 140 polls, below the low watermark: they are resumed (under
+//!   the weighted strategy the empty lower levels are never paused). Criterion reports the
+//!   time of one iteration: divide by 280 events.
 //!
 //! Run with `cargo bench -p priority --bench decisions`.
 
@@ -25,6 +31,8 @@ use priority::{
 
 const PARTITIONS: u32 = 64;
 const LEVELS: usize = 4;
+/// Arrivals (then polls) per `pressure_cycle` iteration.
+const CYCLE: usize = 140;
 
 fn policy() -> PriorityPolicy {
     PriorityPolicy::new(LEVELS).expect("valid policy")
@@ -159,6 +167,32 @@ fn gate(c: &mut Criterion) {
         });
         eprintln!(
             "gate/arrival_and_poll/{name}: {} pauses, {} resumes",
+            control.pauses, control.resumes
+        );
+    }
+
+    for (name, strategy) in strategies() {
+        let mut gate = new_gate(strategy);
+        let mut control = Counting::default();
+        let mut now = start;
+        let top: Vec<u32> = (0..PARTITIONS)
+            .filter(|&p| gate.level_of(p) == Some(Level::HIGHEST))
+            .collect();
+        group.bench_function(format!("pressure_cycle/{name}"), |b| {
+            b.iter(|| {
+                for i in 0..CYCLE {
+                    now += tick;
+                    let p = top[i % top.len()];
+                    let _ = gate.on_arrival(p, None, now, &mut control);
+                }
+                for _ in 0..CYCLE {
+                    now += tick;
+                    black_box(gate.poll(now, &mut control));
+                }
+            })
+        });
+        eprintln!(
+            "gate/pressure_cycle/{name}: {} pauses, {} resumes",
             control.pauses, control.resumes
         );
     }
