@@ -2,7 +2,6 @@ package peers;
 
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.PulsarClient;
-import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
 
@@ -21,7 +20,7 @@ public final class PulsarConsume {
         String subscription = args[2];
         int count = Integer.parseInt(args[3]);
         try (PulsarClient client = PulsarClient.builder().serviceUrl(url).build()) {
-            var consumer = client.newConsumer(Schema.STRING)
+            var consumer = client.newConsumer()
                     .topic(topic)
                     .subscriptionName(subscription)
                     .subscriptionType(SubscriptionType.Shared)

@@ -28,6 +28,7 @@ public final class RocketMqPushConsume {
         var config = ClientConfiguration.newBuilder()
                 .setEndpoints(endpoint)
                 .setRequestTimeout(Duration.ofSeconds(10))
+                .enableSsl(false)
                 .build();
         var ours = new AtomicInteger();
         var done = new java.util.concurrent.CountDownLatch(1);

@@ -1,0 +1,332 @@
+//! Our consumers against the official Java clients, on the same real brokers in one run: ack
+//! requests and client CPU per 10,000 consumed messages.
+//!
+//! Start the brokers (`scripts/brokers/rocketmq start`, `scripts/brokers/pulsar start`), then:
+//!
+//! ```sh
+//! scripts/bench-peers.sh            # builds the Java peers, runs this, prints a Markdown table
+//! ```
+//!
+//! or directly:
+//!
+//! ```sh
+//! cargo run --release -p examples --bin peer_compare -- \
+//!     [--rocketmq 127.0.0.1:8081] [--pulsar pulsar://127.0.0.1:6650] [--messages 10000]
+//! ```
+//!
+//! Every client talks to the broker through a counting forwarder in this process (a gRPC/HTTP/2
+//! forwarder for RocketMQ, a Pulsar frame forwarder that keeps clients on it by rewriting lookup
+//! answers), so requests are counted the same way for every client. Each consumer runs in its
+//! own process: ours through `--role`, the Java ones through `scripts/java-peers/run`. A
+//! consumer reports the CPU it used from before connecting to after its shutdown (which flushes
+//! its acks); the operating system's figure for the whole process, JVM start-up included, is
+//! reported too.
+//!
+//! - RocketMQ: one fresh topic per consumer (`peer-batched`, `peer-immediate`, `peer-java`,
+//!   created by the broker script), a fresh group, N messages sent once the consumer is ready.
+//!   Ours acks in batches (the default: 1,024 entries or 5 s per topic) or one message per
+//!   request (`AckSettings::immediate()`); the Java push consumer (rocketmq-client-java 5.0.8)
+//!   acks each message with its own `AckMessage` request.
+//! - Pulsar: one topic with N messages in batches of 100 (sent by our producer), one Shared
+//!   subscription per consumer, each message acknowledged individually; ours groups acks as
+//!   configured by default, the Java client (pulsar-client 4.0.8) with its default 100 ms ack
+//!   grouping.
+
+mod child;
+mod grpc_count;
+mod ours;
+mod pulsar_count;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::{BatchingOptions, Client, ConnectOptions, OutgoingMessage, ProducerOptions};
+use rocketmq_grpc::{ClientConfig, Producer, Session};
+
+const USAGE: &str = "usage: peer_compare [--rocketmq HOST:PORT] [--pulsar pulsar://HOST:PORT] \
+[--messages N] [--java-peers PATH]\n       peer_compare --role rocketmq|pulsar ARGS...";
+
+struct Options {
+    rocketmq: Option<String>,
+    pulsar: Option<String>,
+    messages: usize,
+    java_peers: String,
+}
+
+fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        rocketmq: None,
+        pulsar: None,
+        messages: 10_000,
+        java_peers: concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/java-peers/run").into(),
+    };
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().cloned().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--rocketmq" => options.rocketmq = Some(value()?),
+            "--pulsar" => options.pulsar = Some(value()?),
+            "--messages" => {
+                options.messages = value()?.parse().map_err(|e| format!("--messages: {e}"))?
+            }
+            "--java-peers" => options.java_peers = value()?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if options.rocketmq.is_none() && options.pulsar.is_none() {
+        return Err("give --rocketmq, --pulsar or both".into());
+    }
+    if options.messages == 0 {
+        return Err("--messages must be at least 1".into());
+    }
+    Ok(options)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("--role") => match args.get(1).map(String::as_str) {
+            Some("rocketmq") => ours::rocketmq(&args[2..]).await,
+            Some("pulsar") => ours::pulsar(&args[2..]).await,
+            _ => Err(USAGE.into()),
+        },
+        _ => match parse_args(&args) {
+            Ok(options) => compare(options).await,
+            Err(e) => Err(format!("{e}\n{USAGE}")),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("peer_compare: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn address(text: &str) -> Result<SocketAddr, String> {
+    let host_port = text.trim_start_matches("pulsar://").trim_end_matches('/');
+    host_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{text}: {e}"))?
+        .next()
+        .ok_or(format!("{text} resolves to nothing"))
+}
+
+fn run_id() -> String {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{}-{millis}", std::process::id())
+}
+
+fn per_10k(count: u64, messages: usize) -> f64 {
+    count as f64 * 10_000.0 / messages as f64
+}
+
+fn ms_per_10k(cpu: Duration, messages: usize) -> f64 {
+    cpu.as_secs_f64() * 1000.0 * 10_000.0 / messages as f64
+}
+
+async fn compare(options: Options) -> Result<(), String> {
+    let ourselves = std::env::current_exe().map_err(|e| e.to_string())?;
+    let ourselves = ourselves.to_string_lossy().into_owned();
+    println!(
+        "peer_compare: {} messages per consumer, run {}",
+        options.messages,
+        run_id()
+    );
+    if let Some(endpoint) = &options.rocketmq {
+        rocketmq(&options, endpoint, &ourselves).await?;
+    }
+    if let Some(url) = &options.pulsar {
+        pulsar(&options, url, &ourselves).await?;
+    }
+    Ok(())
+}
+
+async fn rocketmq(options: &Options, endpoint: &str, ourselves: &str) -> Result<(), String> {
+    let (forwarder, counts) = grpc_count::start(address(endpoint)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let forwarder = forwarder.to_string();
+    let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
+    let producer = Producer::new(Session::new(config).map_err(|e| e.to_string())?);
+    let n = options.messages;
+    let mut rows = Vec::new();
+    for (label, topic, mode) in [
+        ("ours, batched acks", "peer-batched", Some("batched")),
+        ("ours, immediate acks", "peer-immediate", Some("immediate")),
+        (
+            "rocketmq-client-java 5.0.8 push consumer",
+            "peer-java",
+            None,
+        ),
+    ] {
+        let run = run_id();
+        let group = format!("peer-{run}");
+        let prefix = format!("peer {run} ");
+        let (program, args) = match mode {
+            Some(mode) => (
+                ourselves.to_owned(),
+                vec![
+                    "--role".into(),
+                    "rocketmq".into(),
+                    forwarder.clone(),
+                    topic.into(),
+                    group,
+                    prefix.clone(),
+                    n.to_string(),
+                    mode.into(),
+                ],
+            ),
+            None => (
+                options.java_peers.clone(),
+                vec![
+                    "RocketMqPushConsume".into(),
+                    forwarder.clone(),
+                    topic.into(),
+                    group,
+                    prefix.clone(),
+                    n.to_string(),
+                ],
+            ),
+        };
+        *counts.lock() = Default::default();
+        println!("rocketmq: {label}: starting");
+        let consumer = child::Consumer::start(label, &program, &args).await?;
+        send_rocketmq(&producer, topic, &prefix, n).await?;
+        let cpu = consumer.finish(Duration::from_secs(600)).await?;
+        let seen = counts.lock().clone();
+        println!("rocketmq: {label}: {seen:?} {cpu:?}");
+        rows.push((label, seen, cpu));
+    }
+    println!();
+    // A fresh group starts at the topic's first message: earlier runs' messages are consumed
+    // and acked too, so everything is per acknowledged message.
+    println!(
+        "| RocketMQ consumer | messages acked | AckMessage requests per 10,000 acked | \
+         ack entries per request | consumer CPU per 10,000 (ms) | whole-process CPU per 10,000 (ms) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (label, seen, cpu) in &rows {
+        let requests = seen.requests_of("AckMessage");
+        let acked = seen.ack_entries.max(1) as usize;
+        println!(
+            "| {label} | {} | {:.1} | {:.1} | {:.0} | {:.0} |",
+            seen.ack_entries,
+            per_10k(requests, acked),
+            seen.ack_entries as f64 / requests.max(1) as f64,
+            ms_per_10k(cpu.own, acked),
+            ms_per_10k(cpu.process, acked),
+        );
+    }
+    println!();
+    Ok(())
+}
+
+async fn send_rocketmq(
+    producer: &Producer,
+    topic: &str,
+    prefix: &str,
+    n: usize,
+) -> Result<(), String> {
+    use futures_util::StreamExt;
+    let sends = futures_util::stream::iter(0..n)
+        .map(|i| {
+            producer.send(rocketmq_grpc::OutgoingMessage::new(
+                topic,
+                format!("{prefix}{i}"),
+            ))
+        })
+        .buffer_unordered(64);
+    let failed = sends
+        .filter(|r| std::future::ready(r.is_err()))
+        .count()
+        .await;
+    if failed > 0 {
+        return Err(format!("{failed} of {n} sends to {topic} failed"));
+    }
+    Ok(())
+}
+
+async fn pulsar(options: &Options, url: &str, ourselves: &str) -> Result<(), String> {
+    let (forwarder, counts) = pulsar_count::start(address(url)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let forwarder = format!("pulsar://{forwarder}");
+    let n = options.messages;
+    let java_peers = &options.java_peers;
+    let client = Client::connect(ConnectOptions::new(url).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for (layout, per_batch) in [("batches of 100", 100), ("not batched", 0)] {
+        let topic = format!("persistent://public/default/peer-compare-{}", run_id());
+        let producer_options = if per_batch == 0 {
+            ProducerOptions::default().no_batching()
+        } else {
+            ProducerOptions::default().batching(
+                BatchingOptions::default()
+                    .max_messages(per_batch)
+                    .max_delay(Duration::from_millis(10)),
+            )
+        };
+        let producer = client
+            .create_producer(&topic, producer_options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let sends = (0..n).map(|i| producer.send(OutgoingMessage::new(format!("m{i}"))));
+        for result in futures_util::future::join_all(sends).await {
+            result.map_err(|e| format!("send: {e}"))?;
+        }
+        for (client_label, ours) in [
+            ("ours (pulsar-wire)", true),
+            ("pulsar-client 4.0.8 (Java)", false),
+        ] {
+            let label = format!("{client_label}, {layout}");
+            let subscription = format!("peer-{}", run_id());
+            let mut args: Vec<String> = if ours {
+                vec![ourselves.to_owned(), "--role".into(), "pulsar".into()]
+            } else {
+                vec![java_peers.clone(), "PulsarConsume".into()]
+            };
+            args.extend([
+                forwarder.clone(),
+                topic.clone(),
+                subscription,
+                n.to_string(),
+            ]);
+            let program = args.remove(0);
+            *counts.lock() = Default::default();
+            println!("pulsar: {label}: starting");
+            let consumer = child::Consumer::start(&label, &program, &args).await?;
+            let cpu = consumer.finish(Duration::from_secs(600)).await?;
+            let seen = counts.lock().clone();
+            println!("pulsar: {label}: {seen:?} {cpu:?}");
+            rows.push((label, seen, cpu));
+        }
+    }
+    println!();
+    println!(
+        "| Pulsar consumer ({n} messages, each acked individually) | ACK frames per 10,000 | \
+         message ids per ACK frame | FLOW frames | consumer CPU per 10,000 (ms) | whole-process CPU per 10,000 (ms) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (label, seen, cpu) in &rows {
+        let acks = seen.frames_of(Type::Ack);
+        println!(
+            "| {label} | {:.1} | {:.1} | {} | {:.0} | {:.0} |",
+            per_10k(acks, n),
+            seen.acked_ids as f64 / acks.max(1) as f64,
+            seen.frames_of(Type::Flow),
+            ms_per_10k(cpu.own, n),
+            ms_per_10k(cpu.process, n),
+        );
+    }
+    println!();
+    Ok(())
+}
