@@ -4,7 +4,7 @@
 //! Start the brokers (`scripts/brokers/rocketmq start`, `scripts/brokers/pulsar start`), then:
 //!
 //! ```sh
-//! scripts/bench-peers.sh            # builds the Java peers, runs this, prints a Markdown table
+//! scripts/bench-peers.sh            # builds this and the Java peers, runs it, prints the tables
 //! ```
 //!
 //! or directly:
