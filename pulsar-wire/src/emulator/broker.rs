@@ -459,6 +459,15 @@ impl Broker {
         for (topic_name, topic) in &mut self.topics {
             if *topic_name == full || topic_name.starts_with(&prefix) {
                 topic.max_unacked = Some(max);
+                // Connected consumers of durable Shared and Key_Shared subscriptions take the
+                // new limit at once, as on a real 4.0.x broker.
+                let limited = topic
+                    .subscriptions
+                    .values_mut()
+                    .filter(|s| s.durable && s.shared());
+                for consumer in limited.flat_map(|s| s.consumers.iter_mut()) {
+                    consumer.model.set_max_unacked_messages(max);
+                }
             }
         }
         self.policies.insert(full, max);

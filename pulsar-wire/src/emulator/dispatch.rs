@@ -157,7 +157,7 @@ impl Subscription {
         }
     }
 
-    fn shared(&self) -> bool {
+    pub(super) fn shared(&self) -> bool {
         matches!(self.sub_type, SubType::Shared | SubType::KeyShared)
     }
 

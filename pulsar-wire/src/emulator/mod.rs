@@ -81,8 +81,8 @@
 //! a Shared subscription (after its consumer closed) starts from a fresh state there, so
 //! per-index acks made through the first consumer are not carried over (redeliveries go back
 //! to the consumer whose model holds them whenever it is still connected). A topic's limit
-//! set with [`Emulator::set_max_unacked_messages`] applies to consumers that subscribe
-//! afterwards (a real 4.0.x broker applies it to connected consumers too). The backlog counts readable entries only (not those of open or aborted
+//! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
+//! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).
 
 mod broker;
@@ -315,7 +315,9 @@ impl Emulator {
     }
 
     /// Sets the topic's `maxUnackedMessagesOnConsumer` (for a partitioned topic, of all its
-    /// partitions); 0 means unlimited. Consumers that subscribe afterwards get it.
+    /// partitions); 0 means unlimited. Connected consumers of durable Shared and Key_Shared
+    /// subscriptions take it at once (the next dispatch blocks at it), as do consumers that
+    /// subscribe afterwards.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad name.

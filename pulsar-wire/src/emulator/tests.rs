@@ -790,3 +790,25 @@ async fn idle_clients_get_pings_and_delays_hold_responses() {
     assert!(client.next().await.is_none());
     assert_eq!(emulator.stats().faults.keep_alive_timeouts, 1);
 }
+
+/// A limit set while the consumer is connected applies to it at once, as on the real 4.0.x
+/// broker: batches of 3 stop once 21 messages are unacked.
+#[tokio::test]
+async fn a_limit_set_after_subscribing_applies_to_the_connected_consumer() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let mut client = Client::connect(&emulator).await;
+    client.producer("late", 1).await;
+    client.subscribe("late", "s", SubType::Shared, 1).await;
+    emulator.set_max_unacked_messages("late", 20).unwrap();
+    for sequence in 0..10 {
+        client.send_batch(1, sequence, 3, None).await;
+    }
+    client.flow(1, 1000).await;
+    let received = client.sync().await;
+    assert_eq!(received.len(), 7, "7 batches of 3 reach the limit of 20");
+    let stats = emulator.stats();
+    let consumer = &stats.subscription("late", "s").unwrap().consumers[0];
+    assert_eq!(consumer.max_unacked, 20);
+    assert!(consumer.blocked);
+    assert_eq!(consumer.unacked, 21);
+}

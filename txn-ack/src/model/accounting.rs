@@ -102,6 +102,14 @@ impl ConsumerModel {
         &self.config
     }
 
+    /// Changes the limit of a connected consumer, as a topic-policy update of
+    /// `maxUnackedMessagesOnConsumer` does on the broker: the count and the blocked flag stay
+    /// as they are; the next dispatch blocks at the new limit and the next removed pending ack
+    /// unblocks at half of it (at once when the new limit is 0, unlimited).
+    pub fn set_max_unacked_messages(&mut self, max: u32) {
+        self.config.max_unacked_messages = max;
+    }
+
     /// The consumer's unacked count (`Consumer.unackedMessages`).
     pub fn unacked(&self) -> i64 {
         self.unacked
