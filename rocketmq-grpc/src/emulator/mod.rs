@@ -69,9 +69,10 @@
 //! # What is not modelled
 //!
 //! Filter expressions (accepted, not applied), namespaces (echoed, not used), delay and
-//! transactional messages, dead-letter queues and `max_attempts`, retry topics, consumer
-//! offsets for new groups (every group starts at offset 0), several brokers, TLS, and the
-//! RPCs outside the crate's proto subset.
+//! transactional messages, dead-letter queues and `max_attempts`, retry topics, stored consumer
+//! offsets (every group starts at offset 0, which is also where a new group starts on a real
+//! 5.3.3 broker: it consumes what the topic already holds), several brokers, TLS, and the RPCs
+//! outside the crate's proto subset.
 
 mod auth;
 mod clock;
