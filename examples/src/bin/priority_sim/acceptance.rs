@@ -238,3 +238,16 @@ fn runs_are_deterministic_and_conserve_messages() {
         }
     }
 }
+
+#[test]
+fn growth_reclassifies_partitions_under_weights_but_not_under_an_explicit_layout() {
+    let s = scenarios::partition_growth(TEST);
+    let window = u64::from(s.queue);
+    let weights = run(&s, Kind::Ours(Strategy::Strict));
+    let explicit = sim::run(&s, &strategies::explicit_layout()).expect("runs");
+    // Weights: a low partition becomes a high one, producers see it 100 ms before the
+    // consumer, and its old low backlog is then served as high.
+    assert!(weights.levels[0].max_bypass > window);
+    assert!(explicit.levels[0].max_bypass <= window);
+    assert!(explicit.levels.iter().all(|l| l.left == 0));
+}

@@ -63,7 +63,11 @@ fn main() -> ExitCode {
         .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
     {
         let mut reports = Vec::new();
-        for strategy in strategies::all() {
+        let mut specs = strategies::all();
+        if scenario.growth.is_some() {
+            specs.push(strategies::explicit_layout());
+        }
+        for strategy in specs {
             match sim::run(scenario, &strategy) {
                 Ok(report) => reports.push(report),
                 Err(e) => {

@@ -8,13 +8,18 @@
 //! - **ours**: the `priority` crate's [`Router`] and [`Gate`] on the same layout, in each
 //!   [`priority::Strategy`]: one consumer per partition, the application takes the partition
 //!   the gate picks, the gate pauses and resumes partitions, lower levels get smaller queues.
+//!   Levels are laid out by equal weights; where the topic grows, one more row uses an
+//!   explicit layout whose added partitions go to the least important level.
+//!
+//! Approximation: Pulsar's parent consumer re-polls its parked partition consumers one by
+//! one; the model lets it take their messages in global arrival order.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use priority::{
     Gate, GateConfig, LayoutSpec, Level, PartitionControl, PriorityPolicy, QueueSizing, Router,
-    RouterConfig, StickyWindow, Strategy,
+    RouterConfig, StickyWindow, Strategy, Unlisted,
 };
 
 use crate::model::{Batching, MsgId, Topic};
@@ -28,8 +33,12 @@ pub(crate) enum Kind {
     NoPriority,
     /// The published design.
     Replica,
-    /// The `priority` crate with this strategy.
+    /// The `priority` crate with this strategy, levels laid out by equal weights (recomputed
+    /// when the topic grows, so existing partitions can change level).
     Ours(Strategy),
+    /// The `priority` crate with this strategy, the initial partitions listed explicitly and
+    /// partitions added later given to the least important level.
+    OursExplicit(Strategy),
 }
 
 /// A named strategy.
@@ -72,6 +81,14 @@ pub(crate) fn all() -> Vec<Spec> {
     ]
 }
 
+/// The extra row of scenarios where the topic grows: strict with an explicit layout.
+pub(crate) fn explicit_layout() -> Spec {
+    Spec {
+        name: "ours: strict, explicit layout",
+        kind: Kind::OursExplicit(Strategy::Strict),
+    }
+}
+
 /// What the topology of a run looks like, for building routers and consumers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Setup {
@@ -93,6 +110,24 @@ fn policy(levels: usize) -> Result<PriorityPolicy, String> {
 
 fn spec(levels: usize) -> LayoutSpec {
     LayoutSpec::weights(vec![1; levels])
+}
+
+/// The layout of `kind`: equal weights, or the equal-weights layout of the initial partitions
+/// written out explicitly with later partitions on the least important level.
+fn layout_of(kind: &Kind, setup: &Setup) -> Result<LayoutSpec, String> {
+    if !matches!(kind, Kind::OursExplicit(_)) {
+        return Ok(spec(setup.levels));
+    }
+    let levels = setup.levels;
+    let lowest = Level::new(levels.saturating_sub(1) as u8);
+    let layout = spec(levels)
+        .layout(&policy(levels)?, setup.partitions)
+        .map_err(|e| e.to_string())?;
+    let sets = (0..levels).map(|k| {
+        let level = Level::new(k as u8);
+        (level, layout.partitions_of(level).to_vec())
+    });
+    Ok(LayoutSpec::explicit_with(sets, Unlisted::Level(lowest)))
 }
 
 /// The producer-side router of a strategy.
@@ -134,7 +169,7 @@ impl Routing {
                     &registered,
                 )))
             }
-            Kind::Ours(_) => {
+            Kind::Ours(_) | Kind::OursExplicit(_) => {
                 let sticky = match setup.batching {
                     Some(b) => StickyWindow {
                         max_messages: b.max_messages as u32,
@@ -148,7 +183,7 @@ impl Routing {
                 };
                 Router::new(
                     policy(setup.levels)?,
-                    spec(setup.levels),
+                    layout_of(kind, setup)?,
                     setup.partitions,
                     config,
                     setup.start,
@@ -273,7 +308,7 @@ impl Consumer {
                         .then(|| ReplicaInterceptor::new(setup.levels)),
                 }))
             }
-            Kind::Ours(strategy) => {
+            Kind::Ours(strategy) | Kind::OursExplicit(strategy) => {
                 let config = GateConfig {
                     strategy: strategy.clone(),
                     receiver_queue_size: setup.queue,
@@ -283,7 +318,7 @@ impl Consumer {
                 };
                 let gate = Gate::new(
                     policy(setup.levels)?,
-                    spec(setup.levels),
+                    layout_of(kind, setup)?,
                     setup.partitions,
                     config,
                 )
