@@ -73,6 +73,11 @@ pub enum Error {
     /// An ack could not be built (from `txn-ack`).
     #[error(transparent)]
     Ack(#[from] txn_ack::Error),
+    /// A priority setting or decision failed (from the `priority` crate), for example a
+    /// layout that does not cover the topic's partitions after it grew. Not retryable: fix
+    /// the policy or layout.
+    #[error(transparent)]
+    Priority(#[from] priority::Error),
     /// The client, producer or consumer was closed.
     #[error("{0} is closed")]
     Closed(&'static str),

@@ -74,6 +74,10 @@
 //! - [`TransactionCoordinator`] and [`Transaction`]: `TC_CLIENT_CONNECT`, `NEW_TXN` (its
 //!   timeout in milliseconds, as the reference clients send it), partitions and subscriptions
 //!   registered before first use, commit and abort.
+//! - [`priority`]: message priority on partitioned topics: [`priority::PriorityRouter`] (the
+//!   producer's router, by each message's priority property) and
+//!   [`priority::PriorityConsumer`] (per-partition consumers whose `FLOW` permits a gate
+//!   withholds and grants, merged with the most important level first).
 //! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
 //!   the generated protocol types ([`pb`]).
 //!
@@ -93,6 +97,7 @@ mod error;
 
 #[cfg(feature = "emulator")]
 pub mod emulator;
+pub mod priority;
 mod producer;
 mod txn;
 
@@ -106,8 +111,8 @@ pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION
 pub use consumer::{Consumer, ConsumerOptions, ConsumerStats, InitialPosition, Message, SubType};
 pub use error::Error;
 pub use producer::{
-    BatchingOptions, MessageId, OutgoingMessage, PartitionRouter, Producer, ProducerOptions,
-    RoundRobin, key_partition,
+    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, MessageId, OutgoingMessage, PartitionRouter,
+    Producer, ProducerOptions, RoundRobin, key_partition,
 };
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};

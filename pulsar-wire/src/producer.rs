@@ -8,12 +8,13 @@ mod router;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 
 pub use batching::BatchingOptions;
 use batching::{BatchKey, ProducerBatcher};
-use partition::PartitionProducer;
+use partition::{PartitionProducer, PartitionSet};
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
 use crate::pb::KeyValue;
@@ -87,6 +88,24 @@ impl OutgoingMessage {
         &self.payload
     }
 
+    /// Its key, if it has one.
+    pub fn partition_key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// Its properties, in the order they were added.
+    pub fn properties(&self) -> &[(String, String)] {
+        &self.properties
+    }
+
+    /// The value of property `name` (the first one added with that name).
+    pub fn property_value(&self, name: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
     pub(crate) fn key_values(&self) -> Vec<KeyValue> {
         self.properties
             .iter()
@@ -115,17 +134,24 @@ pub struct ProducerOptions {
     batching: Option<BatchingOptions>,
     router: Arc<dyn PartitionRouter>,
     transactional: bool,
+    partitions_refresh: Option<Duration>,
 }
+
+/// How often a producer re-reads a partitioned topic's partition count by default (the Java
+/// client's `autoUpdatePartitionsInterval`).
+pub const DEFAULT_PARTITIONS_REFRESH: Duration = Duration::from_secs(60);
 
 impl Default for ProducerOptions {
     /// A broker-assigned name, batching with [`BatchingOptions::default`], the
-    /// [`RoundRobin`] router, not transactional.
+    /// [`RoundRobin`] router, not transactional, partitions re-read every
+    /// [`DEFAULT_PARTITIONS_REFRESH`].
     fn default() -> Self {
         Self {
             name: None,
             batching: Some(BatchingOptions::default()),
             router: Arc::new(RoundRobin::default()),
             transactional: false,
+            partitions_refresh: Some(DEFAULT_PARTITIONS_REFRESH),
         }
     }
 }
@@ -161,6 +187,15 @@ impl ProducerOptions {
         self.transactional = transactional;
         self
     }
+
+    /// How often the producer of a partitioned topic re-reads the partition count
+    /// (`PARTITIONED_METADATA`) and attaches to partitions added since, so that its router
+    /// sends to them too (default [`DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
+    /// [`Producer::refresh_partitions`]).
+    pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
+        self.partitions_refresh = every.filter(|d| !d.is_zero());
+        self
+    }
 }
 
 /// Sends messages to a topic, or to the partitions of a partitioned topic. Cheap to clone.
@@ -176,12 +211,17 @@ pub struct Producer {
 }
 
 struct ProducerInner {
+    client: Client,
     topic: String,
-    partitions: Arc<[PartitionProducer]>,
+    name: Option<String>,
+    transactional: bool,
+    partitions: Arc<PartitionSet>,
     partitioned: bool,
     router: Arc<dyn PartitionRouter>,
     batcher: Option<ProducerBatcher>,
     closed: AtomicBool,
+    /// Serialises partition refreshes, so that a partition is attached once.
+    refresh: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for Producer {
@@ -208,12 +248,9 @@ impl Producer {
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let mut partitions = Vec::with_capacity(topics.len());
         for (index, partition_topic) in topics.into_iter().enumerate() {
-            let name = match (&options.name, partitioned) {
-                (Some(name), true) => Some(format!("{name}-{index}")),
-                (name, _) => name.clone(),
-            };
             let partition = if partitioned { index as i32 } else { -1 };
-            partitions.push(
+            let name = partition_name(options.name.as_deref(), partitioned, index);
+            partitions.push(Arc::new(
                 PartitionProducer::create(
                     client,
                     partition_topic,
@@ -222,23 +259,75 @@ impl Producer {
                     options.transactional,
                 )
                 .await?,
-            );
+            ));
         }
-        let partitions: Arc<[PartitionProducer]> = partitions.into();
+        let partitions = Arc::new(PartitionSet::new(partitions));
         let batcher = options
             .batching
             .map(|batching| ProducerBatcher::new(Arc::clone(&partitions), batching))
             .transpose()?;
-        Ok(Self {
-            inner: Arc::new(ProducerInner {
-                topic,
-                partitions,
-                partitioned,
-                router: options.router,
-                batcher,
-                closed: AtomicBool::new(false),
-            }),
-        })
+        let inner = Arc::new(ProducerInner {
+            client: client.clone(),
+            topic,
+            name: options.name,
+            transactional: options.transactional,
+            partitions,
+            partitioned,
+            router: options.router,
+            batcher,
+            closed: AtomicBool::new(false),
+            refresh: tokio::sync::Mutex::new(()),
+        });
+        if partitioned && let Some(every) = options.partitions_refresh {
+            tokio::spawn(refresh_partitions_every(Arc::downgrade(&inner), every));
+        }
+        Ok(Self { inner })
+    }
+
+    /// Re-reads the partition count (`PARTITIONED_METADATA`) and attaches to the partitions
+    /// added since; from then on the router is given the new count. Returns the partition
+    /// count (0 for a topic that is not partitioned, which never changes). Pulsar never
+    /// removes partitions: a smaller answer changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Producer::close`]; the lookup's or the `PRODUCER` request's
+    /// errors (partitions attached before the failure stay attached).
+    pub async fn refresh_partitions(&self) -> Result<usize, Error> {
+        if !self.inner.partitioned {
+            return Ok(0);
+        }
+        let _serial = self.inner.refresh.lock().await;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("the producer"));
+        }
+        let inner = &self.inner;
+        let count = inner.client.partitions(&inner.topic).await? as usize;
+        let have = inner.partitions.len();
+        let mut added = Vec::new();
+        let mut result = Ok(());
+        for index in have..count {
+            let name = partition_name(inner.name.as_deref(), true, index);
+            match PartitionProducer::create(
+                &inner.client,
+                crate::client::partition_topic(&inner.topic, index as u32),
+                index as i32,
+                name,
+                inner.transactional,
+            )
+            .await
+            {
+                Ok(producer) => added.push(Arc::new(producer)),
+                Err(error) => {
+                    result = Err(error);
+                    break;
+                }
+            }
+        }
+        if !added.is_empty() {
+            tracing::info!(topic = %inner.topic, from = have, to = have + added.len(), "the producer attached to new partitions");
+        }
+        inner.partitions.extend(added);
+        result.map(|()| inner.partitions.len())
     }
 
     /// The topic's full name.
@@ -246,7 +335,8 @@ impl Producer {
         &self.inner.topic
     }
 
-    /// The number of partitions (0 for a topic that is not partitioned).
+    /// The number of partitions (0 for a topic that is not partitioned); it grows with
+    /// [`Producer::refresh_partitions`].
     pub fn partitions(&self) -> usize {
         if self.inner.partitioned {
             self.inner.partitions.len()
@@ -289,8 +379,7 @@ impl Producer {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the producer"));
         }
-        let index = self.route(&message);
-        let producer = &self.inner.partitions[index];
+        let (index, producer) = self.route(&message)?;
         producer.check_size(&message)?;
         if let Some(txn) = txn {
             txn.add_partition(&producer.topic).await?;
@@ -308,13 +397,20 @@ impl Producer {
         }
     }
 
-    fn route(&self, message: &OutgoingMessage) -> usize {
-        let count = self.inner.partitions.len();
-        if count == 1 {
-            return 0;
-        }
-        let partitions = u32::try_from(count).unwrap_or(u32::MAX);
-        self.inner.router.route(message.key.as_deref(), partitions) as usize % count
+    fn route(&self, message: &OutgoingMessage) -> Result<(usize, Arc<PartitionProducer>), Error> {
+        let all = self.inner.partitions.all();
+        let count = all.len();
+        let index = if self.inner.partitioned {
+            let partitions = u32::try_from(count).unwrap_or(u32::MAX);
+            self.inner.router.route_message(message, partitions)? as usize % count.max(1)
+        } else {
+            0
+        };
+        let producer = all
+            .get(index)
+            .cloned()
+            .ok_or(Error::Closed("the producer"))?;
+        Ok((index, producer))
     }
 
     /// Sends every open batch now and waits for the receipts.
@@ -343,7 +439,7 @@ impl Producer {
             }
         }
         let mut result = Ok(());
-        for producer in self.inner.partitions.iter() {
+        for producer in self.inner.partitions.all().iter() {
             if let Err(error) = producer.close().await
                 && result.is_ok()
             {
@@ -351,6 +447,33 @@ impl Producer {
             }
         }
         result
+    }
+}
+
+/// The name of partition `index`'s producer: `<name>-<index>` on a partitioned topic.
+fn partition_name(name: Option<&str>, partitioned: bool, index: usize) -> Option<String> {
+    match (name, partitioned) {
+        (Some(name), true) => Some(format!("{name}-{index}")),
+        (name, _) => name.map(str::to_owned),
+    }
+}
+
+/// Refreshes the partitions of a producer every `every` until it is closed or dropped.
+async fn refresh_partitions_every(inner: std::sync::Weak<ProducerInner>, every: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let producer = Producer { inner };
+        if let Err(error) = producer.refresh_partitions().await {
+            tracing::warn!(topic = %producer.topic(), %error, "re-reading the partition count failed");
+        }
     }
 }
 

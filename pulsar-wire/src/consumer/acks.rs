@@ -9,7 +9,7 @@ use ack_batcher::{Batcher, Flush, FlushResult, ItemReply, RetryPolicy};
 use txn_ack::{AckId, AckKind, EntryId, TxnAck};
 
 use super::Counters;
-use super::partition::PartitionConsumer;
+use super::partition::PartitionList;
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::AckType;
 use crate::pb::{self, MessageIdData};
@@ -26,7 +26,7 @@ pub(crate) struct AckKey {
 /// The `ack-batcher` transport: one `CommandAck` per batch.
 #[derive(Debug)]
 pub(crate) struct AckFlusher {
-    pub(crate) partitions: Arc<[Arc<PartitionConsumer>]>,
+    pub(crate) partitions: Arc<PartitionList>,
     pub(crate) receipts: bool,
     pub(crate) counters: Arc<Counters>,
 }

@@ -19,7 +19,8 @@ use txn_ack::{AckId, AckKind, PartialBatches};
 use acks::{AckFlusher, AckKey};
 pub use message::Message;
 use message::Origin;
-use partition::{Delivery, PartitionConsumer};
+use partition::PartitionList;
+pub(crate) use partition::{Delivery, PartitionConsumer};
 
 use crate::{Client, Connection, Error, Transaction};
 
@@ -217,19 +218,30 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// - [`Consumer::nack`] asks for a redelivery.
 #[derive(Debug)]
 pub struct Consumer {
+    client: Client,
+    options: ConsumerOptions,
     topic: String,
+    partitioned: bool,
     subscription: String,
     sub_type: SubType,
     key: u64,
-    partitions: Arc<[Arc<PartitionConsumer>]>,
+    partitions: Arc<PartitionList>,
     deliveries: tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>>,
+    /// Where new partitions' tasks deliver (weak, so that the channel ends with the tasks).
+    delivery_sender: mpsc::WeakUnboundedSender<Delivery>,
     /// Why the deliveries ended, once they did.
     ended: Mutex<Option<Error>>,
     acks: Batcher<AckKey, AckId, AckFlusher>,
     counters: Arc<Counters>,
     closed: AtomicBool,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Serialises partition refreshes, so that a partition is subscribed once.
+    refresh: tokio::sync::Mutex<()>,
 }
+
+/// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
+/// whether it starts paused.
+pub(crate) type QueueSizing<'a> = &'a (dyn Fn(u32) -> (u32, bool) + Sync);
 
 impl Consumer {
     pub(crate) async fn subscribe(
@@ -237,6 +249,21 @@ impl Consumer {
         topic: &str,
         subscription: &str,
         options: ConsumerOptions,
+    ) -> Result<Self, Error> {
+        let size = options.receiver_queue_size;
+        Self::subscribe_sized(client, topic, subscription, options, &move |_| {
+            (size, false)
+        })
+        .await
+    }
+
+    /// Subscribes with a receiver queue per partition.
+    pub(crate) async fn subscribe_sized(
+        client: &Client,
+        topic: &str,
+        subscription: &str,
+        options: ConsumerOptions,
+        sizing: QueueSizing<'_>,
     ) -> Result<Self, Error> {
         options.validate()?;
         if subscription.is_empty() {
@@ -252,12 +279,15 @@ impl Consumer {
         let mut receivers = Vec::with_capacity(topics.len());
         for (index, partition_topic) in topics.into_iter().enumerate() {
             let partition = if partitioned { index as i32 } else { -1 };
+            let (queue_size, paused) = sizing(index as u32);
             match PartitionConsumer::subscribe(
                 client,
                 partition_topic,
                 partition,
                 subscription,
                 &options,
+                queue_size,
+                paused,
             )
             .await
             {
@@ -273,16 +303,16 @@ impl Consumer {
                 }
             }
         }
-        let partitions: Arc<[Arc<PartitionConsumer>]> = partitions.into();
         let counters = Arc::new(Counters::default());
         let key = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let tasks = receivers
             .into_iter()
+            .zip(&partitions)
             .enumerate()
-            .map(|(slot, events)| {
+            .map(|(slot, (events, partition))| {
                 tokio::spawn(partition::pump(
-                    Arc::clone(&partitions[slot]),
+                    Arc::clone(partition),
                     Origin {
                         consumer: key,
                         slot,
@@ -293,6 +323,7 @@ impl Consumer {
                 ))
             })
             .collect();
+        let partitions = Arc::new(PartitionList::new(partitions));
         let acks = acks::batcher(
             AckFlusher {
                 partitions: Arc::clone(&partitions),
@@ -303,18 +334,154 @@ impl Consumer {
             options.ack_group_max,
         )?;
         Ok(Self {
-            topic,
-            subscription: subscription.to_owned(),
+            client: client.clone(),
             sub_type: options.sub_type,
+            options,
+            topic,
+            partitioned,
+            subscription: subscription.to_owned(),
             key,
             partitions,
             deliveries: tokio::sync::Mutex::new(rx),
+            delivery_sender: tx.downgrade(),
             ended: Mutex::new(None),
             acks,
             counters,
             closed: AtomicBool::new(false),
-            tasks,
+            tasks: Mutex::new(tasks),
+            refresh: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Re-reads the partition count (`PARTITIONED_METADATA`) and subscribes to the partitions
+    /// added since, with the same options; their messages join [`Consumer::receive`]. Returns
+    /// the partition count (0 for a topic that is not partitioned, which never changes). Pulsar
+    /// never removes partitions: a smaller answer changes nothing. A paused consumer subscribes
+    /// new partitions paused.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Consumer::close`] or once its deliveries ended; the
+    /// lookup's or the `SUBSCRIBE` request's errors (partitions subscribed before the failure
+    /// stay subscribed).
+    pub async fn refresh_partitions(&self) -> Result<usize, Error> {
+        let size = self.options.receiver_queue_size;
+        let paused = self.is_paused();
+        self.grow(&move |_| (size, paused)).await
+    }
+
+    /// [`Consumer::refresh_partitions`] with a receiver queue per new partition.
+    async fn grow(&self, sizing: QueueSizing<'_>) -> Result<usize, Error> {
+        if !self.partitioned {
+            return Ok(0);
+        }
+        let count = self.client.partitions(&self.topic).await?;
+        self.grow_to(count, sizing).await
+    }
+
+    /// Subscribes the partitions below `count` not subscribed yet; returns the partition count.
+    pub(crate) async fn grow_to(
+        &self,
+        count: u32,
+        sizing: QueueSizing<'_>,
+    ) -> Result<usize, Error> {
+        if !self.partitioned {
+            return Ok(0);
+        }
+        let _serial = self.refresh.lock().await;
+        self.check_open()?;
+        self.subscribe_partitions(count as usize, sizing).await?;
+        Ok(self.partitions.len())
+    }
+
+    /// The client the consumer was created by.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The number of partitions the consumer is subscribed to (0 for a topic that is not
+    /// partitioned).
+    pub fn partitions(&self) -> usize {
+        if self.partitioned {
+            self.partitions.len()
+        } else {
+            0
+        }
+    }
+
+    /// Subscribes partitions from the current count up to `count`.
+    async fn subscribe_partitions(
+        &self,
+        count: usize,
+        sizing: QueueSizing<'_>,
+    ) -> Result<(), Error> {
+        let have = self.partitions.len();
+        for index in have..count {
+            let Some(tx) = self.delivery_sender.upgrade() else {
+                return Err(Error::Closed("the consumer (its deliveries ended)"));
+            };
+            let (queue_size, paused) = sizing(index as u32);
+            let (consumer, events) = PartitionConsumer::subscribe(
+                &self.client,
+                crate::client::partition_topic(&self.topic, index as u32),
+                index as i32,
+                &self.subscription,
+                &self.options,
+                queue_size,
+                paused,
+            )
+            .await?;
+            let consumer = Arc::new(consumer);
+            self.partitions.extend(vec![Arc::clone(&consumer)]);
+            let task = tokio::spawn(partition::pump(
+                consumer,
+                Origin {
+                    consumer: self.key,
+                    slot: index,
+                },
+                events,
+                tx,
+                Arc::clone(&self.counters),
+            ));
+            self.tasks.lock().push(task);
+            tracing::info!(topic = %self.topic, partition = index, "subscribed to a new partition");
+        }
+        Ok(())
+    }
+
+    /// Stops granting flow permits on every partition (as the Java client's `pause`): the
+    /// broker still sends what it already has permits for (at most one receiver queue per
+    /// partition), then nothing more until [`Consumer::resume`]. Buffered messages stay
+    /// receivable. Partitions subscribed while paused start paused.
+    pub fn pause(&self) {
+        for partition in self.partitions.all().iter() {
+            partition.pause();
+        }
+    }
+
+    /// Grants flow permits again on every partition, the ones withheld while paused at once.
+    pub fn resume(&self) {
+        for partition in self.partitions.all().iter() {
+            partition.resume(&self.counters);
+        }
+    }
+
+    /// Whether any partition is paused.
+    pub fn is_paused(&self) -> bool {
+        self.partitions.all().iter().any(|p| p.is_paused())
+    }
+
+    /// The receiver queue of every partition's consumer, by partition.
+    pub(crate) fn queue_sizes(&self) -> Vec<u32> {
+        self.partitions.all().iter().map(|p| p.queue_size).collect()
+    }
+
+    /// The partition consumer of `slot`.
+    pub(crate) fn partition_at(&self, slot: usize) -> Option<Arc<PartitionConsumer>> {
+        self.partitions.get(slot)
+    }
+
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.counters
     }
 
     /// The topic's full name.
@@ -345,25 +512,43 @@ impl Consumer {
                 }
                 Ok(*message)
             }
-            Some(Delivery::Closed { topic }) => {
-                tracing::info!(%topic, subscription = %self.subscription, "the broker closed the consumer");
-                let error = Error::Closed("the consumer (the broker sent CLOSE_CONSUMER)");
-                self.ended.lock().get_or_insert(error.clone());
-                Err(error)
-            }
-            Some(Delivery::Lost(error)) => {
-                self.ended.lock().get_or_insert(error.clone());
-                Err(error)
-            }
-            None => Err(self
-                .ended
-                .lock()
-                .clone()
-                .unwrap_or(Error::Closed("the consumer"))),
+            Some(other) => Err(self.delivery_error(other)),
+            None => Err(self.ended_error()),
         }
     }
 
-    fn partition(&self, message: &Message) -> Result<&Arc<PartitionConsumer>, Error> {
+    /// The error of a delivery that is not a message, remembered as why the deliveries
+    /// ended.
+    pub(crate) fn delivery_error(&self, delivery: Delivery) -> Error {
+        let error = match delivery {
+            Delivery::Closed { topic } => {
+                tracing::info!(%topic, subscription = %self.subscription, "the broker closed the consumer");
+                Error::Closed("the consumer (the broker sent CLOSE_CONSUMER)")
+            }
+            Delivery::Lost(error) => error,
+            Delivery::Message(message) => Error::Invalid {
+                what: "delivery",
+                reason: format!("{} is a message, not an error", message.id()),
+            },
+        };
+        self.ended.lock().get_or_insert(error.clone());
+        error
+    }
+
+    /// Why the deliveries ended.
+    pub(crate) fn ended_error(&self) -> Error {
+        self.ended
+            .lock()
+            .clone()
+            .unwrap_or(Error::Closed("the consumer"))
+    }
+
+    /// The receiver of the partitions' deliveries (for a consumer that orders them itself).
+    pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>> {
+        &self.deliveries
+    }
+
+    fn partition(&self, message: &Message) -> Result<Arc<PartitionConsumer>, Error> {
         if message.origin.consumer != self.key {
             return Err(Error::Invalid {
                 what: "message",
@@ -544,7 +729,7 @@ impl Consumer {
     /// [`Error::Closed`]; connection errors.
     pub fn redeliver_unacknowledged(&self) -> Result<(), Error> {
         self.check_open()?;
-        for partition in self.partitions.iter() {
+        for partition in self.partitions.all().iter() {
             partition.redeliver(Vec::new())?;
         }
         Ok(())
@@ -605,7 +790,7 @@ impl Consumer {
         }
         let closed_by_broker = self.counters.closed_by_broker.load(Ordering::Relaxed);
         let mut result = Ok(());
-        for partition in self.partitions.iter() {
+        for partition in self.partitions.all().iter() {
             if let Err(error) = partition.close().await
                 && result.is_ok()
                 && !closed_by_broker
@@ -613,7 +798,7 @@ impl Consumer {
                 result = Err(error);
             }
         }
-        for task in &self.tasks {
+        for task in self.tasks.lock().iter() {
             task.abort();
         }
         result
@@ -622,10 +807,10 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        for task in &self.tasks {
+        for task in self.tasks.lock().iter() {
             task.abort();
         }
-        for partition in self.partitions.iter() {
+        for partition in self.partitions.all().iter() {
             partition
                 .connection
                 .unregister_consumer(partition.consumer_id);

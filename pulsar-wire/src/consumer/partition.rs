@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use txn_ack::{AckTracker, TxnAckTracker};
 
@@ -27,6 +27,53 @@ pub(crate) enum Delivery {
     Lost(Error),
 }
 
+/// The partition consumers of one consumer, by slot (the partition index on a partitioned
+/// topic); it grows when the topic gains partitions.
+#[derive(Debug)]
+pub(crate) struct PartitionList {
+    list: RwLock<Arc<[Arc<PartitionConsumer>]>>,
+}
+
+impl PartitionList {
+    pub(crate) fn new(list: Vec<Arc<PartitionConsumer>>) -> Self {
+        Self {
+            list: RwLock::new(list.into()),
+        }
+    }
+
+    pub(crate) fn get(&self, slot: usize) -> Option<Arc<PartitionConsumer>> {
+        self.list.read().get(slot).cloned()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.read().len()
+    }
+
+    /// Every partition consumer now.
+    pub(crate) fn all(&self) -> Arc<[Arc<PartitionConsumer>]> {
+        Arc::clone(&self.list.read())
+    }
+
+    /// Appends the consumers of the next slots, in order.
+    pub(crate) fn extend(&self, more: Vec<Arc<PartitionConsumer>>) {
+        if more.is_empty() {
+            return;
+        }
+        let mut list = self.list.write();
+        let grown: Vec<Arc<PartitionConsumer>> = list.iter().cloned().chain(more).collect();
+        *list = grown.into();
+    }
+}
+
+/// The flow permits a consumer owes the broker.
+#[derive(Debug, Default)]
+struct Permits {
+    /// Messages taken from the queue since the last `FLOW` (or withheld while paused).
+    owed: u32,
+    /// While paused no `FLOW` is sent; permits accumulate in `owed`.
+    paused: bool,
+}
+
 /// A consumer attached to one topic (or one partition of a partitioned topic).
 #[derive(Debug)]
 pub(crate) struct PartitionConsumer {
@@ -34,8 +81,9 @@ pub(crate) struct PartitionConsumer {
     pub(crate) partition: i32,
     pub(crate) connection: Connection,
     pub(crate) consumer_id: u64,
-    /// Messages taken from the queue since the last `FLOW`.
-    consumed: Mutex<u32>,
+    permits: Mutex<Permits>,
+    /// The receiver queue: the permits granted at subscription.
+    pub(crate) queue_size: u32,
     refill_at: u32,
     /// Ordinary acks, accumulated per entry.
     pub(crate) acks: Mutex<AckTracker>,
@@ -44,15 +92,19 @@ pub(crate) struct PartitionConsumer {
 }
 
 impl PartitionConsumer {
-    /// Looks the topic up, subscribes and grants the first permits. Returns the consumer and
-    /// the receiver of its frames.
+    /// Looks the topic up, subscribes and grants the first `queue_size` permits (or, when
+    /// `paused`, owes them until [`PartitionConsumer::resume`]). Returns the consumer and the
+    /// receiver of its frames.
     pub(crate) async fn subscribe(
         client: &Client,
         topic: String,
         partition: i32,
         subscription: &str,
         options: &ConsumerOptions,
+        queue_size: u32,
+        paused: bool,
     ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
+        let queue_size = queue_size.max(1);
         let connection = client.lookup(&topic).await?;
         let consumer_id = connection.next_id();
         let events = connection.register_consumer(consumer_id);
@@ -82,13 +134,48 @@ impl PartitionConsumer {
             partition,
             connection,
             consumer_id,
-            consumed: Mutex::new(0),
-            refill_at: (options.receiver_queue_size / 2).max(1),
+            permits: Mutex::new(Permits {
+                owed: if paused { queue_size } else { 0 },
+                paused,
+            }),
+            queue_size,
+            refill_at: (queue_size / 2).max(1),
             acks: Mutex::new(AckTracker::new(options.partial_batches)),
             txn_acks: Arc::new(Mutex::new(TxnAckTracker::default())),
         };
-        consumer.flow(options.receiver_queue_size)?;
+        if !paused {
+            consumer.flow(queue_size)?;
+        }
         Ok((consumer, events))
+    }
+
+    /// Stops granting permits: the broker sends what it already has permits for, then stops.
+    pub(crate) fn pause(&self) {
+        self.permits.lock().paused = true;
+    }
+
+    /// Grants permits again, at once the ones withheld meanwhile when they reach the refill
+    /// threshold (as the Java client's `resume`).
+    pub(crate) fn resume(&self, counters: &Counters) {
+        let grant = {
+            let mut permits = self.permits.lock();
+            if !permits.paused {
+                return;
+            }
+            permits.paused = false;
+            if permits.owed < self.refill_at {
+                return;
+            }
+            std::mem::take(&mut permits.owed)
+        };
+        if self.flow(grant).is_ok() {
+            counters.flow_frames.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether permits are withheld.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.permits.lock().paused
     }
 
     /// Grants the broker `permits` more messages.
@@ -101,15 +188,16 @@ impl PartitionConsumer {
         }))
     }
 
-    /// Counts messages taken off the queue; refills the permits once half the queue is used.
+    /// Counts messages taken off the queue; refills the permits once half the queue is used,
+    /// unless paused.
     pub(crate) fn consumed(&self, messages: u32, counters: &Counters) {
         let grant = {
-            let mut consumed = self.consumed.lock();
-            *consumed += messages;
-            if *consumed < self.refill_at {
+            let mut permits = self.permits.lock();
+            permits.owed = permits.owed.saturating_add(messages);
+            if permits.paused || permits.owed < self.refill_at {
                 return;
             }
-            std::mem::take(&mut *consumed)
+            std::mem::take(&mut permits.owed)
         };
         if self.flow(grant).is_ok() {
             counters.flow_frames.fetch_add(1, Ordering::Relaxed);

@@ -450,6 +450,53 @@ impl Broker {
         Ok(())
     }
 
+    pub(super) fn update_partitions(&mut self, name: &str, partitions: u32) -> Result<(), Error> {
+        let invalid = |reason: String| Error::Invalid {
+            what: "partition count",
+            reason,
+        };
+        let full = normalize(name).map_err(invalid)?;
+        let Some(&current) = self.partitioned.get(&full) else {
+            return Err(invalid(format!(
+                "{full} is not a partitioned topic; create it with partitions first"
+            )));
+        };
+        if partitions <= current {
+            return Err(invalid(format!(
+                "{full} has {current} partitions; the new count must be larger \
+                 ({partitions} given), partitions cannot be removed"
+            )));
+        }
+        // The durable subscriptions of the existing partitions, created on the new ones.
+        let prefix = format!("{full}-partition-");
+        let mut subscriptions = BTreeMap::new();
+        for (topic_name, topic) in &self.topics {
+            if topic_name.starts_with(&prefix) {
+                for (sub_name, sub) in &topic.subscriptions {
+                    if sub.durable {
+                        subscriptions
+                            .entry(sub_name.clone())
+                            .or_insert(sub.sub_type);
+                    }
+                }
+            }
+        }
+        self.partitioned.insert(full.clone(), partitions);
+        for index in current..partitions {
+            let partition_name = format!("{prefix}{index}");
+            self.ensure_topic(&partition_name, index as i32);
+            if let Some(topic) = self.topics.get_mut(&partition_name) {
+                for (sub_name, &sub_type) in &subscriptions {
+                    topic
+                        .subscriptions
+                        .entry(sub_name.clone())
+                        .or_insert_with(|| Subscription::new(sub_name.clone(), sub_type, true, 0));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn set_max_unacked(&mut self, name: &str, max: u32) -> Result<(), Error> {
         let full = normalize(name).map_err(|reason| Error::Invalid {
             what: "topic",

@@ -28,7 +28,7 @@
 //!
 //! # What is modelled
 //! - **Topics**: non-partitioned and partitioned (`name-partition-N`), created with
-//!   [`Emulator::create_topic`] or on PRODUCER / SUBSCRIBE when auto-creation is on (auto-
+//!   [`Emulator::create_topic`] (partitions raised with [`Emulator::update_partitions`]) or on PRODUCER / SUBSCRIBE when auto-creation is on (auto-
 //!   created topics are non-partitioned; PARTITIONED_METADATA of an unknown topic answers
 //!   [`EmulatorConfig::auto_created_partitions`] and creates a partitioned topic when that is
 //!   not 0). Each topic (or partition) has one ledger; an entry is one SEND: a single message
@@ -312,6 +312,23 @@ impl Emulator {
     /// [`Error::Invalid`] for a bad name, a partition's name, or a topic that exists.
     pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), Error> {
         self.shared.broker.lock().create_topic(topic, partitions)
+    }
+
+    /// Raises a partitioned topic's partition count (as `pulsar-admin topics
+    /// update-partitioned-topic`): PARTITIONED_METADATA answers the new count at once, and the
+    /// new partitions can be produced to and subscribed. The durable subscriptions of the
+    /// existing partitions are created on the new ones from their first entry (the broker
+    /// creates a partitioned topic's subscriptions on the partitions it adds), so messages
+    /// sent there before a consumer attaches are not missed.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad name, a topic that is not partitioned, or a count that is
+    /// not larger than the current one (Pulsar cannot shrink a partitioned topic).
+    pub fn update_partitions(&self, topic: &str, partitions: u32) -> Result<(), Error> {
+        self.shared
+            .broker
+            .lock()
+            .update_partitions(topic, partitions)
     }
 
     /// Sets the topic's `maxUnackedMessagesOnConsumer` (for a partitioned topic, of all its

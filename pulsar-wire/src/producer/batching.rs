@@ -10,7 +10,7 @@ use ack_batcher::{Batcher, Flush, FlushResult, ItemOptions, ItemReply, RetryPoli
 use parking_lot::Mutex;
 use txn_ack::TxnId;
 
-use super::partition::PartitionProducer;
+use super::partition::PartitionSet;
 use super::{MessageId, OutgoingMessage};
 use crate::Error;
 
@@ -98,7 +98,7 @@ pub(crate) struct Pending {
 /// The `ack-batcher` transport: one `SEND` per batch.
 #[derive(Debug)]
 pub(crate) struct BatchSender {
-    partitions: Arc<[PartitionProducer]>,
+    partitions: Arc<PartitionSet>,
     open: Arc<Mutex<HashMap<BatchKey, OpenBatch>>>,
 }
 
@@ -158,11 +158,12 @@ pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ProducerBatcher {
     pub(crate) fn new(
-        partitions: Arc<[PartitionProducer]>,
+        partitions: Arc<PartitionSet>,
         mut options: BatchingOptions,
     ) -> Result<Self, Error> {
         options.validate()?;
         let smallest = partitions
+            .all()
             .iter()
             .map(|p| p.max_message_size)
             .min()

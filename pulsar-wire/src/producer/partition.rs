@@ -1,9 +1,11 @@
 //! One producer on one topic or partition: `PRODUCER`, the `SEND` frames, `CLOSE_PRODUCER`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use parking_lot::RwLock;
 use txn_ack::TxnId;
 
 use super::{MessageId, OutgoingMessage};
@@ -14,6 +16,45 @@ use crate::{Client, Connection, Error, Frame, command_frame};
 
 /// The broker's default largest message when it does not say (5 MiB).
 const DEFAULT_MAX_MESSAGE_SIZE: usize = 5 * 1024 * 1024;
+
+/// The partition producers of one producer, in partition order; it grows when the topic gains
+/// partitions (Pulsar never removes any).
+#[derive(Debug)]
+pub(crate) struct PartitionSet {
+    list: RwLock<Arc<[Arc<PartitionProducer>]>>,
+}
+
+impl PartitionSet {
+    pub(crate) fn new(list: Vec<Arc<PartitionProducer>>) -> Self {
+        Self {
+            list: RwLock::new(list.into()),
+        }
+    }
+
+    /// The producer of partition `index` (or of the topic, at 0, when not partitioned).
+    pub(crate) fn get(&self, index: usize) -> Option<Arc<PartitionProducer>> {
+        self.list.read().get(index).cloned()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.read().len()
+    }
+
+    /// Every partition producer now.
+    pub(crate) fn all(&self) -> Arc<[Arc<PartitionProducer>]> {
+        Arc::clone(&self.list.read())
+    }
+
+    /// Appends the producers of new partitions (the next indexes, in order).
+    pub(crate) fn extend(&self, more: Vec<Arc<PartitionProducer>>) {
+        if more.is_empty() {
+            return;
+        }
+        let mut list = self.list.write();
+        let grown: Vec<Arc<PartitionProducer>> = list.iter().cloned().chain(more).collect();
+        *list = grown.into();
+    }
+}
 
 /// A producer attached to one topic (or one partition of a partitioned topic).
 #[derive(Debug)]

@@ -3,14 +3,32 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::OutgoingMessage;
+use crate::Error;
+
 /// Picks the partition of a message of a partitioned topic.
 ///
 /// `route` must return a partition in `0..partitions` (`partitions` is at least 1); a larger
 /// value is reduced modulo `partitions` by the producer, so a router can never pick a
-/// partition that does not exist.
+/// partition that does not exist. `partitions` is the producer's current count, which grows
+/// when the topic gains partitions ([`crate::Producer::refresh_partitions`]).
+///
+/// The producer calls [`PartitionRouter::route_message`], which sees the whole message (its
+/// properties too); its default calls [`PartitionRouter::route`] with the message's key, so
+/// routers that only need the key implement `route` alone.
 pub trait PartitionRouter: Send + Sync + fmt::Debug + 'static {
     /// The partition for a message with routing key `key`.
     fn route(&self, key: Option<&str>, partitions: u32) -> u32;
+
+    /// The partition for `message`. The default routes by the message's key with
+    /// [`PartitionRouter::route`]; routers that read properties (such as
+    /// [`crate::priority::PriorityRouter`]) override it.
+    ///
+    /// # Errors
+    /// Whatever the router cannot decide; the send fails with it and nothing is sent.
+    fn route_message(&self, message: &OutgoingMessage, partitions: u32) -> Result<u32, Error> {
+        Ok(self.route(message.partition_key(), partitions))
+    }
 }
 
 /// The default router: the key's hash when the message has a key (the same partition as the
@@ -54,5 +72,7 @@ mod tests {
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         assert_eq!(router.route(Some("hello"), 3), 99_162_322 % 3);
         assert_eq!(router.route(None, 0), 0, "never out of range");
+        let keyed = OutgoingMessage::new("x").key("hello");
+        assert_eq!(router.route_message(&keyed, 3).unwrap(), 99_162_322 % 3);
     }
 }

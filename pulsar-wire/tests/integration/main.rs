@@ -3,6 +3,7 @@
 mod acks;
 mod bad_input;
 mod faults;
+mod priority;
 mod scripted;
 mod support;
 mod txn;

@@ -1,0 +1,542 @@
+//! [`PriorityConsumer`]: per-partition consumers whose `FLOW` permits the gate withholds and
+//! grants, merged into one stream in the gate's order.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ::priority::{Gate, GateConfig, GateStats, LayoutSpec, PartitionControl, PriorityPolicy};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::consumer::{Delivery, QueueSizing};
+use crate::{Client, Consumer, ConsumerOptions, ConsumerStats, Error, Message, Transaction};
+
+/// How often the consumer re-evaluates time-based decisions (aging) by default.
+pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+/// How a [`PriorityConsumer`] subscribes and decides.
+#[derive(Debug, Clone)]
+pub struct PriorityConsumerOptions {
+    consumer: ConsumerOptions,
+    policy: PriorityPolicy,
+    layout: LayoutSpec,
+    gate: GateConfig,
+    partitions_refresh: Option<Duration>,
+    tick: Duration,
+}
+
+impl PriorityConsumerOptions {
+    /// The policy and layout the producers use; [`ConsumerOptions::default`],
+    /// [`GateConfig::default`], partitions re-read every
+    /// [`crate::DEFAULT_PARTITIONS_REFRESH`], ticks every [`DEFAULT_TICK`].
+    pub fn new(policy: PriorityPolicy, layout: LayoutSpec) -> Self {
+        Self {
+            consumer: ConsumerOptions::default(),
+            policy,
+            layout,
+            gate: GateConfig::default(),
+            partitions_refresh: Some(crate::DEFAULT_PARTITIONS_REFRESH),
+            tick: DEFAULT_TICK,
+        }
+    }
+
+    /// The options of the per-partition consumers. Their receiver queue size is ignored: each
+    /// partition gets [`Gate::suggested_queue_size`], from the gate settings.
+    pub fn consumer(mut self, options: ConsumerOptions) -> Self {
+        self.consumer = options;
+        self
+    }
+
+    /// The gate's settings: strategy, receiver queue of the most important level, queue
+    /// sizing of the others, watermarks.
+    pub fn gate(mut self, config: GateConfig) -> Self {
+        self.gate = config;
+        self
+    }
+
+    /// How often the partition count is re-read (`PARTITIONED_METADATA`) to subscribe to new
+    /// partitions (`None`: only on [`PriorityConsumer::refresh_partitions`]).
+    pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
+        self.partitions_refresh = every.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// How often [`Gate::tick`] runs (for [`::priority::Strategy::StrictAging`]; at least
+    /// 1 ms).
+    pub fn tick(mut self, every: Duration) -> Self {
+        self.tick = every.max(Duration::from_millis(1));
+        self
+    }
+}
+
+/// A consumer of a partitioned topic that hands out messages of more important levels first.
+///
+/// One consumer per partition is subscribed with the receiver queue the [`Gate`] suggests for
+/// the partition's level. Each message a partition's consumer buffers is an arrival at the
+/// gate; [`PriorityConsumer::receive`] takes the next message from the partition the gate
+/// picks (by its [`::priority::Strategy`]) and counts the delivery; the permit of a delivered
+/// message goes back to its partition, unless the gate paused the partition, whose `FLOW`
+/// permits are then withheld until it resumes. Acks and nacks pass through to the partition's
+/// consumer and are only counted by the gate: no decision waits for them.
+///
+/// When the topic gains partitions (re-read every
+/// [`PriorityConsumerOptions::partitions_refresh`] or on
+/// [`PriorityConsumer::refresh_partitions`]), the gate's layout is recomputed and the new
+/// partitions are subscribed. Under a weights layout an existing partition can change level;
+/// its receiver queue stays the one it was subscribed with.
+#[derive(Debug)]
+pub struct PriorityConsumer {
+    inner: Arc<Inner>,
+    receiving: tokio::sync::Mutex<()>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    consumer: Consumer,
+    state: Mutex<State>,
+    /// Signalled when something arrives (a message, an error, the end).
+    arrived: Notify,
+    closed: AtomicBool,
+}
+
+#[derive(Debug)]
+struct State {
+    gate: Gate,
+    /// Buffered messages per partition.
+    buffers: Vec<VecDeque<Message>>,
+    /// Messages of partitions the gate does not know (none unless the gate and the consumer
+    /// disagree on the partition count); delivered first.
+    strays: VecDeque<Message>,
+    /// Errors of partitions (connection lost, consumer closed by the broker), reported once.
+    errors: VecDeque<Error>,
+    /// Every partition's deliveries ended.
+    finished: bool,
+}
+
+/// Pauses and resumes partitions by withholding and granting their `FLOW` permits.
+struct Permits<'a> {
+    consumer: &'a Consumer,
+}
+
+impl PartitionControl for Permits<'_> {
+    fn pause(&mut self, partition: u32) {
+        // A partition not subscribed yet starts in the gate's state when it is.
+        if let Some(p) = self.consumer.partition_at(partition as usize) {
+            p.pause();
+        }
+    }
+
+    fn resume(&mut self, partition: u32) {
+        if let Some(p) = self.consumer.partition_at(partition as usize) {
+            p.resume(self.consumer.counters());
+        }
+    }
+}
+
+impl PriorityConsumer {
+    /// Subscribes to every partition of `topic` as `subscription`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when the topic is not partitioned or for bad options;
+    /// [`Error::Priority`] when the gate settings or the layout do not fit the partition
+    /// count; the errors of [`Client::subscribe`].
+    pub async fn subscribe(
+        client: &Client,
+        topic: &str,
+        subscription: &str,
+        options: PriorityConsumerOptions,
+    ) -> Result<Self, Error> {
+        let topic = crate::topic_name(topic)?;
+        let partitions = client.partitions(&topic).await?;
+        if partitions == 0 {
+            return Err(Error::Invalid {
+                what: "topic",
+                reason: format!(
+                    "{topic} is not partitioned; priority levels live on partitions, so \
+                     create a partitioned topic with at least one partition per level"
+                ),
+            });
+        }
+        let mut gate = Gate::new(options.policy, options.layout, partitions, options.gate)?;
+        let fallback = gate.config().receiver_queue_size;
+        let consumer = {
+            let gate = &gate;
+            let sizing = move |p: u32| (gate.suggested_queue_size(p).unwrap_or(fallback), false);
+            Consumer::subscribe_sized(client, &topic, subscription, options.consumer, &sizing)
+                .await?
+        };
+        // The topic may have grown between the two reads of its partition count.
+        let subscribed = consumer.partitions() as u32;
+        if subscribed > gate.partitions() {
+            let mut control = Permits {
+                consumer: &consumer,
+            };
+            gate.set_partitions(subscribed, super::now(), &mut control)?;
+        }
+        let state = State {
+            buffers: (0..gate.partitions()).map(|_| VecDeque::new()).collect(),
+            gate,
+            strays: VecDeque::new(),
+            errors: VecDeque::new(),
+            finished: false,
+        };
+        let inner = Arc::new(Inner {
+            consumer,
+            state: Mutex::new(state),
+            arrived: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        let tasks = vec![
+            tokio::spawn(forward(Arc::clone(&inner))),
+            tokio::spawn(maintain(
+                Arc::downgrade(&inner),
+                options.tick,
+                options.partitions_refresh,
+            )),
+        ];
+        Ok(Self {
+            inner,
+            receiving: tokio::sync::Mutex::new(()),
+            tasks,
+        })
+    }
+
+    /// The topic's full name.
+    pub fn topic(&self) -> &str {
+        self.inner.consumer.topic()
+    }
+
+    /// The number of partitions subscribed.
+    pub fn partitions(&self) -> usize {
+        self.inner.consumer.partitions()
+    }
+
+    /// Waits for the next message: the one the gate picks among the buffered messages of
+    /// every partition (the most important level first, by the strategy).
+    ///
+    /// # Errors
+    /// A partition's [`Error::ConnectionLost`] or [`Error::Closed`] (broker-closed consumer),
+    /// once each, its messages stopping; [`Error::Closed`] after [`PriorityConsumer::close`]
+    /// or once every partition ended and nothing is buffered.
+    pub async fn receive(&self) -> Result<Message, Error> {
+        let _one = self.receiving.lock().await;
+        loop {
+            if let Some(result) = self.inner.take_next() {
+                return result;
+            }
+            self.inner.arrived.notified().await;
+        }
+    }
+
+    /// A buffered message if there is one now, without waiting.
+    ///
+    /// # Errors
+    /// As [`PriorityConsumer::receive`].
+    pub fn try_receive(&self) -> Option<Result<Message, Error>> {
+        self.inner.take_next()
+    }
+
+    /// Queues the ack of a message (see [`Consumer::ack`]).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack`].
+    pub async fn ack(&self, message: &Message) -> Result<(), Error> {
+        self.inner.consumer.ack(message).await?;
+        self.inner.counted(message, Gate::on_ack);
+        Ok(())
+    }
+
+    /// Acks a message and waits until its group was sent (see [`Consumer::ack_and_wait`]).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack_and_wait`].
+    pub async fn ack_and_wait(&self, message: &Message) -> Result<(), Error> {
+        self.inner.consumer.ack_and_wait(message).await?;
+        self.inner.counted(message, Gate::on_ack);
+        Ok(())
+    }
+
+    /// Acknowledges every message of the message's partition up to and including it
+    /// (Exclusive and Failover subscriptions; see [`Consumer::ack_cumulative`]).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack_cumulative`].
+    pub async fn ack_cumulative(&self, message: &Message) -> Result<(), Error> {
+        self.inner.consumer.ack_cumulative(message).await?;
+        self.inner.counted(message, Gate::on_ack);
+        Ok(())
+    }
+
+    /// Acknowledges a message in a transaction (see [`Consumer::ack_in`]).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack_in`].
+    pub async fn ack_in(&self, txn: &Transaction, message: &Message) -> Result<(), Error> {
+        self.inner.consumer.ack_in(txn, message).await?;
+        self.inner.counted(message, Gate::on_ack);
+        Ok(())
+    }
+
+    /// Asks for the message's redelivery (see [`Consumer::nack`]). It comes back on its
+    /// partition, so at its level.
+    ///
+    /// # Errors
+    /// As [`Consumer::nack`].
+    pub fn nack(&self, message: &Message) -> Result<(), Error> {
+        self.inner.consumer.nack(message)?;
+        self.inner.counted(message, Gate::on_nack);
+        Ok(())
+    }
+
+    /// Sends the grouped acks now and waits until they are sent.
+    pub async fn flush_acks(&self) {
+        self.inner.consumer.flush_acks().await;
+    }
+
+    /// Re-reads the partition count, recomputes the gate's layout and subscribes the new
+    /// partitions (each with its level's receiver queue, paused if its level is). Returns the
+    /// partition count.
+    ///
+    /// # Errors
+    /// [`Error::Priority`] when the layout does not cover the new count (nothing is
+    /// subscribed then; the producers' router refuses those partitions too); the errors of
+    /// [`Consumer::refresh_partitions`].
+    pub async fn refresh_partitions(&self) -> Result<usize, Error> {
+        self.inner.refresh_partitions().await
+    }
+
+    /// The gate's counters and per-level state.
+    pub fn gate_stats(&self) -> GateStats {
+        self.inner.state.lock().gate.stats()
+    }
+
+    /// The partitions whose permits the gate withholds now.
+    pub fn paused_partitions(&self) -> Vec<u32> {
+        let state = self.inner.state.lock();
+        (0..state.gate.partitions())
+            .filter(|&p| state.gate.is_paused(p) == Some(true))
+            .collect()
+    }
+
+    /// The receiver queue (permits granted at subscription) of every partition's consumer.
+    pub fn queue_sizes(&self) -> Vec<u32> {
+        self.inner.consumer.queue_sizes()
+    }
+
+    /// Messages buffered per partition, not yet received.
+    pub fn buffered(&self) -> Vec<usize> {
+        let state = self.inner.state.lock();
+        state.buffers.iter().map(VecDeque::len).collect()
+    }
+
+    /// The counters of the per-partition consumers (see [`Consumer::stats`]).
+    pub fn stats(&self) -> ConsumerStats {
+        self.inner.consumer.stats()
+    }
+
+    /// Closes every partition's consumer (sending pending acks first); buffered messages are
+    /// dropped and redelivered by the broker to the next consumer.
+    ///
+    /// # Errors
+    /// As [`Consumer::close`].
+    pub async fn close(&self) -> Result<(), Error> {
+        self.inner.closed.store(true, Ordering::Release);
+        for task in &self.tasks {
+            task.abort();
+        }
+        let result = self.inner.consumer.close().await;
+        self.inner.arrived.notify_one();
+        result
+    }
+}
+
+impl Drop for PriorityConsumer {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Inner {
+    /// The next message by the gate, an error to report, or `None` when nothing is buffered.
+    fn take_next(&self) -> Option<Result<Message, Error>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Some(Err(Error::Closed("the consumer")));
+        }
+        let mut state = self.state.lock();
+        if let Some(error) = state.errors.pop_front() {
+            return Some(Err(error));
+        }
+        if let Some(message) = state.strays.pop_front() {
+            return Some(Ok(message));
+        }
+        let now = super::now();
+        let mut control = Permits {
+            consumer: &self.consumer,
+        };
+        // Bounded: each round either returns or corrects one count the gate had wrong.
+        for _ in 0..=state.buffers.len() {
+            let Some(partition) = state.gate.next_partition(now) else {
+                break;
+            };
+            let message = state
+                .buffers
+                .get_mut(partition as usize)
+                .and_then(VecDeque::pop_front);
+            let _ = state.gate.on_delivered(partition, now, &mut control);
+            if let Some(message) = message {
+                if let Some(p) = self.consumer.partition_at(partition as usize) {
+                    p.consumed(1, self.consumer.counters());
+                }
+                return Some(Ok(message));
+            }
+        }
+        if state.finished {
+            return Some(Err(self.consumer.ended_error()));
+        }
+        None
+    }
+
+    /// Buffers what the partitions delivered and tells the gate.
+    fn arrived(&self, deliveries: Vec<Delivery>) {
+        let now = super::now();
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let mut control = Permits {
+            consumer: &self.consumer,
+        };
+        for delivery in deliveries {
+            let message = match delivery {
+                Delivery::Message(message) => *message,
+                other => {
+                    let error = self.consumer.delivery_error(other);
+                    state.errors.push_back(error);
+                    continue;
+                }
+            };
+            let partition = message.origin.slot as u32;
+            let policy = state.gate.policy();
+            let claimed = policy.parse(message.property(policy.property())).level;
+            match state
+                .gate
+                .on_arrival(partition, Some(claimed), now, &mut control)
+            {
+                Ok(_) => {
+                    let slot = partition as usize;
+                    if state.buffers.len() <= slot {
+                        state.buffers.resize_with(slot + 1, VecDeque::new);
+                    }
+                    state.buffers[slot].push_back(message);
+                }
+                Err(error) => {
+                    tracing::warn!(partition, %error, "a message of a partition the gate does not know; delivered first");
+                    state.strays.push_back(message);
+                }
+            }
+        }
+    }
+
+    /// Reports an ack or nack of `message` to the gate.
+    fn counted(
+        &self,
+        message: &Message,
+        event: fn(&mut Gate, u32, std::time::Instant, &mut dyn PartitionControl),
+    ) {
+        let mut state = self.state.lock();
+        let mut control = Permits {
+            consumer: &self.consumer,
+        };
+        event(
+            &mut state.gate,
+            message.origin.slot as u32,
+            super::now(),
+            &mut control,
+        );
+    }
+
+    fn tick(&self) {
+        let mut state = self.state.lock();
+        let mut control = Permits {
+            consumer: &self.consumer,
+        };
+        state.gate.tick(super::now(), &mut control);
+    }
+
+    async fn refresh_partitions(&self) -> Result<usize, Error> {
+        let count = self
+            .consumer
+            .client()
+            .partitions(self.consumer.topic())
+            .await?;
+        {
+            let mut state = self.state.lock();
+            if count > state.gate.partitions() {
+                let mut control = Permits {
+                    consumer: &self.consumer,
+                };
+                state
+                    .gate
+                    .set_partitions(count, super::now(), &mut control)?;
+                let partitions = state.gate.partitions() as usize;
+                state.buffers.resize_with(partitions, VecDeque::new);
+            }
+        }
+        let sizing = |p: u32| {
+            let state = self.state.lock();
+            let size = state
+                .gate
+                .suggested_queue_size(p)
+                .unwrap_or(state.gate.config().receiver_queue_size);
+            (size, state.gate.is_paused(p).unwrap_or(false))
+        };
+        let sizing: QueueSizing<'_> = &sizing;
+        let result = self.consumer.grow_to(count, sizing).await;
+        // A partition subscribed while the gate changed its state gets the current one.
+        let mut state = self.state.lock();
+        let mut control = Permits {
+            consumer: &self.consumer,
+        };
+        state.gate.sync(&mut control);
+        result
+    }
+}
+
+/// Moves every partition's deliveries into the buffers, telling the gate of each arrival.
+async fn forward(inner: Arc<Inner>) {
+    let mut deliveries = inner.consumer.deliveries().lock().await;
+    let mut batch = Vec::new();
+    while deliveries.recv_many(&mut batch, 256).await > 0 {
+        inner.arrived(std::mem::take(&mut batch));
+        inner.arrived.notify_one();
+    }
+    inner.state.lock().finished = true;
+    inner.arrived.notify_one();
+}
+
+/// Ticks the gate and re-reads the partition count, until the consumer is gone.
+async fn maintain(inner: Weak<Inner>, tick: Duration, refresh: Option<Duration>) {
+    let start = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(start + tick, tick);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_refresh = refresh.map(|every| start + every);
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        inner.tick();
+        if let (Some(due), Some(every)) = (next_refresh, refresh)
+            && tokio::time::Instant::now() >= due
+        {
+            if let Err(error) = inner.refresh_partitions().await {
+                tracing::warn!(topic = %inner.consumer.topic(), %error, "re-reading the partition count failed");
+            }
+            next_refresh = Some(tokio::time::Instant::now() + every);
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Message priority on partitioned topics, wired from the transport-free `priority` crate.
+//!
+//! Pulsar has no message priority, so an urgent message waits behind a low-priority backlog.
+//! The fix spreads levels over the partitions of one topic and makes the consumer prefer the
+//! partitions of the more important levels. Producer and consumer share one
+//! [`priority::PriorityPolicy`] (levels, default level, the message property) and one
+//! [`priority::LayoutSpec`] (which partitions hold which level):
+//!
+//! - [`PriorityRouter`]: the producer's [`crate::PartitionRouter`]. A message goes to a
+//!   partition of the level its priority property names (the policy's default level when it
+//!   has none, or an invalid one): by key hash when it has a key, by a per-level sticky round
+//!   robin otherwise. The layout follows the producer's partition count, which grows with
+//!   [`crate::Producer::refresh_partitions`] (also run periodically, see
+//!   [`crate::ProducerOptions::partitions_refresh`]).
+//! - [`PriorityConsumer`]: one consumer per partition, each with the receiver queue the
+//!   [`priority::Gate`] suggests for its level (smaller for lower levels), merged into one
+//!   stream. Every arrival and every delivery goes through the gate, which picks the partition
+//!   the next message comes from and pauses lower levels while a more important one is under
+//!   pressure; pausing withholds the partition's `FLOW` permits (what the broker already has
+//!   permits for still arrives, at most one receiver queue). Decisions never wait for acks,
+//!   so a consumer that never acknowledges is still prioritised, and a redelivered message
+//!   keeps its partition's level. New partitions are subscribed when the partition count is
+//!   re-read (periodically or with [`PriorityConsumer::refresh_partitions`]), and the gate's
+//!   layout is recomputed.
+//!
+//! ```no_run
+//! use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+//! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage, ProducerOptions};
+//! use priority::{LayoutSpec, Level, PriorityPolicy, RouterConfig, Unlisted};
+//! use std::sync::Arc;
+//!
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! // Two levels: partition 0 carries level 0; every other partition, also those added
+//! // later, carries the default level 1.
+//! let policy = PriorityPolicy::builder().levels(2).property("priority").build()?;
+//! let layout = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
+//!
+//! let router = PriorityRouter::for_topic(&client, "jobs", policy.clone(), layout.clone(), RouterConfig::default()).await?;
+//! let producer = client
+//!     .create_producer("jobs", ProducerOptions::default().router(Arc::new(router)))
+//!     .await?;
+//! producer.send(OutgoingMessage::new("urgent").property("priority", "0")).await?;
+//!
+//! let options = PriorityConsumerOptions::new(policy, layout)
+//!     .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest));
+//! let consumer = PriorityConsumer::subscribe(&client, "jobs", "workers", options).await?;
+//! let message = consumer.receive().await?; // the most important buffered message
+//! consumer.ack(&message).await?;
+//! # Ok(()) }
+//! ```
+
+mod consumer;
+mod router;
+
+pub use consumer::{DEFAULT_TICK, PriorityConsumer, PriorityConsumerOptions};
+pub use router::PriorityRouter;
+
+/// The current instant on Tokio's clock (so that `tokio::time::pause` drives the gate).
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
