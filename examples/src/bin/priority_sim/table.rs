@@ -17,7 +17,7 @@ fn ratio(x: Option<f64>) -> String {
 /// strategy.
 pub(crate) fn render(scenario: &Scenario, reports: &[Report]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "### {}\n\n{}\n", scenario.name, scenario.about);
+    let _ = writeln!(out, "#### {}\n\n{}\n", scenario.name, scenario.about);
     out.push_str(
         "| strategy | level | delivered | left | p50 ms | p99 ms | max bypass | inversion | \
          longest gap ms | share % |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
