@@ -1,0 +1,538 @@
+//! Priority consumption on Pulsar: urgent messages overtake a low-priority backlog.
+//!
+//! A 4-partition topic; partition 0 carries the high level, the others (and any added later)
+//! the low one. 100,000 low-priority messages are queued, then 1,000 high-priority ones, then
+//! one consumer drains the topic as fast as it can, acknowledging each message. Halfway
+//! through, the topic grows from 4 to 8 partitions; the producer and the consumer attach to the
+//! new partitions and 1,000 more low and 100 more high messages are sent through them. The
+//! run is made twice:
+//!
+//! - **no priority**: the default round-robin router and a plain consumer: the high messages
+//!   sit at the end of every partition, behind the whole backlog;
+//! - **ours**: `pulsar_wire::priority::PriorityRouter` routes by the `priority` property and
+//!   `PriorityConsumer` takes messages in the gate's order, withholding the low partitions'
+//!   `FLOW` permits while the high level is under pressure (the low level has half the high
+//!   level's receiver queue).
+//!
+//! For each run it prints per-level latency (from the broker's receipt to delivery) p50, p99
+//! and max, the low messages delivered before the last high one, and whether every message
+//! arrived exactly once. The exit code is 1 when "ours" delivers more than one low receiver
+//! queue (500) of low messages before its last high one, or loses or duplicates a message.
+//!
+//! ```text
+//! cargo run --release -p examples --bin pulsar_priority            # embedded emulator
+//! cargo run --release -p examples --bin pulsar_priority -- \
+//!     --service-url pulsar://127.0.0.1:6650 --admin-url http://127.0.0.1:8080
+//! cargo run --release -p examples --bin pulsar_priority -- --low 10000 --high 500
+//! ```
+//!
+//! A real broker needs `--admin-url` to create the partitioned topic and raise its partition
+//! count (admin REST API, `PUT`/`POST .../partitions`).
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use priority::{
+    GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
+};
+use pulsar_wire::emulator::{Emulator, EmulatorConfig};
+use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+use pulsar_wire::{
+    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition, Message,
+    OutgoingMessage, Producer, ProducerOptions,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const PROPERTY: &str = "priority";
+const PARTITIONS: u32 = 4;
+const GROWN: u32 = 8;
+/// The high level's receiver queue (the low level gets half per partition).
+const QUEUE: u32 = 1_000;
+/// Sends in flight at once.
+const CHUNK: usize = 5_000;
+
+struct Args {
+    service_url: Option<String>,
+    admin_url: Option<String>,
+    low: usize,
+    high: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        service_url: None,
+        admin_url: None,
+        low: 100_000,
+        high: 1_000,
+    };
+    let mut it = std::env::args().skip(1);
+    let number = |value: Option<String>, flag: &str| {
+        value
+            .and_then(|n| n.replace('_', "").parse().ok())
+            .ok_or(format!("{flag} takes a number"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--service-url" => args.service_url = it.next(),
+            "--admin-url" => args.admin_url = it.next(),
+            "--low" => args.low = number(it.next(), "--low")?,
+            "--high" => args.high = number(it.next(), "--high")?,
+            "-h" | "--help" => {
+                return Err("usage: pulsar_priority [--service-url pulsar://HOST:6650 \
+                            --admin-url http://HOST:8080] [--low N] [--high N]"
+                    .into());
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+    }
+    if args.service_url.is_some() && args.admin_url.is_none() {
+        return Err("a real broker needs --admin-url to create the partitioned topic".into());
+    }
+    if args.high == 0 {
+        return Err("--high must be at least 1".into());
+    }
+    Ok(args)
+}
+
+/// Where the topic lives.
+enum Broker {
+    Emulator(Emulator),
+    Real { admin: String },
+}
+
+impl Broker {
+    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), String> {
+        match self {
+            Broker::Emulator(e) => e.create_topic(topic, partitions).map_err(|e| e.to_string()),
+            Broker::Real { admin } => admin_partitions(admin, "PUT", topic, partitions).await,
+        }
+    }
+
+    async fn grow(&self, topic: &str, partitions: u32) -> Result<(), String> {
+        match self {
+            Broker::Emulator(e) => e
+                .update_partitions(topic, partitions)
+                .map_err(|e| e.to_string()),
+            Broker::Real { admin } => admin_partitions(admin, "POST", topic, partitions).await,
+        }
+    }
+}
+
+/// `PUT` (create) or `POST` (raise) a partitioned topic's partition count through the admin
+/// REST API, over plain HTTP/1.0.
+async fn admin_partitions(
+    admin_url: &str,
+    method: &str,
+    topic: &str,
+    partitions: u32,
+) -> Result<(), String> {
+    let host = admin_url
+        .strip_prefix("http://")
+        .map(|h| h.trim_end_matches('/'))
+        .ok_or(format!("{admin_url:?} is not http://host:port"))?;
+    let path = topic.replacen("persistent://", "/admin/v2/persistent/", 1);
+    let body = partitions.to_string();
+    let request = format!(
+        "{method} {path}/partitions HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .map_err(|_| format!("{admin_url} did not answer {method} {path}"))?
+        .map_err(|e| format!("{method} {path} through {admin_url}: {e}"))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.split_whitespace().nth(1).unwrap_or("?");
+    if status.starts_with('2') {
+        Ok(())
+    } else {
+        Err(format!(
+            "{method} {path}/partitions answered {}",
+            answer.trim()
+        ))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    NoPriority,
+    Ours,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::NoPriority => "no priority",
+            Mode::Ours => "ours",
+        }
+    }
+}
+
+/// The consumer of one run.
+enum Receiver {
+    Plain(Consumer),
+    Priority(PriorityConsumer),
+}
+
+impl Receiver {
+    async fn receive(&self) -> Result<Message, pulsar_wire::Error> {
+        match self {
+            Receiver::Plain(c) => c.receive().await,
+            Receiver::Priority(c) => c.receive().await,
+        }
+    }
+
+    async fn ack(&self, message: &Message) -> Result<(), pulsar_wire::Error> {
+        match self {
+            Receiver::Plain(c) => c.ack(message).await,
+            Receiver::Priority(c) => c.ack(message).await,
+        }
+    }
+
+    async fn refresh_partitions(&self) -> Result<usize, pulsar_wire::Error> {
+        match self {
+            Receiver::Plain(c) => c.refresh_partitions().await,
+            Receiver::Priority(c) => c.refresh_partitions().await,
+        }
+    }
+
+    async fn close(&self) -> Result<(), pulsar_wire::Error> {
+        match self {
+            Receiver::Plain(c) => c.close().await,
+            Receiver::Priority(c) => c.close().await,
+        }
+    }
+}
+
+/// What one run measured.
+struct Report {
+    mode: Mode,
+    /// Latencies of the first wave, high level then low level.
+    latencies: [Vec<Duration>; 2],
+    low_before_last_high: usize,
+    lost: usize,
+    duplicated: usize,
+    /// Messages of the second wave delivered from partitions added mid-run.
+    from_new_partitions: usize,
+    elapsed: Duration,
+}
+
+fn policy() -> Result<PriorityPolicy, priority::Error> {
+    PriorityPolicy::builder()
+        .levels(2)
+        .property(PROPERTY)
+        .build()
+}
+
+fn layout() -> LayoutSpec {
+    LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel)
+}
+
+/// Sends `count` messages named `{prefix}{i}` of one level; returns each one's receipt time.
+async fn send_wave(
+    producer: &Producer,
+    prefix: &str,
+    high: bool,
+    count: usize,
+    receipts: &mut HashMap<String, Instant>,
+) -> Result<(), String> {
+    let level = if high { "0" } else { "1" };
+    for start in (0..count).step_by(CHUNK) {
+        let sends = (start..(start + CHUNK).min(count)).map(|i| {
+            let name = format!("{prefix}{i}");
+            let message = OutgoingMessage::new(name.clone()).property(PROPERTY, level);
+            async move {
+                let sent = producer.send(message).await;
+                (name, sent.map(|_| Instant::now()))
+            }
+        });
+        for (name, sent) in futures_util::future::join_all(sends).await {
+            let at = sent.map_err(|e| format!("sending {name}: {e}"))?;
+            receipts.insert(name, at);
+        }
+    }
+    Ok(())
+}
+
+async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Result<Report, String> {
+    let err = |what: &str| {
+        let what = what.to_owned();
+        move |e: pulsar_wire::Error| format!("{}: {what}: {e}", mode.name())
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!(
+        "persistent://public/default/priority-{}-{stamp}",
+        if mode == Mode::Ours { "ours" } else { "none" }
+    );
+    broker.create_topic(&topic, PARTITIONS).await?;
+    let policy = policy().map_err(|e| e.to_string())?;
+    let consumer_options = ConsumerOptions::default()
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(QUEUE);
+    let batching = BatchingOptions::default()
+        .max_messages(100)
+        .max_delay(Duration::from_millis(5));
+    let mut producer_options = ProducerOptions::default()
+        .batching(batching)
+        .partitions_refresh(None);
+    if mode == Mode::Ours {
+        let router = PriorityRouter::for_topic(
+            client,
+            &topic,
+            policy.clone(),
+            layout(),
+            RouterConfig {
+                sticky: StickyWindow {
+                    max_messages: 100,
+                    max_duration: Duration::from_millis(10),
+                },
+                ..RouterConfig::default()
+            },
+        )
+        .await
+        .map_err(err("router"))?;
+        producer_options = producer_options.router(Arc::new(router));
+    }
+    // The subscription exists before the first message (its consumer leaves at once, so
+    // that the whole backlog is queued at the broker when the run's consumer attaches).
+    client
+        .subscribe(&topic, "drain", consumer_options.clone())
+        .await
+        .map_err(err("subscribe"))?
+        .close()
+        .await
+        .map_err(err("close"))?;
+    let producer = client
+        .create_producer(&topic, producer_options)
+        .await
+        .map_err(err("producer"))?;
+
+    let started = Instant::now();
+    let mut receipts = HashMap::with_capacity(args.low + args.high);
+    send_wave(&producer, "l", false, args.low, &mut receipts).await?;
+    send_wave(&producer, "h", true, args.high, &mut receipts).await?;
+    // The consumer attaches once everything is queued.
+    let receiver = match mode {
+        Mode::NoPriority => Receiver::Plain(
+            client
+                .subscribe(&topic, "drain", consumer_options)
+                .await
+                .map_err(err("subscribe"))?,
+        ),
+        Mode::Ours => {
+            let gate = GateConfig {
+                strategy: Strategy::Strict,
+                receiver_queue_size: QUEUE,
+                ..GateConfig::default()
+            };
+            let options = PriorityConsumerOptions::new(policy, layout())
+                .consumer(consumer_options)
+                .gate(gate)
+                .partitions_refresh(None);
+            Receiver::Priority(
+                PriorityConsumer::subscribe(client, &topic, "drain", options)
+                    .await
+                    .map_err(err("subscribe"))?,
+            )
+        }
+    };
+    let (extra_low, extra_high) = (1_000, 100);
+    let total = args.low + args.high + extra_low + extra_high;
+
+    let mut seen: HashMap<String, u32> = HashMap::with_capacity(total);
+    let mut latencies = [Vec::with_capacity(args.high), Vec::with_capacity(args.low)];
+    let mut order = Vec::with_capacity(args.low + args.high);
+    let mut from_new_partitions = 0;
+    let mut grown = false;
+    let mut received = 0;
+    while received < total {
+        let message = tokio::time::timeout(Duration::from_secs(30), receiver.receive())
+            .await
+            .map_err(|_| {
+                format!(
+                    "{}: nothing arrived for 30 s after {received} of {total} messages",
+                    mode.name()
+                )
+            })?
+            .map_err(err("receive"))?;
+        let delivered = Instant::now();
+        received += 1;
+        receiver.ack(&message).await.map_err(err("ack"))?;
+        let name = String::from_utf8_lossy(message.payload()).into_owned();
+        if let Some(&published) = receipts.get(&name) {
+            let high = name.starts_with('h');
+            latencies[usize::from(!high)].push(delivered.saturating_duration_since(published));
+            order.push(high);
+        } else if message.id().partition >= PARTITIONS as i32 {
+            from_new_partitions += 1;
+        }
+        *seen.entry(name).or_default() += 1;
+        if !grown && received == (args.low + args.high) / 2 {
+            grown = true;
+            broker.grow(&topic, GROWN).await?;
+            producer
+                .refresh_partitions()
+                .await
+                .map_err(err("producer refresh"))?;
+            receiver
+                .refresh_partitions()
+                .await
+                .map_err(err("consumer refresh"))?;
+            let mut later = HashMap::new();
+            send_wave(&producer, "xl", false, extra_low, &mut later).await?;
+            send_wave(&producer, "xh", true, extra_high, &mut later).await?;
+        }
+    }
+    let elapsed = started.elapsed();
+    receiver.close().await.map_err(err("close"))?;
+    producer.close().await.map_err(err("close producer"))?;
+
+    let expected = (0..args.low)
+        .map(|i| format!("l{i}"))
+        .chain((0..args.high).map(|i| format!("h{i}")))
+        .chain((0..extra_low).map(|i| format!("xl{i}")))
+        .chain((0..extra_high).map(|i| format!("xh{i}")));
+    let lost = expected.filter(|name| !seen.contains_key(name)).count();
+    let duplicated = seen.values().map(|&n| n.saturating_sub(1) as usize).sum();
+    let last_high = order.iter().rposition(|&high| high).unwrap_or(0);
+    let low_before_last_high = order[..last_high].iter().filter(|&&high| !high).count();
+    for level in &mut latencies {
+        level.sort_unstable();
+    }
+    Ok(Report {
+        mode,
+        latencies,
+        low_before_last_high,
+        lost,
+        duplicated,
+        from_new_partitions,
+        elapsed,
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn print(reports: &[Report], args: &Args) {
+    println!(
+        "\n{} low then {} high messages on a {PARTITIONS}-partition topic, raised to {GROWN} halfway\n",
+        args.low, args.high
+    );
+    println!(
+        "{:<12} {:<5} {:>11} {:>11} {:>11}",
+        "mode", "level", "p50", "p99", "max"
+    );
+    for report in reports {
+        for (level, name) in [(0, "high"), (1, "low")] {
+            let l = &report.latencies[level];
+            println!(
+                "{:<12} {:<5} {:>11} {:>11} {:>11}",
+                if level == 0 { report.mode.name() } else { "" },
+                name,
+                ms(percentile(l, 50.0)),
+                ms(percentile(l, 99.0)),
+                ms(l.last().copied().unwrap_or_default()),
+            );
+        }
+    }
+    println!();
+    for report in reports {
+        println!(
+            "{:<12} low messages delivered before the last high one: {:>7}; lost {}, duplicated {}; \
+             {} second-wave messages from the new partitions; sent and drained in {:.2} s",
+            report.mode.name(),
+            report.low_before_last_high,
+            report.lost,
+            report.duplicated,
+            report.from_new_partitions,
+            report.elapsed.as_secs_f64()
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match main_with(&args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn main_with(args: &Args) -> Result<bool, String> {
+    let (broker, url) = match (&args.service_url, &args.admin_url) {
+        (Some(url), Some(admin)) => (
+            Broker::Real {
+                admin: admin.clone(),
+            },
+            url.clone(),
+        ),
+        _ => {
+            let emulator = Emulator::start(EmulatorConfig::default())
+                .await
+                .map_err(|e| format!("starting the emulator: {e}"))?;
+            let url = emulator.endpoint().to_owned();
+            (Broker::Emulator(emulator), url)
+        }
+    };
+    println!(
+        "broker: {}",
+        match &broker {
+            Broker::Emulator(_) => format!("embedded emulator at {url}"),
+            Broker::Real { admin } => format!("{url} (admin {admin})"),
+        }
+    );
+    let options = ConnectOptions::new(&url)
+        .map_err(|e| e.to_string())?
+        .operation_timeout(Duration::from_secs(30));
+    let client = Client::connect(options)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    let mut reports = Vec::new();
+    for mode in [Mode::NoPriority, Mode::Ours] {
+        reports.push(run(&client, &broker, mode, args).await?);
+    }
+    client.close().await;
+    print(&reports, args);
+    let ours = reports.iter().find(|r| r.mode == Mode::Ours);
+    let bound = (QUEUE / 2) as usize;
+    let ok = ours
+        .is_some_and(|r| r.low_before_last_high <= bound && r.lost == 0 && r.duplicated == 0)
+        && reports.iter().all(|r| r.lost == 0 && r.duplicated == 0);
+    println!(
+        "\nours: {} (at most one low receiver queue, {bound}, before the last high message; \
+         nothing lost or duplicated)",
+        if ok { "PASS" } else { "FAIL" }
+    );
+    Ok(ok)
+}
