@@ -179,7 +179,7 @@ impl Mode {
 
 /// The consumer of one run.
 enum Receiver {
-    Plain(Consumer),
+    Plain(Box<Consumer>),
     Priority(PriorityConsumer),
 }
 
@@ -324,12 +324,12 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
     send_wave(&producer, "h", true, args.high, &mut receipts).await?;
     // The consumer attaches once everything is queued.
     let receiver = match mode {
-        Mode::NoPriority => Receiver::Plain(
+        Mode::NoPriority => Receiver::Plain(Box::new(
             client
                 .subscribe(&topic, "drain", consumer_options)
                 .await
                 .map_err(err("subscribe"))?,
-        ),
+        )),
         Mode::Ours => {
             let gate = GateConfig {
                 strategy: Strategy::Strict,
