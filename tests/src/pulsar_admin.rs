@@ -140,6 +140,35 @@ impl PulsarAdmin {
         }
     }
 
+    /// Creates a partitioned topic with `partitions` partitions
+    /// (`PUT .../partitions`).
+    ///
+    /// # Errors
+    /// When the broker refuses (409 when the topic exists).
+    pub async fn create_partitioned_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<(), AdminError> {
+        let path = format!("{}/partitions", topic_path(topic));
+        self.expect_success("PUT", &path, Some(&partitions.to_string()))
+            .await
+            .map(drop)
+    }
+
+    /// Raises a partitioned topic's partition count (`POST .../partitions`, as
+    /// `pulsar-admin topics update-partitioned-topic`); the broker creates the topic's
+    /// subscriptions on the new partitions.
+    ///
+    /// # Errors
+    /// When the broker refuses (for example a count that is not larger).
+    pub async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<(), AdminError> {
+        let path = format!("{}/partitions", topic_path(topic));
+        self.expect_success("POST", &path, Some(&partitions.to_string()))
+            .await
+            .map(drop)
+    }
+
     /// Creates a non-partitioned topic (one that exists already is fine).
     ///
     /// # Errors

@@ -707,3 +707,184 @@ async fn batches_of_the_official_java_client_are_consumed_and_acked() {
     consumer.close().await.expect("closed");
     broker.done();
 }
+
+/// Issue 7's end-to-end scenario on a fresh 4-partition topic: low messages queued, then high
+/// ones; a `PriorityConsumer` attaches and drains, never waiting for acks, while the topic is
+/// raised to 8 partitions through the admin API. Partition 0 carries the high level, every
+/// other partition (also the added ones) the low level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow() {
+    use std::collections::HashSet;
+
+    use priority::{
+        GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy,
+        Unlisted,
+    };
+    use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+
+    const LOW: usize = 10_000;
+    const HIGH: usize = 1_000;
+    const QUEUE: u32 = 1_000;
+    let (Some(service_url), Some(admin_url)) = (var("PULSAR_SERVICE_URL"), var("PULSAR_ADMIN_URL"))
+    else {
+        eprintln!("PULSAR_SERVICE_URL and PULSAR_ADMIN_URL are not both set; skipping");
+        return;
+    };
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!(
+        "persistent://public/default/it-priority-{}-{millis}",
+        std::process::id()
+    );
+    let admin = PulsarAdmin::new(&admin_url).expect("PULSAR_ADMIN_URL is http://host:port");
+    admin
+        .create_partitioned_topic(&topic, 4)
+        .await
+        .expect("partitioned topic created");
+    let options = ConnectOptions::new(&service_url)
+        .expect("PULSAR_SERVICE_URL is a pulsar:// URL")
+        .operation_timeout(Duration::from_secs(30));
+    let client = Client::connect(options).await.expect("connected");
+
+    let policy = PriorityPolicy::builder()
+        .levels(2)
+        .property("priority")
+        .build()
+        .unwrap();
+    let layout = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
+    let consumer_options = ConsumerOptions::default().initial_position(InitialPosition::Earliest);
+    // The subscription exists before the first message.
+    client
+        .subscribe(&topic, SUB, consumer_options.clone())
+        .await
+        .expect("subscribed")
+        .close()
+        .await
+        .expect("closed");
+    let router = PriorityRouter::for_topic(
+        &client,
+        &topic,
+        policy.clone(),
+        layout.clone(),
+        RouterConfig {
+            sticky: StickyWindow {
+                max_messages: 100,
+                max_duration: Duration::from_millis(10),
+            },
+            ..RouterConfig::default()
+        },
+    )
+    .await
+    .expect("router");
+    let producer = client
+        .create_producer(
+            &topic,
+            ProducerOptions::default()
+                .batching(
+                    BatchingOptions::default()
+                        .max_messages(100)
+                        .max_delay(Duration::from_millis(5)),
+                )
+                .router(Arc::new(router))
+                .partitions_refresh(None),
+        )
+        .await
+        .expect("producer");
+    let send = |prefix: &'static str, level: &'static str, count: usize| {
+        let producer = producer.clone();
+        async move {
+            let sends = (0..count).map(|i| {
+                producer
+                    .send(OutgoingMessage::new(format!("{prefix}{i}")).property("priority", level))
+            });
+            for result in futures_util::future::join_all(sends).await {
+                result.expect("sent");
+            }
+        }
+    };
+    send("l", "1", LOW).await;
+    send("h", "0", HIGH).await;
+
+    let gate = GateConfig {
+        strategy: Strategy::Strict,
+        receiver_queue_size: QUEUE,
+        ..GateConfig::default()
+    };
+    let consumer = PriorityConsumer::subscribe(
+        &client,
+        &topic,
+        SUB,
+        PriorityConsumerOptions::new(policy, layout)
+            .consumer(consumer_options)
+            .gate(gate)
+            .partitions_refresh(Some(Duration::from_secs(1))),
+    )
+    .await
+    .expect("priority consumer");
+    assert_eq!(
+        consumer.queue_sizes(),
+        [QUEUE, QUEUE / 2, QUEUE / 2, QUEUE / 2]
+    );
+    let next = || async {
+        within(PATIENCE, consumer.receive())
+            .await
+            .expect("a message in time")
+            .expect("received")
+    };
+    let mut payloads = Vec::new();
+    let mut order = Vec::new();
+    for _ in 0..(LOW + HIGH) / 2 {
+        let m = next().await;
+        order.push(m.payload().starts_with(b"h"));
+        payloads.push(String::from_utf8_lossy(m.payload()).into_owned());
+    }
+    let last_high = order.iter().rposition(|&h| h).expect("high messages");
+    let bypass = order[..last_high].iter().filter(|&&h| !h).count();
+    println!("priority: {bypass} low messages before the last high one");
+    assert!(
+        bypass <= (QUEUE / 2) as usize,
+        "{bypass} low messages before the last high one"
+    );
+
+    // 4 → 8 partitions mid-run, through the admin API.
+    admin
+        .update_partitions(&topic, 8)
+        .await
+        .expect("partitions raised");
+    assert_eq!(producer.refresh_partitions().await.expect("refreshed"), 8);
+    send("xl", "1", 800).await;
+    send("xh", "0", 200).await;
+    let total = LOW + HIGH + 1_000;
+    let mut new_partitions = HashSet::new();
+    while payloads.len() < total {
+        let m = next().await;
+        let partition = m.id().partition;
+        assert_eq!(
+            m.payload().starts_with(b"h") || m.payload().starts_with(b"xh"),
+            partition == 0,
+            "{} on partition {partition}",
+            String::from_utf8_lossy(m.payload())
+        );
+        if partition >= 4 {
+            new_partitions.insert(partition);
+        }
+        payloads.push(String::from_utf8_lossy(m.payload()).into_owned());
+    }
+    assert_eq!(consumer.partitions(), 8);
+    assert!(new_partitions.len() >= 2, "{new_partitions:?}");
+    let unique: HashSet<&String> = payloads.iter().collect();
+    assert_eq!(unique.len(), total, "duplicates");
+    assert_quiet_priority(&consumer).await;
+    let stats = consumer.gate_stats();
+    assert_eq!(stats.levels[0].delivered, (HIGH + 200) as u64);
+    assert_eq!(stats.levels[1].delivered, (LOW + 800) as u64);
+    consumer.close().await.expect("closed");
+    producer.close().await.expect("producer closed");
+}
+
+async fn assert_quiet_priority(consumer: &pulsar_wire::priority::PriorityConsumer) {
+    if let Some(message) = within(Duration::from_millis(500), consumer.receive()).await {
+        panic!("unexpected delivery: {:?}", message.map(|m| m.id()));
+    }
+}
