@@ -35,7 +35,11 @@ pub enum LayoutSpec {
     /// A share of the partitions per level, proportional to the weights (one per level, most
     /// important first). Levels get contiguous ranges of partitions, level 0 first; every level
     /// gets at least one partition and the rest are shared by largest remainder. Recomputed for
-    /// each partition count, so a partition can change level when partitions are added.
+    /// each partition count, so a partition can change level when partitions are added: for a
+    /// topic that will grow, prefer [`LayoutSpec::explicit_with`], which sends added partitions
+    /// to one level and leaves the others where they are (in the `priority_sim` partition-growth
+    /// scenario of BENCHMARKS.md, a low partition turned high let 1,300 low messages pass a
+    /// high one under weights, none under explicit sets).
     Weights(Vec<u32>),
 }
 
