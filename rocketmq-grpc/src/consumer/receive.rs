@@ -34,13 +34,20 @@ pub(super) async fn run(
     };
     let filter = subscription.filter.clone();
     let mut attempt = 0u64;
+    let mut idle = true;
     while !stop.is_cancelled() {
         // Room for a whole batch before asking for it: the consumer never holds more than its
-        // concurrency.
-        let wanted = inner
-            .receive_batch_size
-            .min(inner.concurrency as i32)
-            .max(1);
+        // concurrency. A receive holds its permits while it long-polls, so a queue that had
+        // nothing last time (or has not received yet) asks for one message, and a busy queue
+        // for at most its fair share of the concurrency: an idle queue's long poll must not
+        // keep the other queues from receiving.
+        let wanted = if idle {
+            1
+        } else {
+            let queues = inner.queues.lock().len().max(1);
+            let fair_share = i32::try_from(inner.concurrency / queues).unwrap_or(i32::MAX);
+            inner.receive_batch_size.min(fair_share).max(1)
+        };
         let permits = tokio::select! {
             () = stop.cancelled() => return,
             permits = Arc::clone(&inner.permits).acquire_many_owned(wanted as u32) => match permits {
@@ -68,6 +75,7 @@ pub(super) async fn run(
             () = stop.cancelled() => return,
             received = receive(&inner, &endpoint, request, long_polling) => received,
         };
+        idle = !matches!(&received, Ok(messages) if !messages.is_empty());
         let messages = match received {
             Ok(messages) => messages,
             Err(error) => {

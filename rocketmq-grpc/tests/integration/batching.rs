@@ -168,3 +168,30 @@ async fn immediate_mode_sends_one_entry_per_request() {
     assert_eq!(stats.ack_requests(), 50);
     assert_eq!(stats.ack_requests_with_entries(1), 50);
 }
+
+/// A receive holds its permits while it long-polls (20 s here), so a queue with nothing to
+/// deliver must not keep the other queues from receiving: 8 queues share a concurrency of 64.
+/// Before each queue was held to its fair share, the first two receives (of the idle topic,
+/// subscribed first) took all 64 permits for a whole long poll and the busy topic waited 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_queue_does_not_hold_up_the_others() {
+    let emulator = Emulator::builder()
+        .group(GROUP, false)
+        .seed(7)
+        .topic("idle", TopicKind::Normal, 4)
+        .topic("busy", TopicKind::Normal, 4)
+        .start()
+        .await
+        .unwrap();
+    support::publish(&emulator, "busy", 500);
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("idle", "*")
+        .subscribe("busy", "*")
+        .long_polling(Duration::from_secs(20))
+        .start(Handler::default())
+        .await
+        .unwrap();
+    // Well below one long poll, however loaded the machine.
+    support::wait_handled(&consumer, 500, Duration::from_secs(10)).await;
+    consumer.shutdown(Duration::from_secs(10)).await;
+}
