@@ -4,6 +4,7 @@
 //! --workspace` stays hermetic.
 //!
 //! [`pulsar_admin`]: the Pulsar admin REST calls the Pulsar suite needs (topic creation,
-//! per-topic `maxUnackedMessagesOnConsumer`, topic stats).
+//! partitions, per-topic `maxUnackedMessagesOnConsumer`, topic stats); the examples that run
+//! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too.
 
 pub mod pulsar_admin;

@@ -42,6 +42,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use integration_tests::pulsar_admin::PulsarAdmin;
 use priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
@@ -51,7 +52,6 @@ use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition, Message,
     OutgoingMessage, Producer, ProducerOptions,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PROPERTY: &str = "priority";
 const PARTITIONS: u32 = 4;
@@ -112,14 +112,17 @@ fn parse_args() -> Result<Args, String> {
 /// Where the topic lives.
 enum Broker {
     Emulator(Emulator),
-    Real { admin: String },
+    Real { admin: PulsarAdmin },
 }
 
 impl Broker {
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), String> {
         match self {
             Broker::Emulator(e) => e.create_topic(topic, partitions).map_err(|e| e.to_string()),
-            Broker::Real { admin } => admin_partitions(admin, "PUT", topic, partitions).await,
+            Broker::Real { admin } => admin
+                .create_partitioned_topic(topic, partitions)
+                .await
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -128,50 +131,11 @@ impl Broker {
             Broker::Emulator(e) => e
                 .update_partitions(topic, partitions)
                 .map_err(|e| e.to_string()),
-            Broker::Real { admin } => admin_partitions(admin, "POST", topic, partitions).await,
+            Broker::Real { admin } => admin
+                .update_partitions(topic, partitions)
+                .await
+                .map_err(|e| e.to_string()),
         }
-    }
-}
-
-/// `PUT` (create) or `POST` (raise) a partitioned topic's partition count through the admin
-/// REST API, over plain HTTP/1.0.
-async fn admin_partitions(
-    admin_url: &str,
-    method: &str,
-    topic: &str,
-    partitions: u32,
-) -> Result<(), String> {
-    let host = admin_url
-        .strip_prefix("http://")
-        .map(|h| h.trim_end_matches('/'))
-        .ok_or(format!("{admin_url:?} is not http://host:port"))?;
-    let path = topic.replacen("persistent://", "/admin/v2/persistent/", 1);
-    let body = partitions.to_string();
-    let request = format!(
-        "{method} {path}/partitions HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(host).await?;
-        stream.write_all(request.as_bytes()).await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(30), exchange)
-        .await
-        .map_err(|_| format!("{admin_url} did not answer {method} {path}"))?
-        .map_err(|e| format!("{method} {path} through {admin_url}: {e}"))?;
-    let answer = String::from_utf8_lossy(&answer);
-    let status = answer.split_whitespace().nth(1).unwrap_or("?");
-    if status.starts_with('2') {
-        Ok(())
-    } else {
-        Err(format!(
-            "{method} {path}/partitions answered {}",
-            answer.trim()
-        ))
     }
 }
 
@@ -576,7 +540,7 @@ async fn main_with(args: &Args) -> Result<bool, String> {
     let (broker, url) = match (&args.service_url, &args.admin_url) {
         (Some(url), Some(admin)) => (
             Broker::Real {
-                admin: admin.clone(),
+                admin: PulsarAdmin::new(admin).map_err(|e| e.to_string())?,
             },
             url.clone(),
         ),
@@ -592,7 +556,8 @@ async fn main_with(args: &Args) -> Result<bool, String> {
         "broker: {}",
         match &broker {
             Broker::Emulator(_) => format!("embedded emulator at {url}"),
-            Broker::Real { admin } => format!("{url} (admin {admin})"),
+            Broker::Real { .. } =>
+                format!("{url} (admin {})", args.admin_url.as_deref().unwrap_or("")),
         }
     );
     let options = ConnectOptions::new(&url)

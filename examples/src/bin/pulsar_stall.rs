@@ -23,10 +23,10 @@
 //! `scripts/brokers/pulsar` configures it), the unacked counts come from the admin API when
 //! `--admin-url` is given.
 
-use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use integration_tests::pulsar_admin::{AdminError, PulsarAdmin};
 use pulsar_wire::emulator::{Emulator, EmulatorConfig};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, command_ack::AckType};
@@ -81,7 +81,7 @@ fn parse_args() -> Result<Args, String> {
 /// Where the unacked counts come from.
 enum Broker {
     Embedded(Emulator),
-    Real { admin_url: Option<String> },
+    Real { admin: Option<PulsarAdmin> },
 }
 
 /// The consumer's unacked count and blocked flag, if the broker tells.
@@ -92,87 +92,24 @@ async fn unacked(broker: &Broker, topic: &str) -> Option<(i64, bool)> {
             let consumer = stats.subscription(topic, SUBSCRIPTION)?.consumers.first()?;
             Some((consumer.unacked, consumer.blocked))
         }
-        Broker::Real { admin_url } => admin_stats(admin_url.as_deref()?, topic).await,
+        Broker::Real { admin } => {
+            let stats = admin.as_ref()?.topic_stats(topic).await.ok()?;
+            let consumer = stats.subscription(SUBSCRIPTION)?.consumers.first()?;
+            Some((
+                consumer.unacked_messages,
+                consumer.blocked_consumer_on_unacked_msgs,
+            ))
+        }
     }
-}
-
-/// Reads `unackedMessages` and `blockedConsumerOnUnackedMsgs` of the first consumer from the
-/// admin API's topic stats (plain HTTP/1.0, so never chunked; no JSON library needed for two
-/// fields).
-async fn admin_stats(admin_url: &str, topic: &str) -> Option<(i64, bool)> {
-    let path = topic.replacen("persistent://", "/admin/v2/persistent/", 1);
-    let body = admin_http(admin_url, "GET", &format!("{path}/stats"), None).await?;
-    let consumers = &body[body.find("\"consumers\"")?..];
-    let field = |name: &str| -> Option<String> {
-        let at = consumers.find(&format!("\"{name}\""))? + name.len() + 2;
-        let rest = consumers[at..].trim_start_matches([':', ' ']);
-        let end = rest.find([',', '}'])?;
-        Some(rest[..end].trim().to_owned())
-    };
-    Some((
-        field("unackedMessages")?.parse().ok()?,
-        field("blockedConsumerOnUnackedMsgs")? == "true",
-    ))
-}
-
-/// One request to the admin API (plain HTTP/1.0); the response, headers included.
-async fn admin_http(
-    admin_url: &str,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-) -> Option<String> {
-    let host = admin_url
-        .strip_prefix("http://")?
-        .trim_end_matches('/')
-        .to_owned();
-    let body = body.unwrap_or_default().to_owned();
-    let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    tokio::task::spawn_blocking(move || {
-        let mut stream = std::net::TcpStream::connect(&host).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        stream.write_all(request.as_bytes()).ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        Some(response)
-    })
-    .await
-    .ok()?
 }
 
 /// Creates `topic` on a real broker and sets its per-topic unacked limit (topic-level
 /// policies apply asynchronously, so this waits until the broker reports the limit).
-async fn limit_real_topic(admin_url: &str, topic: &str) -> Result<(), String> {
-    let path = topic.replacen("persistent://", "/admin/v2/persistent/", 1);
-    admin_http(admin_url, "PUT", &path, None).await;
-    let limit = LIMIT.to_string();
-    for _ in 0..60 {
-        admin_http(
-            admin_url,
-            "POST",
-            &format!("{path}/maxUnackedMessagesOnConsumer"),
-            Some(&limit),
-        )
-        .await;
-        let answer = admin_http(
-            admin_url,
-            "GET",
-            &format!("{path}/maxUnackedMessagesOnConsumer"),
-            None,
-        )
-        .await;
-        if answer.is_some_and(|a| a.trim_end().ends_with(&limit)) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Err(format!(
-        "could not set maxUnackedMessagesOnConsumer on {topic} through {admin_url}"
-    ))
+async fn limit_real_topic(admin: &PulsarAdmin, topic: &str) -> Result<(), AdminError> {
+    admin.create_topic(topic).await?;
+    admin
+        .set_max_unacked_on_consumer(topic, LIMIT, Duration::from_secs(30))
+        .await
 }
 
 fn show(counts: Option<(i64, bool)>) -> String {
@@ -237,20 +174,24 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
     let topic = format!("persistent://public/default/stall-{mode}-{millis}");
     let (broker, url) = match args.service_url {
         Some(url) => {
-            if let Some(admin_url) = &args.admin_url {
-                limit_real_topic(admin_url, &topic)
+            let admin = args
+                .admin_url
+                .as_deref()
+                .map(PulsarAdmin::new)
+                .transpose()
+                .map_err(|e| Error::Invalid {
+                    what: "admin URL",
+                    reason: e.to_string(),
+                })?;
+            if let Some(admin) = &admin {
+                limit_real_topic(admin, &topic)
                     .await
-                    .map_err(|reason| Error::Invalid {
+                    .map_err(|e| Error::Invalid {
                         what: "admin URL",
-                        reason,
+                        reason: e.to_string(),
                     })?;
             }
-            (
-                Broker::Real {
-                    admin_url: args.admin_url,
-                },
-                url,
-            )
+            (Broker::Real { admin }, url)
         }
         None => {
             let emulator = Emulator::start(EmulatorConfig::default()).await?;
