@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use txn_ack::{TxnAckTracker, TxnId};
+use txn_ack::TxnId;
 
+use crate::consumer::Ledger;
 use crate::pb::base_command::Type;
 use crate::pb::{self, TxnAction};
 use crate::{Client, Connection, Error, command_frame};
@@ -135,8 +136,8 @@ struct TxnInner {
     coordinator: Connection,
     partitions: tokio::sync::Mutex<HashSet<String>>,
     subscriptions: tokio::sync::Mutex<HashSet<(String, String)>>,
-    /// The transactional ack trackers of the consumers that acknowledged in it.
-    trackers: Mutex<Vec<Weak<Mutex<TxnAckTracker>>>>,
+    /// The ledgers of the consumers that acknowledged in it.
+    trackers: Mutex<Vec<Weak<Mutex<Ledger>>>>,
     state: Mutex<TxnState>,
     in_flight: AtomicUsize,
     idle: Notify,
@@ -254,8 +255,8 @@ impl Transaction {
         Ok(())
     }
 
-    /// Remembers a consumer's transactional ack tracker, to tell it the outcome.
-    pub(crate) fn watch(&self, tracker: &Arc<Mutex<TxnAckTracker>>) {
+    /// Remembers a consumer's ledger, to tell it the outcome.
+    pub(crate) fn watch(&self, tracker: &Arc<Mutex<Ledger>>) {
         let mut trackers = self.inner.trackers.lock();
         if !trackers
             .iter()
@@ -319,11 +320,7 @@ impl Transaction {
         }
         let trackers: Vec<_> = self.inner.trackers.lock().drain(..).collect();
         for tracker in trackers.iter().filter_map(Weak::upgrade) {
-            let mut tracker = tracker.lock();
-            match action {
-                TxnAction::Commit => tracker.commit(id),
-                TxnAction::Abort => tracker.abort(id),
-            }
+            tracker.lock().ended(id, action == TxnAction::Commit);
         }
         *state = match action {
             TxnAction::Commit => TxnState::Committed,

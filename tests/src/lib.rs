@@ -8,3 +8,4 @@
 //! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too.
 
 pub mod pulsar_admin;
+pub mod txn_steady;

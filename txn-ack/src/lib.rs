@@ -1,6 +1,6 @@
 //! Batch-size-preserving Pulsar ack sets, ack tracking and transactional acks.
 //!
-//! A Pulsar entry often holds a batch of messages. Acknowledging them correctly takes three
+//! A Pulsar entry often holds a batch of messages. Acknowledging them correctly takes four
 //! things that clients keep getting wrong:
 //! - the **ack set** ([`AckSet`]), Java `BitSet` words where a set bit is a message still
 //!   outstanding;
@@ -10,7 +10,12 @@
 //!   ack and *always* the batch size. A 4.0.x broker decrements a consumer's unacked count by
 //!   `batch_size` (or 1 when it is absent) minus the set's cardinality; a client that drops the
 //!   batch size leaks `batch_size - 1` per batch until Shared consumers stall, and one that
-//!   reuses an accumulated set gets `TransactionConflict`.
+//!   reuses an accumulated set gets `TransactionConflict`;
+//! - **deliveries** ([`Deliveries`]): a 4.0.x broker counts a Shared consumer's unacked
+//!   messages per delivery and gives nothing back on abort, so after aborts it sends (and
+//!   counts) again messages the application holds or has acknowledged. [`Deliveries`]
+//!   recognises those duplicates and measures the drift, which a client repairs with one
+//!   `REDELIVER_UNACKNOWLEDGED_MESSAGES`.
 //!
 //! Everything here is pure: no I/O, no protocol types. An adapter turns an [`AckId`] into a
 //! `MessageIdData`.
@@ -42,6 +47,7 @@
 //!   core of a broker emulator. It adds no dependencies.
 
 mod ack_set;
+mod deliveries;
 mod error;
 mod position;
 mod recent;
@@ -52,6 +58,7 @@ mod txn;
 pub mod model;
 
 pub use ack_set::AckSet;
+pub use deliveries::{Deliveries, Delivery, DuplicateOf};
 pub use error::{Error, MAX_BATCH_SIZE};
 pub use position::{AckId, AckKind, EntryId, MessagePosition};
 pub use tracker::{Ack, AckTracker, PartialBatches};

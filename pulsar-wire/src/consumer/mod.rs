@@ -20,7 +20,7 @@ use acks::{AckFlusher, AckKey};
 pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
-pub(crate) use partition::{Delivery, PartitionConsumer};
+pub(crate) use partition::{Delivery, Ledger, PartitionConsumer};
 
 use crate::{Client, Connection, Error, Transaction};
 
@@ -59,6 +59,7 @@ pub struct ConsumerOptions {
     pub(crate) ack_group_max: usize,
     pub(crate) partial_batches: PartialBatches,
     pub(crate) ack_receipts: bool,
+    pub(crate) legacy_committed_redeliveries: bool,
 }
 
 impl Default for ConsumerOptions {
@@ -74,6 +75,7 @@ impl Default for ConsumerOptions {
             ack_group_max: 1000,
             partial_batches: PartialBatches::SendAckSet,
             ack_receipts: false,
+            legacy_committed_redeliveries: false,
         }
     }
 }
@@ -131,6 +133,15 @@ impl ConsumerOptions {
         self
     }
 
+    /// Tests only: delivers redeliveries of messages already committed in a transaction to the
+    /// application and sends nothing for them, as this crate did before it handled them (the
+    /// consumer then stalls on a 4.0.x broker). Never set it in an application.
+    #[doc(hidden)]
+    pub fn legacy_committed_redeliveries(mut self, legacy: bool) -> Self {
+        self.legacy_committed_redeliveries = legacy;
+        self
+    }
+
     fn validate(&self) -> Result<(), Error> {
         if self.receiver_queue_size == 0 {
             return Err(Error::Invalid {
@@ -166,6 +177,9 @@ pub(crate) struct Counters {
     acked_ids: AtomicU64,
     txn_acks: AtomicU64,
     nacks: AtomicU64,
+    committed_redeliveries: AtomicU64,
+    duplicates: AtomicU64,
+    resyncs: AtomicU64,
     closed_by_broker: AtomicBool,
     reached_end_of_topic: AtomicBool,
 }
@@ -193,6 +207,15 @@ pub struct ConsumerStats {
     pub txn_acks: u64,
     /// Negative acks sent.
     pub nacks: u64,
+    /// Redelivered messages that a committed transaction of this consumer had acknowledged:
+    /// not delivered again (the application has them), handled for the broker's count.
+    pub committed_redeliveries: u64,
+    /// Duplicate deliveries not handed over again: messages held by the application or
+    /// acknowledged (those of committed transactions included).
+    pub duplicates: u64,
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` sent to repair a drifted unacked count on the
+    /// broker.
+    pub resyncs: u64,
     /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
     pub closed_by_broker: bool,
     /// Whether the topic reached its end.
@@ -634,6 +657,11 @@ impl Consumer {
                 tracker.ack(message.position())?
             }
         };
+        partition
+            .ledger
+            .lock()
+            .deliveries
+            .acked(message.position(), None);
         let Some(ack) = ack else {
             return Ok(None);
         };
@@ -687,18 +715,26 @@ impl Consumer {
         let _op = txn.start_op()?;
         txn.add_subscription(&partition.topic, &self.subscription)
             .await?;
-        let ack = partition
-            .txn_acks
-            .lock()
-            .ack(txn.id(), kind, message.position())?;
-        txn.watch(&partition.txn_acks);
+        let ack = {
+            let mut ledger = partition.ledger.lock();
+            let ack = ledger.txn_acks.ack(txn.id(), kind, message.position())?;
+            ledger
+                .deliveries
+                .acked(message.position(), Some(txn.id()));
+            ledger.txn_in_flight += 1;
+            ack
+        };
+        txn.watch(&partition.ledger);
         let consumer_id = partition.consumer_id;
-        partition
+        let answer = partition
             .connection
             .request("ACK", |request_id| {
                 acks::txn_ack_frame(consumer_id, &ack, request_id)
             })
-            .await?;
+            .await;
+        partition.ledger.lock().txn_in_flight -= 1;
+        partition.maybe_resync(&self.counters, false);
+        answer.map_err(|error| refused_txn_ack(error, message, txn))?;
         self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -713,6 +749,11 @@ impl Consumer {
         self.check_open()?;
         let partition = self.partition(message)?;
         let position = message.position();
+        partition
+            .ledger
+            .lock()
+            .deliveries
+            .nacked(position.entry());
         partition.redeliver(vec![crate::pb::MessageIdData {
             ledger_id: position.ledger_id(),
             entry_id: position.entry_id(),
@@ -730,7 +771,9 @@ impl Consumer {
     pub fn redeliver_unacknowledged(&self) -> Result<(), Error> {
         self.check_open()?;
         for partition in self.partitions.all().iter() {
+            let mut ledger = partition.ledger.lock();
             partition.redeliver(Vec::new())?;
+            ledger.deliveries.resynced();
         }
         Ok(())
     }
@@ -764,6 +807,9 @@ impl Consumer {
             acked_ids: load(&c.acked_ids),
             txn_acks: load(&c.txn_acks),
             nacks: load(&c.nacks),
+            committed_redeliveries: load(&c.committed_redeliveries),
+            duplicates: load(&c.duplicates),
+            resyncs: load(&c.resyncs),
             closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),
             reached_end_of_topic: c.reached_end_of_topic.load(Ordering::Relaxed),
         }
@@ -802,6 +848,29 @@ impl Consumer {
             task.abort();
         }
         result
+    }
+}
+
+/// The broker's refusal of a transactional ack, with the message and the transaction named and
+/// what to do.
+fn refused_txn_ack(error: Error, message: &Message, txn: &Transaction) -> Error {
+    match error {
+        Error::Server {
+            operation,
+            code,
+            message: reason,
+        } => Error::Server {
+            operation,
+            code,
+            message: format!(
+                "{reason} (message {} in transaction {}; the broker took nothing of this ack \
+                 into the transaction: abort it, or commit it without this message and \
+                 acknowledge the message again after its redelivery)",
+                message.id(),
+                txn.id()
+            ),
+        },
+        other => other,
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
-use txn_ack::{AckTracker, TxnAckTracker};
+use txn_ack::{AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, TxnAckTracker, TxnId};
 
 use super::message::{Origin, decode};
 use super::{ConsumerOptions, Counters, Message};
@@ -65,6 +65,34 @@ impl PartitionList {
     }
 }
 
+/// What a partition consumer knows of its transactional acks and its deliveries; the
+/// transactions it acknowledged in tell it their outcome.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    /// Transactional acks, with the messages each open or committed transaction claims.
+    pub(crate) txn_acks: TxnAckTracker,
+    /// Every delivery, for duplicates and the drift of the broker's unacked count.
+    pub(crate) deliveries: Deliveries,
+    /// Transactional acks sent and not answered yet: while there are any, the broker may be
+    /// persisting one, and a replay read meanwhile would carry its message.
+    pub(crate) txn_in_flight: usize,
+}
+
+impl Ledger {
+    /// `txn` ended.
+    pub(crate) fn ended(&mut self, txn: TxnId, committed: bool) {
+        if committed {
+            self.txn_acks.commit(txn);
+        } else {
+            self.txn_acks.abort(txn);
+        }
+        self.deliveries.ended(txn, committed);
+    }
+}
+
+/// How long a consumer with a drifted count waits without deliveries before it resyncs.
+const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The flow permits a consumer owes the broker.
 #[derive(Debug, Default)]
 struct Permits {
@@ -87,8 +115,10 @@ pub(crate) struct PartitionConsumer {
     refill_at: u32,
     /// Ordinary acks, accumulated per entry.
     pub(crate) acks: Mutex<AckTracker>,
-    /// Transactional acks; transactions report their outcome to it.
-    pub(crate) txn_acks: Arc<Mutex<TxnAckTracker>>,
+    /// Transactional acks and deliveries; transactions report their outcome to it.
+    pub(crate) ledger: Arc<Mutex<Ledger>>,
+    /// Tests only: deliver duplicates and never resync (the behaviour before the ledger).
+    legacy: bool,
 }
 
 impl PartitionConsumer {
@@ -141,7 +171,8 @@ impl PartitionConsumer {
             queue_size,
             refill_at: (queue_size / 2).max(1),
             acks: Mutex::new(AckTracker::new(options.partial_batches)),
-            txn_acks: Arc::new(Mutex::new(TxnAckTracker::default())),
+            ledger: Arc::new(Mutex::new(Ledger::default())),
+            legacy: options.legacy_committed_redeliveries,
         };
         if !paused {
             consumer.flow(queue_size)?;
@@ -235,6 +266,35 @@ impl PartitionConsumer {
             }))
     }
 
+    /// Repairs a drifted unacked count on the broker with `REDELIVER_UNACKNOWLEDGED_MESSAGES`
+    /// without ids (the count goes to 0; what is neither acknowledged nor pending in a
+    /// transaction is sent again, and the held messages' copies replace their counts), once no
+    /// transactional ack is in flight. It resyncs when the drift is positive and at least a
+    /// quarter of the messages held (each resync replays the held ones, so a resync costs at
+    /// most four replays per message of drift, and a drift that could block the consumer
+    /// for good, more than half of the limit, is never reached), or, when `quiet`, whenever
+    /// there is any drift.
+    pub(crate) fn maybe_resync(&self, counters: &Counters, quiet: bool) {
+        if self.legacy {
+            return;
+        }
+        let mut ledger = self.ledger.lock();
+        let drift = ledger.deliveries.drift();
+        let due = if quiet {
+            drift != 0
+        } else {
+            drift > 0 && drift.saturating_mul(4) >= ledger.deliveries.held() as i64
+        };
+        if !due || ledger.txn_in_flight > 0 {
+            return;
+        }
+        if self.redeliver(Vec::new()).is_ok() {
+            ledger.deliveries.resynced();
+            counters.resyncs.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(topic = %self.topic, drift, quiet, "resynced the unacked count");
+        }
+    }
+
     /// `CLOSE_CONSUMER`.
     pub(crate) async fn close(&self) -> Result<(), Error> {
         let consumer_id = self.consumer_id;
@@ -263,7 +323,15 @@ pub(crate) async fn pump(
     counters: Arc<Counters>,
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
-    while let Some(event) = events.recv().await {
+    loop {
+        let event = match tokio::time::timeout(QUIET, events.recv()).await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(_) => {
+                consumer.maybe_resync(&counters, true);
+                continue;
+            }
+        };
         let frame = match event {
             ConsumerEvent::Message(frame) => *frame,
             ConsumerEvent::ReachedEndOfTopic => {
@@ -305,15 +373,44 @@ pub(crate) async fn pump(
                 let _ = acks.ack(position);
             }
             drop(acks);
+            let mut ledger = consumer.ledger.lock();
+            for position in &decoded.skipped {
+                ledger.deliveries.skipped(position);
+            }
+            drop(ledger);
             counters
                 .skipped
                 .fetch_add(decoded.skipped.len() as u64, Ordering::Relaxed);
         }
-        let delivered = decoded.messages.len() as u32;
+        let mut messages = decoded.messages;
+        {
+            let mut ledger = consumer.ledger.lock();
+            messages.retain(|message| {
+                let Verdict::Duplicate(of) = ledger.deliveries.delivered(message.position())
+                else {
+                    return true;
+                };
+                counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                if matches!(of, DuplicateOf::CommittedIn(_)) {
+                    counters
+                        .committed_redeliveries
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::debug!(
+                    topic = %consumer.topic,
+                    id = %message.id(),
+                    ?of,
+                    "a duplicate delivery: not delivered again"
+                );
+                consumer.legacy
+            });
+        }
+        consumer.maybe_resync(&counters, false);
+        let delivered = messages.len() as u32;
         counters
             .received
             .fetch_add(u64::from(delivered), Ordering::Relaxed);
-        for message in decoded.messages {
+        for message in messages {
             if deliveries
                 .send(Delivery::Message(Box::new(message)))
                 .is_err()

@@ -1,0 +1,352 @@
+//! The steady transactional shape of issue "transactional acks that never stall": a producer
+//! sends at a steady rate in batches, one Shared consumer keeps up and acknowledges every
+//! message in a transaction (one batch index per ack), a transaction ends every few messages
+//! and every third one is aborted. It runs against a real broker (or the emulator), with
+//! `pulsar-wire` ([`run`]) or any other client (the caller starts it and calls [`watch`]).
+//!
+//! [`Watcher`] polls the admin stats while the run goes on and measures the consumer's blocked
+//! periods (`blockedConsumerOnUnackedMsgs`), so both clients are measured the same way.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pulsar_wire::{
+    BatchingOptions, Client, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
+    ProducerOptions, SubType, Transaction,
+};
+
+use crate::pulsar_admin::PulsarAdmin;
+
+/// The shape of one run.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// How long the producer sends.
+    pub produce_for: Duration,
+    /// Messages per second.
+    pub rate: u32,
+    /// Messages per producer batch.
+    pub batch: usize,
+    /// Messages acknowledged per transaction.
+    pub txn_every: usize,
+    /// Every `abort_every`-th transaction is aborted (0: none).
+    pub abort_every: usize,
+    /// Everything is produced before the consumer starts (the bulk shape).
+    pub produce_first: bool,
+    /// The run gives up after this long.
+    pub timeout: Duration,
+}
+
+impl Shape {
+    /// The issue's steady shape: 140 msg/s in batches of 7 for `produce_for`, 5 acks per
+    /// transaction, every third aborted.
+    pub fn steady(produce_for: Duration) -> Self {
+        Self {
+            produce_for,
+            rate: 140,
+            batch: 7,
+            txn_every: 5,
+            abort_every: 3,
+            produce_first: false,
+            timeout: produce_for + Duration::from_secs(60),
+        }
+    }
+
+    /// The bulk shape: `messages` produced first (batches of 7), then consumed as above.
+    pub fn bulk(messages: u32) -> Self {
+        Self {
+            produce_for: Duration::from_millis(u64::from(messages) * 1000 / 140),
+            produce_first: true,
+            timeout: Duration::from_secs(120),
+            ..Self::steady(Duration::ZERO)
+        }
+    }
+
+    /// How many messages the producer sends.
+    pub fn messages(&self) -> u64 {
+        let per_tick = self.per_tick() as u64;
+        self.ticks() * per_tick
+    }
+
+    fn per_tick(&self) -> usize {
+        // Ticks of 50 ms: a full batch per tick at 140 msg/s.
+        (self.rate as usize / 20).max(1)
+    }
+
+    fn ticks(&self) -> u64 {
+        (self.produce_for.as_millis() / 50) as u64
+    }
+}
+
+/// What one run measured on the client side.
+#[derive(Debug, Clone, Default)]
+pub struct ClientReport {
+    /// Messages produced.
+    pub produced: u64,
+    /// Distinct payloads committed.
+    pub committed: u64,
+    /// Payloads committed a second time.
+    pub duplicates: u64,
+    /// Transactions committed.
+    pub txns_committed: u64,
+    /// Transactions aborted on purpose.
+    pub txns_aborted: u64,
+    /// Transactional acks the broker refused.
+    pub acks_refused: u64,
+    /// Transactional acks the client refused before sending (already acknowledged).
+    pub acks_refused_by_client: u64,
+    /// Commits the coordinator refused.
+    pub commits_refused: u64,
+    /// From the first send to the last payload committed.
+    pub drain: Duration,
+    /// Every payload was committed before the timeout.
+    pub drained: bool,
+    /// Messages the consumer recognised as redeliveries of committed messages.
+    pub committed_redeliveries: u64,
+    /// Duplicate deliveries the consumer recognised (and did not hand over again).
+    pub duplicates_hidden: u64,
+    /// Resyncs of the broker's unacked count the consumer sent.
+    pub resyncs: u64,
+}
+
+/// Runs the shape with `pulsar-wire` on `topic` / `subscription`. `legacy` delivers
+/// redeliveries of committed messages to the application as before the fix (tests only).
+///
+/// # Errors
+/// When the client cannot connect, subscribe or produce.
+pub async fn run(
+    client: &Client,
+    topic: &str,
+    subscription: &str,
+    shape: &Shape,
+    legacy: bool,
+) -> Result<ClientReport, Error> {
+    let consumer = client
+        .subscribe(
+            topic,
+            subscription,
+            ConsumerOptions::default()
+                .sub_type(SubType::Shared)
+                .initial_position(InitialPosition::Earliest)
+                .legacy_committed_redeliveries(legacy),
+        )
+        .await?;
+    let producer = client
+        .create_producer(
+            topic,
+            ProducerOptions::default().batching(
+                BatchingOptions::default()
+                    .max_messages(shape.batch)
+                    .max_delay(Duration::from_millis(50)),
+            ),
+        )
+        .await?;
+    let coordinator = client.transaction_coordinator().await?;
+    let started = Instant::now();
+    let produced = Arc::new(Mutex::new(None::<u64>));
+    let mut producing = Some({
+        let shape = shape.clone();
+        let produced = Arc::clone(&produced);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            let mut sends = Vec::new();
+            let mut next = 0u64;
+            for _ in 0..shape.ticks() {
+                tick.tick().await;
+                let payloads: Vec<_> = (0..shape.per_tick())
+                    .map(|_| {
+                        next += 1;
+                        format!("p{}", next - 1)
+                    })
+                    .collect();
+                let producer = producer.clone();
+                sends.push(tokio::spawn(async move {
+                    let batch = payloads
+                        .into_iter()
+                        .map(|payload| producer.send(OutgoingMessage::new(payload)));
+                    futures_util::future::join_all(batch).await
+                }));
+            }
+            let mut ok = 0;
+            for send in sends {
+                if let Ok(results) = send.await {
+                    ok += results.iter().filter(|r| r.is_ok()).count() as u64;
+                }
+            }
+            *produced.lock() = Some(ok);
+            let _ = producer.close().await;
+        })
+    });
+    if shape.produce_first
+        && let Some(task) = producing.take()
+    {
+        let _ = task.await;
+    }
+    let mut report = ClientReport::default();
+    let mut committed = HashSet::new();
+    let mut txn: Option<(Transaction, Vec<String>)> = None;
+    let mut ended = 0usize;
+    let deadline = started + shape.timeout;
+    loop {
+        let done_producing = *produced.lock();
+        if let Some(total) = done_producing
+            && committed.len() as u64 >= total
+        {
+            report.produced = total;
+            report.drained = true;
+            report.drain = started.elapsed();
+            break;
+        }
+        if Instant::now() >= deadline {
+            report.produced = done_producing.unwrap_or(0);
+            break;
+        }
+        let received =
+            tokio::time::timeout(Duration::from_millis(200), consumer.receive()).await;
+        let message = match received {
+            Ok(Ok(message)) => Some(message),
+            Ok(Err(error)) => return Err(error),
+            Err(_) => None,
+        };
+        if let Some(message) = message {
+            if txn.is_none() {
+                txn = Some((
+                    coordinator
+                        .new_transaction(Duration::from_secs(60))
+                        .await?,
+                    Vec::new(),
+                ));
+            }
+            let (open, payloads) = txn.as_mut().expect("opened above");
+            match consumer.ack_in(open, &message).await {
+                Ok(()) => {
+                    payloads.push(String::from_utf8_lossy(message.payload()).into_owned());
+                }
+                Err(Error::Ack(error)) => {
+                    report.acks_refused_by_client += 1;
+                    tracing::debug!(%error, "ack refused by the client");
+                }
+                Err(error) => {
+                    report.acks_refused += 1;
+                    tracing::info!(%error, "ack refused");
+                }
+            }
+            if payloads.len() < shape.txn_every {
+                continue;
+            }
+        } else if txn.as_ref().is_none_or(|(_, p)| p.is_empty()) {
+            continue;
+        }
+        let Some((open, payloads)) = txn.take() else {
+            continue;
+        };
+        ended += 1;
+        if shape.abort_every > 0 && ended % shape.abort_every == 0 {
+            let _ = open.abort().await;
+            report.txns_aborted += 1;
+            continue;
+        }
+        match open.commit().await {
+            Ok(()) => {
+                report.txns_committed += 1;
+                for payload in payloads {
+                    if !committed.insert(payload) {
+                        report.duplicates += 1;
+                    }
+                }
+            }
+            Err(error) => {
+                report.commits_refused += 1;
+                tracing::info!(%error, "commit refused");
+                let _ = open.abort().await;
+            }
+        }
+    }
+    report.committed = committed.len() as u64;
+    let stats = consumer.stats();
+    report.committed_redeliveries = stats.committed_redeliveries;
+    report.duplicates_hidden = stats.duplicates;
+    report.resyncs = stats.resyncs;
+    if let Some(task) = producing {
+        task.abort();
+    }
+    consumer.close().await?;
+    Ok(report)
+}
+
+/// The consumer's blocked periods seen in the admin stats while a run goes on.
+#[derive(Debug, Clone, Default)]
+pub struct BlockedPeriods {
+    /// How many times the consumer became blocked.
+    pub count: u32,
+    /// Their total length.
+    pub total: Duration,
+    /// The longest one.
+    pub longest: Duration,
+    /// The largest unacked count seen.
+    pub max_unacked: i64,
+    /// How many stats were read.
+    pub samples: u32,
+}
+
+/// Polls a subscription's stats every `every` until stopped.
+#[derive(Debug)]
+pub struct Watcher {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<BlockedPeriods>,
+}
+
+/// Starts watching `topic` / `subscription`.
+pub fn watch(admin: PulsarAdmin, topic: String, subscription: String, every: Duration) -> Watcher {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let mut periods = BlockedPeriods::default();
+        let mut since: Option<Instant> = None;
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopped.changed() => break,
+            }
+            let Ok(stats) = admin.topic_stats(&topic).await else {
+                continue;
+            };
+            periods.samples += 1;
+            let blocked = stats.subscription(&subscription).is_some_and(|s| {
+                s.consumers.iter().any(|c| {
+                    periods.max_unacked = periods.max_unacked.max(c.unacked_messages);
+                    c.blocked_consumer_on_unacked_msgs
+                })
+            });
+            match (blocked, since) {
+                (true, None) => {
+                    since = Some(Instant::now());
+                    periods.count += 1;
+                }
+                (false, Some(start)) => {
+                    let length = start.elapsed();
+                    periods.total += length;
+                    periods.longest = periods.longest.max(length);
+                    since = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(start) = since {
+            let length = start.elapsed();
+            periods.total += length;
+            periods.longest = periods.longest.max(length);
+        }
+        periods
+    });
+    Watcher { stop, task }
+}
+
+impl Watcher {
+    /// Stops and returns what was seen.
+    pub async fn finish(self) -> BlockedPeriods {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}

@@ -1,0 +1,486 @@
+//! [`Deliveries`]: which deliveries of a Shared consumer are duplicates, and how far the
+//! broker's unacked count has drifted from what the application can still acknowledge.
+//!
+//! A 4.0.x broker counts a consumer's unacked messages **per delivery**, not per message
+//! (`Consumer.sendMessages` adds every index a dispatch carries, even for an entry already in
+//! the consumer's `pendingAcks`), and an abort gives no count back: it only restores the
+//! aborted indexes and queues the entries for replay. So after an abort the consumer receives
+//! again, and is counted again for, indexes it still holds unacknowledged; and a replay read
+//! while a transactional ack is being persisted carries an index that transaction goes on to
+//! commit. Nothing but a conflicting transactional ack (what the Java client sends, at the
+//! price of the transaction) ever takes those extra counts off, so a client that sends
+//! nothing for them leaks them until the consumer is blocked for good.
+//!
+//! [`Deliveries`] follows every index through delivery, acknowledgement and the end of its
+//! transaction, recognises the duplicates (which must not reach the application a second
+//! time: it has them, or has acknowledged them) and keeps [`Deliveries::drift`], the broker's
+//! count minus what the application's future acks will take off. A positive drift is repaired
+//! with `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids, which sets the broker's count to 0 and
+//! replays what is neither acknowledged nor pending in a transaction; call
+//! [`Deliveries::resynced`] when it is sent, and the replayed copies of held messages count as
+//! their replacements, not as duplicates.
+//!
+//! ```
+//! use txn_ack::{Deliveries, Delivery, MessagePosition, TxnId};
+//!
+//! let txn = TxnId { most_bits: 0, least_bits: 1 };
+//! let at = |i| MessagePosition::in_batch(1, 2, -1, i, 2).unwrap();
+//! let mut deliveries = Deliveries::default();
+//! assert_eq!(deliveries.delivered(&at(0)), Delivery::New);
+//! assert_eq!(deliveries.delivered(&at(1)), Delivery::New);
+//! deliveries.acked(&at(0), Some(txn));
+//! deliveries.ended(txn, false); // aborted: the broker sends the entry again
+//! assert_eq!(deliveries.delivered(&at(0)), Delivery::New); // released by the abort
+//! assert!(deliveries.delivered(&at(1)).is_duplicate()); // the application still holds it
+//! assert_eq!(deliveries.drift(), 1); // counted twice, acknowledged once
+//! deliveries.resynced(); // REDELIVER_UNACKNOWLEDGED_MESSAGES sent: the count is 0
+//! assert_eq!(deliveries.drift(), 0);
+//! assert!(deliveries.delivered(&at(1)).is_duplicate()); // its replay replaces the count
+//! assert_eq!(deliveries.drift(), 0);
+//! ```
+
+use std::collections::HashMap;
+
+use rustc_hash::FxBuildHasher;
+
+use crate::recent::RecentlyCompleted;
+use crate::{EntryId, MessagePosition, TxnId};
+
+/// What a delivery is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The first delivery since the message was last released: hand it to the application.
+    New,
+    /// A message the application already has or has acknowledged: do not hand it over again.
+    Duplicate(DuplicateOf),
+}
+
+impl Delivery {
+    /// Whether it is a duplicate.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, Self::Duplicate(_))
+    }
+}
+
+/// What a duplicate delivery repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DuplicateOf {
+    /// A message the application holds and has not acknowledged yet.
+    Held,
+    /// A message acknowledged in this open transaction.
+    PendingIn(TxnId),
+    /// A message acknowledged in this committed transaction.
+    CommittedIn(TxnId),
+    /// A message acknowledged outside any transaction.
+    Acknowledged,
+}
+
+/// Where one index stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Never delivered to this consumer, or released by an abort or a negative ack.
+    Unseen,
+    /// With the application, unacknowledged. `counted`: the broker counts it (false between a
+    /// resync and its replay).
+    Held { counted: bool },
+    /// Acknowledged (in `txn`, if any). `counted`: false when the ack went out between a
+    /// resync and the replay, so it took one off a count that did not hold it.
+    Acked {
+        txn: Option<TxnId>,
+        committed: bool,
+        counted: bool,
+    },
+}
+
+/// The states of one entry's indexes.
+#[derive(Debug, Clone)]
+struct Entry {
+    states: Vec<State>,
+}
+
+impl Entry {
+    fn is_settled(&self) -> bool {
+        self.states.iter().all(|state| {
+            matches!(
+                state,
+                State::Acked {
+                    txn: None,
+                    counted: true,
+                    ..
+                } | State::Acked {
+                    committed: true,
+                    counted: true,
+                    ..
+                }
+            )
+        })
+    }
+}
+
+/// The deliveries of one consumer on one topic or partition; see the
+/// [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct Deliveries {
+    entries: HashMap<EntryId, Entry, FxBuildHasher>,
+    /// Settled entries with at least one message committed in a transaction.
+    settled: RecentlyCompleted,
+    /// Settled entries acknowledged outside transactions only.
+    settled_plainly: RecentlyCompleted,
+    drift: i64,
+    duplicates: u64,
+}
+
+impl Default for Deliveries {
+    fn default() -> Self {
+        Self::with_capacity(4096)
+    }
+}
+
+impl Deliveries {
+    /// Remembers up to `recent_capacity` settled entries (every message acknowledged for
+    /// good), so that their late redeliveries are recognised.
+    pub fn with_capacity(recent_capacity: usize) -> Self {
+        Self {
+            entries: HashMap::with_hasher(FxBuildHasher),
+            settled: RecentlyCompleted::with_capacity(recent_capacity),
+            settled_plainly: RecentlyCompleted::with_capacity(recent_capacity),
+            drift: 0,
+            duplicates: 0,
+        }
+    }
+
+    fn state(&mut self, position: &MessagePosition) -> Option<&mut State> {
+        let size = position.batch_size().max(1) as usize;
+        let index = usize::try_from(position.batch_index().max(0)).ok()?;
+        let entry = self.entries.entry(position.entry()).or_insert_with(|| Entry {
+            states: vec![State::Unseen; size],
+        });
+        if entry.states.len() < size {
+            entry.states.resize(size, State::Unseen);
+        }
+        entry.states.get_mut(index)
+    }
+
+    /// A message arrived from the broker (the broker counts it once more).
+    pub fn delivered(&mut self, position: &MessagePosition) -> Delivery {
+        // A committed index sent again stays counted for good; an ordinary ack that the broker
+        // had not applied yet when it sent the entry takes the new copy off when it arrives.
+        let entry = position.entry();
+        if self.settled.contains(&entry) || self.settled_plainly.contains(&entry) {
+            self.drift += i64::from(self.settled.contains(&entry));
+            self.duplicates += 1;
+            return Delivery::Duplicate(DuplicateOf::Acknowledged);
+        }
+        let Some(state) = self.state(position) else {
+            return Delivery::New;
+        };
+        let (next, verdict, drift) = match *state {
+            State::Unseen => (State::Held { counted: true }, Delivery::New, 0),
+            State::Held { counted } => (
+                State::Held { counted: true },
+                Delivery::Duplicate(DuplicateOf::Held),
+                i64::from(counted),
+            ),
+            State::Acked {
+                txn,
+                committed,
+                counted: _,
+            } => {
+                let of = match txn {
+                    Some(txn) if committed => DuplicateOf::CommittedIn(txn),
+                    Some(txn) => DuplicateOf::PendingIn(txn),
+                    None => DuplicateOf::Acknowledged,
+                };
+                // An ack sent uncounted took one off; this delivery puts it back. An ordinary
+                // ack not yet applied when the entry was sent takes this copy off too.
+                let next = State::Acked {
+                    txn,
+                    committed,
+                    counted: true,
+                };
+                (next, Delivery::Duplicate(of), i64::from(txn.is_some()))
+            }
+        };
+        *state = next;
+        self.drift += drift;
+        if verdict.is_duplicate() {
+            self.duplicates += 1;
+        }
+        verdict
+    }
+
+    /// The broker already had this message acknowledged when it sent the entry (its bit was
+    /// cleared in the dispatch's ack set): it was not counted.
+    pub fn skipped(&mut self, position: &MessagePosition) {
+        if let Some(state) = self.state(position)
+            && matches!(*state, State::Unseen)
+        {
+            *state = State::Acked {
+                txn: None,
+                committed: true,
+                counted: true,
+            };
+        }
+        self.settle(position.entry());
+    }
+
+    /// An ack of this message went out (in `txn`, or outside any transaction).
+    pub fn acked(&mut self, position: &MessagePosition, txn: Option<TxnId>) {
+        let Some(state) = self.state(position) else {
+            return;
+        };
+        let counted = match *state {
+            State::Held { counted } => counted,
+            // Acknowledged without being delivered here (another consumer's message, or one
+            // the broker redelivered elsewhere): the broker takes one off all the same.
+            State::Unseen => false,
+            State::Acked { .. } => return,
+        };
+        *state = State::Acked {
+            txn,
+            committed: txn.is_none(),
+            counted,
+        };
+        if !counted {
+            self.drift -= 1;
+        }
+        self.settle(position.entry());
+    }
+
+    /// A negative ack of this message's entry went out (`REDELIVER_UNACKNOWLEDGED_MESSAGES`
+    /// with its id): the broker takes the entry's unacknowledged messages off and sends them
+    /// again, so the held ones are released.
+    pub fn nacked(&mut self, entry: EntryId) {
+        let Some(found) = self.entries.get_mut(&entry) else {
+            return;
+        };
+        let mut drift = 0;
+        for state in &mut found.states {
+            match *state {
+                State::Held { counted } => {
+                    *state = State::Unseen;
+                    drift -= i64::from(!counted);
+                }
+                // Pending in a transaction, so not yet deleted in the cursor: the broker takes
+                // it off again.
+                State::Acked {
+                    txn: Some(_),
+                    committed: false,
+                    ..
+                } => drift -= 1,
+                _ => {}
+            }
+        }
+        self.drift += drift;
+    }
+
+    /// `txn` ended: committed (its messages are acknowledged for good) or aborted (they are
+    /// released; the broker sends them again).
+    pub fn ended(&mut self, txn: TxnId, committed: bool) {
+        let mut settled = Vec::new();
+        for (entry, found) in &mut self.entries {
+            for state in &mut found.states {
+                if let State::Acked {
+                    txn: Some(own),
+                    committed: done,
+                    counted,
+                } = *state
+                    && own == txn
+                    && !done
+                {
+                    *state = if committed {
+                        State::Acked {
+                            txn: Some(own),
+                            committed: true,
+                            counted,
+                        }
+                    } else {
+                        State::Unseen
+                    };
+                }
+            }
+            if found.is_settled() {
+                settled.push(*entry);
+            }
+        }
+        for entry in settled {
+            self.settle(entry);
+        }
+    }
+
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids went out: the broker's count is 0 and it
+    /// replays every message neither acknowledged nor pending in a transaction.
+    pub fn resynced(&mut self) {
+        self.drift = 0;
+        let mut settled = Vec::new();
+        for (entry, found) in &mut self.entries {
+            for state in &mut found.states {
+                match state {
+                    State::Held { counted } => *counted = false,
+                    State::Acked { counted, .. } => *counted = true,
+                    State::Unseen => {}
+                }
+            }
+            if found.is_settled() {
+                settled.push(*entry);
+            }
+        }
+        for entry in settled {
+            self.settle(entry);
+        }
+    }
+
+    fn settle(&mut self, entry: EntryId) {
+        let Some(found) = self.entries.get(&entry) else {
+            return;
+        };
+        if !found.is_settled() {
+            return;
+        }
+        let in_txn = found
+            .states
+            .iter()
+            .any(|state| matches!(state, State::Acked { txn: Some(_), .. }));
+        self.entries.remove(&entry);
+        if in_txn {
+            self.settled.insert(entry);
+        } else {
+            self.settled_plainly.insert(entry);
+        }
+    }
+
+    /// The broker's count of this consumer minus what the application's future acks will take
+    /// off: positive when deliveries were counted that no ack will ever match.
+    pub fn drift(&self) -> i64 {
+        self.drift
+    }
+
+    /// Duplicate deliveries recognised so far.
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Messages with the application, not yet acknowledged.
+    pub fn held(&self) -> usize {
+        self.entries
+            .values()
+            .flat_map(|entry| &entry.states)
+            .filter(|state| matches!(state, State::Held { .. }))
+            .count()
+    }
+
+    /// Entries with messages held or acknowledged in an open transaction.
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T1: TxnId = TxnId {
+        most_bits: 0,
+        least_bits: 1,
+    };
+    const T2: TxnId = TxnId {
+        most_bits: 0,
+        least_bits: 2,
+    };
+
+    fn at(index: i32) -> MessagePosition {
+        MessagePosition::in_batch(3, 4, -1, index, 3).unwrap()
+    }
+
+    #[test]
+    fn an_index_committed_while_its_entry_was_replayed_is_a_duplicate_with_drift() {
+        let mut d = Deliveries::default();
+        for i in 0..3 {
+            assert_eq!(d.delivered(&at(i)), Delivery::New);
+        }
+        d.acked(&at(0), Some(T1));
+        d.acked(&at(1), Some(T2));
+        d.ended(T2, true);
+        d.ended(T1, false);
+        // The replay after T1's abort carries index 0 (released), 1 (committed: the replay was
+        // read while T2's ack was being persisted) and 2 (held).
+        assert_eq!(d.delivered(&at(0)), Delivery::New);
+        assert_eq!(
+            d.delivered(&at(1)),
+            Delivery::Duplicate(DuplicateOf::CommittedIn(T2))
+        );
+        assert_eq!(d.delivered(&at(2)), Delivery::Duplicate(DuplicateOf::Held));
+        assert_eq!(d.drift(), 2);
+        assert_eq!(d.duplicates(), 2);
+        d.resynced();
+        // The resync's replay: 0 and 2 held (replacements), 1 not sent.
+        assert!(d.delivered(&at(0)).is_duplicate());
+        assert!(d.delivered(&at(2)).is_duplicate());
+        assert_eq!(d.drift(), 0);
+        d.acked(&at(0), Some(T1));
+        d.acked(&at(2), None);
+        assert_eq!(d.held(), 0);
+    }
+
+    #[test]
+    fn an_ack_between_a_resync_and_its_replay_is_made_good_by_the_replay() {
+        let mut d = Deliveries::default();
+        d.delivered(&at(0));
+        d.resynced();
+        d.acked(&at(0), Some(T1));
+        assert_eq!(d.drift(), -1, "took one off a count of 0");
+        // The replay was read before the ack was recorded: the broker counts it again.
+        assert_eq!(
+            d.delivered(&at(0)),
+            Delivery::Duplicate(DuplicateOf::PendingIn(T1))
+        );
+        assert_eq!(d.drift(), 0);
+    }
+
+    #[test]
+    fn settled_entries_are_forgotten_but_recognised() {
+        let mut d = Deliveries::default();
+        for i in 0..3 {
+            d.delivered(&at(i));
+            d.acked(&at(i), Some(T1));
+        }
+        d.ended(T1, true);
+        assert_eq!(d.entries(), 0);
+        assert_eq!(
+            d.delivered(&at(1)),
+            Delivery::Duplicate(DuplicateOf::Acknowledged)
+        );
+        assert_eq!(d.drift(), 1);
+    }
+
+    #[test]
+    fn an_ordinary_ack_not_yet_applied_heals_its_redelivery() {
+        let mut d = Deliveries::default();
+        d.delivered(&at(0));
+        d.acked(&at(0), None);
+        assert!(d.delivered(&at(0)).is_duplicate());
+        assert_eq!(d.drift(), 0);
+    }
+
+    #[test]
+    fn skipped_indexes_settle_the_entry_with_the_acked_ones() {
+        let mut d = Deliveries::default();
+        d.skipped(&at(0));
+        d.skipped(&at(1));
+        d.delivered(&at(2));
+        d.acked(&at(2), None);
+        assert_eq!(d.entries(), 0);
+        assert_eq!(d.drift(), 0);
+    }
+
+    #[test]
+    fn a_nack_releases_the_held_messages_of_the_entry() {
+        let mut d = Deliveries::default();
+        d.delivered(&at(0));
+        d.delivered(&at(1));
+        d.acked(&at(1), Some(T1));
+        d.nacked(at(0).entry());
+        assert_eq!(d.drift(), -1, "the broker takes the pending index off again");
+        assert_eq!(d.delivered(&at(0)), Delivery::New);
+    }
+}
