@@ -98,7 +98,7 @@ pub struct ClientReport {
     pub acks_refused_by_client: u64,
     /// Commits the coordinator refused.
     pub commits_refused: u64,
-    /// From the first send to the last payload committed.
+    /// From the first send (the bulk shape: from subscribing) to the last payload committed.
     pub drain: Duration,
     /// Every payload was committed before the timeout.
     pub drained: bool,
@@ -122,8 +122,8 @@ pub async fn run(
     shape: &Shape,
     legacy: bool,
 ) -> Result<ClientReport, Error> {
-    let consumer = client
-        .subscribe(
+    let subscribe = || {
+        client.subscribe(
             topic,
             subscription,
             ConsumerOptions::default()
@@ -131,7 +131,14 @@ pub async fn run(
                 .initial_position(InitialPosition::Earliest)
                 .legacy_committed_redeliveries(legacy),
         )
-        .await?;
+    };
+    // The steady shape subscribes first; the bulk one after everything is produced (a
+    // subscription from the earliest message sees it all).
+    let early = if shape.produce_first {
+        None
+    } else {
+        Some(subscribe().await?)
+    };
     let producer = client
         .create_producer(
             topic,
@@ -183,6 +190,15 @@ pub async fn run(
     {
         let _ = task.await;
     }
+    let consumer = match early {
+        Some(consumer) => consumer,
+        None => subscribe().await?,
+    };
+    let started = if shape.produce_first {
+        Instant::now()
+    } else {
+        started
+    };
     let mut report = ClientReport::default();
     let mut committed = HashSet::new();
     let mut txn: Option<(Transaction, Vec<String>)> = None;

@@ -369,6 +369,19 @@ impl Deliveries {
             .count()
     }
 
+    /// Messages the broker owes this consumer: released by an abort or a negative ack (in an
+    /// entry it delivered here) and not delivered again yet. While the broker keeps them back
+    /// with nothing arriving, the consumer is blocked: a 4.0.x broker unblocks only when an
+    /// entry leaves the consumer's pending acks with the count at half the limit, and an entry
+    /// with released messages never does.
+    pub fn owed(&self) -> usize {
+        self.entries
+            .values()
+            .flat_map(|entry| &entry.states)
+            .filter(|state| matches!(state, State::Unseen))
+            .count()
+    }
+
     /// Entries with messages held or acknowledged in an open transaction.
     pub fn entries(&self) -> usize {
         self.entries.len()
@@ -481,6 +494,8 @@ mod tests {
         d.acked(&at(1), Some(T1));
         d.nacked(at(0).entry());
         assert_eq!(d.drift(), -1, "the broker takes the pending index off again");
+        assert_eq!(d.owed(), 2, "index 0 released; index 2 never came");
         assert_eq!(d.delivered(&at(0)), Delivery::New);
+        assert_eq!(d.owed(), 1);
     }
 }

@@ -272,8 +272,10 @@ impl PartitionConsumer {
     /// transactional ack is in flight. It resyncs when the drift is positive and at least a
     /// quarter of the messages held (each resync replays the held ones, so a resync costs at
     /// most four replays per message of drift, and a drift that could block the consumer
-    /// for good, more than half of the limit, is never reached), or, when `quiet`, whenever
-    /// there is any drift.
+    /// for good, more than half of the limit, is never reached), or, when `quiet` (nothing
+    /// arrived for a while), whenever there is any drift or the broker owes messages it
+    /// released (it then holds them back because the consumer is blocked, and only a
+    /// redelivery request unblocks it).
     pub(crate) fn maybe_resync(&self, counters: &Counters, quiet: bool) {
         if self.legacy {
             return;
@@ -281,7 +283,7 @@ impl PartitionConsumer {
         let mut ledger = self.ledger.lock();
         let drift = ledger.deliveries.drift();
         let due = if quiet {
-            drift != 0
+            drift != 0 || ledger.deliveries.owed() > 0
         } else {
             drift > 0 && drift.saturating_mul(4) >= ledger.deliveries.held() as i64
         };
