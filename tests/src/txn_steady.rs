@@ -108,10 +108,16 @@ pub struct ClientReport {
     pub duplicates_hidden: u64,
     /// Resyncs of the broker's unacked count the consumer sent.
     pub resyncs: u64,
+    /// The subscription's unacked count once settled, the consumer still connected (`None`
+    /// when not measured).
+    pub final_unacked: Option<i64>,
+    /// Its backlog then.
+    pub final_backlog: Option<i64>,
 }
 
 /// Runs the shape with `pulsar-wire` on `topic` / `subscription`. `legacy` delivers
 /// redeliveries of committed messages to the application as before the fix (tests only).
+/// With `admin`, the settled unacked count and backlog are read before the consumer closes.
 ///
 /// # Errors
 /// When the client cannot connect, subscribe or produce.
@@ -121,6 +127,7 @@ pub async fn run(
     subscription: &str,
     shape: &Shape,
     legacy: bool,
+    admin: Option<&PulsarAdmin>,
 ) -> Result<ClientReport, Error> {
     let subscribe = || {
         client.subscribe(
@@ -280,6 +287,12 @@ pub async fn run(
         }
     }
     report.committed = committed.len() as u64;
+    if let Some(admin) = admin {
+        let (unacked, backlog) =
+            settled_counts(admin, topic, subscription, Duration::from_secs(10)).await;
+        report.final_unacked = Some(unacked);
+        report.final_backlog = Some(backlog);
+    }
     let stats = consumer.stats();
     report.committed_redeliveries = stats.committed_redeliveries;
     report.duplicates_hidden = stats.duplicates;
@@ -365,4 +378,32 @@ impl Watcher {
         let _ = self.stop.send(true);
         self.task.await.unwrap_or_default()
     }
+}
+
+/// The subscription's unacked count and backlog once they settle at 0, or as they are after
+/// `patience` (the broker's counters settle shortly after the last commit).
+pub async fn settled_counts(
+    admin: &PulsarAdmin,
+    topic: &str,
+    subscription: &str,
+    patience: Duration,
+) -> (i64, i64) {
+    let settle = Instant::now();
+    let (mut unacked, mut backlog) = (i64::MAX, i64::MAX);
+    loop {
+        if let Ok(stats) = admin.topic_stats(topic).await
+            && let Some(sub) = stats.subscription(subscription)
+        {
+            unacked = sub.unacked_messages;
+            backlog = sub.msg_backlog;
+            if unacked == 0 && backlog == 0 {
+                break;
+            }
+        }
+        if settle.elapsed() >= patience {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    (unacked, backlog)
 }

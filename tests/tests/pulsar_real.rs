@@ -888,3 +888,108 @@ async fn assert_quiet_priority(consumer: &pulsar_wire::priority::PriorityConsume
         panic!("unexpected delivery: {:?}", message.map(|m| m.id()));
     }
 }
+
+/// The steady transactional shape of the issue on a topic limited to 50 unacked messages per
+/// consumer: 140 msg/s in batches of 7, every message acknowledged in a transaction, a
+/// transaction ended every 5 messages and every third aborted. Returns the client's report,
+/// the blocked periods seen in the admin stats and the settled unacked count and backlog.
+async fn txn_steady_run(
+    scenario: &'static str,
+    shape: integration_tests::txn_steady::Shape,
+    legacy: bool,
+) -> Option<(
+    integration_tests::txn_steady::ClientReport,
+    integration_tests::txn_steady::BlockedPeriods,
+    i64,
+    i64,
+)> {
+    use integration_tests::txn_steady;
+    let broker = real_broker(scenario).await?;
+    broker
+        .admin
+        .set_max_unacked_on_consumer(&broker.topic, 50, Duration::from_secs(60))
+        .await
+        .expect("the limit of 50 is set");
+    let watcher = txn_steady::watch(
+        broker.admin.clone(),
+        broker.topic.clone(),
+        SUB.into(),
+        Duration::from_millis(250),
+    );
+    let report = txn_steady::run(
+        &broker.client,
+        &broker.topic,
+        SUB,
+        &shape,
+        legacy,
+        Some(&broker.admin),
+    )
+    .await
+    .expect("the run");
+    let blocked = watcher.finish().await;
+    let unacked = report.final_unacked.expect("measured");
+    let backlog = report.final_backlog.expect("measured");
+    println!(
+        "{scenario}: {report:?} {blocked:?} final unacked {unacked}, backlog {backlog} \
+         in {:?}",
+        broker.started.elapsed()
+    );
+    Some((report, blocked, unacked, backlog))
+}
+
+/// Issue 11's steady shape for 60 s: everything committed exactly once, unacked and backlog
+/// back at 0, never blocked for more than 5 s, no ack or commit refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_with_aborted_transactions_drains() {
+    use integration_tests::txn_steady::Shape;
+    let Some((report, blocked, unacked, backlog)) =
+        txn_steady_run("steady", Shape::steady(Duration::from_secs(60)), false).await
+    else {
+        return;
+    };
+    assert!(report.drained, "{report:?}");
+    assert_eq!(report.committed, report.produced, "{report:?}");
+    assert_eq!(report.produced, 8_400, "{report:?}");
+    assert_eq!(report.duplicates, 0, "committed twice: {report:?}");
+    assert!(report.txns_aborted > 500, "{report:?}");
+    assert_eq!(report.acks_refused + report.acks_refused_by_client, 0, "{report:?}");
+    assert_eq!(report.commits_refused, 0, "{report:?}");
+    assert!(blocked.longest <= Duration::from_secs(5), "{blocked:?}");
+    assert_eq!((unacked, backlog), (0, 0));
+}
+
+/// The same shape with the behaviour before the fix (duplicates handed over, nothing sent for
+/// them): the consumer stalls for good, so the test above can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_with_aborted_transactions_stalls_the_legacy_consumer() {
+    use integration_tests::txn_steady::Shape;
+    let shape = Shape {
+        timeout: Duration::from_secs(45),
+        ..Shape::steady(Duration::from_secs(20))
+    };
+    let Some((report, blocked, _, backlog)) = txn_steady_run("steady-legacy", shape, true).await
+    else {
+        return;
+    };
+    assert!(!report.drained, "the legacy consumer drained: {report:?}");
+    assert!(report.committed < report.produced / 2, "{report:?}");
+    assert!(blocked.longest > Duration::from_secs(15), "{blocked:?}");
+    assert!(backlog > 0);
+}
+
+/// The bulk shape: 2,100 messages produced first, then consumed as above; unacked ends at
+/// exactly 0 (it ended at 1 to 12 before the fix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bulk_shape_ends_with_nothing_unacked() {
+    use integration_tests::txn_steady::Shape;
+    let Some((report, _, unacked, backlog)) =
+        txn_steady_run("bulk", Shape::bulk(2_100), false).await
+    else {
+        return;
+    };
+    assert!(report.drained, "{report:?}");
+    assert_eq!(report.committed, 2_100, "{report:?}");
+    assert_eq!(report.duplicates, 0, "{report:?}");
+    assert_eq!(report.commits_refused, 0, "{report:?}");
+    assert_eq!((unacked, backlog), (0, 0));
+}

@@ -20,7 +20,7 @@
 //! not (what `--legacy` is expected to show), 1 on errors.
 
 use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::pulsar_admin::PulsarAdmin;
 use integration_tests::txn_steady::{self, BlockedPeriods, ClientReport, Shape};
@@ -207,28 +207,21 @@ async fn run(args: Args) -> Result<bool, String> {
             .map_err(|e| e.to_string())?
             .operation_timeout(Duration::from_secs(30));
         let client = Client::connect(options).await.map_err(|e| e.to_string())?;
-        let report = txn_steady::run(&client, &topic, SUBSCRIPTION, &args.shape, args.legacy)
+        let report = txn_steady::run(&client, &topic, SUBSCRIPTION, &args.shape, args.legacy, Some(&admin))
             .await
             .map_err(|e| e.to_string())?;
         client.close().await;
         report
     };
     let blocked = watcher.finish().await;
-    // The broker's counters settle shortly after the last commit.
-    let settle = Instant::now();
-    let (mut unacked, mut backlog) = (i64::MAX, i64::MAX);
-    while settle.elapsed() < Duration::from_secs(10) {
-        if let Ok(stats) = admin.topic_stats(&topic).await
-            && let Some(sub) = stats.subscription(SUBSCRIPTION)
-        {
-            unacked = sub.unacked_messages;
-            backlog = sub.msg_backlog;
-            if unacked == 0 && backlog == 0 {
-                break;
-            }
+    // Ours are read with the consumer connected; the Java peer's after it closed.
+    let (unacked, backlog) = match (report.final_unacked, report.final_backlog) {
+        (Some(unacked), Some(backlog)) => (unacked, backlog),
+        _ => {
+            txn_steady::settled_counts(&admin, &topic, SUBSCRIPTION, Duration::from_secs(10))
+                .await
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    };
     print(label, &report, &blocked, unacked, backlog);
     Ok(report.drained && report.duplicates == 0 && unacked == 0 && backlog == 0)
 }
