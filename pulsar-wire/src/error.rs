@@ -81,6 +81,22 @@ pub enum Error {
     /// The client, producer or consumer was closed.
     #[error("{0} is closed")]
     Closed(&'static str),
+    /// A commit was refused before it was sent because an operation of the transaction had
+    /// failed (the broker took nothing of it into the transaction, so committing would commit
+    /// less than the application did). Not retryable: abort the transaction; its other
+    /// messages are delivered again.
+    #[error(
+        "transaction {txn} cannot commit: {} of its operations failed, first {first}; abort it and acknowledge its messages again after their redelivery",
+        .failed
+    )]
+    TransactionFailed {
+        /// The transaction.
+        txn: String,
+        /// How many operations failed.
+        failed: usize,
+        /// The first failure: which operation on which message, and the broker's answer.
+        first: String,
+    },
 }
 
 pub(crate) fn server_error_name(code: i32) -> &'static str {

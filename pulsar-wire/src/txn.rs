@@ -99,6 +99,7 @@ impl TransactionCoordinator {
                 subscriptions: tokio::sync::Mutex::new(HashSet::new()),
                 trackers: Mutex::new(Vec::new()),
                 state: Mutex::new(TxnState::Open),
+                failed: Mutex::new(Vec::new()),
                 in_flight: AtomicUsize::new(0),
                 idle: Notify::new(),
             }),
@@ -139,6 +140,8 @@ struct TxnInner {
     /// The ledgers of the consumers that acknowledged in it.
     trackers: Mutex<Vec<Weak<Mutex<Ledger>>>>,
     state: Mutex<TxnState>,
+    /// Operations that failed, described: a transaction with any cannot commit.
+    failed: Mutex<Vec<String>>,
     in_flight: AtomicUsize,
     idle: Notify,
 }
@@ -255,6 +258,11 @@ impl Transaction {
         Ok(())
     }
 
+    /// Records a failed operation: the transaction can then only be aborted.
+    pub(crate) fn failed(&self, what: String) {
+        self.inner.failed.lock().push(what);
+    }
+
     /// Remembers a consumer's ledger, to tell it the outcome.
     pub(crate) fn watch(&self, tracker: &Arc<Mutex<Ledger>>) {
         let mut trackers = self.inner.trackers.lock();
@@ -269,7 +277,9 @@ impl Transaction {
     /// Commits: waits for the sends and acks in flight in it, then `END_TXN(COMMIT)`.
     ///
     /// # Errors
-    /// [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
+    /// [`Error::TransactionFailed`], naming the first failed operation, when a transactional
+    /// ack of it was refused by the broker (nothing is sent; the transaction stays open for
+    /// [`Transaction::abort`]); [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
     /// coordinator refuses (for example `TransactionNotFound` after a timeout, or
     /// `InvalidTxnStatus`); connection errors. After an error the transaction is left as the
     /// coordinator has it: abort it or let it time out.
@@ -299,6 +309,19 @@ impl Transaction {
         }
         self.wait_idle().await;
         let id = self.inner.id;
+        if action == TxnAction::Commit {
+            let failed = self.inner.failed.lock();
+            if let Some(first) = failed.first() {
+                let error = Error::TransactionFailed {
+                    txn: id.to_string(),
+                    failed: failed.len(),
+                    first: first.clone(),
+                };
+                drop(failed);
+                *self.inner.state.lock() = TxnState::Open;
+                return Err(error);
+            }
+        }
         let result = self
             .inner
             .coordinator

@@ -225,8 +225,7 @@ pub async fn run(
             report.produced = done_producing.unwrap_or(0);
             break;
         }
-        let received =
-            tokio::time::timeout(Duration::from_millis(200), consumer.receive()).await;
+        let received = tokio::time::timeout(Duration::from_millis(200), consumer.receive()).await;
         let message = match received {
             Ok(Ok(message)) => Some(message),
             Ok(Err(error)) => return Err(error),
@@ -235,9 +234,7 @@ pub async fn run(
         if let Some(message) = message {
             if txn.is_none() {
                 txn = Some((
-                    coordinator
-                        .new_transaction(Duration::from_secs(60))
-                        .await?,
+                    coordinator.new_transaction(Duration::from_secs(60)).await?,
                     Vec::new(),
                 ));
             }
@@ -406,4 +403,47 @@ pub async fn settled_counts(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     (unacked, backlog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulsar_wire::ConnectOptions;
+    use pulsar_wire::emulator::{Emulator, EmulatorConfig};
+
+    /// The steady shape on the embedded emulator: drains with the fix, stalls without.
+    async fn on_emulator(legacy: bool) -> ClientReport {
+        let emulator = Emulator::start(EmulatorConfig::default())
+            .await
+            .expect("emulator");
+        let topic = "persistent://public/default/steady";
+        emulator.create_topic(topic, 0).expect("topic");
+        emulator.set_max_unacked_messages(topic, 50).expect("limit");
+        let client = Client::connect(ConnectOptions::new(emulator.endpoint()).expect("url"))
+            .await
+            .expect("client");
+        let shape = Shape {
+            timeout: Duration::from_secs(12),
+            ..Shape::steady(Duration::from_secs(6))
+        };
+        let report = run(&client, topic, "s", &shape, legacy, None)
+            .await
+            .expect("run");
+        client.close().await;
+        report
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_steady_shape_drains_on_the_emulator_and_stalls_with_the_legacy_consumer() {
+        let fixed = on_emulator(false).await;
+        assert!(fixed.drained, "{fixed:?}");
+        assert_eq!(fixed.committed, fixed.produced);
+        assert_eq!(
+            fixed.duplicates + fixed.commits_refused + fixed.acks_refused,
+            0
+        );
+        let legacy = on_emulator(true).await;
+        assert!(!legacy.drained, "{legacy:?}");
+        assert!(legacy.committed < legacy.produced / 2, "{legacy:?}");
+    }
 }

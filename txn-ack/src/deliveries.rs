@@ -152,9 +152,12 @@ impl Deliveries {
     fn state(&mut self, position: &MessagePosition) -> Option<&mut State> {
         let size = position.batch_size().max(1) as usize;
         let index = usize::try_from(position.batch_index().max(0)).ok()?;
-        let entry = self.entries.entry(position.entry()).or_insert_with(|| Entry {
-            states: vec![State::Unseen; size],
-        });
+        let entry = self
+            .entries
+            .entry(position.entry())
+            .or_insert_with(|| Entry {
+                states: vec![State::Unseen; size],
+            });
         if entry.states.len() < size {
             entry.states.resize(size, State::Unseen);
         }
@@ -330,6 +333,21 @@ impl Deliveries {
         }
     }
 
+    /// The application asked for everything unacknowledged again
+    /// (`REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids on its behalf): as
+    /// [`Deliveries::resynced`], but the held messages are released, so their copies are
+    /// delivered again.
+    pub fn redelivery_requested(&mut self) {
+        self.resynced();
+        for found in self.entries.values_mut() {
+            for state in &mut found.states {
+                if matches!(state, State::Held { .. }) {
+                    *state = State::Unseen;
+                }
+            }
+        }
+    }
+
     fn settle(&mut self, entry: EntryId) {
         let Some(found) = self.entries.get(&entry) else {
             return;
@@ -476,6 +494,17 @@ mod tests {
     }
 
     #[test]
+    fn a_requested_redelivery_hands_the_held_messages_over_again() {
+        let mut d = Deliveries::default();
+        d.delivered(&at(0));
+        d.delivered(&at(1));
+        d.acked(&at(1), None);
+        d.redelivery_requested();
+        assert_eq!(d.delivered(&at(0)), Delivery::New);
+        assert_eq!(d.drift(), 0);
+    }
+
+    #[test]
     fn skipped_indexes_settle_the_entry_with_the_acked_ones() {
         let mut d = Deliveries::default();
         d.skipped(&at(0));
@@ -493,7 +522,11 @@ mod tests {
         d.delivered(&at(1));
         d.acked(&at(1), Some(T1));
         d.nacked(at(0).entry());
-        assert_eq!(d.drift(), -1, "the broker takes the pending index off again");
+        assert_eq!(
+            d.drift(),
+            -1,
+            "the broker takes the pending index off again"
+        );
         assert_eq!(d.owed(), 2, "index 0 released; index 2 never came");
         assert_eq!(d.delivered(&at(0)), Delivery::New);
         assert_eq!(d.owed(), 1);

@@ -682,7 +682,9 @@ impl Consumer {
     /// (`ADD_SUBSCRIPTION_TO_TXN`) before the transaction's first ack on it.
     ///
     /// # Errors
-    /// [`Error::Server`] when the broker refuses the ack (for example `TransactionConflict`);
+    /// [`Error::Server`] when the broker refuses the ack (for example `TransactionConflict`),
+    /// naming the message and the transaction: the transaction then refuses to commit
+    /// ([`Error::TransactionFailed`]) and must be aborted;
     /// [`Error::Ack`] when the message is already acknowledged in this or another open or
     /// committed transaction (the broker would answer `TransactionConflict`);
     /// [`Error::Invalid`] when the transaction is not open; connection errors.
@@ -718,9 +720,7 @@ impl Consumer {
         let ack = {
             let mut ledger = partition.ledger.lock();
             let ack = ledger.txn_acks.ack(txn.id(), kind, message.position())?;
-            ledger
-                .deliveries
-                .acked(message.position(), Some(txn.id()));
+            ledger.deliveries.acked(message.position(), Some(txn.id()));
             ledger.txn_in_flight += 1;
             ack
         };
@@ -734,7 +734,11 @@ impl Consumer {
             .await;
         partition.ledger.lock().txn_in_flight -= 1;
         partition.maybe_resync(&self.counters, false);
-        answer.map_err(|error| refused_txn_ack(error, message, txn))?;
+        if let Err(error) = answer {
+            let error = refused_txn_ack(error, message, txn);
+            txn.failed(format!("the ack of message {}: {error}", message.id()));
+            return Err(error);
+        }
         self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -749,11 +753,7 @@ impl Consumer {
         self.check_open()?;
         let partition = self.partition(message)?;
         let position = message.position();
-        partition
-            .ledger
-            .lock()
-            .deliveries
-            .nacked(position.entry());
+        partition.ledger.lock().deliveries.nacked(position.entry());
         partition.redeliver(vec![crate::pb::MessageIdData {
             ledger_id: position.ledger_id(),
             entry_id: position.entry_id(),
@@ -773,7 +773,7 @@ impl Consumer {
         for partition in self.partitions.all().iter() {
             let mut ledger = partition.ledger.lock();
             partition.redeliver(Vec::new())?;
-            ledger.deliveries.resynced();
+            ledger.deliveries.redelivery_requested();
         }
         Ok(())
     }
@@ -864,8 +864,8 @@ fn refused_txn_ack(error: Error, message: &Message, txn: &Transaction) -> Error 
             code,
             message: format!(
                 "{reason} (message {} in transaction {}; the broker took nothing of this ack \
-                 into the transaction: abort it, or commit it without this message and \
-                 acknowledge the message again after its redelivery)",
+                 into the transaction, which can now only be aborted: abort it and \
+                 acknowledge its messages again after their redelivery)",
                 message.id(),
                 txn.id()
             ),

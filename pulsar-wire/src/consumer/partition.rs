@@ -388,8 +388,7 @@ pub(crate) async fn pump(
         {
             let mut ledger = consumer.ledger.lock();
             messages.retain(|message| {
-                let Verdict::Duplicate(of) = ledger.deliveries.delivered(message.position())
-                else {
+                let Verdict::Duplicate(of) = ledger.deliveries.delivered(message.position()) else {
                     return true;
                 };
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);

@@ -241,3 +241,41 @@ async fn transactional_sends_appear_on_commit_only() {
     assert_eq!(stats.received(Type::AddPartitionToTxn), 2);
     assert_eq!(stats.transactions.aborted, 1);
 }
+
+/// A transactional ack the broker refuses says which message, which transaction and what to
+/// do; the transaction then refuses to commit, naming that ack, and can still be aborted.
+#[tokio::test]
+async fn a_refused_txn_ack_names_the_message_and_the_transaction_and_blocks_the_commit() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("refused", ConsumerOptions::default()).await;
+    let producer = setup.producer("refused", 0).await;
+    send_all(&producer, 2).await;
+    let messages = receive(&consumer, 2).await;
+    consumer.ack(&messages[0]).await.expect("ack queued");
+    consumer.flush_acks().await;
+    let txn = new_txn(&setup).await;
+    // Acknowledged already outside the transaction: the broker answers TransactionConflict.
+    let refused = consumer
+        .ack_in(&txn, &messages[0])
+        .await
+        .expect_err("the broker refuses a second ack");
+    assert_eq!(
+        refused.server_error(),
+        Some(ServerError::TransactionConflict),
+        "{refused}"
+    );
+    let text = refused.to_string();
+    assert!(text.contains(&messages[0].id().to_string()), "{text}");
+    assert!(text.contains(&txn.id().to_string()), "{text}");
+    assert!(text.contains("abort"), "{text}");
+    consumer.ack_in(&txn, &messages[1]).await.expect("acked");
+    let commit = txn.commit().await.expect_err("the commit is refused");
+    let Error::TransactionFailed { failed, first, .. } = &commit else {
+        panic!("{commit:?}");
+    };
+    assert_eq!(*failed, 1);
+    assert!(first.contains(&messages[0].id().to_string()), "{commit}");
+    assert_eq!(txn.state(), TxnState::Open);
+    txn.abort().await.expect("aborted");
+    assert_eq!(setup.stats().transactions.committed, 0);
+}
