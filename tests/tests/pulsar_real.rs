@@ -952,7 +952,11 @@ async fn a_steady_stream_with_aborted_transactions_drains() {
     assert_eq!(report.produced, 8_400, "{report:?}");
     assert_eq!(report.duplicates, 0, "committed twice: {report:?}");
     assert!(report.txns_aborted > 500, "{report:?}");
-    assert_eq!(report.acks_refused + report.acks_refused_by_client, 0, "{report:?}");
+    assert_eq!(
+        report.acks_refused + report.acks_refused_by_client,
+        0,
+        "{report:?}"
+    );
     assert_eq!(report.commits_refused, 0, "{report:?}");
     assert!(blocked.longest <= Duration::from_secs(5), "{blocked:?}");
     assert_eq!((unacked, backlog), (0, 0));

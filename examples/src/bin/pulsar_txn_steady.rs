@@ -175,7 +175,10 @@ async fn run(args: Args) -> Result<bool, String> {
         (false, false) => "pulsar-wire",
     };
     let topic = format!("persistent://public/default/steady-{label}-{millis}");
-    admin.create_topic(&topic).await.map_err(|e| e.to_string())?;
+    admin
+        .create_topic(&topic)
+        .await
+        .map_err(|e| e.to_string())?;
     admin
         .set_max_unacked_on_consumer(&topic, LIMIT, Duration::from_secs(60))
         .await
@@ -207,9 +210,16 @@ async fn run(args: Args) -> Result<bool, String> {
             .map_err(|e| e.to_string())?
             .operation_timeout(Duration::from_secs(30));
         let client = Client::connect(options).await.map_err(|e| e.to_string())?;
-        let report = txn_steady::run(&client, &topic, SUBSCRIPTION, &args.shape, args.legacy, Some(&admin))
-            .await
-            .map_err(|e| e.to_string())?;
+        let report = txn_steady::run(
+            &client,
+            &topic,
+            SUBSCRIPTION,
+            &args.shape,
+            args.legacy,
+            Some(&admin),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         client.close().await;
         report
     };
@@ -218,8 +228,7 @@ async fn run(args: Args) -> Result<bool, String> {
     let (unacked, backlog) = match (report.final_unacked, report.final_backlog) {
         (Some(unacked), Some(backlog)) => (unacked, backlog),
         _ => {
-            txn_steady::settled_counts(&admin, &topic, SUBSCRIPTION, Duration::from_secs(10))
-                .await
+            txn_steady::settled_counts(&admin, &topic, SUBSCRIPTION, Duration::from_secs(10)).await
         }
     };
     print(label, &report, &blocked, unacked, backlog);
