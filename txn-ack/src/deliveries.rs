@@ -1,43 +1,4 @@
-//! [`Deliveries`]: which deliveries of a Shared consumer are duplicates, and how far the
-//! broker's unacked count has drifted from what the application can still acknowledge.
-//!
-//! A 4.0.x broker counts a consumer's unacked messages **per delivery**, not per message
-//! (`Consumer.sendMessages` adds every index a dispatch carries, even for an entry already in
-//! the consumer's `pendingAcks`), and an abort gives no count back: it only restores the
-//! aborted indexes and queues the entries for replay. So after an abort the consumer receives
-//! again, and is counted again for, indexes it still holds unacknowledged; and a replay read
-//! while a transactional ack is being persisted carries an index that transaction goes on to
-//! commit. Nothing but a conflicting transactional ack (what the Java client sends, at the
-//! price of the transaction) ever takes those extra counts off, so a client that sends
-//! nothing for them leaks them until the consumer is blocked for good.
-//!
-//! [`Deliveries`] follows every index through delivery, acknowledgement and the end of its
-//! transaction, recognises the duplicates (which must not reach the application a second
-//! time: it has them, or has acknowledged them) and keeps [`Deliveries::drift`], the broker's
-//! count minus what the application's future acks will take off. A positive drift is repaired
-//! with `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids, which sets the broker's count to 0 and
-//! replays what is neither acknowledged nor pending in a transaction; call
-//! [`Deliveries::resynced`] when it is sent, and the replayed copies of held messages count as
-//! their replacements, not as duplicates.
-//!
-//! ```
-//! use txn_ack::{Deliveries, Delivery, MessagePosition, TxnId};
-//!
-//! let txn = TxnId { most_bits: 0, least_bits: 1 };
-//! let at = |i| MessagePosition::in_batch(1, 2, -1, i, 2).unwrap();
-//! let mut deliveries = Deliveries::default();
-//! assert_eq!(deliveries.delivered(&at(0)), Delivery::New);
-//! assert_eq!(deliveries.delivered(&at(1)), Delivery::New);
-//! deliveries.acked(&at(0), Some(txn));
-//! deliveries.ended(txn, false); // aborted: the broker sends the entry again
-//! assert_eq!(deliveries.delivered(&at(0)), Delivery::New); // released by the abort
-//! assert!(deliveries.delivered(&at(1)).is_duplicate()); // the application still holds it
-//! assert_eq!(deliveries.drift(), 1); // counted twice, acknowledged once
-//! deliveries.resynced(); // REDELIVER_UNACKNOWLEDGED_MESSAGES sent: the count is 0
-//! assert_eq!(deliveries.drift(), 0);
-//! assert!(deliveries.delivered(&at(1)).is_duplicate()); // its replay replaces the count
-//! assert_eq!(deliveries.drift(), 0);
-//! ```
+//! [`Deliveries`]: duplicate deliveries and the drift of a 4.0.x broker's unacked count.
 
 use std::collections::HashMap;
 
@@ -117,8 +78,69 @@ impl Entry {
     }
 }
 
-/// The deliveries of one consumer on one topic or partition; see the
-/// [module documentation](self).
+/// The deliveries of one consumer on one topic or partition.
+///
+///
+/// A 4.0.x broker counts a consumer's unacked messages **per delivery**, not per message
+/// (`Consumer.sendMessages` adds every index a dispatch carries, even for an entry already in
+/// the consumer's `pendingAcks`), and an abort gives no count back: it only restores the
+/// aborted indexes and queues the entries for replay. So after an abort the consumer receives
+/// again, and is counted again for, indexes it still holds unacknowledged; and a replay read
+/// while a transactional ack is being persisted carries an index that transaction goes on to
+/// commit. Nothing but a conflicting transactional ack (what the Java client sends, at the
+/// price of the transaction) ever takes those extra counts off, so a client that sends
+/// nothing for them leaks them until the consumer is blocked for good.
+///
+/// [`Deliveries`] follows every index through delivery, acknowledgement and the end of its
+/// transaction, recognises the duplicates (which must not reach the application a second
+/// time: it has them, or has acknowledged them) and keeps [`Deliveries::drift`], the broker's
+/// count minus what the application's future acks will take off. A positive drift is repaired
+/// with `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids, which sets the broker's count to 0 and
+/// replays what is neither acknowledged nor pending in a transaction; call
+/// [`Deliveries::resynced`] when it is sent, and the replayed copies of held messages count as
+/// their replacements, not as duplicates.
+///
+/// # The broker's rules behind it
+/// Read in the Apache Pulsar 4.0.8 sources (`pulsar-broker`, `managed-ledger`; paths under
+/// `org/apache/pulsar/broker/`), unchanged in these places since 4.0.0, and checked on a real
+/// 4.0.8 standalone by this workspace's real-broker suites (`tests/tests/pulsar_real.rs`: the
+/// steady shape stalls without this ledger and drains with it; the conformance harness
+/// compares the model step by step):
+///
+/// | rule | where |
+/// |---|---|
+/// | a dispatch adds the indexes its ack set carries (cursor's batch-deleted set AND the pending-ack set), also for an entry still in `pendingAcks`, whose slot is overwritten | `service/Consumer.sendMessages`, `PendingAcksMap.addPendingAckIfAllowed` |
+/// | a transactional ack subtracts `batch_size - card(ack_set)` at once, before the pending-ack handle checks it, and never gives it back (not on `TransactionConflict`, not on abort) | `Consumer.individualAckWithTransaction` |
+/// | the pending-ack handle records a transactional ack only after persisting it; a replay read meanwhile carries the index, which the transaction then commits | `transaction/pendingack/impl/PendingAckHandleImpl.internalIndividualAcknowledgeMessage`, `service/AbstractBaseDispatcher.filterEntriesForConsumer` |
+/// | an abort restores the indexes and queues the entries for replay to any consumer; no consumer's count changes | `PendingAckHandleImpl.individualAckAbortCommon`, `PersistentSubscription.endTxn` |
+/// | an ordinary ack with an ack set subtracts only indexes still outstanding in the cursor, so nothing for an index a committed transaction acknowledged | `Consumer.individualAckNormal`, `getAckedCountForBatchIndexLevelEnabled` |
+/// | the consumer unblocks only when an entry leaves `pendingAcks` with the count at most half the limit, or on a redelivery request | `Consumer.updateBlockedConsumerOnUnackedMsgs`, `removePendingAcks` |
+/// | `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids clears the count and `pendingAcks`, unblocks and replays; with ids it reads only ledger and entry | `Consumer.redeliverUnacknowledgedMessages` |
+///
+/// So the count drifts up by one for every copy of a held message an abort's replay brings,
+/// and for every index replayed while its transactional ack was being persisted. The Java
+/// client 4.0.8 works its way out by acknowledging those copies in its transactions: the
+/// acks conflict, still take one off each, and the transactions fail to commit. This ledger
+/// sends no conflicting ack: it hides the copies and resyncs the count instead.
+///
+/// ```
+/// use txn_ack::{Deliveries, Delivery, MessagePosition, TxnId};
+///
+/// let txn = TxnId { most_bits: 0, least_bits: 1 };
+/// let at = |i| MessagePosition::in_batch(1, 2, -1, i, 2).unwrap();
+/// let mut deliveries = Deliveries::default();
+/// assert_eq!(deliveries.delivered(&at(0)), Delivery::New);
+/// assert_eq!(deliveries.delivered(&at(1)), Delivery::New);
+/// deliveries.acked(&at(0), Some(txn));
+/// deliveries.ended(txn, false); // aborted: the broker sends the entry again
+/// assert_eq!(deliveries.delivered(&at(0)), Delivery::New); // released by the abort
+/// assert!(deliveries.delivered(&at(1)).is_duplicate()); // the application still holds it
+/// assert_eq!(deliveries.drift(), 1); // counted twice, acknowledged once
+/// deliveries.resynced(); // REDELIVER_UNACKNOWLEDGED_MESSAGES sent: the count is 0
+/// assert_eq!(deliveries.drift(), 0);
+/// assert!(deliveries.delivered(&at(1)).is_duplicate()); // its replay replaces the count
+/// assert_eq!(deliveries.drift(), 0);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Deliveries {
     entries: HashMap<EntryId, Entry, FxBuildHasher>,
