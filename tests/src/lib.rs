@@ -7,5 +7,6 @@
 //! partitions, per-topic `maxUnackedMessagesOnConsumer`, topic stats); the examples that run
 //! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too.
 
+pub mod conformance;
 pub mod pulsar_admin;
 pub mod txn_steady;
