@@ -1062,12 +1062,12 @@ impl Run<'_> {
         expected
     }
 
-    /// Takes what arrived at every consumer, feeding each frame to that consumer's model.
+    /// Takes what arrived at every consumer, feeding the frames to that consumer's model.
     /// Returns how many frames arrived.
     async fn drain(&mut self, wait: Duration) -> Result<usize, Box<ConformanceError>> {
-        let mut frames = 0;
+        let mut count = 0;
         for s in 0..self.slots.len() {
-            let mut current: Option<Frame> = None;
+            let mut frames: Vec<Frame> = Vec::new();
             loop {
                 let next = tokio::time::timeout(wait, self.slots[s].consumer.receive()).await;
                 let message = match next {
@@ -1077,93 +1077,121 @@ impl Run<'_> {
                 };
                 let position = *message.position();
                 let index = position.batch_index().max(0) as u32;
-                let continues = current.as_ref().is_some_and(|f| {
+                let continues = frames.last().is_some_and(|f| {
                     f.entry == position.entry()
                         && f.redelivery_count == message.redelivery_count()
                         && f.indexes.last().is_some_and(|last| *last < index)
                 });
-                if continues {
-                    if let Some(frame) = current.as_mut() {
-                        frame.indexes.push(index);
-                    }
-                } else {
-                    if let Some(frame) = current.take() {
-                        self.feed(s, &frame)?;
-                        frames += 1;
-                    }
-                    current = Some(Frame {
+                match frames.last_mut() {
+                    Some(frame) if continues => frame.indexes.push(index),
+                    _ => frames.push(Frame {
                         entry: position.entry(),
                         batch_size: position.batch_size(),
                         redelivery_count: message.redelivery_count(),
                         indexes: vec![index],
-                    });
+                    }),
                 }
                 self.slots[s].arrived.push(message);
             }
-            if let Some(frame) = current.take() {
-                self.feed(s, &frame)?;
-                frames += 1;
+            count += frames.len();
+            for group in self.calls(s, frames) {
+                self.feed(s, &group)?;
             }
         }
-        Ok(frames)
+        Ok(count)
     }
 
-    /// One MESSAGE frame that arrived at slot `s`: a dispatch for its model.
-    fn feed(&mut self, s: usize, frame: &Frame) -> Result<(), Box<ConformanceError>> {
+    /// Splits the frames that arrived together at slot `s` into `sendMessages` calls: a frame
+    /// that arrives while the model has the consumer blocked went out in the same call as the
+    /// frame before it (the dispatcher checks the blocked flag once per call).
+    fn calls(&self, s: usize, frames: Vec<Frame>) -> Vec<Vec<Frame>> {
+        let model = &self.slots[s].model;
+        let mut groups: Vec<Vec<Frame>> = Vec::new();
+        for frame in frames {
+            let mut probe = model.clone();
+            for group in &groups {
+                let _ = probe.dispatch_all(&entries_of(group));
+            }
+            match groups.last_mut() {
+                Some(group) if probe.is_blocked() => group.push(frame),
+                _ => groups.push(vec![frame]),
+            }
+        }
+        groups
+    }
+
+    /// The MESSAGE frames of one `sendMessages` call that arrived at slot `s`: a dispatch for
+    /// its model.
+    fn feed(&mut self, s: usize, frames: &[Frame]) -> Result<(), Box<ConformanceError>> {
         let slot = &mut self.slots[s];
-        slot.out_entries += 1;
-        slot.out_messages += u64::from(frame.batch_size);
-        let in_pending = slot
-            .model
-            .entry(&frame.entry)
-            .is_some_and(|v| v.in_pending_acks);
+        let in_pending: Vec<bool> = frames
+            .iter()
+            .map(|f| {
+                slot.model
+                    .entry(&f.entry)
+                    .is_some_and(|v| v.in_pending_acks)
+            })
+            .collect();
         let before = slot.model.unacked();
-        let dispatch = slot.model.dispatch(frame.entry, frame.batch_size as i32);
+        let answers = slot.model.dispatch_all(&entries_of(frames));
         let line = format!(
-            "  {} got {} (size {}, redelivery {}) indexes {:?}{} -> model {:?}, unacked {before} -> {}",
+            "  {} got {} -> model {:?}, unacked {before} -> {}",
             slot.name,
-            frame.entry,
-            frame.batch_size,
-            frame.redelivery_count,
-            frame.indexes,
-            if in_pending {
-                " while in pendingAcks"
-            } else {
-                ""
-            },
-            dispatch,
+            frames
+                .iter()
+                .zip(&in_pending)
+                .map(|(f, pending)| format!(
+                    "{} (size {}, redelivery {}) indexes {:?}{}",
+                    f.entry,
+                    f.batch_size,
+                    f.redelivery_count,
+                    f.indexes,
+                    if *pending {
+                        " while in pendingAcks"
+                    } else {
+                        ""
+                    }
+                ))
+                .collect::<Vec<_>>()
+                .join(" + "),
+            answers,
             slot.model.unacked()
         );
+        slot.out_entries += frames.len() as u64;
+        slot.out_messages += frames.iter().map(|f| u64::from(f.batch_size)).sum::<u64>();
         self.log.push(line);
-        self.to_dispatch.remove(&frame.entry);
-        self.report.dispatches += 1;
-        self.report.redispatches += u64::from(in_pending);
-        match dispatch {
-            Ok(Dispatch::Dispatched { ack_set, .. }) => {
-                let predicted: Vec<u32> = if ack_set.is_empty() {
-                    (0..frame.batch_size).collect()
-                } else {
-                    (0..frame.batch_size)
-                        .filter(|i| {
-                            let word = ack_set.get((*i / 64) as usize).copied().unwrap_or(0);
-                            (word as u64 >> (i % 64)) & 1 == 1
-                        })
-                        .collect()
-                };
-                if predicted != frame.indexes {
-                    return Err(self.fail(format!(
-                        "{} arrived with indexes {:?}; the model's ack set says {:?}",
-                        frame.entry, frame.indexes, predicted
-                    )));
-                }
-                Ok(())
-            }
-            Ok(other) => Err(self.fail(format!(
-                "{} arrived at {} but the model would not dispatch it: {other:?}",
-                frame.entry, self.slots[s].name
-            ))),
-            Err(error) => Err(self.fail(format!("the model refused {}: {error}", frame.entry))),
+        for frame in frames {
+            self.to_dispatch.remove(&frame.entry);
         }
+        self.report.dispatches += frames.len() as u64;
+        self.report.redispatches += in_pending.iter().filter(|p| **p).count() as u64;
+        let answers =
+            answers.map_err(|error| self.fail(format!("the model refused a dispatch: {error}")))?;
+        for (frame, answer) in frames.iter().zip(answers) {
+            let Dispatch::Dispatched { ack_set, .. } = answer else {
+                return Err(self.fail(format!(
+                    "{} arrived at {} but the model would not dispatch it: {answer:?}",
+                    frame.entry, self.slots[s].name
+                )));
+            };
+            let predicted: Vec<u32> = if ack_set.is_empty() {
+                (0..frame.batch_size).collect()
+            } else {
+                (0..frame.batch_size)
+                    .filter(|i| {
+                        let word = ack_set.get((*i / 64) as usize).copied().unwrap_or(0);
+                        (word as u64 >> (i % 64)) & 1 == 1
+                    })
+                    .collect()
+            };
+            if predicted != frame.indexes {
+                return Err(self.fail(format!(
+                    "{} arrived with indexes {:?}; the model's ack set says {:?}",
+                    frame.entry, frame.indexes, predicted
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Drains and polls until the target's state equals the model's with every expected
@@ -1214,6 +1242,13 @@ impl Run<'_> {
             wait = Duration::from_millis(if real { 50 } else { 10 });
         }
     }
+}
+
+fn entries_of(frames: &[Frame]) -> Vec<(EntryId, i32)> {
+    frames
+        .iter()
+        .map(|f| (f.entry, f.batch_size as i32))
+        .collect()
 }
 
 fn ids<'a>(entries: impl IntoIterator<Item = &'a EntryId>) -> Vec<String> {

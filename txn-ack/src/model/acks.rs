@@ -20,9 +20,12 @@ impl ConsumerModel {
     ///   the entry in `pendingAcks`; the cursor ANDs the set into its batch-deleted indexes
     ///   (batch-index acks enabled) and deletes the entry once none is left; the entry leaves
     ///   `pendingAcks` when the pending-ack state holds nothing outstanding for it. Without an
-    ///   ack set, the entry leaves `pendingAcks` (checking the unblock condition *before* the
-    ///   count goes down, as `individualAckNormal` does) and the count goes down by its
-    ///   outstanding messages; the cursor deletes it.
+    ///   ack set, the entry leaves `pendingAcks` (checking the unblock condition), the count
+    ///   goes down by its outstanding messages and the unblock condition is checked again
+    ///   (4.0.3 and later, apache/pulsar#23796: `individualAckNormal` calls
+    ///   `updateBlockedConsumerOnUnackedMsgs` after the decrement, `Consumer.java` of 4.0.8,
+    ///   l.567-630; confirmed on a 4.0.8 broker by the conformance harness); the cursor
+    ///   deletes it.
     /// - Transactional individual acks (§5.2, §6): the conflict checks run first; a conflict
     ///   is [`AckOutcome::Conflict`] (see [`ConflictEffects`]). Otherwise the count goes down
     ///   at once by `batch_size` (or 1 when absent) minus the set's cardinality, whether or
@@ -69,10 +72,14 @@ impl ConsumerModel {
                 Cursor::Partial(cursor) if batch_index_ack => i64::from(cursor.outstanding_count()),
                 _ => i64::from(size),
             };
-            let (removed, unblocked) = self.remove_pending_ack(&entry);
+            let (removed, mut unblocked) = self.remove_pending_ack(&entry);
             if removed {
                 self.count(&entry, -acked);
                 effect.unacked_delta = -acked;
+                // Since 4.0.3 (apache/pulsar#23796) `individualAckNormal` checks again after
+                // the decrement: `addAndGetUnAckedMsgs(owner, -ackedCount);
+                // updateBlockedConsumerOnUnackedMsgs(owner);` (Consumer.java, 4.0.8, l.567-630).
+                unblocked |= self.update_blocked();
             }
             effect.removed_from_pending_acks = removed;
             effect.unblocked = unblocked;

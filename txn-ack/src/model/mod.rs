@@ -19,6 +19,7 @@
 //! | rule | where |
 //! |---|---|
 //! | dispatch adds the batch size minus the indexes already acknowledged; blocks at the limit | §7.1, [`ConsumerModel::dispatch`] |
+//! | one `sendMessages` call checks the blocked flag once, before its entries | [`ConsumerModel::dispatch_all`] |
 //! | ordinary acks count with the broker's own batch size; only whole-entry acks leave `pendingAcks` | §5.1, [`ConsumerModel::ack`] |
 //! | cumulative acks are ignored on Shared | §5.4 |
 //! | transactional acks count the client's `batch_size` (or 1) minus the set's cardinality, at ack time | §5.2 |
@@ -79,9 +80,12 @@
 //! - An ordinary batch-index ack is also merged into the pending-ack state (transactions
 //!   enabled), which is how a batch acknowledged partly ordinarily and partly in a
 //!   transaction leaves `pendingAcks`.
-//! - An ordinary whole-entry ack checks the unblock condition *before* it decrements; a
-//!   transactional one after. *Derived*: with a limit below twice the batch size a consumer
-//!   can stay blocked with nothing unacknowledged.
+//! - An ordinary whole-entry ack checks the unblock condition when the entry leaves
+//!   `pendingAcks` (before it decrements) and again after the decrement: 4.0.3 added the
+//!   second `updateBlockedConsumerOnUnackedMsgs` call to `Consumer.individualAckNormal`
+//!   (apache/pulsar#23796; `Consumer.java` of 4.0.8, l.567-630). A 4.0.8 broker unblocks a
+//!   consumer whose whole-entry ack takes the count from above half the limit to half or
+//!   below (seen by `integration_tests::conformance`); before 4.0.3 it stayed blocked.
 //! - A transactional ack of an entry no longer in `pendingAcks` still decrements
 //!   (apache/pulsar#25049).
 //! - A commit leaves its indexes in the pending-ack state until the cursor deletes the entry.

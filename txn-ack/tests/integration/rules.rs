@@ -217,22 +217,24 @@ fn unblocking_needs_an_entry_to_leave_pending_acks_at_half_the_limit() {
 }
 
 #[test]
-fn an_ordinary_whole_entry_ack_checks_for_unblocking_before_it_counts() {
-    // Consumer.individualAckNormal removes the entry from pendingAcks (and checks the unblock
-    // condition) before it decrements; individualAckWithTransaction decrements first.
+fn an_ordinary_whole_entry_ack_checks_for_unblocking_again_after_it_counts() {
+    // Consumer.individualAckNormal (4.0.8, l.567-630) removes the entry from pendingAcks
+    // (checking the unblock condition with the count before the decrement), decrements, and
+    // since 4.0.3 (apache/pulsar#23796) calls updateBlockedConsumerOnUnackedMsgs again. A
+    // 4.0.8 broker with a limit of 12 unblocks at 5 after a whole-entry ack from 10.
     let mut broker = model(6, false);
     dispatch(&mut broker, 1, 3);
     dispatch(&mut broker, 2, 3);
+    assert!(broker.is_blocked());
     let effect = broker.ack(&WireAck::individual(entry(1))).unwrap().effect();
     assert!(
-        effect.removed_from_pending_acks && !effect.unblocked,
-        "6 > 3 when checked"
+        effect.removed_from_pending_acks && effect.unblocked,
+        "6 > 3 at the removal, 3 <= 3 after the decrement"
     );
     assert_eq!(broker.unacked(), 3);
-    assert!(broker.is_blocked(), "blocked at 3 = 6/2");
-    let effect = broker.ack(&WireAck::individual(entry(2))).unwrap().effect();
-    assert!(effect.unblocked, "3 <= 3 when checked");
+    assert!(!broker.is_blocked());
 
+    // The same for a transactional whole-entry ack, which decrements first.
     let mut broker = model(6, false);
     dispatch(&mut broker, 1, 3);
     dispatch(&mut broker, 2, 3);
@@ -242,18 +244,31 @@ fn an_ordinary_whole_entry_ack_checks_for_unblocking_before_it_counts() {
     let effect = broker.ack(&whole).unwrap().effect();
     assert!(effect.unblocked, "3 <= 3 after the decrement");
 
-    // A consequence: with a limit of 4 and batches of 3, ordinary whole-entry acks leave the
-    // consumer blocked with nothing unacknowledged.
+    // With a limit of 4 and batches of 3, whole-entry acks no longer leave the consumer
+    // blocked with nothing unacknowledged: the second ack takes the count to 0 <= 2.
     let mut broker = model(4, false);
     dispatch(&mut broker, 1, 3);
     dispatch(&mut broker, 2, 3);
-    broker.ack(&WireAck::individual(entry(1))).unwrap();
-    broker.ack(&WireAck::individual(entry(2))).unwrap();
-    assert_eq!((broker.unacked(), broker.is_blocked()), (0, true));
-    assert_eq!(broker.dispatch(entry(3), 3), Ok(Dispatch::Blocked));
-    // Only a redelivery request unblocks it.
-    broker.redeliver_all();
+    let effect = broker.ack(&WireAck::individual(entry(1))).unwrap().effect();
+    assert!(!effect.unblocked, "3 > 2 after the decrement");
+    assert!(broker.is_blocked());
+    let effect = broker.ack(&WireAck::individual(entry(2))).unwrap().effect();
+    assert!(effect.unblocked);
+    assert_eq!((broker.unacked(), broker.is_blocked()), (0, false));
     assert_eq!(dispatch(&mut broker, 3, 3), 3);
+
+    // A whole-entry ack of an entry no longer in pendingAcks counts nothing and checks
+    // nothing: the consumer stays blocked.
+    let mut broker = model(4, false);
+    dispatch(&mut broker, 1, 3);
+    dispatch(&mut broker, 2, 3);
+    broker.redeliver_unacknowledged(&[entry(1)]);
+    broker.flow_permits();
+    dispatch(&mut broker, 3, 3);
+    assert!(broker.is_blocked());
+    let effect = broker.ack(&WireAck::individual(entry(1))).unwrap().effect();
+    assert!(!effect.removed_from_pending_acks && !effect.unblocked);
+    assert!(broker.is_blocked());
 }
 
 #[test]
@@ -491,4 +506,41 @@ fn repeated_redeliveries_report_each_recount_once() {
     assert_eq!(broker.pending_acks().count(), 0);
     assert_eq!(broker.unacked(), 6);
     assert_eq!(broker.leaked_unacked(), 6);
+}
+
+#[test]
+fn one_send_messages_call_checks_the_limit_once_and_may_overshoot_it() {
+    // Consumer.sendMessages (4.0.8, l.333-447) adds every entry of the call to the count and
+    // blocks the consumer only after the loop (incrementUnackedMessages, l.428); the
+    // dispatcher checks the flag once, when it picks the consumer.
+    let mut broker = model(12, true);
+    let answers = broker
+        .dispatch_all(&[(entry(1), 6), (entry(2), 6), (entry(3), 5)])
+        .unwrap();
+    assert_eq!(broker.unacked(), 17, "6 + 6 + 5, past the limit of 12");
+    assert!(broker.is_blocked());
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, Dispatch::Dispatched { blocked: true, .. }))
+    );
+    // Entry by entry, the third would have been refused.
+    let mut one_by_one = model(12, true);
+    dispatch(&mut one_by_one, 1, 6);
+    dispatch(&mut one_by_one, 2, 6);
+    assert_eq!(one_by_one.dispatch(entry(3), 5), Ok(Dispatch::Blocked));
+    // A blocked consumer gets nothing from a call.
+    assert_eq!(
+        broker.dispatch_all(&[(entry(4), 1)]).unwrap(),
+        vec![Dispatch::Blocked]
+    );
+    assert_eq!(broker.unacked(), 17);
+    // An entry already acknowledged in the cursor is skipped inside a call as well.
+    broker.ack(&WireAck::individual(entry(1))).unwrap();
+    broker.redeliver_all();
+    let answers = broker
+        .dispatch_all(&[(entry(1), 6), (entry(2), 6)])
+        .unwrap();
+    assert!(matches!(answers[0], Dispatch::Skipped(_)));
+    assert_eq!(broker.unacked(), 6);
 }
