@@ -76,6 +76,8 @@ pub(crate) struct Ledger {
     /// Transactional acks sent and not answered yet: while there are any, the broker may be
     /// persisting one, and a replay read meanwhile would carry its message.
     pub(crate) txn_in_flight: usize,
+    /// When the last resync went out.
+    last_resync: Option<tokio::time::Instant>,
 }
 
 impl Ledger {
@@ -92,6 +94,9 @@ impl Ledger {
 
 /// How long a consumer with a drifted count waits without deliveries before it resyncs.
 const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The least time between two resyncs that are not for a quiet consumer.
+const RESYNC_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The flow permits a consumer owes the broker.
 #[derive(Debug, Default)]
@@ -270,9 +275,9 @@ impl PartitionConsumer {
     /// without ids (the count goes to 0; what is neither acknowledged nor pending in a
     /// transaction is sent again, and the held messages' copies replace their counts), once no
     /// transactional ack is in flight. It resyncs when the drift is positive and at least a
-    /// quarter of the messages held (each resync replays the held ones, so a resync costs at
-    /// most four replays per message of drift, and a drift that could block the consumer
-    /// for good, more than half of the limit, is never reached), or, when `quiet` (nothing
+    /// quarter of the messages held, at most once per [`RESYNC_SPACING`] (each resync replays the held ones, so a resync costs at most
+    /// four replays per message of drift, and a drift that could block the consumer for
+    /// good, more than half of the limit, is never reached), or, when `quiet` (nothing
     /// arrived for a while), whenever there is any drift or the broker owes messages it
     /// released (it then holds them back because the consumer is blocked, and only a
     /// redelivery request unblocks it).
@@ -282,16 +287,21 @@ impl PartitionConsumer {
         }
         let mut ledger = self.ledger.lock();
         let drift = ledger.deliveries.drift();
+        let held = ledger.deliveries.held() as i64;
+        let spaced = ledger
+            .last_resync
+            .is_none_or(|last| last.elapsed() >= RESYNC_SPACING);
         let due = if quiet {
             drift != 0 || ledger.deliveries.owed() > 0
         } else {
-            drift > 0 && drift.saturating_mul(4) >= ledger.deliveries.held() as i64
+            drift > 0 && spaced && drift.saturating_mul(4) >= held
         };
         if !due || ledger.txn_in_flight > 0 {
             return;
         }
         if self.redeliver(Vec::new()).is_ok() {
             ledger.deliveries.resynced();
+            ledger.last_resync = Some(tokio::time::Instant::now());
             counters.resyncs.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(topic = %self.topic, drift, quiet, "resynced the unacked count");
         }
