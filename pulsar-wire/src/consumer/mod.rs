@@ -239,6 +239,17 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 ///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;
 ///   the ack is sent at once with a request id and its `ACK_RESPONSE` awaited.
 /// - [`Consumer::nack`] asks for a redelivery.
+///
+/// Redeliveries: a 4.0.x broker counts a Shared consumer's unacked messages per delivery and
+/// gives nothing back when a transaction aborts, so after aborts it sends again (and counts
+/// again) messages the application holds or has acknowledged, some of them in transactions
+/// that committed. The consumer follows every delivery with `txn-ack`'s
+/// [`txn_ack::Deliveries`]: such duplicates are not handed over a second time (they show in
+/// [`ConsumerStats::duplicates`] and [`ConsumerStats::committed_redeliveries`]), and once the
+/// broker's count has drifted it sends one `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids
+/// (when no transactional ack is in flight, at most every 100 ms, or after 500 ms without
+/// deliveries), which resets the count; no conflicting ack is ever sent for them
+/// ([`ConsumerStats::resyncs`]).
 #[derive(Debug)]
 pub struct Consumer {
     client: Client,
