@@ -13,11 +13,12 @@ use pulsar_wire::emulator::{ConflictEffects, Emulator, EmulatorConfig};
 use pulsar_wire::{Client, ConnectOptions};
 
 /// The seeds (their class is `seed % 3`: mixed, steady transactional shape, two consumers).
-const SEEDS: [u64; 24] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+const SEEDS: [u64; 30] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+    27, 28, 29, 30,
 ];
 /// Steps per script.
-const STEPS: usize = 36;
+const STEPS: usize = 64;
 /// `maxUnackedMessagesOnConsumer` of every topic: small, so that consumers block.
 const LIMIT: u32 = 12;
 
@@ -35,7 +36,13 @@ fn unique() -> String {
 async fn run_all(target: Target<'_>, client: &Client, prefix: &str) {
     let started = Instant::now();
     let mut failures = Vec::new();
+    // CONFORMANCE_SEEDS=3,17 runs only those seeds (to replay a failure).
+    let only: Option<Vec<u64>> = var("CONFORMANCE_SEEDS")
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
     for seed in SEEDS {
+        if only.as_ref().is_some_and(|only| !only.contains(&seed)) {
+            continue;
+        }
         let script = Script::generate(seed, STEPS);
         let topic = format!("persistent://public/default/{prefix}-s{seed}");
         let at = Instant::now();
