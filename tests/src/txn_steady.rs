@@ -262,7 +262,7 @@ pub async fn run(
             continue;
         };
         ended += 1;
-        if shape.abort_every > 0 && ended % shape.abort_every == 0 {
+        if shape.abort_every > 0 && ended.is_multiple_of(shape.abort_every) {
             let _ = open.abort().await;
             report.txns_aborted += 1;
             continue;
