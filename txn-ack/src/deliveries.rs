@@ -34,6 +34,9 @@ pub enum DuplicateOf {
     CommittedIn(TxnId),
     /// A message acknowledged outside any transaction.
     Acknowledged,
+    /// A message of an entry settled for good, some of it in committed transactions (no longer
+    /// tracked message by message).
+    SettledEntry,
 }
 
 /// Where one index stands.
@@ -191,8 +194,12 @@ impl Deliveries {
         // A committed index sent again stays counted for good; an ordinary ack that the broker
         // had not applied yet when it sent the entry takes the new copy off when it arrives.
         let entry = position.entry();
-        if self.settled.contains(&entry) || self.settled_plainly.contains(&entry) {
-            self.drift += i64::from(self.settled.contains(&entry));
+        if self.settled.contains(&entry) {
+            self.drift += 1;
+            self.duplicates += 1;
+            return Delivery::Duplicate(DuplicateOf::SettledEntry);
+        }
+        if self.settled_plainly.contains(&entry) {
             self.duplicates += 1;
             return Delivery::Duplicate(DuplicateOf::Acknowledged);
         }
@@ -501,7 +508,7 @@ mod tests {
         assert_eq!(d.entries(), 0);
         assert_eq!(
             d.delivered(&at(1)),
-            Delivery::Duplicate(DuplicateOf::Acknowledged)
+            Delivery::Duplicate(DuplicateOf::SettledEntry)
         );
         assert_eq!(d.drift(), 1);
     }
