@@ -1,10 +1,9 @@
 //! [`Deliveries`]: duplicate deliveries and the drift of a 4.0.x broker's unacked count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use rustc_hash::FxBuildHasher;
 
-use crate::recent::RecentlyCompleted;
 use crate::{EntryId, MessagePosition, TxnId};
 
 /// What a delivery is.
@@ -34,16 +33,18 @@ pub enum DuplicateOf {
     CommittedIn(TxnId),
     /// A message acknowledged outside any transaction.
     Acknowledged,
-    /// A message of an entry settled for good, some of it in committed transactions (no longer
-    /// tracked message by message).
-    SettledEntry,
 }
 
 /// Where one index stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Never delivered to this consumer, or released by an abort or a negative ack.
+    /// Never delivered to this consumer.
     Unseen,
+    /// Delivered here, then given back by an abort or a negative ack: the broker owes it.
+    Released,
+    /// Left out of a dispatch because the broker had it acknowledged or pending in a
+    /// transaction (not by this consumer, as far as it knows).
+    Skipped,
     /// With the application, unacknowledged. `counted`: the broker counts it (false between a
     /// resync and its replay).
     Held { counted: bool },
@@ -67,15 +68,17 @@ impl Entry {
         self.states.iter().all(|state| {
             matches!(
                 state,
-                State::Acked {
-                    txn: None,
-                    counted: true,
-                    ..
-                } | State::Acked {
-                    committed: true,
-                    counted: true,
-                    ..
-                }
+                State::Skipped
+                    | State::Acked {
+                        txn: None,
+                        counted: true,
+                        ..
+                    }
+                    | State::Acked {
+                        committed: true,
+                        counted: true,
+                        ..
+                    }
             )
         })
     }
@@ -147,10 +150,12 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub struct Deliveries {
     entries: HashMap<EntryId, Entry, FxBuildHasher>,
-    /// Settled entries with at least one message committed in a transaction.
-    settled: RecentlyCompleted,
-    /// Settled entries acknowledged outside transactions only.
-    settled_plainly: RecentlyCompleted,
+    /// Entries whose every message is acknowledged for good or was left out by the broker,
+    /// with their states, so that a late copy is recognised (and a message the broker had
+    /// left out is delivered when it comes after all); the oldest are forgotten first.
+    settled: HashMap<EntryId, Entry, FxBuildHasher>,
+    settled_order: VecDeque<EntryId>,
+    settled_capacity: usize,
     drift: i64,
     duplicates: u64,
 }
@@ -167,8 +172,9 @@ impl Deliveries {
     pub fn with_capacity(recent_capacity: usize) -> Self {
         Self {
             entries: HashMap::with_hasher(FxBuildHasher),
-            settled: RecentlyCompleted::with_capacity(recent_capacity),
-            settled_plainly: RecentlyCompleted::with_capacity(recent_capacity),
+            settled: HashMap::with_capacity_and_hasher(recent_capacity, FxBuildHasher),
+            settled_order: VecDeque::with_capacity(recent_capacity),
+            settled_capacity: recent_capacity,
             drift: 0,
             duplicates: 0,
         }
@@ -177,6 +183,9 @@ impl Deliveries {
     fn state(&mut self, position: &MessagePosition) -> Option<&mut State> {
         let size = position.batch_size().max(1) as usize;
         let index = usize::try_from(position.batch_index().max(0)).ok()?;
+        if let Some(settled) = self.settled.remove(&position.entry()) {
+            self.entries.insert(position.entry(), settled);
+        }
         let entry = self
             .entries
             .entry(position.entry())
@@ -191,23 +200,20 @@ impl Deliveries {
 
     /// A message arrived from the broker (the broker counts it once more).
     pub fn delivered(&mut self, position: &MessagePosition) -> Delivery {
-        // A committed index sent again stays counted for good; an ordinary ack that the broker
-        // had not applied yet when it sent the entry takes the new copy off when it arrives.
         let entry = position.entry();
-        if self.settled.contains(&entry) {
-            self.drift += 1;
-            self.duplicates += 1;
-            return Delivery::Duplicate(DuplicateOf::SettledEntry);
-        }
-        if self.settled_plainly.contains(&entry) {
-            self.duplicates += 1;
-            return Delivery::Duplicate(DuplicateOf::Acknowledged);
-        }
+        let verdict = self.classify(position);
+        self.settle(entry);
+        verdict
+    }
+
+    fn classify(&mut self, position: &MessagePosition) -> Delivery {
         let Some(state) = self.state(position) else {
             return Delivery::New;
         };
         let (next, verdict, drift) = match *state {
-            State::Unseen => (State::Held { counted: true }, Delivery::New, 0),
+            State::Unseen | State::Released | State::Skipped => {
+                (State::Held { counted: true }, Delivery::New, 0)
+            }
             State::Held { counted } => (
                 State::Held { counted: true },
                 Delivery::Duplicate(DuplicateOf::Held),
@@ -223,8 +229,9 @@ impl Deliveries {
                     Some(txn) => DuplicateOf::PendingIn(txn),
                     None => DuplicateOf::Acknowledged,
                 };
-                // An ack sent uncounted took one off; this delivery puts it back. An ordinary
-                // ack not yet applied when the entry was sent takes this copy off too.
+                // A committed index sent again stays counted for good (and an ack sent
+                // uncounted took one off, which this delivery puts back); an ordinary ack not
+                // yet applied when the entry was sent takes this copy off when it arrives.
                 let next = State::Acked {
                     txn,
                     committed,
@@ -244,14 +251,12 @@ impl Deliveries {
     /// The broker already had this message acknowledged when it sent the entry (its bit was
     /// cleared in the dispatch's ack set): it was not counted.
     pub fn skipped(&mut self, position: &MessagePosition) {
+        // A released message left out is pending in a transaction elsewhere or acknowledged
+        // by a dispatch read before its abort: it stays owed.
         if let Some(state) = self.state(position)
             && matches!(*state, State::Unseen)
         {
-            *state = State::Acked {
-                txn: None,
-                committed: true,
-                counted: true,
-            };
+            *state = State::Skipped;
         }
         self.settle(position.entry());
     }
@@ -265,7 +270,7 @@ impl Deliveries {
             State::Held { counted } => counted,
             // Acknowledged without being delivered here (another consumer's message, or one
             // the broker redelivered elsewhere): the broker takes one off all the same.
-            State::Unseen => false,
+            State::Unseen | State::Released | State::Skipped => false,
             State::Acked { .. } => return,
         };
         *state = State::Acked {
@@ -290,7 +295,7 @@ impl Deliveries {
         for state in &mut found.states {
             match *state {
                 State::Held { counted } => {
-                    *state = State::Unseen;
+                    *state = State::Released;
                     drift -= i64::from(!counted);
                 }
                 // Pending in a transaction, so not yet deleted in the cursor: the broker takes
@@ -327,7 +332,7 @@ impl Deliveries {
                             counted,
                         }
                     } else {
-                        State::Unseen
+                        State::Released
                     };
                 }
             }
@@ -350,7 +355,7 @@ impl Deliveries {
                 match state {
                     State::Held { counted } => *counted = false,
                     State::Acked { counted, .. } => *counted = true,
-                    State::Unseen => {}
+                    State::Unseen | State::Released | State::Skipped => {}
                 }
             }
             if found.is_settled() {
@@ -371,28 +376,30 @@ impl Deliveries {
         for found in self.entries.values_mut() {
             for state in &mut found.states {
                 if matches!(state, State::Held { .. }) {
-                    *state = State::Unseen;
+                    *state = State::Released;
                 }
             }
         }
     }
 
     fn settle(&mut self, entry: EntryId) {
-        let Some(found) = self.entries.get(&entry) else {
-            return;
-        };
-        if !found.is_settled() {
+        if !self.entries.get(&entry).is_some_and(Entry::is_settled) || self.settled_capacity == 0 {
             return;
         }
-        let in_txn = found
-            .states
-            .iter()
-            .any(|state| matches!(state, State::Acked { txn: Some(_), .. }));
-        self.entries.remove(&entry);
-        if in_txn {
-            self.settled.insert(entry);
-        } else {
-            self.settled_plainly.insert(entry);
+        let Some(found) = self.entries.remove(&entry) else {
+            return;
+        };
+        self.settled.insert(entry, found);
+        self.settled_order.push_back(entry);
+        while self.settled.len() > self.settled_capacity
+            && let Some(oldest) = self.settled_order.pop_front()
+        {
+            self.settled.remove(&oldest);
+        }
+        // Ids of entries revived and settled again appear twice; keep the queue bounded.
+        if self.settled_order.len() > 2 * self.settled_capacity {
+            let settled = &self.settled;
+            self.settled_order.retain(|id| settled.contains_key(id));
         }
     }
 
@@ -425,7 +432,7 @@ impl Deliveries {
         self.entries
             .values()
             .flat_map(|entry| &entry.states)
-            .filter(|state| matches!(state, State::Unseen))
+            .filter(|state| matches!(state, State::Released))
             .count()
     }
 
@@ -508,9 +515,10 @@ mod tests {
         assert_eq!(d.entries(), 0);
         assert_eq!(
             d.delivered(&at(1)),
-            Delivery::Duplicate(DuplicateOf::SettledEntry)
+            Delivery::Duplicate(DuplicateOf::CommittedIn(T1))
         );
         assert_eq!(d.drift(), 1);
+        assert_eq!(d.entries(), 0, "settled again");
     }
 
     #[test]
@@ -531,6 +539,37 @@ mod tests {
         d.redelivery_requested();
         assert_eq!(d.delivered(&at(0)), Delivery::New);
         assert_eq!(d.drift(), 0);
+    }
+
+    #[test]
+    fn a_released_message_left_out_of_a_stale_dispatch_is_still_owed_and_delivered_later() {
+        let mut d = Deliveries::default();
+        for i in 0..3 {
+            d.delivered(&at(i));
+        }
+        d.acked(&at(0), Some(T1));
+        d.acked(&at(1), Some(T2));
+        d.acked(&at(2), Some(T2));
+        d.ended(T2, true);
+        d.ended(T1, false);
+        assert_eq!(d.owed(), 1);
+        // A dispatch read while T1 still held index 0 leaves it out.
+        d.skipped(&at(0));
+        assert_eq!(d.owed(), 1, "still owed, the entry not settled");
+        assert_eq!(d.delivered(&at(0)), Delivery::New);
+    }
+
+    #[test]
+    fn a_message_the_broker_left_out_is_delivered_when_it_comes_after_all() {
+        let mut d = Deliveries::default();
+        d.skipped(&at(0));
+        d.skipped(&at(1));
+        d.delivered(&at(2));
+        d.acked(&at(2), None);
+        assert_eq!(d.entries(), 0, "settled");
+        // Another consumer's transaction that held index 0 aborted.
+        assert_eq!(d.delivered(&at(0)), Delivery::New);
+        assert_eq!(d.held(), 1);
     }
 
     #[test]
@@ -556,8 +595,8 @@ mod tests {
             -1,
             "the broker takes the pending index off again"
         );
-        assert_eq!(d.owed(), 2, "index 0 released; index 2 never came");
+        assert_eq!(d.owed(), 1, "index 0 released");
         assert_eq!(d.delivered(&at(0)), Delivery::New);
-        assert_eq!(d.owed(), 1);
+        assert_eq!(d.owed(), 0);
     }
 }

@@ -402,7 +402,7 @@ pub(crate) async fn pump(
                     return true;
                 };
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                if matches!(of, DuplicateOf::CommittedIn(_) | DuplicateOf::SettledEntry) {
+                if matches!(of, DuplicateOf::CommittedIn(_)) {
                     counters
                         .committed_redeliveries
                         .fetch_add(1, Ordering::Relaxed);
