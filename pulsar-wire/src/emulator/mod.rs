@@ -139,7 +139,9 @@ pub struct EmulatorConfig {
 impl Default for EmulatorConfig {
     /// 127.0.0.1 on a free port; no authentication; topics auto-created non-partitioned;
     /// limit 50,000 unacked messages per consumer; broker batch-index acks off (the 4.0.x
-    /// default); transactions on with a 60 s default timeout; keep-alive PINGs after 30 s of
+    /// default); a refused transactional ack still takes its count off, as on a 4.0.x broker
+    /// (`ConflictEffects::AsBroker`, confirmed by the conformance harness on 4.0.8);
+    /// transactions on with a 60 s default timeout; keep-alive PINGs after 30 s of
     /// silence; no faults; seed 0.
     fn default() -> Self {
         Self {
@@ -151,7 +153,7 @@ impl Default for EmulatorConfig {
             auto_created_partitions: 0,
             max_unacked_messages_per_consumer: 50_000,
             batch_index_ack: false,
-            conflict_effects: ConflictEffects::None,
+            conflict_effects: ConflictEffects::AsBroker,
             keep_alive: Some(Duration::from_secs(30)),
             default_txn_timeout: Duration::from_secs(60),
             transactions: true,
@@ -220,7 +222,7 @@ impl EmulatorConfig {
         self
     }
 
-    /// What a rejected transactional ack does to the unacked count.
+    /// What a rejected transactional ack does to the unacked count (default: as the broker).
     pub fn conflict_effects(mut self, effects: ConflictEffects) -> Self {
         self.conflict_effects = effects;
         self
