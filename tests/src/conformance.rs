@@ -1,6 +1,6 @@
 //! A differential conformance harness: one seeded script of consumer actions runs against a
 //! target (the real broker through its admin stats, or the embedded
-//! [`Emulator`](pulsar_wire::emulator::Emulator)) and, in step, against
+//! [`Emulator`]) and, in step, against
 //! `txn_ack::model::ConsumerModel` fed with exactly what the client sent and what arrived.
 //! After every step the target's state (per consumer `unackedMessages` and
 //! `blockedConsumerOnUnackedMsgs`, the subscription's `msgBacklog` in entries) must equal the
