@@ -275,9 +275,10 @@ impl PartitionConsumer {
     /// without ids (the count goes to 0; what is neither acknowledged nor pending in a
     /// transaction is sent again, and the held messages' copies replace their counts), once no
     /// transactional ack is in flight. It resyncs when the drift is positive and at least a
-    /// quarter of the messages held, at most once per [`RESYNC_SPACING`] (each resync replays the held ones, so a resync costs at most
-    /// four replays per message of drift, and a drift that could block the consumer for
-    /// good, more than half of the limit, is never reached), or, when `quiet` (nothing
+    /// quarter of the messages held, at most once per [`RESYNC_SPACING`] (each resync
+    /// replays the held ones, so a resync costs at most four replays per message of drift,
+    /// and a drift that could block the consumer for good, more than half of the limit, is
+    /// never reached), or, when `quiet` (nothing
     /// arrived for a while), whenever there is any drift or the broker owes messages it
     /// released (it then holds them back because the consumer is blocked, and only a
     /// redelivery request unblocks it).
@@ -286,17 +287,22 @@ impl PartitionConsumer {
             return;
         }
         let mut ledger = self.ledger.lock();
+        // Called on every frame and ack: the cheap checks first (counting held or owed
+        // messages walks the tracked entries).
+        if ledger.txn_in_flight > 0 {
+            return;
+        }
         let drift = ledger.deliveries.drift();
-        let held = ledger.deliveries.held() as i64;
-        let spaced = ledger
-            .last_resync
-            .is_none_or(|last| last.elapsed() >= RESYNC_SPACING);
         let due = if quiet {
             drift != 0 || ledger.deliveries.owed() > 0
         } else {
-            drift > 0 && spaced && drift.saturating_mul(4) >= held
+            drift > 0
+                && ledger
+                    .last_resync
+                    .is_none_or(|last| last.elapsed() >= RESYNC_SPACING)
+                && drift.saturating_mul(4) >= ledger.deliveries.held() as i64
         };
-        if !due || ledger.txn_in_flight > 0 {
+        if !due {
             return;
         }
         if self.redeliver(Vec::new()).is_ok() {
