@@ -1,7 +1,8 @@
 //! The steady transactional shape of issue "transactional acks that never stall": a producer
 //! sends at a steady rate in batches, one Shared consumer keeps up and acknowledges every
-//! message in a transaction (one batch index per ack), a transaction ends every few messages
-//! and every third one is aborted. It runs against a real broker (or the emulator), with
+//! message in a transaction (one batch index per ack): every few messages received it opens a
+//! transaction, acknowledges them in it all at once, waits for every answer and ends it, every
+//! third one aborted. It runs against a real broker (or the emulator), with
 //! `pulsar-wire` ([`run`]) or any other client (the caller starts it and calls [`watch`]).
 //!
 //! [`Watcher`] polls the admin stats while the run goes on and measures the consumer's blocked
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pulsar_wire::{
     BatchingOptions, Client, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
-    ProducerOptions, SubType, Transaction,
+    ProducerOptions, SubType,
 };
 
 use crate::pulsar_admin::PulsarAdmin;
@@ -36,6 +37,9 @@ pub struct Shape {
     pub produce_first: bool,
     /// The run gives up after this long.
     pub timeout: Duration,
+    /// The application stops receiving and acknowledging once for the second value, when the
+    /// first has passed since the start (a pause such as a long GC or a slow downstream call).
+    pub pause: Option<(Duration, Duration)>,
 }
 
 impl Shape {
@@ -50,6 +54,7 @@ impl Shape {
             abort_every: 3,
             produce_first: false,
             timeout: produce_for + Duration::from_secs(60),
+            pause: None,
         }
     }
 
@@ -113,6 +118,15 @@ pub struct ClientReport {
     pub final_unacked: Option<i64>,
     /// Its backlog then.
     pub final_backlog: Option<i64>,
+    /// The slowest transactional ack (sent to answered).
+    pub slowest_ack: Duration,
+    /// The slowest commit.
+    pub slowest_commit: Duration,
+    /// The slowest abort.
+    pub slowest_abort: Duration,
+    /// The longest wait for a message while payloads were still outstanding, and when it
+    /// began (from the start).
+    pub longest_receive_gap: (Duration, Duration),
 }
 
 /// Runs the shape with `pulsar-wire` on `topic` / `subscription`. `legacy` delivers
@@ -208,10 +222,21 @@ pub async fn run(
     };
     let mut report = ClientReport::default();
     let mut committed = HashSet::new();
-    let mut txn: Option<(Transaction, Vec<String>)> = None;
+    let mut batch = Vec::with_capacity(shape.txn_every);
     let mut ended = 0usize;
     let deadline = started + shape.timeout;
+    let mut last_message = Instant::now();
+    let mut pause = shape.pause;
     loop {
+        if let Some((at, length)) = pause
+            && started.elapsed() >= at
+        {
+            // The application's own pause, not a wait for the client: nothing is received
+            // or acknowledged meanwhile.
+            pause = None;
+            tokio::time::sleep(length).await;
+            last_message = Instant::now();
+        }
         let done_producing = *produced.lock();
         if let Some(total) = done_producing
             && committed.len() as u64 >= total
@@ -231,15 +256,33 @@ pub async fn run(
             Ok(Err(error)) => return Err(error),
             Err(_) => None,
         };
-        if let Some(message) = message {
-            if txn.is_none() {
-                txn = Some((
-                    coordinator.new_transaction(Duration::from_secs(60)).await?,
-                    Vec::new(),
-                ));
+        if message.is_some() {
+            let gap = last_message.elapsed();
+            if gap > report.longest_receive_gap.0 {
+                report.longest_receive_gap = (gap, last_message - started);
             }
-            let (open, payloads) = txn.as_mut().expect("opened above");
-            match consumer.ack_in(open, &message).await {
+            last_message = Instant::now();
+        }
+        if let Some(message) = message {
+            batch.push(message);
+            if batch.len() < shape.txn_every {
+                continue;
+            }
+        } else if batch.is_empty() {
+            continue;
+        }
+        // The messages received are acknowledged in one transaction, all at once (the acks
+        // go out together and the transaction ends once every answer is in).
+        let open = coordinator.new_transaction(Duration::from_secs(60)).await?;
+        let sent = Instant::now();
+        let acks = futures_util::future::join_all(
+            batch.iter().map(|message| consumer.ack_in(&open, message)),
+        )
+        .await;
+        report.slowest_ack = report.slowest_ack.max(sent.elapsed());
+        let mut payloads = Vec::with_capacity(batch.len());
+        for (message, acked) in batch.drain(..).zip(acks) {
+            match acked {
                 Ok(()) => {
                     payloads.push(String::from_utf8_lossy(message.payload()).into_owned());
                 }
@@ -252,22 +295,19 @@ pub async fn run(
                     tracing::info!(%error, "ack refused");
                 }
             }
-            if payloads.len() < shape.txn_every {
-                continue;
-            }
-        } else if txn.as_ref().is_none_or(|(_, p)| p.is_empty()) {
-            continue;
         }
-        let Some((open, payloads)) = txn.take() else {
-            continue;
-        };
         ended += 1;
         if shape.abort_every > 0 && ended.is_multiple_of(shape.abort_every) {
+            let sent = Instant::now();
             let _ = open.abort().await;
+            report.slowest_abort = report.slowest_abort.max(sent.elapsed());
             report.txns_aborted += 1;
             continue;
         }
-        match open.commit().await {
+        let sent = Instant::now();
+        let outcome = open.commit().await;
+        report.slowest_commit = report.slowest_commit.max(sent.elapsed());
+        match outcome {
             Ok(()) => {
                 report.txns_committed += 1;
                 for payload in payloads {
@@ -314,6 +354,16 @@ pub struct BlockedPeriods {
     pub max_unacked: i64,
     /// How many stats were read.
     pub samples: u32,
+    /// Each period: when it was first seen (from the start of watching) and how long it lasted.
+    pub periods: Vec<(Duration, Duration)>,
+}
+
+impl BlockedPeriods {
+    fn ended(&mut self, at: Duration, length: Duration) {
+        self.total += length;
+        self.longest = self.longest.max(length);
+        self.periods.push((at, length));
+    }
 }
 
 /// Polls a subscription's stats every `every` until stopped.
@@ -329,6 +379,7 @@ pub fn watch(admin: PulsarAdmin, topic: String, subscription: String, every: Dur
     let task = tokio::spawn(async move {
         let mut periods = BlockedPeriods::default();
         let mut since: Option<Instant> = None;
+        let watching = Instant::now();
         let mut tick = tokio::time::interval(every);
         loop {
             tokio::select! {
@@ -351,18 +402,14 @@ pub fn watch(admin: PulsarAdmin, topic: String, subscription: String, every: Dur
                     periods.count += 1;
                 }
                 (false, Some(start)) => {
-                    let length = start.elapsed();
-                    periods.total += length;
-                    periods.longest = periods.longest.max(length);
+                    periods.ended(start - watching, start.elapsed());
                     since = None;
                 }
                 _ => {}
             }
         }
         if let Some(start) = since {
-            let length = start.elapsed();
-            periods.total += length;
-            periods.longest = periods.longest.max(length);
+            periods.ended(start - watching, start.elapsed());
         }
         periods
     });

@@ -981,6 +981,32 @@ async fn a_steady_stream_with_aborted_transactions_drains() {
     assert_eq!((unacked, backlog), (0, 0));
 }
 
+/// The steady shape for 40 s with the application paused for 2 s after 15 s (a long GC, a
+/// slow downstream call): the broker blocks the consumer at the limit meanwhile, and once the
+/// application is back the consumer catches up with the 280 messages it fell behind, so it is
+/// never blocked for more than 5 s at a time, the pause included. (With one ack at a time
+/// instead of a transaction's acks at once, a 3 s pause left it blocked 5.2 s and then 9.5 s
+/// while it caught up.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_with_aborted_transactions_catches_up_after_the_application_pauses() {
+    use integration_tests::txn_steady::Shape;
+    let shape = Shape {
+        pause: Some((Duration::from_secs(15), Duration::from_secs(2))),
+        ..Shape::steady(Duration::from_secs(40))
+    };
+    let Some((report, blocked, unacked, backlog)) =
+        txn_steady_run("steady-paused", shape, false).await
+    else {
+        return;
+    };
+    assert!(report.drained, "{report:?}");
+    assert_eq!(report.committed, report.produced, "{report:?}");
+    assert_eq!(report.duplicates, 0, "committed twice: {report:?}");
+    assert_eq!(report.commits_refused, 0, "{report:?}");
+    assert!(blocked.longest <= Duration::from_secs(5), "{blocked:?}");
+    assert_eq!((unacked, backlog), (0, 0));
+}
+
 /// The same shape with the behaviour before the fix (duplicates handed over, nothing sent for
 /// them): the consumer stalls for good, so the test above can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

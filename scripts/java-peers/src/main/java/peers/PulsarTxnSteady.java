@@ -21,9 +21,10 @@ import org.apache.pulsar.client.api.transaction.Transaction;
 
 /**
  * The steady shape of a transactional Shared consumer: a batching producer sends at a fixed rate while
- * one Shared consumer acknowledges every message inside a transaction, ending the transaction every
- * TXN_EVERY received messages (and whenever a receive times out with acks pending) and aborting every
- * ABORT_EVERY-th ended transaction (0 = never), until every produced payload is in a committed transaction.
+ * one Shared consumer acknowledges every message inside a transaction: every TXN_EVERY received messages
+ * (or fewer, when a receive times out) it opens a transaction, acknowledges them in it all at once, waits
+ * for every answer and ends it, aborting every ABORT_EVERY-th ended transaction (0 = never), until every
+ * produced payload is in a committed transaction.
  * Usage: PulsarTxnSteady SERVICE_URL TOPIC SUBSCRIPTION SECONDS RATE BATCH TXN_EVERY ABORT_EVERY TIMEOUT_SECONDS
  * The producer sends "p0", "p1", ... (UTF-8) for SECONDS seconds at RATE messages per second, without
  * transactions, BATCH messages per batch at most, with a 50 ms batching delay. A failed transactional ack
@@ -89,9 +90,7 @@ public final class PulsarTxnSteady {
         producing.setDaemon(true);
         producing.start();
 
-        Transaction txn = null;
-        List<String> txnPayloads = new ArrayList<>();
-        int txnReceived = 0;
+        List<Message<byte[]>> batch = new ArrayList<>();
         boolean drained = false;
         long doneAt;
         while (true) {
@@ -105,57 +104,58 @@ public final class PulsarTxnSteady {
                 break;
             }
             Message<byte[]> message = consumer.receive(200, TimeUnit.MILLISECONDS);
-            if (message == null) {
-                if (txn != null && txnReceived > 0) {
-                    endTransaction(txn, txnPayloads, abortEvery);
-                    txn = null;
-                    txnPayloads = new ArrayList<>();
-                    txnReceived = 0;
-                }
-                continue;
-            }
-            if (txn == null) {
-                try {
-                    txn = client.newTransaction()
-                            .withTransactionTimeout(60, TimeUnit.SECONDS)
-                            .build()
-                            .get(WAIT_SECONDS, TimeUnit.SECONDS);
-                } catch (Exception e) {
-                    System.err.println("newTransaction failed: " + e);
-                    consumer.negativeAcknowledge(message);
+            if (message != null) {
+                batch.add(message);
+                if (batch.size() < txnEvery) {
                     continue;
                 }
+            } else if (batch.isEmpty()) {
+                continue;
             }
-            txnReceived++;
-            String payload = new String(message.getData(), StandardCharsets.UTF_8);
+            // The messages received are acknowledged in one transaction, all at once (the acks go
+            // out together and the transaction ends once every answer is in).
+            Transaction txn;
             try {
-                consumer.acknowledgeAsync(message.getMessageId(), txn).get(WAIT_SECONDS, TimeUnit.SECONDS);
-                txnPayloads.add(payload);
-            } catch (ExecutionException e) {
-                acksRefused++;
-                if (acksRefused <= 3) {
-                    System.err.println("ack refused " + payload + " " + message.getMessageId() + ": "
-                            + e.getCause());
-                }
+                txn = client.newTransaction()
+                        .withTransactionTimeout(60, TimeUnit.SECONDS)
+                        .build()
+                        .get(WAIT_SECONDS, TimeUnit.SECONDS);
             } catch (Exception e) {
-                acksRefused++;
-                if (acksRefused <= 3) {
-                    System.err.println("ack failed " + payload + " " + message.getMessageId() + ": " + e);
+                System.err.println("newTransaction failed: " + e);
+                batch.forEach(consumer::negativeAcknowledge);
+                batch.clear();
+                continue;
+            }
+            List<CompletableFuture<Void>> acks = new ArrayList<>();
+            for (Message<byte[]> received : batch) {
+                acks.add(consumer.acknowledgeAsync(received.getMessageId(), txn));
+            }
+            List<String> txnPayloads = new ArrayList<>();
+            for (int i = 0; i < batch.size(); i++) {
+                Message<byte[]> received = batch.get(i);
+                String payload = new String(received.getData(), StandardCharsets.UTF_8);
+                try {
+                    acks.get(i).get(WAIT_SECONDS, TimeUnit.SECONDS);
+                    txnPayloads.add(payload);
+                } catch (ExecutionException e) {
+                    acksRefused++;
+                    if (acksRefused <= 3) {
+                        System.err.println("ack refused " + payload + " " + received.getMessageId() + ": "
+                                + e.getCause());
+                    }
+                } catch (Exception e) {
+                    acksRefused++;
+                    if (acksRefused <= 3) {
+                        System.err.println("ack failed " + payload + " " + received.getMessageId() + ": " + e);
+                    }
                 }
             }
-            if (txnReceived >= txnEvery) {
-                endTransaction(txn, txnPayloads, abortEvery);
-                txn = null;
-                txnPayloads = new ArrayList<>();
-                txnReceived = 0;
-            }
+            batch.clear();
+            endTransaction(txn, txnPayloads, abortEvery);
         }
         long drainMs = TimeUnit.NANOSECONDS.toMillis(doneAt - start);
         stopProducing = true;
         producing.join(TimeUnit.SECONDS.toMillis(WAIT_SECONDS));
-        if (txn != null) {
-            abortQuietly(txn);
-        }
         if (sendsFailed.get() > 0) {
             System.err.println("sends failed: " + sendsFailed.get());
         }
