@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 11's steady transactional shape on the real Pulsar broker, our consumer against the
 # official Java client 4.0.8, alternating in one run: 140 msg/s in batches of 7 for SECONDS,
-# every message acknowledged in a transaction, one ended every 5 messages, every third
-# aborted, maxUnackedMessagesOnConsumer=50. Each run prints one `result` line (drain time,
-# transactions, acks and commits refused, blocked periods from the admin stats every 250 ms).
+# every message acknowledged in a transaction (every 5 received messages acked in one, all at
+# once, then the transaction ended), every third aborted, maxUnackedMessagesOnConsumer=50.
+# Each run prints one `result` line (drain time, transactions, acks and commits refused,
+# blocked periods from the admin stats every 250 ms).
 #
 #   scripts/bench-txn-steady.sh            # 3 runs of each, 60 s each
 #   RUNS=1 SECONDS_PER_RUN=20 scripts/bench-txn-steady.sh

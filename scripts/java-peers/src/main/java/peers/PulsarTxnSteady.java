@@ -90,7 +90,7 @@ public final class PulsarTxnSteady {
         producing.setDaemon(true);
         producing.start();
 
-        List<Message<byte[]>> batch = new ArrayList<>();
+        List<Message<byte[]>> received = new ArrayList<>();
         boolean drained = false;
         long doneAt;
         while (true) {
@@ -105,11 +105,11 @@ public final class PulsarTxnSteady {
             }
             Message<byte[]> message = consumer.receive(200, TimeUnit.MILLISECONDS);
             if (message != null) {
-                batch.add(message);
-                if (batch.size() < txnEvery) {
+                received.add(message);
+                if (received.size() < txnEvery) {
                     continue;
                 }
-            } else if (batch.isEmpty()) {
+            } else if (received.isEmpty()) {
                 continue;
             }
             // The messages received are acknowledged in one transaction, all at once (the acks go
@@ -122,35 +122,35 @@ public final class PulsarTxnSteady {
                         .get(WAIT_SECONDS, TimeUnit.SECONDS);
             } catch (Exception e) {
                 System.err.println("newTransaction failed: " + e);
-                batch.forEach(consumer::negativeAcknowledge);
-                batch.clear();
+                received.forEach(consumer::negativeAcknowledge);
+                received.clear();
                 continue;
             }
             List<CompletableFuture<Void>> acks = new ArrayList<>();
-            for (Message<byte[]> received : batch) {
-                acks.add(consumer.acknowledgeAsync(received.getMessageId(), txn));
+            for (Message<byte[]> each : received) {
+                acks.add(consumer.acknowledgeAsync(each.getMessageId(), txn));
             }
             List<String> txnPayloads = new ArrayList<>();
-            for (int i = 0; i < batch.size(); i++) {
-                Message<byte[]> received = batch.get(i);
-                String payload = new String(received.getData(), StandardCharsets.UTF_8);
+            for (int i = 0; i < received.size(); i++) {
+                Message<byte[]> each = received.get(i);
+                String payload = new String(each.getData(), StandardCharsets.UTF_8);
                 try {
                     acks.get(i).get(WAIT_SECONDS, TimeUnit.SECONDS);
                     txnPayloads.add(payload);
                 } catch (ExecutionException e) {
                     acksRefused++;
                     if (acksRefused <= 3) {
-                        System.err.println("ack refused " + payload + " " + received.getMessageId() + ": "
+                        System.err.println("ack refused " + payload + " " + each.getMessageId() + ": "
                                 + e.getCause());
                     }
                 } catch (Exception e) {
                     acksRefused++;
                     if (acksRefused <= 3) {
-                        System.err.println("ack failed " + payload + " " + received.getMessageId() + ": " + e);
+                        System.err.println("ack failed " + payload + " " + each.getMessageId() + ": " + e);
                     }
                 }
             }
-            batch.clear();
+            received.clear();
             endTransaction(txn, txnPayloads, abortEvery);
         }
         long drainMs = TimeUnit.NANOSECONDS.toMillis(doneAt - start);
