@@ -890,8 +890,8 @@ async fn assert_quiet_priority(consumer: &pulsar_wire::priority::PriorityConsume
 }
 
 /// The steady transactional shape of the issue on a topic limited to 50 unacked messages per
-/// consumer: 140 msg/s in batches of 7, every message acknowledged in a transaction, a
-/// transaction ended every 5 messages and every third aborted. Returns the client's report,
+/// consumer: 140 msg/s in batches of 7, every 5 received messages acknowledged at once in a
+/// transaction that then ends, every third aborted. Returns the client's report,
 /// the blocked periods seen in the admin stats and the settled unacked count and backlog.
 async fn txn_steady_run(
     scenario: &'static str,
