@@ -81,8 +81,9 @@
 //! - Compression ([`Compression`]: LZ4, ZLIB, ZSTD, SNAPPY, in the formats the Java client
 //!   writes): consumers decompress every entry whose metadata names a codec, up to the
 //!   broker's `max_message_size` ([`ConsumerOptions::max_uncompressed_size`]; the declared
-//!   size is checked before anything is allocated). [`compress`] and [`decompress`] are the
-//!   codecs on their own.
+//!   size is checked before anything is allocated); producers compress with
+//!   [`ProducerOptions::compression`], batched or not. [`compress`] and [`decompress`] are
+//!   the codecs on their own.
 //! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
 //!   the generated protocol types ([`pb`]).
 //!
@@ -91,7 +92,8 @@
 //!   `lz4_flex`, `flate2` (on `miniz_oxide`), `zstd` (the C library, built from source by
 //!   `zstd-sys`) and `snap`. An entry compressed with a codec left out is not delivered: it
 //!   is reported as an [`Error::CodecDisabled`] naming the feature (acknowledged with a
-//!   `DecompressionError`, as every entry that cannot be read).
+//!   `DecompressionError`, as every entry that cannot be read), and a producer asking for it
+//!   fails to start with that error.
 //! - `emulator` (off by default): an embedded broker on 127.0.0.1 speaking the same protocol,
 //!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
 //!   and tests.
