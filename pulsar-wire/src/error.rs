@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::Compression;
 use crate::pb::ServerError;
 
 /// Everything the adapter can report.
@@ -31,6 +32,27 @@ pub enum Error {
     MalformedBatch {
         /// What is wrong.
         reason: String,
+    },
+    /// A payload could not be decompressed or compressed: corrupt or truncated data, or a
+    /// declared `uncompressed_size` that is missing where the format needs one, above the
+    /// limit, or not the size of the output. Not retryable: the same bytes fail the same way.
+    #[error("{codec}: {reason}")]
+    Compression {
+        /// The codec.
+        codec: Compression,
+        /// What was wrong, with the sizes.
+        reason: String,
+    },
+    /// A payload uses a codec that this build of pulsar-wire leaves out. Not retryable:
+    /// enable the feature.
+    #[error(
+        "compression {codec} is not compiled in: enable the `{feature}` feature of pulsar-wire"
+    )]
+    CodecDisabled {
+        /// The codec.
+        codec: Compression,
+        /// The cargo feature that brings it.
+        feature: &'static str,
     },
     /// The connection failed or closed; requests pending on it fail with this. Retryable on a
     /// new connection.

@@ -78,10 +78,22 @@
 //!   producer's router, by each message's priority property) and
 //!   [`priority::PriorityConsumer`] (per-partition consumers whose `FLOW` permits a gate
 //!   withholds and grants, merged with the most important level first).
+//! - Compression ([`Compression`]: LZ4, ZLIB, ZSTD, SNAPPY, in the formats the Java client
+//!   writes): consumers decompress every entry whose metadata names a codec, up to the
+//!   broker's `max_message_size` ([`ConsumerOptions::max_uncompressed_size`]; the declared
+//!   size is checked before anything is allocated); producers compress with
+//!   [`ProducerOptions::compression`], batched or not. [`compress`] and [`decompress`] are
+//!   the codecs on their own.
 //! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
 //!   the generated protocol types ([`pb`]).
 //!
 //! # Feature flags
+//! - `lz4`, `zlib`, `zstd`, `snappy` (all on by default): the compression codecs, with
+//!   `lz4_flex`, `flate2` (on `miniz_oxide`), `zstd` (the C library, built from source by
+//!   `zstd-sys`) and `snap`. An entry compressed with a codec left out is not delivered: it
+//!   is reported as an [`Error::CodecDisabled`] naming the feature (acknowledged with a
+//!   `DecompressionError`, as every entry that cannot be read), and a producer asking for it
+//!   fails to start with that error.
 //! - `emulator` (off by default): an embedded broker on 127.0.0.1 speaking the same protocol,
 //!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
 //!   and tests.
@@ -91,6 +103,7 @@ mod client;
 mod codec;
 #[cfg(test)]
 mod codec_fuzz_tests;
+mod compression;
 mod connection;
 mod consumer;
 mod error;
@@ -101,11 +114,16 @@ pub mod priority;
 mod producer;
 mod txn;
 
-pub use batch::{BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, encode_batch};
+pub use batch::{
+    BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
+};
 pub use client::{Client, partition_topic, topic_name};
 pub use codec::{
     DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
     decode_frame, encode_frame,
+};
+pub use compression::{
+    Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
 pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
 pub use consumer::{Consumer, ConsumerOptions, ConsumerStats, InitialPosition, Message, SubType};

@@ -18,7 +18,7 @@ use partition::{PartitionProducer, PartitionSet};
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
 use crate::pb::KeyValue;
-use crate::{Client, Error, Transaction};
+use crate::{Client, Compression, Error, Transaction};
 
 /// Where a message was stored: its entry, partition and place in the entry's batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,6 +135,7 @@ pub struct ProducerOptions {
     router: Arc<dyn PartitionRouter>,
     transactional: bool,
     partitions_refresh: Option<Duration>,
+    compression: Compression,
 }
 
 /// How often a producer re-reads a partitioned topic's partition count by default (the Java
@@ -144,7 +145,7 @@ pub const DEFAULT_PARTITIONS_REFRESH: Duration = Duration::from_secs(60);
 impl Default for ProducerOptions {
     /// A broker-assigned name, batching with [`BatchingOptions::default`], the
     /// [`RoundRobin`] router, not transactional, partitions re-read every
-    /// [`DEFAULT_PARTITIONS_REFRESH`].
+    /// [`DEFAULT_PARTITIONS_REFRESH`], no compression.
     fn default() -> Self {
         Self {
             name: None,
@@ -152,6 +153,7 @@ impl Default for ProducerOptions {
             router: Arc::new(RoundRobin::default()),
             transactional: false,
             partitions_refresh: Some(DEFAULT_PARTITIONS_REFRESH),
+            compression: Compression::None,
         }
     }
 }
@@ -188,6 +190,19 @@ impl ProducerOptions {
         self
     }
 
+    /// Compresses every entry with this codec (default [`Compression::None`]): a message's
+    /// payload when it is sent on its own, a batch's whole payload otherwise. The entry's
+    /// metadata carries the codec and `uncompressed_size`. As in the Java client, the size
+    /// checked against the broker's `max_message_size` is the compressed one: with a codec, a
+    /// message is not refused for its uncompressed size, and a batch (or message) whose
+    /// compressed payload is too large fails as a whole with [`Error::Invalid`] when it is
+    /// sent. A codec this build lacks makes [`Client::create_producer`] fail with
+    /// [`Error::CodecDisabled`].
+    pub fn compression(mut self, codec: Compression) -> Self {
+        self.compression = codec;
+        self
+    }
+
     /// How often the producer of a partitioned topic re-reads the partition count
     /// (`PARTITIONED_METADATA`) and attaches to partitions added since, so that its router
     /// sends to them too (default [`DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
@@ -215,6 +230,7 @@ struct ProducerInner {
     topic: String,
     name: Option<String>,
     transactional: bool,
+    compression: Compression,
     partitions: Arc<PartitionSet>,
     partitioned: bool,
     router: Arc<dyn PartitionRouter>,
@@ -241,6 +257,7 @@ impl Producer {
         options: ProducerOptions,
     ) -> Result<Self, Error> {
         let topic = crate::client::topic_name(topic)?;
+        options.compression.ensure_available()?;
         if let Some(batching) = &options.batching {
             batching.validate()?;
         }
@@ -257,6 +274,7 @@ impl Producer {
                     partition,
                     name,
                     options.transactional,
+                    options.compression,
                 )
                 .await?,
             ));
@@ -271,6 +289,7 @@ impl Producer {
             topic,
             name: options.name,
             transactional: options.transactional,
+            compression: options.compression,
             partitions,
             partitioned,
             router: options.router,
@@ -313,6 +332,7 @@ impl Producer {
                 index as i32,
                 name,
                 inner.transactional,
+                inner.compression,
             )
             .await
             {

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use txn_ack::{EntryId, MessagePosition};
 
+use crate::batch::split_batch;
+use crate::pb::KeyValue;
 use crate::pb::command_ack::ValidationError;
-use crate::pb::{CompressionType, KeyValue};
-use crate::{Frame, MessageId, decode_batch};
+use crate::{Frame, MessageId, decompress_payload};
 
 /// A message delivered to a consumer.
 #[derive(Debug, Clone)]
@@ -135,9 +136,16 @@ fn properties(values: Vec<KeyValue>) -> Vec<(String, String)> {
     values.into_iter().map(|kv| (kv.key, kv.value)).collect()
 }
 
-/// Splits a `MESSAGE` frame into the messages to deliver. Never panics: a frame that cannot
-/// be delivered comes back with [`Decoded::invalid`] set.
-pub(crate) fn decode(frame: Frame, partition: i32, origin: Origin, topic: &Arc<str>) -> Decoded {
+/// Splits a `MESSAGE` frame into the messages to deliver, decompressing its payload first
+/// (into at most `max_uncompressed` bytes). Never panics: a frame that cannot be delivered
+/// comes back with [`Decoded::invalid`] set.
+pub(crate) fn decode(
+    frame: Frame,
+    partition: i32,
+    origin: Origin,
+    topic: &Arc<str>,
+    max_uncompressed: usize,
+) -> Decoded {
     let mut decoded = Decoded {
         permits: 1,
         ..Decoded::default()
@@ -173,16 +181,17 @@ pub(crate) fn decode(frame: Frame, partition: i32, origin: Origin, topic: &Arc<s
         ));
         return decoded;
     }
-    if metadata.compression() != CompressionType::None {
-        decoded.invalid = Some((
-            ValidationError::DecompressionError,
-            format!(
-                "entry {entry}: compression {:?} is not supported by this client",
-                metadata.compression()
-            ),
-        ));
-        return decoded;
-    }
+    // The whole payload (a batch's too) is compressed as one unit.
+    let data = match decompress_payload(&metadata, payload.data, max_uncompressed) {
+        Ok(data) => data,
+        Err(error) => {
+            decoded.invalid = Some((
+                ValidationError::DecompressionError,
+                format!("entry {entry}: {error}"),
+            ));
+            return decoded;
+        }
+    };
     let producer_name: Arc<str> = metadata.producer_name.as_str().into();
     let common = |position, payload, key, props, event_time, sequence_id| Message {
         payload,
@@ -201,7 +210,7 @@ pub(crate) fn decode(frame: Frame, partition: i32, origin: Origin, topic: &Arc<s
         let position = MessagePosition::single(entry.ledger_id, entry.entry_id, partition);
         decoded.messages.push(common(
             position,
-            payload.data,
+            data,
             metadata.partition_key.clone(),
             properties(metadata.properties.clone()),
             metadata.event_time,
@@ -209,7 +218,7 @@ pub(crate) fn decode(frame: Frame, partition: i32, origin: Origin, topic: &Arc<s
         ));
         return decoded;
     };
-    let singles = match decode_batch(&metadata, payload.data) {
+    let singles = match split_batch(&metadata, data) {
         Ok(singles) => singles,
         Err(error) => {
             decoded.invalid = Some((
@@ -256,12 +265,14 @@ mod tests {
     use super::*;
     use crate::pb::base_command::Type;
     use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
-    use crate::{BatchedMessage, command_frame, encode_batch};
+    use crate::{BatchedMessage, Compression, command_frame, encode_batch};
 
     const ORIGIN: Origin = Origin {
         consumer: 1,
         slot: 0,
     };
+
+    const MAX: usize = crate::DEFAULT_MAX_MESSAGE_SIZE;
 
     fn frame(num: Option<i32>, ack_set: Vec<i64>, data: Bytes) -> Frame {
         let command = command_frame(Type::Message, |c| {
@@ -304,7 +315,7 @@ mod tests {
 
     #[test]
     fn batches_get_positions_and_skip_cleared_indexes() {
-        let decoded = decode(frame(Some(3), vec![], batch(3)), -1, ORIGIN, &topic());
+        let decoded = decode(frame(Some(3), vec![], batch(3)), -1, ORIGIN, &topic(), MAX);
         assert_eq!(decoded.messages.len(), 3);
         assert_eq!(decoded.permits, 3);
         for (i, m) in decoded.messages.iter().enumerate() {
@@ -315,7 +326,13 @@ mod tests {
             assert_eq!(m.id().batch_size, Some(3));
         }
         // Index 1 was acknowledged before: bit 1 cleared ({0, 2} = 0b101).
-        let redelivered = decode(frame(Some(3), vec![0b101], batch(3)), -1, ORIGIN, &topic());
+        let redelivered = decode(
+            frame(Some(3), vec![0b101], batch(3)),
+            -1,
+            ORIGIN,
+            &topic(),
+            MAX,
+        );
         let indexes: Vec<_> = redelivered
             .messages
             .iter()
@@ -328,10 +345,16 @@ mod tests {
 
     #[test]
     fn a_batch_of_one_is_a_batch_and_a_plain_entry_is_not() {
-        let one = decode(frame(Some(1), vec![], batch(1)), 2, ORIGIN, &topic());
+        let one = decode(frame(Some(1), vec![], batch(1)), 2, ORIGIN, &topic(), MAX);
         assert!(one.messages[0].position().is_batched());
         assert_eq!(one.messages[0].position().partition(), 2);
-        let plain = decode(frame(None, vec![], Bytes::from("x")), -1, ORIGIN, &topic());
+        let plain = decode(
+            frame(None, vec![], Bytes::from("x")),
+            -1,
+            ORIGIN,
+            &topic(),
+            MAX,
+        );
         assert_eq!(plain.messages.len(), 1);
         assert!(!plain.messages[0].position().is_batched());
         assert_eq!(plain.messages[0].id().batch_size, None);
@@ -344,7 +367,7 @@ mod tests {
         if let Some(payload) = corrupt.payload.as_mut() {
             payload.checksum_ok = false;
         }
-        let decoded = decode(corrupt, -1, ORIGIN, &topic());
+        let decoded = decode(corrupt, -1, ORIGIN, &topic(), MAX);
         assert!(decoded.messages.is_empty());
         assert_eq!(
             decoded.invalid.map(|(e, _)| e),
@@ -356,6 +379,7 @@ mod tests {
             -1,
             ORIGIN,
             &topic(),
+            MAX,
         );
         assert_eq!(
             truncated.invalid.map(|(e, _)| e),
@@ -363,6 +387,87 @@ mod tests {
         );
         let mut no_payload = frame(None, vec![], Bytes::new());
         no_payload.payload = None;
-        assert!(decode(no_payload, -1, ORIGIN, &topic()).invalid.is_some());
+        assert!(
+            decode(no_payload, -1, ORIGIN, &topic(), MAX)
+                .invalid
+                .is_some()
+        );
+    }
+
+    /// `frame` with its payload compressed by `codec` (and the metadata saying so).
+    fn compressed(mut frame: Frame, codec: Compression) -> Frame {
+        if let Some(payload) = frame.payload.as_mut() {
+            payload.metadata.uncompressed_size = Some(payload.data.len() as u32);
+            payload.metadata.compression = Some(codec.wire() as i32);
+            payload.data = crate::compress(codec, &payload.data).unwrap();
+        }
+        frame
+    }
+
+    #[test]
+    fn compressed_entries_are_decompressed_before_they_are_split() {
+        for codec in Compression::ALL[1..].iter().filter(|c| c.is_available()) {
+            let decoded = decode(
+                compressed(frame(Some(3), vec![], batch(3)), *codec),
+                -1,
+                ORIGIN,
+                &topic(),
+                MAX,
+            );
+            assert!(decoded.invalid.is_none(), "{codec}: {:?}", decoded.invalid);
+            let payloads: Vec<_> = decoded
+                .messages
+                .iter()
+                .map(|m| m.payload().clone())
+                .collect();
+            assert_eq!(payloads, ["m0", "m1", "m2"], "{codec}");
+            assert_eq!(decoded.messages[1].key(), Some("k1"));
+            let single = decode(
+                compressed(frame(None, vec![], Bytes::from("plain text")), *codec),
+                -1,
+                ORIGIN,
+                &topic(),
+                MAX,
+            );
+            assert_eq!(single.messages.len(), 1, "{codec}: {:?}", single.invalid);
+            assert_eq!(single.messages[0].payload(), &Bytes::from("plain text"));
+        }
+    }
+
+    #[test]
+    fn undecompressable_entries_name_the_codec_and_the_reason() {
+        for codec in Compression::ALL[1..].iter().filter(|c| c.is_available()) {
+            // Corrupt: the compressed bytes cut in half.
+            let mut cut = compressed(frame(Some(3), vec![], batch(3)), *codec);
+            if let Some(payload) = cut.payload.as_mut() {
+                payload.data = payload.data.slice(..payload.data.len() / 2);
+            }
+            let decoded = decode(cut, -1, ORIGIN, &topic(), MAX);
+            assert!(decoded.messages.is_empty());
+            assert_eq!(decoded.permits, 3);
+            let (error, reason) = decoded.invalid.expect("invalid");
+            assert_eq!(error, ValidationError::DecompressionError);
+            assert!(reason.starts_with("entry 7:9: "), "{reason}");
+            assert!(reason.contains(codec.name()), "{reason}");
+            // Declared above the limit.
+            let big = compressed(frame(None, vec![], Bytes::from(vec![7; 1000])), *codec);
+            let (_, reason) = decode(big, -1, ORIGIN, &topic(), 999)
+                .invalid
+                .expect("invalid");
+            assert!(
+                reason.contains("1000") && reason.contains("999"),
+                "{reason}"
+            );
+            assert!(reason.contains(codec.name()), "{reason}");
+        }
+        // An unknown codec.
+        let mut unknown = frame(None, vec![], Bytes::from("x"));
+        if let Some(payload) = unknown.payload.as_mut() {
+            payload.metadata.compression = Some(42);
+        }
+        let (_, reason) = decode(unknown, -1, ORIGIN, &topic(), MAX)
+            .invalid
+            .expect("invalid");
+        assert!(reason.contains("code 42"), "{reason}");
     }
 }

@@ -60,11 +60,13 @@ pub struct ConsumerOptions {
     pub(crate) partial_batches: PartialBatches,
     pub(crate) ack_receipts: bool,
     pub(crate) legacy_committed_redeliveries: bool,
+    pub(crate) max_uncompressed_size: Option<usize>,
 }
 
 impl Default for ConsumerOptions {
     /// Exclusive, from the latest message, 1,000 permits, acks grouped for 100 ms or 1,000
-    /// ids, partial batches acknowledged with their accumulated set, no ack receipts.
+    /// ids, partial batches acknowledged with their accumulated set, no ack receipts,
+    /// compressed entries decompressed up to the broker's `max_message_size`.
     fn default() -> Self {
         Self {
             sub_type: SubType::Exclusive,
@@ -76,6 +78,7 @@ impl Default for ConsumerOptions {
             partial_batches: PartialBatches::SendAckSet,
             ack_receipts: false,
             legacy_committed_redeliveries: false,
+            max_uncompressed_size: None,
         }
     }
 }
@@ -130,6 +133,18 @@ impl ConsumerOptions {
     /// reaches [`Consumer::ack_and_wait`].
     pub fn ack_receipts(mut self, receipts: bool) -> Self {
         self.ack_receipts = receipts;
+        self
+    }
+
+    /// The largest payload a compressed entry may decompress to (its declared
+    /// `uncompressed_size` is checked before anything is allocated for it). Default: the
+    /// broker's `max_message_size` from `CONNECTED` ([`crate::DEFAULT_MAX_MESSAGE_SIZE`] when
+    /// it does not say). An entry above the limit is not delivered: it is acknowledged with a
+    /// `DecompressionError` and counted in [`ConsumerStats::discarded`]. Producers (the Java
+    /// client's and this crate's) check only the compressed size against `max_message_size`,
+    /// so raise this to read highly compressible payloads that are larger uncompressed.
+    pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
+        self.max_uncompressed_size = Some(bytes);
         self
     }
 

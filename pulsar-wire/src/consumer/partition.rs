@@ -124,6 +124,8 @@ pub(crate) struct PartitionConsumer {
     pub(crate) ledger: Arc<Mutex<Ledger>>,
     /// Tests only: deliver duplicates and never resync (the behaviour before the ledger).
     legacy: bool,
+    /// The largest payload a compressed entry may decompress to.
+    max_uncompressed: usize,
 }
 
 impl PartitionConsumer {
@@ -164,6 +166,13 @@ impl PartitionConsumer {
             connection.unregister_consumer(consumer_id);
             return Err(error);
         }
+        let max_uncompressed = options.max_uncompressed_size.unwrap_or_else(|| {
+            connection
+                .max_message_size()
+                .and_then(|size| usize::try_from(size).ok())
+                .filter(|size| *size > 0)
+                .unwrap_or(crate::DEFAULT_MAX_MESSAGE_SIZE)
+        });
         let consumer = Self {
             topic,
             partition,
@@ -178,6 +187,7 @@ impl PartitionConsumer {
             acks: Mutex::new(AckTracker::new(options.partial_batches)),
             ledger: Arc::new(Mutex::new(Ledger::default())),
             legacy: options.legacy_committed_redeliveries,
+            max_uncompressed,
         };
         if !paused {
             consumer.flow(queue_size)?;
@@ -368,7 +378,13 @@ pub(crate) async fn pump(
                 return;
             }
         };
-        let decoded = decode(frame, consumer.partition, origin, &topic);
+        let decoded = decode(
+            frame,
+            consumer.partition,
+            origin,
+            &topic,
+            consumer.max_uncompressed,
+        );
         if let Some((error, reason)) = decoded.invalid {
             if error == ValidationError::ChecksumMismatch {
                 counters.checksum_mismatches.fetch_add(1, Ordering::Relaxed);

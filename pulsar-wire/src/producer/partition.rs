@@ -12,10 +12,7 @@ use super::{MessageId, OutgoingMessage};
 use crate::batch::{BatchedMessage, encode_batch};
 use crate::pb::base_command::Type;
 use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
-use crate::{Client, Connection, Error, Frame, command_frame};
-
-/// The broker's default largest message when it does not say (5 MiB).
-const DEFAULT_MAX_MESSAGE_SIZE: usize = 5 * 1024 * 1024;
+use crate::{Client, Compression, Connection, Error, Frame, command_frame, compress};
 
 /// The partition producers of one producer, in partition order; it grows when the topic gains
 /// partitions (Pulsar never removes any).
@@ -67,6 +64,8 @@ pub(crate) struct PartitionProducer {
     pub(crate) name: String,
     sequence: AtomicU64,
     pub(crate) max_message_size: usize,
+    /// The codec of every entry it sends.
+    compression: Compression,
 }
 
 impl PartitionProducer {
@@ -77,6 +76,7 @@ impl PartitionProducer {
         partition: i32,
         name: Option<String>,
         txn_enabled: bool,
+        compression: Compression,
     ) -> Result<Self, Error> {
         let connection = client.lookup(&topic).await?;
         let producer_id = connection.next_id();
@@ -106,7 +106,7 @@ impl PartitionProducer {
             .max_message_size()
             .and_then(|size| usize::try_from(size).ok())
             .filter(|size| *size > 0)
-            .unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
+            .unwrap_or(crate::DEFAULT_MAX_MESSAGE_SIZE);
         let next_sequence =
             u64::try_from(success.last_sequence_id().saturating_add(1)).unwrap_or(0);
         Ok(Self {
@@ -117,11 +117,16 @@ impl PartitionProducer {
             name: success.producer_name,
             sequence: AtomicU64::new(next_sequence),
             max_message_size,
+            compression,
         })
     }
 
-    /// Refuses a message larger than the broker takes.
+    /// Refuses a message larger than the broker takes. With compression the compressed size
+    /// counts, which is known only when the entry is built ([`Self::compressed`]).
     pub(crate) fn check_size(&self, message: &OutgoingMessage) -> Result<(), Error> {
+        if self.compression != Compression::None {
+            return Ok(());
+        }
         let size = message.encoded_size();
         if size > self.max_message_size {
             return Err(Error::Invalid {
@@ -142,14 +147,18 @@ impl PartitionProducer {
         message: &OutgoingMessage,
         txn: Option<TxnId>,
     ) -> Result<MessageId, Error> {
+        let (data, compression, uncompressed_size) =
+            self.compressed(&message.payload, "message")?;
         let sequence_id = self.sequence.fetch_add(1, Ordering::Relaxed);
         let metadata = MessageMetadata {
             properties: message.key_values(),
             partition_key: message.key.clone(),
             event_time: message.event_time,
+            compression,
+            uncompressed_size,
             ..self.metadata(sequence_id, txn)
         };
-        let frame = self.send_frame(sequence_id, None, txn, metadata, message.payload.clone());
+        let frame = self.send_frame(sequence_id, None, txn, metadata, data);
         let id = self
             .connection
             .send_message(self.producer_id, sequence_id, frame)
@@ -198,18 +207,20 @@ impl PartitionProducer {
                 payload: message.payload.clone(),
             })
             .collect();
-        let data = encode_batch(&singles);
-        if data.len() > self.max_message_size {
+        let plain = encode_batch(&singles);
+        if self.compression == Compression::None && plain.len() > self.max_message_size {
             return Err(Error::Invalid {
                 what: "batch",
                 reason: format!(
                     "a batch of {count} messages takes {} bytes, above the broker's \
                      max_message_size of {}; lower the batching max_bytes",
-                    data.len(),
+                    plain.len(),
                     self.max_message_size
                 ),
             });
         }
+        let uncompressed_size = u32::try_from(plain.len()).ok();
+        let (data, compression, _) = self.compressed(&plain, "batch")?;
         // The entry's key, when every message shares it (Key_Shared dispatch reads it).
         let key = messages[0].key.clone().filter(|key| {
             messages
@@ -218,7 +229,8 @@ impl PartitionProducer {
         });
         let metadata = MessageMetadata {
             num_messages_in_batch: Some(count),
-            uncompressed_size: u32::try_from(data.len()).ok(),
+            compression,
+            uncompressed_size,
             partition_key: key,
             ..self.metadata(first, txn)
         };
@@ -236,6 +248,46 @@ impl PartitionProducer {
                 batch_size: Some(count as u32),
             })
             .collect())
+    }
+
+    /// `payload` compressed with the producer's codec, with the metadata's `compression` and
+    /// `uncompressed_size` (both unset without a codec); refuses a compressed payload larger
+    /// than the broker takes, as the Java client does.
+    fn compressed(
+        &self,
+        payload: &Bytes,
+        what: &'static str,
+    ) -> Result<(Bytes, Option<i32>, Option<u32>), Error> {
+        if self.compression == Compression::None {
+            return Ok((payload.clone(), None, None));
+        }
+        let uncompressed_size = u32::try_from(payload.len()).map_err(|_| Error::Invalid {
+            what,
+            reason: format!(
+                "{} bytes cannot be described by the protocol's uncompressed_size (u32)",
+                payload.len()
+            ),
+        })?;
+        let data = compress(self.compression, payload)?;
+        if data.len() > self.max_message_size {
+            return Err(Error::Invalid {
+                what,
+                reason: format!(
+                    "{} bytes, {} once compressed with {}, exceed the broker's max_message_size \
+                     of {} bytes on {}",
+                    payload.len(),
+                    data.len(),
+                    self.compression,
+                    self.max_message_size,
+                    self.topic
+                ),
+            });
+        }
+        Ok((
+            data,
+            Some(self.compression.wire() as i32),
+            Some(uncompressed_size),
+        ))
     }
 
     fn metadata(&self, sequence_id: u64, txn: Option<TxnId>) -> MessageMetadata {

@@ -2,6 +2,7 @@
 
 mod acks;
 mod bad_input;
+mod compression;
 mod faults;
 mod priority;
 mod scripted;
