@@ -713,22 +713,13 @@ fn codec_payload(tag: &str, index: usize) -> String {
     format!("{tag}-{index}{}", "payload ".repeat(index % 200))
 }
 
-/// The official Java client produces 60 messages with each of LZ4, ZLIB, ZSTD and SNAPPY,
-/// batched and not (`PulsarProduceCodecs`): our consumer gets every payload intact, nothing
-/// discarded, and the subscription drains. (Before decompression, these entries were
-/// acknowledged as undecodable and never delivered.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_codec_of_the_java_client_reaches_our_consumer_intact() {
-    let Some(broker) = real_broker("java-codecs").await else {
-        return;
-    };
-    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
-    let consumer = broker.shared(ConsumerOptions::default()).await;
-    let produced = java_peer("PulsarProduceCodecs", &[&service_url, &broker.topic, "60"]).await;
-    assert!(produced.contains("produced=480"), "{produced}");
+/// Receives the 480 payloads a compression peer sent (`prefix` before each codec's tag: 60
+/// per codec, batched and not), each intact and once, acks them, and checks that nothing was
+/// discarded and the subscription drains.
+async fn assert_every_codec_arrives(broker: &RealBroker, consumer: &Consumer, prefix: &str) {
     let mut expected: std::collections::HashSet<String> = ["LZ4", "ZLIB", "ZSTD", "SNAPPY"]
         .iter()
-        .flat_map(|codec| ["b", "u"].map(|b| format!("{codec}-{b}")))
+        .flat_map(|codec| ["b", "u"].map(|b| format!("{prefix}{codec}-{b}")))
         .flat_map(|tag| (0..60).map(move |i| codec_payload(&tag, i)))
         .collect();
     assert_eq!(expected.len(), 480);
@@ -752,7 +743,48 @@ async fn every_codec_of_the_java_client_reaches_our_consumer_intact() {
     consumer.flush_acks().await;
     assert_eq!(consumer.stats().discarded, 0);
     broker.assert_drained().await;
-    assert_quiet(&consumer, Duration::from_millis(500)).await;
+    assert_quiet(consumer, Duration::from_millis(500)).await;
+}
+
+/// The official Java client produces 60 messages with each of LZ4, ZLIB, ZSTD and SNAPPY,
+/// batched and not (`PulsarProduceCodecs`): our consumer gets every payload intact, nothing
+/// discarded, and the subscription drains. (Before decompression, these entries were
+/// acknowledged as undecodable and never delivered: with it mutated away, "delivery stopped
+/// with 480 to go".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_codec_of_the_java_client_reaches_our_consumer_intact() {
+    let Some(broker) = real_broker("java-codecs").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let produced = java_peer("PulsarProduceCodecs", &[&service_url, &broker.topic, "60"]).await;
+    assert!(produced.contains("produced=480"), "{produced}");
+    assert_every_codec_arrives(&broker, &consumer, "").await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// The same with the official Python client (`pulsar-client` 3.13.0 from PyPI, a C++ client
+/// underneath: `scripts/python-peers/produce_codecs.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_codec_of_the_python_client_reaches_our_consumer_intact() {
+    let Some(broker) = real_broker("python-codecs").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
+    let output = tokio::process::Command::new(run)
+        .args(["produce_codecs", &service_url, &broker.topic, "60"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
+    let produced = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "produce_codecs failed: {produced}");
+    assert!(produced.contains("produced=480"), "{produced}");
+    assert_every_codec_arrives(&broker, &consumer, "py-").await;
     consumer.close().await.expect("closed");
     broker.done();
 }
