@@ -117,8 +117,11 @@ pub(crate) struct Decoded {
     /// Messages of the entry that were acknowledged before (cleared in the frame's
     /// `ack_set`) or compacted out: not delivered.
     pub(crate) skipped: Vec<MessagePosition>,
-    /// The entry cannot be delivered: acknowledge it with this validation error.
+    /// The entry cannot be decoded: what was wrong (handed to the application as
+    /// [`crate::Error::Undecodable`], never acknowledged here).
     pub(crate) invalid: Option<(ValidationError, String)>,
+    /// How often the broker delivered the entry before (`redelivery_count`).
+    pub(crate) redelivery_count: u32,
     /// The entry, when the frame names one.
     pub(crate) entry: Option<(EntryId, i32)>,
     /// The flow permits the entry took.
@@ -162,6 +165,7 @@ pub(crate) fn decode(
         entry_id: command.message_id.entry_id,
     };
     decoded.entry = Some((entry, partition));
+    decoded.redelivery_count = command.redelivery_count.unwrap_or(0);
     let Some(payload) = frame.payload else {
         decoded.invalid = Some((
             ValidationError::BatchDeSerializeError,

@@ -14,15 +14,16 @@ use ack_batcher::{Batcher, ItemOptions};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use txn_ack::{AckId, AckKind, PartialBatches};
+use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches};
 
 use acks::{AckFlusher, AckKey};
 pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
+use partition::Undecodable;
 pub(crate) use partition::{Delivery, Ledger, PartitionConsumer};
 
-use crate::{Client, Connection, Error, Transaction};
+use crate::{Client, Connection, Error, MessageId, Transaction};
 
 /// The subscription type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -139,8 +140,9 @@ impl ConsumerOptions {
     /// The largest payload a compressed entry may decompress to (its declared
     /// `uncompressed_size` is checked before anything is allocated for it). Default: the
     /// broker's `max_message_size` from `CONNECTED` ([`crate::DEFAULT_MAX_MESSAGE_SIZE`] when
-    /// it does not say). An entry above the limit is not delivered: it is acknowledged with a
-    /// `DecompressionError` and counted in [`ConsumerStats::discarded`]. Producers (the Java
+    /// it does not say). An entry above the limit is not delivered: it reaches
+    /// [`Consumer::receive`] as [`Error::Undecodable`], unacknowledged, and is counted in
+    /// [`ConsumerStats::undecodable`]. Producers (the Java
     /// client's and this crate's) check only the compressed size against `max_message_size`,
     /// so raise this to read highly compressible payloads that are larger uncompressed.
     pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
@@ -185,7 +187,7 @@ impl ConsumerOptions {
 pub(crate) struct Counters {
     received: AtomicU64,
     skipped: AtomicU64,
-    discarded: AtomicU64,
+    undecodable: AtomicU64,
     checksum_mismatches: AtomicU64,
     flow_frames: AtomicU64,
     ack_frames: AtomicU64,
@@ -207,14 +209,14 @@ pub struct ConsumerStats {
     pub received: u64,
     /// Messages of redelivered batches skipped because the broker had them acknowledged.
     pub skipped: u64,
-    /// Entries not delivered because they could not be read (acknowledged with a
-    /// `validation_error`).
-    pub discarded: u64,
+    /// Entries that could not be decoded (checksum, decompression or batch errors): handed
+    /// to the application as [`Error::Undecodable`], not acknowledged.
+    pub undecodable: u64,
     /// Of those, entries whose checksum did not match.
     pub checksum_mismatches: u64,
     /// `FLOW` frames sent after the first.
     pub flow_frames: u64,
-    /// `ACK` frames sent for ordinary acks (and discarded entries).
+    /// `ACK` frames sent for ordinary acks (by message or by id).
     pub ack_frames: u64,
     /// Ids those ack frames carried.
     pub acked_ids: u64,
@@ -254,6 +256,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 ///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;
 ///   the ack is sent at once with a request id and its `ACK_RESPONSE` awaited.
 /// - [`Consumer::nack`] asks for a redelivery.
+/// - [`Consumer::ack_id`] and [`Consumer::nack_id`] do the same by id, for the entries that
+///   [`Consumer::receive`] reports as [`Error::Undecodable`]: an entry that cannot be decoded
+///   is never acknowledged behind the application's back.
 ///
 /// Redeliveries: a 4.0.x broker counts a Shared consumer's unacked messages per delivery and
 /// gives nothing back when a transaction aborts, so after aborts it sends again (and counts
@@ -548,7 +553,9 @@ impl Consumer {
     /// # Errors
     /// [`Error::ConnectionLost`] when a partition's connection is lost (its messages stop);
     /// [`Error::Closed`] when the broker closed the consumer (`CLOSE_CONSUMER`, also in
-    /// [`ConsumerStats::closed_by_broker`]) or after [`Consumer::close`].
+    /// [`ConsumerStats::closed_by_broker`]) or after [`Consumer::close`];
+    /// [`Error::Undecodable`] for an entry that cannot be decoded (it stays unacknowledged:
+    /// [`Consumer::ack_id`] or [`Consumer::nack_id`] it, then receive again).
     pub async fn receive(&self) -> Result<Message, Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the consumer"));
@@ -566,10 +573,20 @@ impl Consumer {
         }
     }
 
+    /// The error of an undecodable entry taken by the application; its permits come back.
+    fn undecodable(&self, entry: &Undecodable) -> Error {
+        if let Some(partition) = self.partitions.get(entry.slot) {
+            partition.consumed(entry.permits, &self.counters);
+        }
+        entry.error()
+    }
+
     /// The error of a delivery that is not a message, remembered as why the deliveries
     /// ended.
+    /// An undecodable entry's error does not end the deliveries.
     pub(crate) fn delivery_error(&self, delivery: Delivery) -> Error {
         let error = match delivery {
+            Delivery::Undecodable(entry) => return self.undecodable(&entry),
             Delivery::Closed { topic } => {
                 tracing::info!(%topic, subscription = %self.subscription, "the broker closed the consumer");
                 Error::Closed("the consumer (the broker sent CLOSE_CONSUMER)")
@@ -675,26 +692,35 @@ impl Consumer {
     ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
+        self.enqueue_at(
+            message.origin.slot,
+            &partition,
+            message.position(),
+            cumulative,
+        )
+        .await
+    }
+
+    async fn enqueue_at(
+        &self,
+        slot: usize,
+        partition: &PartitionConsumer,
+        position: &MessagePosition,
+        cumulative: bool,
+    ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
         let ack = {
             let mut tracker = partition.acks.lock();
             if cumulative {
-                tracker.ack_cumulative(message.position())?
+                tracker.ack_cumulative(position)?
             } else {
-                tracker.ack(message.position())?
+                tracker.ack(position)?
             }
         };
-        partition
-            .ledger
-            .lock()
-            .deliveries
-            .acked(message.position(), None);
+        partition.ledger.lock().deliveries.acked(position, None);
         let Some(ack) = ack else {
             return Ok(None);
         };
-        let key = AckKey {
-            slot: message.origin.slot,
-            cumulative,
-        };
+        let key = AckKey { slot, cumulative };
         self.acks
             .enqueue(key, ack.id, ItemOptions::new())
             .await
@@ -778,14 +804,80 @@ impl Consumer {
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
-        let position = message.position();
+        Self::nack_at(&partition, message.position())?;
+        self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn nack_at(partition: &PartitionConsumer, position: &MessagePosition) -> Result<(), Error> {
         partition.ledger.lock().deliveries.nacked(position.entry());
         partition.redeliver(vec![crate::pb::MessageIdData {
             ledger_id: position.ledger_id(),
             entry_id: position.entry_id(),
             partition: (position.partition() >= 0).then_some(position.partition()),
             ..crate::pb::MessageIdData::default()
-        }])?;
+        }])
+    }
+
+    /// The partition slot and position of a message id of this consumer's topic.
+    fn locate(
+        &self,
+        id: &MessageId,
+    ) -> Result<(usize, Arc<PartitionConsumer>, MessagePosition), Error> {
+        let slot = if self.partitioned {
+            usize::try_from(id.partition).map_err(|_| Error::Invalid {
+                what: "message id",
+                reason: format!(
+                    "{id} names no partition of the partitioned topic {}",
+                    self.topic
+                ),
+            })?
+        } else {
+            0
+        };
+        let partition = self.partitions.get(slot).ok_or_else(|| Error::Invalid {
+            what: "message id",
+            reason: format!("{id}: the topic {} has no partition {slot}", self.topic),
+        })?;
+        let entry = EntryId {
+            ledger_id: id.ledger_id,
+            entry_id: id.entry_id,
+        };
+        let size = match id.batch_size {
+            Some(size) => Some(i32::try_from(size).map_err(|_| Error::Invalid {
+                what: "message id",
+                reason: format!("{id}: batch size {size} is out of range"),
+            })?),
+            None => None,
+        };
+        let position = MessagePosition::received(entry, partition.partition, size, id.batch_index)?;
+        Ok((slot, partition, position))
+    }
+
+    /// Queues the ack of a message by its id (for example the id of an
+    /// [`Error::Undecodable`] entry, which acknowledges the whole entry) and returns without
+    /// waiting for it to be sent.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Consumer::close`]; [`Error::Invalid`] for an id that names no
+    /// partition of this consumer; [`Error::Ack`] as [`Consumer::ack`].
+    pub async fn ack_id(&self, id: &MessageId) -> Result<(), Error> {
+        self.check_open()?;
+        let (slot, partition, position) = self.locate(id)?;
+        self.enqueue_at(slot, &partition, &position, false)
+            .await
+            .map(drop)
+    }
+
+    /// Asks the broker to deliver the entry of this id again, as [`Consumer::nack`] (for
+    /// example an [`Error::Undecodable`] entry: its redelivery count grows).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack_id`]; connection errors.
+    pub fn nack_id(&self, id: &MessageId) -> Result<(), Error> {
+        self.check_open()?;
+        let (_, partition, position) = self.locate(id)?;
+        Self::nack_at(&partition, &position)?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -826,7 +918,7 @@ impl Consumer {
         ConsumerStats {
             received: load(&c.received),
             skipped: load(&c.skipped),
-            discarded: load(&c.discarded),
+            undecodable: load(&c.undecodable),
             checksum_mismatches: load(&c.checksum_mismatches),
             flow_frames: load(&c.flow_frames),
             ack_frames: load(&c.ack_frames),
