@@ -3,6 +3,7 @@
 //! [`txn_ack::AckTracker`], transactional acks built only by [`txn_ack::TxnAckTracker`].
 
 mod acks;
+mod dead_letter;
 mod message;
 mod partition;
 
@@ -17,6 +18,8 @@ use tokio::task::JoinHandle;
 use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches};
 
 use acks::{AckFlusher, AckKey};
+use dead_letter::DeadLetters;
+pub use dead_letter::{DeadLetterPolicy, ORIGIN_MESSAGE_ID, REAL_TOPIC, UNDECODABLE_REASON};
 pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
@@ -62,6 +65,7 @@ pub struct ConsumerOptions {
     pub(crate) ack_receipts: bool,
     pub(crate) legacy_committed_redeliveries: bool,
     pub(crate) max_uncompressed_size: Option<usize>,
+    pub(crate) dead_letter: Option<DeadLetterPolicy>,
 }
 
 impl Default for ConsumerOptions {
@@ -80,6 +84,7 @@ impl Default for ConsumerOptions {
             ack_receipts: false,
             legacy_committed_redeliveries: false,
             max_uncompressed_size: None,
+            dead_letter: None,
         }
     }
 }
@@ -150,6 +155,17 @@ impl ConsumerOptions {
         self
     }
 
+    /// Moves messages delivered too often to a dead-letter topic instead of handing them to
+    /// the application ([`DeadLetterPolicy`]; default none). Applies to
+    /// [`Consumer::receive`]: messages and undecodable entries that arrive with a
+    /// `redelivery_count` of at least the policy's maximum are published there (an
+    /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`]) and
+    /// acknowledged once the broker stored them.
+    pub fn dead_letter(mut self, policy: DeadLetterPolicy) -> Self {
+        self.dead_letter = Some(policy);
+        self
+    }
+
     /// Tests only: delivers redeliveries of messages already committed in a transaction to the
     /// application and sends nothing for them, as this crate did before it handled them (the
     /// consumer then stalls on a 4.0.x broker). Never set it in an application.
@@ -160,6 +176,9 @@ impl ConsumerOptions {
     }
 
     fn validate(&self) -> Result<(), Error> {
+        if let Some(policy) = &self.dead_letter {
+            policy.validate()?;
+        }
         if self.receiver_queue_size == 0 {
             return Err(Error::Invalid {
                 what: "receiver_queue_size",
@@ -189,6 +208,7 @@ pub(crate) struct Counters {
     skipped: AtomicU64,
     undecodable: AtomicU64,
     checksum_mismatches: AtomicU64,
+    dead_lettered: AtomicU64,
     flow_frames: AtomicU64,
     ack_frames: AtomicU64,
     acked_ids: AtomicU64,
@@ -214,6 +234,9 @@ pub struct ConsumerStats {
     pub undecodable: u64,
     /// Of those, entries whose checksum did not match.
     pub checksum_mismatches: u64,
+    /// Messages and undecodable entries published to the dead-letter topic (and then
+    /// acknowledged) instead of being handed over.
+    pub dead_lettered: u64,
     /// `FLOW` frames sent after the first.
     pub flow_frames: u64,
     /// `ACK` frames sent for ordinary acks (by message or by id).
@@ -291,6 +314,8 @@ pub struct Consumer {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Serialises partition refreshes, so that a partition is subscribed once.
     refresh: tokio::sync::Mutex<()>,
+    /// The dead-letter topic and its producer, with a policy.
+    dead_letters: Option<DeadLetters>,
 }
 
 /// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
@@ -387,6 +412,10 @@ impl Consumer {
             options.ack_group_time,
             options.ack_group_max,
         )?;
+        let dead_letters = options
+            .dead_letter
+            .clone()
+            .map(|policy| DeadLetters::new(policy, &topic, subscription));
         Ok(Self {
             client: client.clone(),
             sub_type: options.sub_type,
@@ -404,6 +433,7 @@ impl Consumer {
             closed: AtomicBool::new(false),
             tasks: Mutex::new(tasks),
             refresh: tokio::sync::Mutex::new(()),
+            dead_letters,
         })
     }
 
@@ -557,20 +587,94 @@ impl Consumer {
     /// [`Error::Undecodable`] for an entry that cannot be decoded (it stays unacknowledged:
     /// [`Consumer::ack_id`] or [`Consumer::nack_id`] it, then receive again).
     pub async fn receive(&self) -> Result<Message, Error> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed("the consumer"));
-        }
-        let mut deliveries = self.deliveries.lock().await;
-        match deliveries.recv().await {
-            Some(Delivery::Message(message)) => {
-                if let Some(partition) = self.partitions.get(message.origin.slot) {
-                    partition.consumed(1, &self.counters);
-                }
-                Ok(*message)
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed("the consumer"));
             }
-            Some(other) => Err(self.delivery_error(other)),
-            None => Err(self.ended_error()),
+            let delivery = self.deliveries.lock().await.recv().await;
+            match delivery {
+                Some(Delivery::Message(message)) => {
+                    if let Some(partition) = self.partitions.get(message.origin.slot) {
+                        partition.consumed(1, &self.counters);
+                    }
+                    if let Some(dead) = &self.dead_letters
+                        && dead.is_due(message.redelivery_count())
+                    {
+                        self.dead_letter_message(dead, &message).await?;
+                        continue;
+                    }
+                    return Ok(*message);
+                }
+                Some(Delivery::Undecodable(entry)) => {
+                    let error = self.undecodable(&entry);
+                    if let Some(dead) = &self.dead_letters
+                        && dead.is_due(entry.redelivery_count)
+                    {
+                        self.dead_letter_entry(dead, &entry).await?;
+                        continue;
+                    }
+                    return Err(error);
+                }
+                Some(other) => return Err(self.delivery_error(other)),
+                None => return Err(self.ended_error()),
+            }
         }
+    }
+
+    /// Publishes a message to the dead-letter topic, then acknowledges it; when the publish
+    /// fails, nacks it (it comes again, and the dead-lettering is tried again) and returns
+    /// why.
+    async fn dead_letter_message(
+        &self,
+        dead: &DeadLetters,
+        message: &Message,
+    ) -> Result<(), Error> {
+        let letter = dead_letter::dead_letter(
+            message.payload().clone(),
+            message.key(),
+            message.properties(),
+            message.topic(),
+            &message.id(),
+        );
+        if let Err(error) = dead.publish(&self.client, letter).await {
+            tracing::warn!(id = %message.id(), topic = %dead.topic, %error, "dead-lettering failed: nacked");
+            let _ = self.nack(message);
+            return Err(error);
+        }
+        self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(id = %message.id(), topic = %dead.topic, "dead-lettered");
+        self.ack(message).await
+    }
+
+    /// As `dead_letter_message`, for an undecodable entry: its payload as stored.
+    async fn dead_letter_entry(
+        &self,
+        dead: &DeadLetters,
+        entry: &Undecodable,
+    ) -> Result<(), Error> {
+        let (payload, key, mut properties) = match &entry.raw {
+            Some(raw) => (
+                raw.payload.clone(),
+                raw.key.as_deref(),
+                raw.properties.clone(),
+            ),
+            None => (bytes::Bytes::new(), None, Vec::new()),
+        };
+        properties.retain(|(name, _)| name != UNDECODABLE_REASON);
+        properties.push((UNDECODABLE_REASON.to_owned(), entry.reason.clone()));
+        let topic = self
+            .partitions
+            .get(entry.slot)
+            .map_or_else(|| self.topic.clone(), |p| p.topic.clone());
+        let letter = dead_letter::dead_letter(payload, key, &properties, &topic, &entry.id);
+        if let Err(error) = dead.publish(&self.client, letter).await {
+            tracing::warn!(id = %entry.id, topic = %dead.topic, %error, "dead-lettering failed: nacked");
+            let _ = self.nack_id(&entry.id);
+            return Err(error);
+        }
+        self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(id = %entry.id, topic = %dead.topic, "dead-lettered an undecodable entry");
+        self.ack_id(&entry.id).await
     }
 
     /// The error of an undecodable entry taken by the application; its permits come back.
@@ -920,6 +1024,7 @@ impl Consumer {
             skipped: load(&c.skipped),
             undecodable: load(&c.undecodable),
             checksum_mismatches: load(&c.checksum_mismatches),
+            dead_lettered: load(&c.dead_lettered),
             flow_frames: load(&c.flow_frames),
             ack_frames: load(&c.ack_frames),
             acked_ids: load(&c.acked_ids),

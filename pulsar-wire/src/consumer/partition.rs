@@ -44,6 +44,8 @@ pub(crate) struct Undecodable {
     pub(crate) redelivery_count: u32,
     /// The flow permits it took, returned when the application takes it.
     pub(crate) permits: u32,
+    /// Its payload as stored, when the frame had one.
+    pub(crate) raw: Option<super::message::RawEntry>,
 }
 
 impl Undecodable {
@@ -440,6 +442,7 @@ pub(crate) async fn pump(
                 reason,
                 redelivery_count: decoded.redelivery_count,
                 permits: decoded.permits,
+                raw: decoded.raw,
             };
             if deliveries
                 .send(Delivery::Undecodable(Box::new(undecodable)))
