@@ -104,8 +104,9 @@ pub enum Error {
     /// match, its payload does not decompress, or its batch is corrupt. The entry was not
     /// acknowledged and stays in the subscription's backlog; the application decides:
     /// [`crate::Consumer::ack_id`] drops it, [`crate::Consumer::nack_id`] has it delivered
-    /// again (a corruption in transit may not recur). Not retryable as such: receive the next
-    /// message.
+    /// again (a corruption in transit may not recur); with
+    /// [`crate::ConsumerOptions::dead_letter`], an entry nacked often enough goes to the
+    /// dead-letter topic instead. Not retryable as such: receive the next message.
     #[error(
         "entry {id} cannot be decoded ({reason}, delivered {redelivery_count} times before); it is not acknowledged: ack it by id (Consumer::ack_id) to drop it or nack it by id (Consumer::nack_id) to have it sent again"
     )]

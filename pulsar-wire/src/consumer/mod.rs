@@ -585,7 +585,9 @@ impl Consumer {
     /// [`Error::Closed`] when the broker closed the consumer (`CLOSE_CONSUMER`, also in
     /// [`ConsumerStats::closed_by_broker`]) or after [`Consumer::close`];
     /// [`Error::Undecodable`] for an entry that cannot be decoded (it stays unacknowledged:
-    /// [`Consumer::ack_id`] or [`Consumer::nack_id`] it, then receive again).
+    /// [`Consumer::ack_id`] or [`Consumer::nack_id`] it, then receive again); with
+    /// [`ConsumerOptions::dead_letter`], the error of a dead letter that could not be
+    /// published (the message was nacked and comes again; receive again).
     pub async fn receive(&self) -> Result<Message, Error> {
         loop {
             if self.closed.load(Ordering::Acquire) {
