@@ -100,6 +100,24 @@ pub enum Error {
     /// the policy or layout.
     #[error(transparent)]
     Priority(#[from] priority::Error),
+    /// [`crate::Consumer::receive`] got an entry it cannot decode: its checksum does not
+    /// match, its payload does not decompress, or its batch is corrupt. The entry was not
+    /// acknowledged and stays in the subscription's backlog; the application decides:
+    /// [`crate::Consumer::ack_id`] drops it, [`crate::Consumer::nack_id`] has it delivered
+    /// again (a corruption in transit may not recur); with
+    /// [`crate::ConsumerOptions::dead_letter`], an entry nacked often enough goes to the
+    /// dead-letter topic instead. Not retryable as such: receive the next message.
+    #[error(
+        "entry {id} cannot be decoded ({reason}, delivered {redelivery_count} times before); it is not acknowledged: ack it by id (Consumer::ack_id) to drop it or nack it by id (Consumer::nack_id) to have it sent again"
+    )]
+    Undecodable {
+        /// The entry's id (batch index -1: the whole entry).
+        id: crate::MessageId,
+        /// What was wrong.
+        reason: String,
+        /// How often the broker delivered the entry before.
+        redelivery_count: u32,
+    },
     /// The client, producer or consumer was closed.
     #[error("{0} is closed")]
     Closed(&'static str),

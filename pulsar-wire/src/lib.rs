@@ -126,7 +126,10 @@ pub use compression::{
     Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
 pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
-pub use consumer::{Consumer, ConsumerOptions, ConsumerStats, InitialPosition, Message, SubType};
+pub use consumer::{
+    Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, InitialPosition, Message,
+    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON,
+};
 pub use error::Error;
 pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, MessageId, OutgoingMessage, PartitionRouter,

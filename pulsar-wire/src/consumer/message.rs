@@ -117,12 +117,36 @@ pub(crate) struct Decoded {
     /// Messages of the entry that were acknowledged before (cleared in the frame's
     /// `ack_set`) or compacted out: not delivered.
     pub(crate) skipped: Vec<MessagePosition>,
-    /// The entry cannot be delivered: acknowledge it with this validation error.
+    /// The entry cannot be decoded: what was wrong (handed to the application as
+    /// [`crate::Error::Undecodable`], never acknowledged here).
     pub(crate) invalid: Option<(ValidationError, String)>,
+    /// How often the broker delivered the entry before (`redelivery_count`).
+    pub(crate) redelivery_count: u32,
+    /// An undecodable entry's payload as stored, with its key and properties (for the
+    /// dead-letter topic).
+    pub(crate) raw: Option<RawEntry>,
     /// The entry, when the frame names one.
     pub(crate) entry: Option<(EntryId, i32)>,
     /// The flow permits the entry took.
     pub(crate) permits: u32,
+}
+
+/// An entry's payload as the broker sent it, with the key and properties of its metadata.
+#[derive(Debug, Clone)]
+pub(crate) struct RawEntry {
+    pub(crate) payload: Bytes,
+    pub(crate) key: Option<String>,
+    pub(crate) properties: Vec<(String, String)>,
+}
+
+impl RawEntry {
+    fn of(metadata: &crate::pb::MessageMetadata, payload: Bytes) -> Self {
+        Self {
+            payload,
+            key: metadata.partition_key.clone(),
+            properties: properties(metadata.properties.clone()),
+        }
+    }
 }
 
 /// Whether bit `index` is set in a wire ack set; bits past the last word are clear (Java).
@@ -162,6 +186,7 @@ pub(crate) fn decode(
         entry_id: command.message_id.entry_id,
     };
     decoded.entry = Some((entry, partition));
+    decoded.redelivery_count = command.redelivery_count.unwrap_or(0);
     let Some(payload) = frame.payload else {
         decoded.invalid = Some((
             ValidationError::BatchDeSerializeError,
@@ -174,7 +199,9 @@ pub(crate) fn decode(
     decoded.permits = batch
         .map_or(1, |n| n.clamp(1, crate::MAX_BATCH_MESSAGES))
         .unsigned_abs();
+    let stored = payload.data.clone();
     if !payload.checksum_ok {
+        decoded.raw = Some(RawEntry::of(&metadata, stored));
         decoded.invalid = Some((
             ValidationError::ChecksumMismatch,
             format!("entry {entry}: the CRC32C checksum does not match"),
@@ -185,6 +212,7 @@ pub(crate) fn decode(
     let data = match decompress_payload(&metadata, payload.data, max_uncompressed) {
         Ok(data) => data,
         Err(error) => {
+            decoded.raw = Some(RawEntry::of(&metadata, stored));
             decoded.invalid = Some((
                 ValidationError::DecompressionError,
                 format!("entry {entry}: {error}"),
@@ -221,6 +249,7 @@ pub(crate) fn decode(
     let singles = match split_batch(&metadata, data) {
         Ok(singles) => singles,
         Err(error) => {
+            decoded.raw = Some(RawEntry::of(&metadata, stored));
             decoded.invalid = Some((
                 ValidationError::BatchDeSerializeError,
                 format!("entry {entry}: {error}"),
@@ -234,6 +263,7 @@ pub(crate) fn decode(
             Err(error) => {
                 decoded.messages.clear();
                 decoded.skipped.clear();
+                decoded.raw = Some(RawEntry::of(&metadata, stored));
                 decoded.invalid = Some((
                     ValidationError::BatchDeSerializeError,
                     format!("entry {entry}: {error}"),

@@ -3,6 +3,7 @@
 //! [`txn_ack::AckTracker`], transactional acks built only by [`txn_ack::TxnAckTracker`].
 
 mod acks;
+mod dead_letter;
 mod message;
 mod partition;
 
@@ -14,15 +15,18 @@ use ack_batcher::{Batcher, ItemOptions};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use txn_ack::{AckId, AckKind, PartialBatches};
+use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches};
 
 use acks::{AckFlusher, AckKey};
+use dead_letter::DeadLetters;
+pub use dead_letter::{DeadLetterPolicy, ORIGIN_MESSAGE_ID, REAL_TOPIC, UNDECODABLE_REASON};
 pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
+use partition::Undecodable;
 pub(crate) use partition::{Delivery, Ledger, PartitionConsumer};
 
-use crate::{Client, Connection, Error, Transaction};
+use crate::{Client, Connection, Error, MessageId, Transaction};
 
 /// The subscription type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,6 +65,7 @@ pub struct ConsumerOptions {
     pub(crate) ack_receipts: bool,
     pub(crate) legacy_committed_redeliveries: bool,
     pub(crate) max_uncompressed_size: Option<usize>,
+    pub(crate) dead_letter: Option<DeadLetterPolicy>,
 }
 
 impl Default for ConsumerOptions {
@@ -79,6 +84,7 @@ impl Default for ConsumerOptions {
             ack_receipts: false,
             legacy_committed_redeliveries: false,
             max_uncompressed_size: None,
+            dead_letter: None,
         }
     }
 }
@@ -139,12 +145,24 @@ impl ConsumerOptions {
     /// The largest payload a compressed entry may decompress to (its declared
     /// `uncompressed_size` is checked before anything is allocated for it). Default: the
     /// broker's `max_message_size` from `CONNECTED` ([`crate::DEFAULT_MAX_MESSAGE_SIZE`] when
-    /// it does not say). An entry above the limit is not delivered: it is acknowledged with a
-    /// `DecompressionError` and counted in [`ConsumerStats::discarded`]. Producers (the Java
+    /// it does not say). An entry above the limit is not delivered: it reaches
+    /// [`Consumer::receive`] as [`Error::Undecodable`], unacknowledged, and is counted in
+    /// [`ConsumerStats::undecodable`]. Producers (the Java
     /// client's and this crate's) check only the compressed size against `max_message_size`,
     /// so raise this to read highly compressible payloads that are larger uncompressed.
     pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
         self.max_uncompressed_size = Some(bytes);
+        self
+    }
+
+    /// Moves messages delivered too often to a dead-letter topic instead of handing them to
+    /// the application ([`DeadLetterPolicy`]; default none). Applies to
+    /// [`Consumer::receive`]: messages and undecodable entries that arrive with a
+    /// `redelivery_count` of at least the policy's maximum are published there (an
+    /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`]) and
+    /// acknowledged once the broker stored them.
+    pub fn dead_letter(mut self, policy: DeadLetterPolicy) -> Self {
+        self.dead_letter = Some(policy);
         self
     }
 
@@ -158,6 +176,9 @@ impl ConsumerOptions {
     }
 
     fn validate(&self) -> Result<(), Error> {
+        if let Some(policy) = &self.dead_letter {
+            policy.validate()?;
+        }
         if self.receiver_queue_size == 0 {
             return Err(Error::Invalid {
                 what: "receiver_queue_size",
@@ -185,8 +206,9 @@ impl ConsumerOptions {
 pub(crate) struct Counters {
     received: AtomicU64,
     skipped: AtomicU64,
-    discarded: AtomicU64,
+    undecodable: AtomicU64,
     checksum_mismatches: AtomicU64,
+    dead_lettered: AtomicU64,
     flow_frames: AtomicU64,
     ack_frames: AtomicU64,
     acked_ids: AtomicU64,
@@ -207,14 +229,17 @@ pub struct ConsumerStats {
     pub received: u64,
     /// Messages of redelivered batches skipped because the broker had them acknowledged.
     pub skipped: u64,
-    /// Entries not delivered because they could not be read (acknowledged with a
-    /// `validation_error`).
-    pub discarded: u64,
+    /// Entries that could not be decoded (checksum, decompression or batch errors): handed
+    /// to the application as [`Error::Undecodable`], not acknowledged.
+    pub undecodable: u64,
     /// Of those, entries whose checksum did not match.
     pub checksum_mismatches: u64,
+    /// Messages and undecodable entries published to the dead-letter topic (and then
+    /// acknowledged) instead of being handed over.
+    pub dead_lettered: u64,
     /// `FLOW` frames sent after the first.
     pub flow_frames: u64,
-    /// `ACK` frames sent for ordinary acks (and discarded entries).
+    /// `ACK` frames sent for ordinary acks (by message or by id).
     pub ack_frames: u64,
     /// Ids those ack frames carried.
     pub acked_ids: u64,
@@ -254,6 +279,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 ///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;
 ///   the ack is sent at once with a request id and its `ACK_RESPONSE` awaited.
 /// - [`Consumer::nack`] asks for a redelivery.
+/// - [`Consumer::ack_id`] and [`Consumer::nack_id`] do the same by id, for the entries that
+///   [`Consumer::receive`] reports as [`Error::Undecodable`]: an entry that cannot be decoded
+///   is never acknowledged behind the application's back.
 ///
 /// Redeliveries: a 4.0.x broker counts a Shared consumer's unacked messages per delivery and
 /// gives nothing back when a transaction aborts, so after aborts it sends again (and counts
@@ -286,6 +314,8 @@ pub struct Consumer {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Serialises partition refreshes, so that a partition is subscribed once.
     refresh: tokio::sync::Mutex<()>,
+    /// The dead-letter topic and its producer, with a policy.
+    dead_letters: Option<DeadLetters>,
 }
 
 /// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
@@ -382,6 +412,10 @@ impl Consumer {
             options.ack_group_time,
             options.ack_group_max,
         )?;
+        let dead_letters = options
+            .dead_letter
+            .clone()
+            .map(|policy| DeadLetters::new(policy, &topic, subscription));
         Ok(Self {
             client: client.clone(),
             sub_type: options.sub_type,
@@ -399,6 +433,7 @@ impl Consumer {
             closed: AtomicBool::new(false),
             tasks: Mutex::new(tasks),
             refresh: tokio::sync::Mutex::new(()),
+            dead_letters,
         })
     }
 
@@ -548,28 +583,116 @@ impl Consumer {
     /// # Errors
     /// [`Error::ConnectionLost`] when a partition's connection is lost (its messages stop);
     /// [`Error::Closed`] when the broker closed the consumer (`CLOSE_CONSUMER`, also in
-    /// [`ConsumerStats::closed_by_broker`]) or after [`Consumer::close`].
+    /// [`ConsumerStats::closed_by_broker`]) or after [`Consumer::close`];
+    /// [`Error::Undecodable`] for an entry that cannot be decoded (it stays unacknowledged:
+    /// [`Consumer::ack_id`] or [`Consumer::nack_id`] it, then receive again); with
+    /// [`ConsumerOptions::dead_letter`], the error of a dead letter that could not be
+    /// published (the message was nacked and comes again; receive again).
     pub async fn receive(&self) -> Result<Message, Error> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed("the consumer"));
-        }
-        let mut deliveries = self.deliveries.lock().await;
-        match deliveries.recv().await {
-            Some(Delivery::Message(message)) => {
-                if let Some(partition) = self.partitions.get(message.origin.slot) {
-                    partition.consumed(1, &self.counters);
-                }
-                Ok(*message)
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed("the consumer"));
             }
-            Some(other) => Err(self.delivery_error(other)),
-            None => Err(self.ended_error()),
+            let delivery = self.deliveries.lock().await.recv().await;
+            match delivery {
+                Some(Delivery::Message(message)) => {
+                    if let Some(partition) = self.partitions.get(message.origin.slot) {
+                        partition.consumed(1, &self.counters);
+                    }
+                    if let Some(dead) = &self.dead_letters
+                        && dead.is_due(message.redelivery_count())
+                    {
+                        self.dead_letter_message(dead, &message).await?;
+                        continue;
+                    }
+                    return Ok(*message);
+                }
+                Some(Delivery::Undecodable(entry)) => {
+                    let error = self.undecodable(&entry);
+                    if let Some(dead) = &self.dead_letters
+                        && dead.is_due(entry.redelivery_count)
+                    {
+                        self.dead_letter_entry(dead, &entry).await?;
+                        continue;
+                    }
+                    return Err(error);
+                }
+                Some(other) => return Err(self.delivery_error(other)),
+                None => return Err(self.ended_error()),
+            }
         }
+    }
+
+    /// Publishes a message to the dead-letter topic, then acknowledges it; when the publish
+    /// fails, nacks it (it comes again, and the dead-lettering is tried again) and returns
+    /// why.
+    async fn dead_letter_message(
+        &self,
+        dead: &DeadLetters,
+        message: &Message,
+    ) -> Result<(), Error> {
+        let letter = dead_letter::dead_letter(
+            message.payload().clone(),
+            message.key(),
+            message.properties(),
+            message.topic(),
+            &message.id(),
+        );
+        if let Err(error) = dead.publish(&self.client, letter).await {
+            tracing::warn!(id = %message.id(), topic = %dead.topic, %error, "dead-lettering failed: nacked");
+            let _ = self.nack(message);
+            return Err(error);
+        }
+        self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(id = %message.id(), topic = %dead.topic, "dead-lettered");
+        self.ack(message).await
+    }
+
+    /// As `dead_letter_message`, for an undecodable entry: its payload as stored.
+    async fn dead_letter_entry(
+        &self,
+        dead: &DeadLetters,
+        entry: &Undecodable,
+    ) -> Result<(), Error> {
+        let (payload, key, mut properties) = match &entry.raw {
+            Some(raw) => (
+                raw.payload.clone(),
+                raw.key.as_deref(),
+                raw.properties.clone(),
+            ),
+            None => (bytes::Bytes::new(), None, Vec::new()),
+        };
+        properties.retain(|(name, _)| name != UNDECODABLE_REASON);
+        properties.push((UNDECODABLE_REASON.to_owned(), entry.reason.clone()));
+        let topic = self
+            .partitions
+            .get(entry.slot)
+            .map_or_else(|| self.topic.clone(), |p| p.topic.clone());
+        let letter = dead_letter::dead_letter(payload, key, &properties, &topic, &entry.id);
+        if let Err(error) = dead.publish(&self.client, letter).await {
+            tracing::warn!(id = %entry.id, topic = %dead.topic, %error, "dead-lettering failed: nacked");
+            let _ = self.nack_id(&entry.id);
+            return Err(error);
+        }
+        self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(id = %entry.id, topic = %dead.topic, "dead-lettered an undecodable entry");
+        self.ack_id(&entry.id).await
+    }
+
+    /// The error of an undecodable entry taken by the application; its permits come back.
+    fn undecodable(&self, entry: &Undecodable) -> Error {
+        if let Some(partition) = self.partitions.get(entry.slot) {
+            partition.consumed(entry.permits, &self.counters);
+        }
+        entry.error()
     }
 
     /// The error of a delivery that is not a message, remembered as why the deliveries
     /// ended.
+    /// An undecodable entry's error does not end the deliveries.
     pub(crate) fn delivery_error(&self, delivery: Delivery) -> Error {
         let error = match delivery {
+            Delivery::Undecodable(entry) => return self.undecodable(&entry),
             Delivery::Closed { topic } => {
                 tracing::info!(%topic, subscription = %self.subscription, "the broker closed the consumer");
                 Error::Closed("the consumer (the broker sent CLOSE_CONSUMER)")
@@ -675,26 +798,35 @@ impl Consumer {
     ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
+        self.enqueue_at(
+            message.origin.slot,
+            &partition,
+            message.position(),
+            cumulative,
+        )
+        .await
+    }
+
+    async fn enqueue_at(
+        &self,
+        slot: usize,
+        partition: &PartitionConsumer,
+        position: &MessagePosition,
+        cumulative: bool,
+    ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
         let ack = {
             let mut tracker = partition.acks.lock();
             if cumulative {
-                tracker.ack_cumulative(message.position())?
+                tracker.ack_cumulative(position)?
             } else {
-                tracker.ack(message.position())?
+                tracker.ack(position)?
             }
         };
-        partition
-            .ledger
-            .lock()
-            .deliveries
-            .acked(message.position(), None);
+        partition.ledger.lock().deliveries.acked(position, None);
         let Some(ack) = ack else {
             return Ok(None);
         };
-        let key = AckKey {
-            slot: message.origin.slot,
-            cumulative,
-        };
+        let key = AckKey { slot, cumulative };
         self.acks
             .enqueue(key, ack.id, ItemOptions::new())
             .await
@@ -778,14 +910,80 @@ impl Consumer {
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
-        let position = message.position();
+        Self::nack_at(&partition, message.position())?;
+        self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn nack_at(partition: &PartitionConsumer, position: &MessagePosition) -> Result<(), Error> {
         partition.ledger.lock().deliveries.nacked(position.entry());
         partition.redeliver(vec![crate::pb::MessageIdData {
             ledger_id: position.ledger_id(),
             entry_id: position.entry_id(),
             partition: (position.partition() >= 0).then_some(position.partition()),
             ..crate::pb::MessageIdData::default()
-        }])?;
+        }])
+    }
+
+    /// The partition slot and position of a message id of this consumer's topic.
+    fn locate(
+        &self,
+        id: &MessageId,
+    ) -> Result<(usize, Arc<PartitionConsumer>, MessagePosition), Error> {
+        let slot = if self.partitioned {
+            usize::try_from(id.partition).map_err(|_| Error::Invalid {
+                what: "message id",
+                reason: format!(
+                    "{id} names no partition of the partitioned topic {}",
+                    self.topic
+                ),
+            })?
+        } else {
+            0
+        };
+        let partition = self.partitions.get(slot).ok_or_else(|| Error::Invalid {
+            what: "message id",
+            reason: format!("{id}: the topic {} has no partition {slot}", self.topic),
+        })?;
+        let entry = EntryId {
+            ledger_id: id.ledger_id,
+            entry_id: id.entry_id,
+        };
+        let size = match id.batch_size {
+            Some(size) => Some(i32::try_from(size).map_err(|_| Error::Invalid {
+                what: "message id",
+                reason: format!("{id}: batch size {size} is out of range"),
+            })?),
+            None => None,
+        };
+        let position = MessagePosition::received(entry, partition.partition, size, id.batch_index)?;
+        Ok((slot, partition, position))
+    }
+
+    /// Queues the ack of a message by its id (for example the id of an
+    /// [`Error::Undecodable`] entry, which acknowledges the whole entry) and returns without
+    /// waiting for it to be sent.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Consumer::close`]; [`Error::Invalid`] for an id that names no
+    /// partition of this consumer; [`Error::Ack`] as [`Consumer::ack`].
+    pub async fn ack_id(&self, id: &MessageId) -> Result<(), Error> {
+        self.check_open()?;
+        let (slot, partition, position) = self.locate(id)?;
+        self.enqueue_at(slot, &partition, &position, false)
+            .await
+            .map(drop)
+    }
+
+    /// Asks the broker to deliver the entry of this id again, as [`Consumer::nack`] (for
+    /// example an [`Error::Undecodable`] entry: its redelivery count grows).
+    ///
+    /// # Errors
+    /// As [`Consumer::ack_id`]; connection errors.
+    pub fn nack_id(&self, id: &MessageId) -> Result<(), Error> {
+        self.check_open()?;
+        let (_, partition, position) = self.locate(id)?;
+        Self::nack_at(&partition, &position)?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -826,8 +1024,9 @@ impl Consumer {
         ConsumerStats {
             received: load(&c.received),
             skipped: load(&c.skipped),
-            discarded: load(&c.discarded),
+            undecodable: load(&c.undecodable),
             checksum_mismatches: load(&c.checksum_mismatches),
+            dead_lettered: load(&c.dead_lettered),
             flow_frames: load(&c.flow_frames),
             ack_frames: load(&c.ack_frames),
             acked_ids: load(&c.acked_ids),

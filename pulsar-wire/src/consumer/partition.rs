@@ -6,12 +6,14 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
-use txn_ack::{AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, TxnAckTracker, TxnId};
+use txn_ack::{
+    AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, MessagePosition, TxnAckTracker, TxnId,
+};
 
 use super::message::{Origin, decode};
 use super::{ConsumerOptions, Counters, Message};
 use crate::pb::base_command::Type;
-use crate::pb::command_ack::{AckType, ValidationError};
+use crate::pb::command_ack::ValidationError;
 use crate::pb::{self, command_subscribe};
 use crate::{Client, Connection, ConsumerEvent, Error, command_frame};
 
@@ -19,12 +21,42 @@ use crate::{Client, Connection, ConsumerEvent, Error, command_frame};
 #[derive(Debug)]
 pub(crate) enum Delivery {
     Message(Box<Message>),
+    /// An entry that cannot be decoded: not acknowledged, handed over as an error.
+    Undecodable(Box<Undecodable>),
     /// The broker closed this partition's consumer (`CLOSE_CONSUMER`).
     Closed {
         topic: String,
     },
     /// The connection of this partition's consumer was lost.
     Lost(Error),
+}
+
+/// An entry that cannot be decoded, on its way to the application.
+#[derive(Debug)]
+pub(crate) struct Undecodable {
+    /// The partition slot it came from.
+    pub(crate) slot: usize,
+    /// The whole entry's id.
+    pub(crate) id: crate::MessageId,
+    /// What was wrong.
+    pub(crate) reason: String,
+    /// How often the broker delivered it before.
+    pub(crate) redelivery_count: u32,
+    /// The flow permits it took, returned when the application takes it.
+    pub(crate) permits: u32,
+    /// Its payload as stored, when the frame had one.
+    pub(crate) raw: Option<super::message::RawEntry>,
+}
+
+impl Undecodable {
+    /// The error the application gets for it.
+    pub(crate) fn error(&self) -> Error {
+        Error::Undecodable {
+            id: self.id,
+            reason: self.reason.clone(),
+            redelivery_count: self.redelivery_count,
+        }
+    }
 }
 
 /// The partition consumers of one consumer, by slot (the partition index on a partitioned
@@ -250,23 +282,6 @@ impl PartitionConsumer {
         }
     }
 
-    /// Acknowledges an entry that cannot be delivered, with the reason (`validation_error`).
-    fn reject(&self, entry: txn_ack::EntryId, error: ValidationError) -> Result<(), Error> {
-        self.connection.send(command_frame(Type::Ack, |c| {
-            c.ack = Some(pb::CommandAck {
-                consumer_id: self.consumer_id,
-                ack_type: AckType::Individual as i32,
-                message_id: vec![pb::MessageIdData {
-                    ledger_id: entry.ledger_id,
-                    entry_id: entry.entry_id,
-                    ..pb::MessageIdData::default()
-                }],
-                validation_error: Some(error as i32),
-                ..pb::CommandAck::default()
-            });
-        }))
-    }
-
     /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` for these ids, or for everything unacknowledged
     /// when `ids` is empty.
     pub(crate) fn redeliver(&self, ids: Vec<pb::MessageIdData>) -> Result<(), Error> {
@@ -389,14 +404,52 @@ pub(crate) async fn pump(
             if error == ValidationError::ChecksumMismatch {
                 counters.checksum_mismatches.fetch_add(1, Ordering::Relaxed);
             }
-            counters.discarded.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(topic = %consumer.topic, %reason, ?error, "discarding an entry");
-            if let Some((entry, _)) = decoded.entry
-                && consumer.reject(entry, error).is_ok()
-            {
-                counters.ack_frames.fetch_add(1, Ordering::Relaxed);
+            counters.undecodable.fetch_add(1, Ordering::Relaxed);
+            let Some((entry, partition)) = decoded.entry else {
+                // A frame that names no entry: nothing to hand over or acknowledge.
+                tracing::warn!(topic = %consumer.topic, %reason, "a MESSAGE frame without an entry");
+                consumer.consumed(decoded.permits, &counters);
+                continue;
+            };
+            tracing::warn!(
+                topic = %consumer.topic,
+                %reason,
+                ?error,
+                "an entry that cannot be decoded: handed to the application, not acknowledged"
+            );
+            // The broker counts it unacknowledged like any delivery; the ledger follows it as
+            // one whole-entry message.
+            let position = MessagePosition::single(entry.ledger_id, entry.entry_id, partition);
+            let verdict = consumer.ledger.lock().deliveries.delivered(&position);
+            if verdict.is_duplicate() {
+                counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                if !consumer.legacy {
+                    consumer.maybe_resync(&counters, false);
+                    consumer.consumed(decoded.permits, &counters);
+                    continue;
+                }
             }
-            consumer.consumed(decoded.permits, &counters);
+            consumer.maybe_resync(&counters, false);
+            let undecodable = Undecodable {
+                slot: origin.slot,
+                id: crate::MessageId {
+                    ledger_id: entry.ledger_id,
+                    entry_id: entry.entry_id,
+                    partition,
+                    batch_index: -1,
+                    batch_size: None,
+                },
+                reason,
+                redelivery_count: decoded.redelivery_count,
+                permits: decoded.permits,
+                raw: decoded.raw,
+            };
+            if deliveries
+                .send(Delivery::Undecodable(Box::new(undecodable)))
+                .is_err()
+            {
+                return;
+            }
             continue;
         }
         if !decoded.skipped.is_empty() {

@@ -85,7 +85,7 @@ async fn every_codec_batched_or_not_reaches_our_consumer_intact() {
                 consumer.ack(message).await.expect("ack queued");
             }
             let stats = consumer.stats();
-            assert_eq!(stats.discarded, 0, "{codec} {per_batch}: {stats:?}");
+            assert_eq!(stats.undecodable, 0, "{codec} {per_batch}: {stats:?}");
             assert_eq!(stats.received, COUNT as u64, "{codec} {per_batch}");
             setup.assert_drained(&topic).await;
             producer.close().await.expect("closed");
@@ -231,7 +231,7 @@ async fn entries_written_as_other_clients_write_them_are_delivered() {
     for message in &messages {
         consumer.ack(message).await.expect("ack queued");
     }
-    assert_eq!(consumer.stats().discarded, 0);
+    assert_eq!(consumer.stats().undecodable, 0);
     setup.assert_drained(topic).await;
 }
 
@@ -328,7 +328,7 @@ async fn the_emulator_passes_compressed_entries_through_unchanged() {
 }
 
 #[tokio::test]
-async fn an_entry_that_does_not_decompress_is_discarded_and_the_next_delivered() {
+async fn an_entry_that_does_not_decompress_is_reported_unacknowledged_and_the_next_delivered() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let topic = "corrupt-compressed";
     let consumer = setup.shared(topic, ConsumerOptions::default()).await;
@@ -365,13 +365,33 @@ async fn an_entry_that_does_not_decompress_is_discarded_and_the_next_delivered()
         .expect("stored");
         sequence += 3;
     }
-    let messages = receive(&consumer, codecs.len()).await;
-    for message in &messages {
+    // The entries that do not decompress reach the application as errors, in order.
+    let mut undecodable = Vec::new();
+    for _ in &codecs {
+        for _ in 0..2 {
+            match within(PATIENCE, consumer.receive()).await {
+                Some(Err(Error::Undecodable { id, reason, .. })) => {
+                    assert!(!reason.is_empty());
+                    undecodable.push(id);
+                }
+                other => panic!(
+                    "expected an undecodable entry: {:?}",
+                    other.map(|r| r.map(|m| m.id()))
+                ),
+            }
+        }
+        let message = receive(&consumer, 1).await.remove(0);
         assert_eq!(message.payload(), &payload(7));
-        consumer.ack(message).await.expect("ack queued");
+        consumer.ack(&message).await.expect("ack queued");
     }
     assert_quiet(&consumer, Duration::from_millis(200)).await;
-    assert_eq!(consumer.stats().discarded, 2 * codecs.len() as u64);
+    consumer.flush_acks().await;
+    assert_eq!(consumer.stats().undecodable, 2 * codecs.len() as u64);
+    assert_eq!(setup.stats().backlog(topic), undecodable.len() as u64);
+    for id in &undecodable {
+        consumer.ack_id(id).await.expect("ack queued");
+    }
+    consumer.flush_acks().await;
     setup.assert_drained(topic).await;
 }
 
@@ -433,7 +453,7 @@ async fn the_compressed_size_counts_against_max_message_size() {
         );
         producer.close().await.expect("closed");
     }
-    assert_eq!(raised.stats().discarded, 0);
+    assert_eq!(raised.stats().undecodable, 0);
 }
 
 #[tokio::test]
@@ -461,9 +481,14 @@ async fn by_default_a_consumer_decompresses_up_to_the_brokers_max_message_size()
         .send(OutgoingMessage::new("small"))
         .await
         .expect("sent");
+    let Some(Err(Error::Undecodable { id, .. })) = within(PATIENCE, consumer.receive()).await
+    else {
+        panic!("the entry above the limit is reported first");
+    };
+    consumer.ack_id(&id).await.expect("ack queued");
     let message = receive(&consumer, 1).await.remove(0);
     assert_eq!(message.payload(), &Bytes::from("small"));
     consumer.ack(&message).await.expect("ack queued");
-    assert_eq!(consumer.stats().discarded, 1);
+    assert_eq!(consumer.stats().undecodable, 1);
     setup.assert_drained(topic).await;
 }

@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use pulsar_wire::emulator::{EmulatorConfig, Faults};
-use pulsar_wire::{ConsumerOptions, Error, OutgoingMessage};
+use pulsar_wire::{Consumer, ConsumerOptions, Error, MessageId, OutgoingMessage};
 
-use crate::support::{Setup, assert_quiet, receive, send_all, within};
+use crate::support::{PATIENCE, Setup, assert_quiet, receive, send_all, within};
 
 #[tokio::test]
 async fn connection_loss_fails_pending_requests_instead_of_hanging() {
@@ -92,26 +92,92 @@ async fn a_connection_dropped_mid_stream_surfaces_on_every_side() {
     assert!(setup.stats().faults.dropped_connections > 0);
 }
 
+/// The next delivery, which must be an undecodable entry: its id and redelivery count.
+async fn undecodable(consumer: &Consumer) -> (MessageId, u32) {
+    match within(PATIENCE, consumer.receive()).await {
+        Some(Err(Error::Undecodable {
+            id,
+            redelivery_count,
+            reason,
+        })) => {
+            assert!(reason.contains("checksum"), "{reason}");
+            assert_eq!((id.batch_index, id.batch_size), (-1, None), "{id}");
+            (id, redelivery_count)
+        }
+        other => panic!(
+            "expected an undecodable entry, got {:?}",
+            other.map(|r| r.map(|m| m.id()))
+        ),
+    }
+}
+
+/// Regression: entries with a bad checksum used to be acknowledged with a validation error
+/// and never reach the application (data loss). They now reach it as errors with their ids,
+/// stay in the backlog (a redelivery brings them again), and go only when acked by id.
 #[tokio::test]
-async fn corrupted_messages_are_acknowledged_with_the_validation_error_and_reported() {
+async fn corrupted_entries_reach_the_application_as_errors_and_are_not_acknowledged() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let producer = setup.producer("corrupt", 3).await;
     send_all(&producer, 6).await;
     setup.emulator.set_faults(Faults::none().corrupt_rate(1.0));
     let consumer = setup.shared("corrupt", ConsumerOptions::default()).await;
+    let (first, count) = undecodable(&consumer).await;
+    assert_eq!(count, 0);
+    let (second, _) = undecodable(&consumer).await;
+    assert_ne!(first, second);
     assert_quiet(&consumer, Duration::from_millis(300)).await;
     let stats = consumer.stats();
     assert_eq!(stats.checksum_mismatches, 2, "{stats:?}");
-    assert_eq!(stats.discarded, 2);
+    assert_eq!(stats.undecodable, 2);
+    assert_eq!(stats.ack_frames, 0, "{stats:?}");
     let emulator = setup.stats();
     let validation_errors: u64 = emulator.consumers().map(|c| c.validation_errors).sum();
-    assert_eq!(validation_errors, 2);
-    // Clean messages afterwards are delivered as usual.
+    assert_eq!(validation_errors, 0, "nothing was acknowledged");
+    assert_eq!(emulator.backlog("corrupt"), 6, "the backlog keeps them");
+    // A nack brings the entry again, its redelivery count grown; still corrupt in transit.
+    consumer.nack_id(&first).expect("nacked");
+    let (again, count) = undecodable(&consumer).await;
+    assert_eq!((again, count), (first, 1));
+    // Acked by id, it is gone; the other, nacked once the corruption stopped, arrives intact.
+    consumer.ack_id(&first).await.expect("ack queued");
+    consumer.flush_acks().await;
     setup.emulator.set_faults(Faults::none());
+    consumer.nack_id(&second).expect("nacked");
+    let messages = receive(&consumer, 3).await;
+    for message in &messages {
+        assert_eq!(message.id().entry_id, second.entry_id);
+        assert_eq!(message.redelivery_count(), 1);
+        consumer.ack(message).await.expect("ack queued");
+    }
+    // Clean messages afterwards are delivered as usual.
     send_all(&producer, 3).await;
     for message in receive(&consumer, 3).await {
         consumer.ack(&message).await.expect("ack queued");
     }
     consumer.flush_acks().await;
     setup.assert_drained("corrupt").await;
+    assert_eq!(consumer.stats().undecodable, 3);
+}
+
+/// An undecodable entry the application neither acks nor nacks goes to the next consumer
+/// when its consumer closes.
+#[tokio::test]
+async fn an_undecodable_entry_left_alone_goes_to_the_next_consumer() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let producer = setup.producer("corrupt-left", 0).await;
+    send_all(&producer, 1).await;
+    setup.emulator.set_faults(Faults::none().corrupt_rate(1.0));
+    let consumer = setup
+        .shared("corrupt-left", ConsumerOptions::default())
+        .await;
+    let (id, _) = undecodable(&consumer).await;
+    consumer.close().await.expect("closed");
+    let next = setup
+        .shared("corrupt-left", ConsumerOptions::default().name("next"))
+        .await;
+    let (again, _) = undecodable(&next).await;
+    assert_eq!(again, id);
+    next.ack_id(&again).await.expect("ack queued");
+    next.flush_acks().await;
+    setup.assert_drained("corrupt-left").await;
 }

@@ -3,6 +3,7 @@
 mod acks;
 mod bad_input;
 mod compression;
+mod dead_letter;
 mod faults;
 mod priority;
 mod scripted;
