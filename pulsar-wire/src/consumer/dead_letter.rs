@@ -21,8 +21,9 @@ pub const UNDECODABLE_REASON: &str = "UNDECODABLE_REASON";
 /// When a consumer gives up on a message and moves it to a dead-letter topic, as the Java
 /// client's `DeadLetterPolicy`.
 ///
-/// A message (or an entry that cannot be decoded) that arrives with a `redelivery_count` of
-/// at least [`DeadLetterPolicy::max_redeliver_count`] is not handed to the application: the
+/// A message (or an entry that cannot be decoded) that arrives with a `redelivery_count`
+/// above [`DeadLetterPolicy::max_redeliver_count`] is not handed to the application (as with
+/// the Java client, the application sees `max_redeliver_count + 1` deliveries): the
 /// consumer publishes it to the dead-letter topic with its own producer (payload, key and
 /// properties, plus [`REAL_TOPIC`] and [`ORIGIN_MESSAGE_ID`]) and acknowledges the original
 /// only once that send succeeded. The redelivery count grows when the application nacks
@@ -36,7 +37,7 @@ pub struct DeadLetterPolicy {
 }
 
 impl DeadLetterPolicy {
-    /// A policy that dead-letters messages arriving with `redelivery_count >=
+    /// A policy that dead-letters messages arriving with `redelivery_count >
     /// max_redeliver_count` (at least 1) to `{topic}-{subscription}-DLQ`.
     pub fn new(max_redeliver_count: u32) -> Self {
         Self {
@@ -128,7 +129,7 @@ impl DeadLetters {
 
     /// Whether a delivery with this redelivery count goes to the dead-letter topic.
     pub(crate) fn is_due(&self, redelivery_count: u32) -> bool {
-        redelivery_count >= self.policy.max_redeliver_count
+        redelivery_count > self.policy.max_redeliver_count
     }
 
     /// Publishes one dead letter and waits until the broker stored it.
