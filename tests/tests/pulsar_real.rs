@@ -789,6 +789,162 @@ async fn every_codec_of_the_python_client_reaches_our_consumer_intact() {
     broker.done();
 }
 
+/// An entry that claims LZ4 but holds bytes that are not an LZ4 block (stored as sent: the
+/// broker does not decompress) on the real broker: our consumer hands it to the application as
+/// `Error::Undecodable` with its id and does not acknowledge it (the backlog keeps it while the
+/// good message after it is acked); nacked by id, it comes back with its redelivery count
+/// growing, and past the dead-letter maximum of 2 it is published, as stored, to the
+/// dead-letter topic, whose initial subscription keeps it, and the subscription drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_message_is_surfaced_not_acked_then_dead_lettered() {
+    use pulsar_wire::pb::{self, MessageMetadata, base_command::Type};
+    use pulsar_wire::{DeadLetterPolicy, Frame, UNDECODABLE_REASON, command_frame};
+    let Some(broker) = real_broker("undecodable").await else {
+        return;
+    };
+    let dead = format!("{}-DLQ", broker.topic);
+    let consumer = broker
+        .shared(
+            ConsumerOptions::default().dead_letter(
+                DeadLetterPolicy::new(2)
+                    .dead_letter_topic(dead.clone())
+                    .initial_subscription_name("keep"),
+            ),
+        )
+        .await;
+    // A raw producer: the entry goes out exactly as built here.
+    let connection = broker
+        .client
+        .lookup(&broker.topic)
+        .await
+        .expect("looked up");
+    let producer_id = connection.next_id();
+    let registered = connection
+        .request("PRODUCER", |request_id| {
+            command_frame(Type::Producer, |c| {
+                c.producer = Some(pb::CommandProducer {
+                    topic: broker.topic.clone(),
+                    producer_id,
+                    request_id,
+                    ..pb::CommandProducer::default()
+                });
+            })
+        })
+        .await
+        .expect("producer registered");
+    let producer_name = registered
+        .producer_success
+        .expect("PRODUCER_SUCCESS")
+        .producer_name;
+    let garbage = bytes::Bytes::from_static(b"these bytes are not an LZ4 block at all, sorry");
+    let send = command_frame(Type::Send, |c| {
+        c.send = Some(pb::CommandSend {
+            producer_id,
+            sequence_id: 0,
+            ..pb::CommandSend::default()
+        });
+    })
+    .command;
+    let metadata = MessageMetadata {
+        producer_name,
+        sequence_id: 0,
+        publish_time: 1,
+        compression: Some(pb::CompressionType::Lz4 as i32),
+        uncompressed_size: Some(1_000),
+        ..MessageMetadata::default()
+    };
+    let stored = connection
+        .send_message(
+            producer_id,
+            0,
+            Frame::with_payload(send, metadata, garbage.clone()),
+        )
+        .await
+        .expect("the broker stores it as sent");
+    let good = broker.producer(0).await;
+    good.send(OutgoingMessage::new("good")).await.expect("sent");
+
+    let mut undecodable = None;
+    let mut good_seen = false;
+    while undecodable.is_none() || !good_seen {
+        match within(PATIENCE, consumer.receive())
+            .await
+            .expect("a delivery in time")
+        {
+            Ok(message) => {
+                assert_eq!(message.payload().as_ref(), b"good");
+                consumer.ack(&message).await.expect("ack queued");
+                good_seen = true;
+            }
+            Err(Error::Undecodable {
+                id,
+                redelivery_count,
+                reason,
+            }) => {
+                assert_eq!(
+                    (id.ledger_id, id.entry_id),
+                    (stored.ledger_id, stored.entry_id)
+                );
+                assert_eq!(redelivery_count, 0);
+                assert!(reason.contains("LZ4"), "{reason}");
+                undecodable = Some(id);
+            }
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    }
+    consumer.flush_acks().await;
+    // Not acknowledged behind the application's back: the broker still has it.
+    let kept = broker
+        .wait_for("the good message acked, the undecodable one kept", |s| {
+            s.msg_backlog == 1
+        })
+        .await;
+    assert_eq!(only_consumer(&kept).unacked_messages, 1, "{kept:#?}");
+    let id = undecodable.expect("seen");
+    consumer.nack_id(&id).expect("nacked");
+    for count in 1..=2 {
+        match within(PATIENCE, consumer.receive())
+            .await
+            .expect("redelivered")
+        {
+            Err(Error::Undecodable {
+                id: again,
+                redelivery_count,
+                ..
+            }) => {
+                assert_eq!((again, redelivery_count), (id, count));
+                consumer.nack_id(&again).expect("nacked");
+            }
+            other => panic!(
+                "expected the undecodable entry again: {:?}",
+                other.map(|m| m.id())
+            ),
+        }
+    }
+    // Its fourth delivery (redelivery count 3) goes to the dead-letter topic, while the
+    // application waits in `receive` (dead-lettering runs there) and gets nothing.
+    assert_quiet(&consumer, Duration::from_secs(1)).await;
+    consumer.flush_acks().await;
+    broker.assert_drained().await;
+    assert_eq!(consumer.stats().dead_lettered, 1);
+    assert_eq!(consumer.stats().undecodable, 4);
+    let reader = broker
+        .client
+        .subscribe(&dead, "keep", ConsumerOptions::default())
+        .await
+        .expect("subscribed to the dead-letter topic");
+    let letter = within(PATIENCE, reader.receive())
+        .await
+        .expect("the dead letter")
+        .expect("received");
+    assert_eq!(letter.payload(), &garbage);
+    assert!(letter.property(UNDECODABLE_REASON).is_some(), "{letter:?}");
+    reader.ack(&letter).await.expect("acked");
+    reader.close().await.expect("closed");
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
 /// Our producer with each codec, batched and not, read by the official Java client
 /// (`PulsarConsumePayloads`): every payload intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
