@@ -157,6 +157,12 @@ impl Subscription {
         }
     }
 
+    /// The entry of the cursor's mark-delete position (every entry up to it is deleted), or
+    /// `None` when no entry is.
+    pub(super) fn mark_delete_position(&self) -> Option<u64> {
+        self.mark_delete.checked_sub(1)
+    }
+
     pub(super) fn shared(&self) -> bool {
         matches!(self.sub_type, SubType::Shared | SubType::KeyShared)
     }

@@ -65,6 +65,15 @@
 //!   with the same action succeeds; the other action gets `InvalidTxnStatus`; unknown ids get
 //!   `TransactionNotFound`. A transaction still open when its timeout passes is aborted
 //!   (tokio time, so `tokio::time::pause` works).
+//! - **Other requests**: GET_LAST_MESSAGE_ID answers the last readable entry of the topic
+//!   (with the largest batch index of a batch; entry `-1` when there is none) and the
+//!   subscription's mark-delete position. Every other request the emulator does not model
+//!   (SEEK, CONSUMER_STATS, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
+//!   WATCH_TOPIC_LIST, ...) gets a `CommandError` with `NotAllowedError` at once, naming the
+//!   command, so that a client fails fast instead of waiting out its timeout. Commands without
+//!   a request id that it does not model (AUTH_RESPONSE, commands only a broker sends, type
+//!   numbers the proto subset does not know) are logged and counted in
+//!   [`Stats::unmodelled_commands`]; the connection stays open.
 //! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
 //!   delayed, MESSAGE checksums corrupted at a rate, from a seeded SplitMix64 generator.
 //! - **Stats** ([`Stats`]): per consumer unacked (0 on Exclusive and Failover, where the
@@ -74,7 +83,7 @@
 //!
 //! # What is not modelled
 //! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
-//! chunking, deduplication, delayed delivery, seeks, retention and TTL, dead-letter topics,
+//! chunking, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared is Shared. Each consumer's model holds the cursor and
 //! pending-ack state of the entries it received; an entry redelivered to another consumer of

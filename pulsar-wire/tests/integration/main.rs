@@ -8,3 +8,4 @@ mod priority;
 mod scripted;
 mod support;
 mod txn;
+mod unmodelled;
