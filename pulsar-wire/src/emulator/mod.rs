@@ -86,10 +86,14 @@
 //! chunking, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared is Shared. Each consumer's model holds the cursor and
-//! pending-ack state of the entries it received; an entry redelivered to another consumer of
-//! a Shared subscription (after its consumer closed) starts from a fresh state there, so
-//! per-index acks made through the first consumer are not carried over (redeliveries go back
-//! to the consumer whose model holds them whenever it is still connected). A topic's limit
+//! pending-ack state of the entries it received; when a consumer goes (closed, unsubscribed or
+//! disconnected), the subscription keeps the cursor's batch-deleted indexes of its partly
+//! acknowledged entries (batch-index acks, and a cumulative ack inside a batch, which moves
+//! the mark-delete before the entry and records indexes `0..=k`), and the consumer that next
+//! receives such an entry gets them in the MESSAGE's `ack_set` and is not charged for them, as
+//! on the broker. Transactional pending acks of a consumer that went stay in its model
+//! (redeliveries go back to the consumer whose model holds them whenever it is still
+//! connected). A topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).
