@@ -41,7 +41,9 @@
 //!   first connected consumer is active; ACTIVE_CONSUMER_CHANGE is sent), Shared
 //!   (round-robin over the consumers that have permits and are not blocked), and
 //!   **Key_Shared, dispatched as Shared** (keys are not hashed to consumers). Initial
-//!   position Latest or Earliest; non-durable subscriptions vanish with their last consumer.
+//!   position Latest or Earliest; a non-durable subscription (a reader) starts at its
+//!   `start_message_id` instead when it has one (earliest, latest, or an entry of the ledger);
+//!   non-durable subscriptions vanish with their last consumer.
 //! - **Dispatch**: MESSAGE frames carry the entry's metadata and payload with a valid CRC32C,
 //!   the redelivery count, and `ack_set` when indexes of a redelivered entry are already
 //!   acknowledged or pending in a transaction. An entry goes out while the consumer has
