@@ -806,6 +806,127 @@ fn command(t: Type) -> Option<BoxedStrategy<BaseCommand>> {
                 }
             )
         ),
+        Type::ConsumerStats => command!(
+            t,
+            consumer_stats,
+            (any::<u64>(), any::<u64>()).prop_map(|(request_id, consumer_id)| {
+                CommandConsumerStats {
+                    request_id,
+                    consumer_id,
+                    ..Default::default()
+                }
+            })
+        ),
+        Type::Seek => command!(
+            t,
+            seek,
+            (
+                any::<u64>(),
+                any::<u64>(),
+                opt(message_id()),
+                opt(any::<u64>())
+            )
+                .prop_map(|(consumer_id, request_id, message_id, publish_time)| {
+                    CommandSeek {
+                        consumer_id,
+                        request_id,
+                        message_id,
+                        message_publish_time: publish_time,
+                        ..Default::default()
+                    }
+                })
+        ),
+        Type::GetLastMessageId => command!(
+            t,
+            get_last_message_id,
+            (any::<u64>(), any::<u64>()).prop_map(|(consumer_id, request_id)| {
+                CommandGetLastMessageId {
+                    consumer_id,
+                    request_id,
+                    ..Default::default()
+                }
+            })
+        ),
+        Type::GetLastMessageIdResponse => command!(
+            t,
+            get_last_message_id_response,
+            (message_id(), any::<u64>(), opt(message_id())).prop_map(
+                |(last_message_id, request_id, mark_delete)| CommandGetLastMessageIdResponse {
+                    last_message_id,
+                    request_id,
+                    consumer_mark_delete_position: mark_delete,
+                    ..Default::default()
+                }
+            )
+        ),
+        Type::GetTopicsOfNamespace => command!(
+            t,
+            get_topics_of_namespace,
+            (any::<u64>(), text()).prop_map(|(request_id, namespace)| {
+                CommandGetTopicsOfNamespace {
+                    request_id,
+                    namespace,
+                    ..Default::default()
+                }
+            })
+        ),
+        Type::GetSchema => command!(
+            t,
+            get_schema,
+            (any::<u64>(), text()).prop_map(|(request_id, topic)| CommandGetSchema {
+                request_id,
+                topic,
+                ..Default::default()
+            })
+        ),
+        Type::GetOrCreateSchema => command!(
+            t,
+            get_or_create_schema,
+            (any::<u64>(), text()).prop_map(|(request_id, topic)| CommandGetOrCreateSchema {
+                request_id,
+                topic,
+                ..Default::default()
+            })
+        ),
+        Type::AuthResponse => command!(t, auth_response, Just(CommandAuthResponse::default())),
+        Type::EndTxnOnPartition => command!(
+            t,
+            end_txn_on_partition,
+            any::<u64>().prop_map(|request_id| CommandEndTxnOnPartition {
+                request_id,
+                ..Default::default()
+            })
+        ),
+        Type::EndTxnOnSubscription => command!(
+            t,
+            end_txn_on_subscription,
+            any::<u64>().prop_map(|request_id| CommandEndTxnOnSubscription {
+                request_id,
+                ..Default::default()
+            })
+        ),
+        Type::WatchTopicList => command!(
+            t,
+            watch_topic_list,
+            (any::<u64>(), any::<u64>()).prop_map(|(request_id, watcher_id)| {
+                CommandWatchTopicList {
+                    request_id,
+                    watcher_id,
+                    ..Default::default()
+                }
+            })
+        ),
+        Type::WatchTopicListClose => command!(
+            t,
+            watch_topic_list_close,
+            (any::<u64>(), any::<u64>()).prop_map(|(request_id, watcher_id)| {
+                CommandWatchTopicListClose {
+                    request_id,
+                    watcher_id,
+                    ..Default::default()
+                }
+            })
+        ),
         _ => return None,
     };
     Some(strategy)

@@ -538,6 +538,11 @@ fn request_id_of(c: &BaseCommand) -> Option<u64> {
         })
         .or_else(|| c.end_txn_response.as_ref().map(|r| r.request_id))
         .or_else(|| c.tc_client_connect_response.as_ref().map(|r| r.request_id))
+        .or_else(|| {
+            c.get_last_message_id_response
+                .as_ref()
+                .map(|r| r.request_id)
+        })
 }
 
 async fn write_loop(

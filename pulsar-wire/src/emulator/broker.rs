@@ -3,6 +3,7 @@
 
 mod clients;
 mod commands;
+mod unmodelled;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -113,6 +114,7 @@ pub(super) struct Broker {
     tc: Coordinator,
     received: BTreeMap<i32, u64>,
     sent: BTreeMap<i32, u64>,
+    unmodelled: BTreeMap<i32, u64>,
     out: Vec<Outgoing>,
     closing: Vec<u64>,
 }
@@ -153,6 +155,7 @@ impl Broker {
             next_key: 0,
             tc: Coordinator::default(),
             received: BTreeMap::new(),
+            unmodelled: BTreeMap::new(),
             sent: BTreeMap::new(),
             out: Vec::new(),
             closing: Vec::new(),
@@ -554,6 +557,7 @@ impl Broker {
             partitioned_topics: self.partitioned.clone(),
             commands_received: self.received.clone(),
             commands_sent: self.sent.clone(),
+            unmodelled_commands: self.unmodelled.clone(),
             connections: self.conns.values().map(|c| c.stats.clone()).collect(),
             transactions: self.tc.stats,
             faults: self.fault_stats,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use txn_ack::model::{AckOutcome, ConsumerModel, CursorState, Dispatch, ModelConfig, WireAck};
-use txn_ack::{AckKind, EntryId, TxnId};
+use txn_ack::{AckKind, AckSet, EntryId, TxnId};
 
 use super::broker::{Kind, Outgoing, command};
 use super::stats::{ConsumerStats, SubscriptionStats};
@@ -128,6 +128,11 @@ pub(super) struct Subscription {
     mark_delete: u64,
     /// Deleted entries at or above `mark_delete`.
     deleted: BTreeSet<u64>,
+    /// The cursor's batch-deleted indexes (`batchDeletedIndexes`: the indexes still
+    /// outstanding) of entries acknowledged in part through a consumer that has gone: a
+    /// consumer that receives such an entry is given them first, so that the indexes already
+    /// acknowledged are neither sent nor counted again.
+    batch_deleted: HashMap<u64, AckSet>,
     /// The consumer whose model last received each entry not yet deleted.
     home: HashMap<u64, u64>,
     /// Connected consumers in subscription order: the first is the active one for
@@ -150,11 +155,18 @@ impl Subscription {
             redelivery_counts: HashMap::new(),
             mark_delete: start,
             deleted: BTreeSet::new(),
+            batch_deleted: HashMap::new(),
             home: HashMap::new(),
             consumers: Vec::new(),
             retired: Vec::new(),
             round_robin: 0,
         }
+    }
+
+    /// The entry of the cursor's mark-delete position (every entry up to it is deleted), or
+    /// `None` when no entry is.
+    pub(super) fn mark_delete_position(&self) -> Option<u64> {
+        self.mark_delete.checked_sub(1)
     }
 
     pub(super) fn shared(&self) -> bool {
@@ -186,6 +198,7 @@ impl Subscription {
             self.mark_delete += 1;
         }
         self.home.remove(&index);
+        self.batch_deleted.remove(&index);
         self.redeliver.remove(&index);
         self.redelivery_counts.remove(&index);
     }
@@ -231,6 +244,13 @@ impl Subscription {
         };
         let mut consumer = self.consumers.remove(position);
         consumer.connected = false;
+        // The cursor keeps what was acknowledged at batch-index level (it belongs to the
+        // subscription, not to the consumer).
+        for view in consumer.model.entries() {
+            if let CursorState::Partial(set) = view.cursor {
+                self.batch_deleted.insert(view.entry.entry_id, set.clone());
+            }
+        }
         let unacked: Vec<EntryId> = consumer.model.pending_acks().map(|(e, _)| e).collect();
         for entry in unacked {
             self.queue_redelivery(entry.entry_id, None);
@@ -359,6 +379,13 @@ impl Subscription {
         }
         let redelivery_count = self.redelivery_counts.get(&index).copied().unwrap_or(0);
         let target = &mut self.consumers[consumer];
+        if let Some(outstanding) = self.batch_deleted.get(&index)
+            && let Err(error) = target
+                .model
+                .restore_cursor(id, entry.num_messages, outstanding)
+        {
+            tracing::warn!(%error, entry = %id, "the model refused the cursor's batch-deleted indexes");
+        }
         match target.model.dispatch(id, entry.num_messages) {
             Ok(Dispatch::Dispatched {
                 counted, ack_set, ..
@@ -654,6 +681,11 @@ impl Subscription {
                     CursorState::Outstanding => entry.num_messages as u64,
                     CursorState::Partial(set) => u64::from(set.outstanding_count()),
                     CursorState::Deleted => 0,
+                })
+                .or_else(|| {
+                    self.batch_deleted
+                        .get(&index)
+                        .map(|set| u64::from(set.outstanding_count()))
                 })
                 .unwrap_or(entry.num_messages as u64);
             messages += outstanding;

@@ -41,7 +41,9 @@
 //!   first connected consumer is active; ACTIVE_CONSUMER_CHANGE is sent), Shared
 //!   (round-robin over the consumers that have permits and are not blocked), and
 //!   **Key_Shared, dispatched as Shared** (keys are not hashed to consumers). Initial
-//!   position Latest or Earliest; non-durable subscriptions vanish with their last consumer.
+//!   position Latest or Earliest; a non-durable subscription (a reader) starts at its
+//!   `start_message_id` instead when it has one (earliest, latest, or an entry of the ledger);
+//!   non-durable subscriptions vanish with their last consumer.
 //! - **Dispatch**: MESSAGE frames carry the entry's metadata and payload with a valid CRC32C,
 //!   the redelivery count, and `ack_set` when indexes of a redelivered entry are already
 //!   acknowledged or pending in a transaction. An entry goes out while the consumer has
@@ -65,6 +67,15 @@
 //!   with the same action succeeds; the other action gets `InvalidTxnStatus`; unknown ids get
 //!   `TransactionNotFound`. A transaction still open when its timeout passes is aborted
 //!   (tokio time, so `tokio::time::pause` works).
+//! - **Other requests**: GET_LAST_MESSAGE_ID answers the last readable entry of the topic
+//!   (with the largest batch index of a batch; entry `-1` when there is none) and the
+//!   subscription's mark-delete position. Every other request the emulator does not model
+//!   (SEEK, CONSUMER_STATS, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
+//!   WATCH_TOPIC_LIST, ...) gets a `CommandError` with `NotAllowedError` at once, naming the
+//!   command, so that a client fails fast instead of waiting out its timeout. Commands without
+//!   a request id that it does not model (AUTH_RESPONSE, commands only a broker sends, type
+//!   numbers the proto subset does not know) are logged and counted in
+//!   [`Stats::unmodelled_commands`]; the connection stays open.
 //! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
 //!   delayed, MESSAGE checksums corrupted at a rate, from a seeded SplitMix64 generator.
 //! - **Stats** ([`Stats`]): per consumer unacked (0 on Exclusive and Failover, where the
@@ -74,13 +85,17 @@
 //!
 //! # What is not modelled
 //! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
-//! chunking, deduplication, delayed delivery, seeks, retention and TTL, dead-letter topics,
+//! chunking, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared is Shared. Each consumer's model holds the cursor and
-//! pending-ack state of the entries it received; an entry redelivered to another consumer of
-//! a Shared subscription (after its consumer closed) starts from a fresh state there, so
-//! per-index acks made through the first consumer are not carried over (redeliveries go back
-//! to the consumer whose model holds them whenever it is still connected). A topic's limit
+//! pending-ack state of the entries it received; when a consumer goes (closed, unsubscribed or
+//! disconnected), the subscription keeps the cursor's batch-deleted indexes of its partly
+//! acknowledged entries (batch-index acks, and a cumulative ack inside a batch, which moves
+//! the mark-delete before the entry and records indexes `0..=k`), and the consumer that next
+//! receives such an entry gets them in the MESSAGE's `ack_set` and is not charged for them, as
+//! on the broker. Transactional pending acks of a consumer that went stay in its model
+//! (redeliveries go back to the consumer whose model holds them whenever it is still
+//! connected). A topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).

@@ -22,6 +22,10 @@ pub struct Stats {
     pub commands_received: BTreeMap<i32, u64>,
     /// Frames sent, by `BaseCommand.type` number.
     pub commands_sent: BTreeMap<i32, u64>,
+    /// Frames of commands the emulator does not model, by `BaseCommand.type` number
+    /// (including numbers the proto subset does not know): those with a `request_id` were
+    /// answered with `NotAllowedError`, the others only logged.
+    pub unmodelled_commands: BTreeMap<i32, u64>,
     /// Every connection accepted so far, open or closed, in order.
     pub connections: Vec<ConnectionStats>,
     /// The transaction coordinator.

@@ -812,3 +812,57 @@ async fn a_limit_set_after_subscribing_applies_to_the_connected_consumer() {
     assert!(consumer.blocked);
     assert_eq!(consumer.unacked, 21);
 }
+
+#[tokio::test]
+async fn a_reader_starts_at_its_start_message_id() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let mut client = Client::connect(&emulator).await;
+    client.producer("reader", 1).await;
+    for sequence_id in 0..3 {
+        client.send_batch(1, sequence_id, 1, None).await;
+    }
+    let reader = |consumer_id: u64, ledger_id: u64, entry_id: u64| {
+        let mut c = cmd(Type::Subscribe);
+        c.subscribe = Some(CommandSubscribe {
+            topic: "reader".into(),
+            subscription: format!("reader-{consumer_id}"),
+            sub_type: SubType::Exclusive as i32,
+            consumer_id,
+            request_id: 100 + consumer_id,
+            durable: Some(false),
+            start_message_id: Some(MessageIdData {
+                ledger_id,
+                entry_id,
+                ..MessageIdData::default()
+            }),
+            // A reader's initial position is Latest; the start id wins.
+            initial_position: Some(InitialPosition::Latest as i32),
+            ..CommandSubscribe::default()
+        });
+        c
+    };
+    let ledger_id = emulator
+        .stats()
+        .topics
+        .iter()
+        .find(|t| t.name.ends_with("/reader"))
+        .expect("the topic")
+        .ledger_id;
+    let cases = [
+        (1, u64::MAX, u64::MAX, vec![0, 1, 2]),
+        (2, ledger_id, 1, vec![1, 2]),
+        (3, i64::MAX as u64, i64::MAX as u64, vec![]),
+    ];
+    for (consumer_id, ledger, entry, expected) in cases {
+        let answer = client.request(reader(consumer_id, ledger, entry)).await;
+        assert_eq!(answer.r#type, Type::Success as i32);
+        client.flow(consumer_id, 10).await;
+        let entries: Vec<u64> = client
+            .sync()
+            .await
+            .iter()
+            .map(|f| f.command.message.as_ref().unwrap().message_id.entry_id)
+            .collect();
+        assert_eq!(entries, expected, "reader {consumer_id}");
+    }
+}

@@ -201,6 +201,90 @@ async fn cumulative_acks_on_an_exclusive_subscription() {
     ));
 }
 
+/// Waits until the subscription's backlog of `topic` is (messages, entries).
+async fn wait_backlog(setup: &Setup, topic: &str, want: (u64, u64)) {
+    let backlog = || {
+        let stats = setup.stats();
+        let sub = stats.subscription(topic, "sub").expect("subscribed");
+        (sub.backlog, sub.backlog_entries)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backlog() != want {
+        assert!(Instant::now() < deadline, "backlog stays {:?}", backlog());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cumulative_ack_inside_a_batch_survives_a_reconnect() {
+    let topic = "cumulative-reconnect";
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let exclusive = || ConsumerOptions::default().sub_type(SubType::Exclusive);
+    let consumer = setup.consumer(topic, exclusive()).await;
+    let producer = setup.producer(topic, 5).await;
+    send_all(&producer, 10).await;
+    let messages = receive(&consumer, 10).await;
+    let entry = |i: usize| messages[i].position().entry_id();
+    assert!((0..5).all(|i| entry(i) == entry(0)), "one batch of 5");
+    assert!((5..10).all(|i| entry(i) == entry(5)), "another batch of 5");
+    // Index 1 of the first entry: indexes 0 and 1 are acknowledged, the mark-delete stays
+    // before the entry and the cursor keeps its batch-deleted indexes.
+    consumer
+        .ack_cumulative(&messages[1])
+        .await
+        .expect("ack queued");
+    consumer.flush_acks().await;
+    wait_backlog(&setup, topic, (8, 2)).await;
+    consumer.close().await.expect("closed");
+    // The cursor belongs to the subscription: it keeps the acknowledged indexes.
+    wait_backlog(&setup, topic, (8, 2)).await;
+
+    let again = setup.consumer(topic, exclusive()).await;
+    let redelivered = receive(&again, 8).await;
+    let positions: Vec<_> = redelivered
+        .iter()
+        .map(|m| (m.position().entry_id(), m.position().batch_index()))
+        .collect();
+    let mut expected: Vec<_> = (2..5).map(|i| (entry(0), i)).collect();
+    expected.extend((0..5).map(|i| (entry(5), i)));
+    assert_eq!(positions, expected);
+    // The redelivered entry carried the ack set: the client skipped indexes 0 and 1.
+    assert_eq!(again.stats().skipped, 2);
+    assert_quiet(&again, Duration::from_millis(200)).await;
+    again
+        .ack_cumulative(&redelivered[7])
+        .await
+        .expect("ack queued");
+    again.flush_acks().await;
+    setup.assert_drained(topic).await;
+}
+
+#[tokio::test]
+async fn batch_index_acks_outlive_the_consumer_that_made_them() {
+    let topic = "indexes-reconnect";
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let consumer = setup.shared(topic, ConsumerOptions::default()).await;
+    let producer = setup.producer(topic, 4).await;
+    send_all(&producer, 4).await;
+    let messages = receive(&consumer, 4).await;
+    consumer.ack_and_wait(&messages[0]).await.expect("acked");
+    consumer.ack_and_wait(&messages[3]).await.expect("acked");
+    wait_backlog(&setup, topic, (2, 1)).await;
+    consumer.close().await.expect("closed");
+    wait_backlog(&setup, topic, (2, 1)).await;
+    let other = setup.shared(topic, ConsumerOptions::default()).await;
+    let again = receive(&other, 2).await;
+    let indexes: Vec<_> = again.iter().map(|m| m.position().batch_index()).collect();
+    assert_eq!(indexes, [1, 2]);
+    assert_eq!(other.stats().skipped, 2);
+    for message in &again {
+        other.ack(message).await.expect("ack queued");
+    }
+    other.flush_acks().await;
+    setup.assert_drained(topic).await;
+    assert_quiet(&other, Duration::from_millis(200)).await;
+}
+
 #[tokio::test]
 async fn partitioned_topics_route_by_key_and_drain() {
     let setup = Setup::new(EmulatorConfig::default()).await;

@@ -9,3 +9,4 @@ mod priority;
 mod scripted;
 mod support;
 mod txn;
+mod unmodelled;

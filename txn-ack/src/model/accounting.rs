@@ -147,6 +147,54 @@ impl ConsumerModel {
             .map(|(entry, state)| self.view(*entry, state))
     }
 
+    /// Gives the consumer the cursor's batch-deleted indexes of an entry it never received:
+    /// `outstanding` holds the indexes the subscription's cursor still has to deliver (the
+    /// others were acknowledged at batch-index level through a consumer of the subscription
+    /// that has gone). The next [`dispatch`](Self::dispatch) of the entry then sends the
+    /// cursor's ack set and counts only the outstanding indexes, as the dispatcher does with
+    /// the cursor's `batchDeletedIndexes`; a set with nothing outstanding makes the entry
+    /// deleted. An entry the consumer already knows keeps its state (its own is newer), and so
+    /// does every entry when batch-index acks are disabled (the cursor then keeps no such
+    /// sets). Returns whether the state was taken.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatchSize`] unless `1 <= num_messages <= MAX_BATCH_SIZE`;
+    /// [`Error::InconsistentBatchSize`] if `outstanding` is a set of another size.
+    pub fn restore_cursor(
+        &mut self,
+        entry: EntryId,
+        num_messages: i32,
+        outstanding: &AckSet,
+    ) -> Result<bool, Error> {
+        let size = batch_size(num_messages)?;
+        if outstanding.batch_size() != size {
+            return Err(Error::InconsistentBatchSize {
+                entry,
+                known: size,
+                given: i64::from(outstanding.batch_size()),
+            });
+        }
+        if !self.config.batch_index_ack || self.entries.contains_key(&entry) {
+            return Ok(false);
+        }
+        let cursor = if outstanding.is_complete() {
+            Cursor::Deleted
+        } else {
+            Cursor::Partial(outstanding.clone())
+        };
+        self.entries.insert(
+            entry,
+            EntryState {
+                batch_size: size,
+                in_pending_acks: false,
+                cursor,
+                counted: 0,
+                recounted: 0,
+            },
+        );
+        Ok(true)
+    }
+
     fn view<'a>(&'a self, entry: EntryId, state: &'a EntryState) -> EntryView<'a> {
         EntryView {
             entry,

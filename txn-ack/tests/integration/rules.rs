@@ -544,3 +544,38 @@ fn one_send_messages_call_checks_the_limit_once_and_may_overshoot_it() {
     assert!(matches!(answers[0], Dispatch::Skipped(_)));
     assert_eq!(broker.unacked(), 6);
 }
+
+#[test]
+fn a_restored_cursor_set_is_sent_and_counted_on_the_next_dispatch() {
+    // Indexes 0 and 1 of 5 acknowledged through a consumer that has gone.
+    let mut outstanding = txn_ack::AckSet::outstanding(5).unwrap();
+    outstanding.ack_up_to(1).unwrap();
+    let mut broker = model(0, true);
+    assert!(broker.restore_cursor(entry(1), 5, &outstanding).unwrap());
+    match broker.dispatch(entry(1), 5).unwrap() {
+        Dispatch::Dispatched {
+            counted, ack_set, ..
+        } => {
+            assert_eq!(counted, 3);
+            assert_eq!(ack_set, [0b11100]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The consumer's own state is newer: a second restore does nothing.
+    assert!(!broker.restore_cursor(entry(1), 5, &outstanding).unwrap());
+    // A set of another size, or an invalid size, is refused.
+    assert!(broker.restore_cursor(entry(2), 4, &outstanding).is_err());
+    assert!(broker.restore_cursor(entry(2), 0, &outstanding).is_err());
+    // Nothing outstanding: the entry is deleted and not sent.
+    let mut done = txn_ack::AckSet::outstanding(5).unwrap();
+    done.ack_up_to(4).unwrap();
+    assert!(broker.restore_cursor(entry(3), 5, &done).unwrap());
+    assert!(matches!(
+        broker.dispatch(entry(3), 5).unwrap(),
+        Dispatch::Skipped(_)
+    ));
+    // Without batch-index acks the cursor keeps no such sets.
+    let mut plain = model(0, false);
+    assert!(!plain.restore_cursor(entry(1), 5, &outstanding).unwrap());
+    assert_eq!(dispatch(&mut plain, 1, 5), 5);
+}

@@ -292,9 +292,27 @@ impl Broker {
         let Some(topic) = self.topics.get_mut(&topic_name) else {
             return;
         };
-        let start = match body.initial_position.map(InitialPosition::try_from) {
-            Some(Ok(InitialPosition::Earliest)) => 0,
-            _ => topic.entries.len() as u64,
+        let end = topic.entries.len() as u64;
+        let start = match (&body.start_message_id, durable) {
+            // A reader's non-durable cursor starts at `start_message_id`: earliest is
+            // (-1, -1); (i64::MAX, i64::MAX) is latest; an entry of the topic's ledger is read
+            // from that entry on (the broker steps back one entry and the client drops what
+            // precedes its start in a batch).
+            (Some(id), false) => {
+                if id.ledger_id == u64::MAX && id.entry_id == u64::MAX {
+                    0
+                } else if id.ledger_id == topic.ledger_id {
+                    id.entry_id.min(end)
+                } else if id.ledger_id < topic.ledger_id {
+                    0
+                } else {
+                    end
+                }
+            }
+            _ => match body.initial_position.map(InitialPosition::try_from) {
+                Some(Ok(InitialPosition::Earliest)) => 0,
+                _ => end,
+            },
         };
         let sub = topic
             .subscriptions
