@@ -118,7 +118,7 @@ pub struct ClientReport {
     pub final_unacked: Option<i64>,
     /// Its backlog then.
     pub final_backlog: Option<i64>,
-    /// The slowest transactional ack (sent to answered).
+    /// The slowest transaction's acks (sent together, until the last answer).
     pub slowest_ack: Duration,
     /// The slowest commit.
     pub slowest_commit: Duration,

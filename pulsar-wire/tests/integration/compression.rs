@@ -14,7 +14,7 @@ use pulsar_wire::{
     topic_name,
 };
 
-use crate::support::{PATIENCE, Setup, assert_quiet, receive, within};
+use crate::support::{PATIENCE, Setup, assert_quiet, producer_options, receive, within};
 
 /// A payload of about 1 KiB that compresses (JSON-like text), different for each `i`.
 fn payload(i: usize) -> Bytes {
@@ -37,18 +37,9 @@ async fn every_codec_batched_or_not_reaches_our_consumer_intact() {
         for per_batch in [0, 1, 25] {
             let topic = format!("compressed-{codec}-{per_batch}");
             let consumer = setup.shared(&topic, ConsumerOptions::default()).await;
-            let options = if per_batch == 0 {
-                ProducerOptions::default().no_batching()
-            } else {
-                ProducerOptions::default().batching(
-                    BatchingOptions::default()
-                        .max_messages(per_batch)
-                        .max_delay(Duration::from_millis(20)),
-                )
-            };
             let producer = setup
                 .client
-                .create_producer(&topic, options.compression(codec))
+                .create_producer(&topic, producer_options(per_batch).compression(codec))
                 .await
                 .expect("producer created");
             let sends = (0..COUNT).map(|i| {

@@ -18,6 +18,19 @@ pub(crate) struct Setup {
     pub(crate) client: Client,
 }
 
+/// Producer options batching `per_batch` messages for at most 50 ms (0: no batching).
+pub(crate) fn producer_options(per_batch: usize) -> ProducerOptions {
+    if per_batch == 0 {
+        ProducerOptions::default().no_batching()
+    } else {
+        ProducerOptions::default().batching(
+            BatchingOptions::default()
+                .max_messages(per_batch)
+                .max_delay(Duration::from_millis(50)),
+        )
+    }
+}
+
 impl Setup {
     pub(crate) async fn new(config: EmulatorConfig) -> Self {
         let emulator = Emulator::start(config).await.expect("the emulator starts");
@@ -47,17 +60,8 @@ impl Setup {
 
     /// A producer batching `per_batch` messages (0: no batching).
     pub(crate) async fn producer(&self, topic: &str, per_batch: usize) -> Producer {
-        let options = if per_batch == 0 {
-            ProducerOptions::default().no_batching()
-        } else {
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(per_batch)
-                    .max_delay(Duration::from_millis(50)),
-            )
-        };
         self.client
-            .create_producer(topic, options.transactional(true))
+            .create_producer(topic, producer_options(per_batch).transactional(true))
             .await
             .expect("producer created")
     }
