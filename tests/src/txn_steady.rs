@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pulsar_wire::{
     BatchingOptions, Client, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
-    ProducerOptions, SubType,
+    ProducerOptions, SubType, Transaction, TransactionCoordinator,
 };
 
 use crate::pulsar_admin::PulsarAdmin;
@@ -127,6 +127,10 @@ pub struct ClientReport {
     /// The longest wait for a message while payloads were still outstanding, and when it
     /// began (from the start).
     pub longest_receive_gap: (Duration, Duration),
+    /// The mean time from a transaction taken to its end answered (its acks, then its
+    /// commit or abort): the consumer keeps up while `txn_every` messages take less than
+    /// this at the producer's rate, redeliveries included.
+    pub mean_cycle: Duration,
 }
 
 /// Runs the shape with `pulsar-wire` on `topic` / `subscription`. `legacy` delivers
@@ -227,6 +231,8 @@ pub async fn run(
     let deadline = started + shape.timeout;
     let mut last_message = Instant::now();
     let mut pause = shape.pause;
+    let mut cycles = Duration::ZERO;
+    let mut next: Option<tokio::task::JoinHandle<Result<Transaction, Error>>> = None;
     loop {
         if let Some((at, length)) = pause
             && started.elapsed() >= at
@@ -272,8 +278,19 @@ pub async fn run(
             continue;
         }
         // The messages received are acknowledged in one transaction, all at once (the acks
-        // go out together and the transaction ends once every answer is in).
-        let open = coordinator.new_transaction(Duration::from_secs(60)).await?;
+        // go out together and the transaction ends once every answer is in). The transaction
+        // was opened, and the subscription registered in it, while the previous one went on,
+        // and the next one is opened now: a cycle costs the acks' and the end's round trips.
+        let cycle = Instant::now();
+        let open = match next.take() {
+            Some(opening) => opening.await.expect("the task opening a transaction")?,
+            None => open_transaction(coordinator, consumer.topic(), subscription).await?,
+        };
+        next = Some(tokio::spawn(open_transaction_owned(
+            coordinator.clone(),
+            consumer.topic().to_owned(),
+            subscription.to_owned(),
+        )));
         let sent = Instant::now();
         let acks = futures_util::future::join_all(
             batch.iter().map(|message| consumer.ack_in(&open, message)),
@@ -300,12 +317,14 @@ pub async fn run(
         if shape.abort_every > 0 && ended.is_multiple_of(shape.abort_every) {
             let sent = Instant::now();
             let _ = open.abort().await;
+            cycles += cycle.elapsed();
             report.slowest_abort = report.slowest_abort.max(sent.elapsed());
             report.txns_aborted += 1;
             continue;
         }
         let sent = Instant::now();
         let outcome = open.commit().await;
+        cycles += cycle.elapsed();
         report.slowest_commit = report.slowest_commit.max(sent.elapsed());
         match outcome {
             Ok(()) => {
@@ -323,7 +342,13 @@ pub async fn run(
             }
         }
     }
+    if let Some(opening) = next.take()
+        && let Ok(Ok(unused)) = opening.await
+    {
+        let _ = unused.abort().await;
+    }
     report.committed = committed.len() as u64;
+    report.mean_cycle = cycles / u32::try_from(ended.max(1)).unwrap_or(u32::MAX);
     if let Some(admin) = admin {
         let (unacked, backlog) =
             settled_counts(admin, topic, subscription, Duration::from_secs(10)).await;
@@ -339,6 +364,26 @@ pub async fn run(
     }
     consumer.close().await?;
     Ok(report)
+}
+
+/// Opens a transaction and registers `subscription` of `topic` in it.
+async fn open_transaction(
+    coordinator: &TransactionCoordinator,
+    topic: &str,
+    subscription: &str,
+) -> Result<Transaction, Error> {
+    let txn = coordinator.new_transaction(Duration::from_secs(60)).await?;
+    txn.add_subscription(topic, subscription).await?;
+    Ok(txn)
+}
+
+/// [`open_transaction`] with owned arguments, for a task.
+async fn open_transaction_owned(
+    coordinator: TransactionCoordinator,
+    topic: String,
+    subscription: String,
+) -> Result<Transaction, Error> {
+    open_transaction(&coordinator, &topic, &subscription).await
 }
 
 /// The consumer's blocked periods seen in the admin stats while a run goes on.

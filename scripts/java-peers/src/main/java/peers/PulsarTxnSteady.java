@@ -93,6 +93,7 @@ public final class PulsarTxnSteady {
         List<Message<byte[]>> received = new ArrayList<>();
         boolean drained = false;
         long doneAt;
+        CompletableFuture<Transaction> next = null;
         while (true) {
             if (producerDone && committed.containsAll(produced)) {
                 drained = true;
@@ -113,14 +114,18 @@ public final class PulsarTxnSteady {
                 continue;
             }
             // The messages received are acknowledged in one transaction, all at once (the acks go
-            // out together and the transaction ends once every answer is in).
+            // out together and the transaction ends once every answer is in). The transaction was
+            // opened while the previous one went on, and the next one is opened now (as the Rust
+            // loop does; this client registers the subscription itself, at the first ack).
             Transaction txn;
             try {
-                txn = client.newTransaction()
-                        .withTransactionTimeout(60, TimeUnit.SECONDS)
-                        .build()
-                        .get(WAIT_SECONDS, TimeUnit.SECONDS);
+                if (next == null) {
+                    next = openTransaction(client);
+                }
+                txn = next.get(WAIT_SECONDS, TimeUnit.SECONDS);
+                next = openTransaction(client);
             } catch (Exception e) {
+                next = null;
                 System.err.println("newTransaction failed: " + e);
                 received.forEach(consumer::negativeAcknowledge);
                 received.clear();
@@ -154,6 +159,13 @@ public final class PulsarTxnSteady {
             endTransaction(txn, txnPayloads, abortEvery);
         }
         long drainMs = TimeUnit.NANOSECONDS.toMillis(doneAt - start);
+        if (next != null) {
+            try {
+                abortQuietly(next.get(WAIT_SECONDS, TimeUnit.SECONDS));
+            } catch (Exception e) {
+                System.err.println("the unused transaction: " + e);
+            }
+        }
         stopProducing = true;
         producing.join(TimeUnit.SECONDS.toMillis(WAIT_SECONDS));
         if (sendsFailed.get() > 0) {
@@ -205,6 +217,14 @@ public final class PulsarTxnSteady {
     }
 
     /** Ends the transaction: the ABORT_EVERY-th ended ones are aborted, the others committed. */
+    private static CompletableFuture<Transaction> openTransaction(PulsarClient client) {
+        try {
+            return client.newTransaction().withTransactionTimeout(60, TimeUnit.SECONDS).build();
+        } catch (Exception e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
     private void endTransaction(Transaction txn, List<String> payloads, int abortEvery) {
         txnsEnded++;
         if (abortEvery > 0 && txnsEnded % abortEvery == 0) {
