@@ -98,6 +98,7 @@
 //!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
 //!   and tests.
 
+mod auth;
 mod batch;
 mod client;
 mod codec;
@@ -112,8 +113,13 @@ mod error;
 pub mod emulator;
 pub mod priority;
 mod producer;
+mod tls;
 mod txn;
 
+pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
+/// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
+/// so that no extra dependency is needed).
+pub use async_trait::async_trait;
 pub use batch::{
     BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
 };
