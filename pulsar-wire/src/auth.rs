@@ -120,8 +120,20 @@ mod tests {
 
         std::fs::remove_file(&path).unwrap();
         let error = fetch_token(&provider).await.unwrap_err();
-        assert!(matches!(error, Error::Invalid { what: "token file", .. }), "{error}");
-        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+        assert!(
+            matches!(
+                error,
+                Error::Invalid {
+                    what: "token file",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
         let _ = std::fs::remove_dir(&dir);
     }
 

@@ -147,10 +147,8 @@ impl ConnectOptions {
         cert_chain: impl Into<PathBuf>,
         private_key: impl Into<PathBuf>,
     ) -> Self {
-        self.tls_settings.client_cert = Some((
-            Pem::File(cert_chain.into()),
-            Pem::File(private_key.into()),
-        ));
+        self.tls_settings.client_cert =
+            Some((Pem::File(cert_chain.into()), Pem::File(private_key.into())));
         self
     }
 
@@ -785,7 +783,11 @@ impl Connection {
                      connects {}",
                     self.address(),
                     if target.tls { "TLS" } else { "plain TCP" },
-                    if self.shared.tls { "with TLS" } else { "over plain TCP" },
+                    if self.shared.tls {
+                        "with TLS"
+                    } else {
+                        "over plain TCP"
+                    },
                 ),
             });
         }
@@ -1282,7 +1284,10 @@ mod auth_tests {
     #[async_trait::async_trait]
     impl TokenProvider for Counting {
         async fn token(&self) -> Result<String, Error> {
-            Ok(format!("token-{}", self.0.fetch_add(1, Ordering::Relaxed) + 1))
+            Ok(format!(
+                "token-{}",
+                self.0.fetch_add(1, Ordering::Relaxed) + 1
+            ))
         }
     }
 
@@ -1344,7 +1349,10 @@ mod auth_tests {
         let connect = broker.await.expect("the broker ran");
         assert_eq!(connect.auth_method_name, None);
         assert_eq!(connect.auth_data, None);
-        assert_eq!(connect.feature_flags.unwrap().supports_auth_refresh, Some(false));
+        assert_eq!(
+            connect.feature_flags.unwrap().supports_auth_refresh,
+            Some(false)
+        );
     }
 
     #[tokio::test]
@@ -1393,10 +1401,19 @@ mod auth_tests {
             .await
             .expect_err("refused");
         assert!(
-            matches!(error, Error::Authentication { token_sent: false, .. }),
+            matches!(
+                error,
+                Error::Authentication {
+                    token_sent: false,
+                    ..
+                }
+            ),
             "{error:?}"
         );
-        assert!(error.to_string().contains("requires authentication"), "{error}");
+        assert!(
+            error.to_string().contains("requires authentication"),
+            "{error}"
+        );
     }
 
     #[tokio::test]
@@ -1429,7 +1446,10 @@ mod auth_tests {
             .expect("connected");
         let (first, second) = tokens_rx.await.expect("the broker saw both tokens");
         assert_eq!(first, "token-1");
-        assert_eq!(second, "token-2", "AUTH_RESPONSE carries a token fetched anew");
+        assert_eq!(
+            second, "token-2",
+            "AUTH_RESPONSE carries a token fetched anew"
+        );
         assert_eq!(connection.auth_challenges(), 1);
         assert_eq!(
             connection
@@ -1457,7 +1477,11 @@ mod auth_tests {
             .await
             .expect("connected after the challenge");
         assert_eq!(connection.server_version(), "fake");
-        assert_eq!(connection.auth_challenges(), 0, "only challenges after CONNECTED");
+        assert_eq!(
+            connection.auth_challenges(),
+            0,
+            "only challenges after CONNECTED"
+        );
         connection.close();
         assert_eq!(broker.await.unwrap(), "token-2");
     }
@@ -1484,7 +1508,13 @@ mod auth_tests {
             .expect_err("the connection is refused");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(
-            matches!(error, Error::Authentication { token_sent: true, .. }),
+            matches!(
+                error,
+                Error::Authentication {
+                    token_sent: true,
+                    ..
+                }
+            ),
             "{error:?}"
         );
         assert!(connection.is_closed());

@@ -116,10 +116,10 @@ mod producer;
 mod tls;
 mod txn;
 
-pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
 /// so that no extra dependency is needed).
 pub use async_trait::async_trait;
+pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
 pub use batch::{
     BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
 };
