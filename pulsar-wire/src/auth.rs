@@ -49,6 +49,14 @@ pub trait TokenProvider: Send + Sync {
     async fn token(&self) -> Result<String, Error>;
 }
 
+/// A shared provider (the application keeps a handle, for example to read its state).
+#[async_trait::async_trait]
+impl<T: TokenProvider + ?Sized> TokenProvider for std::sync::Arc<T> {
+    async fn token(&self) -> Result<String, Error> {
+        T::token(self).await
+    }
+}
+
 /// A token that never changes.
 pub(crate) struct StaticToken(pub(crate) String);
 
