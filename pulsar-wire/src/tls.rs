@@ -384,7 +384,9 @@ mod tests {
     use tokio_rustls::TlsAcceptor;
 
     use crate::connection::fake_broker::{Peer, listen};
-    use crate::{ConnectOptions, Connection, Error};
+    use crate::pb::base_command::Type;
+    use crate::pb::{self, command_lookup_topic_response::LookupType};
+    use crate::{Client, ConnectOptions, Connection, Error};
 
     /// A CA made for one test.
     struct Ca {
@@ -469,6 +471,53 @@ mod tests {
             }
         });
         (port, task)
+    }
+
+    /// A TLS broker on 127.0.0.1 that serves every connection: `CONNECT`, then `LOOKUP`s
+    /// answered with `answer(own host:port)`.
+    async fn tls_lookup_broker(
+        cert: &str,
+        key: &str,
+        answer: impl Fn(&str) -> pb::CommandLookupTopicResponse + Send + Sync + 'static,
+    ) -> String {
+        let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("certificates");
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a key");
+        let config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("server config");
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let (listener, address) = listen().await;
+        let own = address.clone();
+        let answer = Arc::new(answer);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, answer, own) = (acceptor.clone(), Arc::clone(&answer), own.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut peer = Peer::new(stream);
+                    peer.accept_connect().await;
+                    while let Some(Ok(frame)) = futures_util::StreamExt::next(&mut peer.0).await {
+                        let Some(lookup) = frame.command.lookup_topic else {
+                            continue;
+                        };
+                        let mut response = answer(&own);
+                        response.request_id = lookup.request_id;
+                        peer.send(crate::command_frame(Type::LookupResponse, |c| {
+                            c.lookup_topic_response = Some(response);
+                        }))
+                        .await;
+                    }
+                });
+            }
+        });
+        address
     }
 
     fn options(url: &str) -> ConnectOptions {
@@ -658,6 +707,60 @@ mod tests {
             assert!(matches!(error, Error::Invalid { .. }), "{error:?}");
             assert!(error.to_string().contains(expected), "{error}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_redirect_on_tls_follows_the_brokers_tls_url() {
+        let ca = Ca::new("test CA");
+        let (cert, key) = ca.issue(&["127.0.0.1"]);
+        // B serves the topic itself.
+        let b = tls_lookup_broker(&cert, &key, |own| pb::CommandLookupTopicResponse {
+            broker_service_url: Some("pulsar://127.0.0.1:1".into()),
+            broker_service_url_tls: Some(format!("pulsar+ssl://{own}")),
+            response: Some(LookupType::Connect as i32),
+            authoritative: Some(true),
+            ..Default::default()
+        })
+        .await;
+        // A sends it to B: a plain URL that leads nowhere, and B's TLS URL.
+        let to_b = format!("pulsar+ssl://{b}");
+        let a = tls_lookup_broker(&cert, &key, move |_| pb::CommandLookupTopicResponse {
+            broker_service_url: Some("pulsar://127.0.0.1:1".into()),
+            broker_service_url_tls: Some(to_b.clone()),
+            response: Some(LookupType::Redirect as i32),
+            ..Default::default()
+        })
+        .await;
+        let client = Client::connect(options(&format!("pulsar+ssl://{a}")).tls_ca_pem(&ca.pem))
+            .await
+            .expect("connected to A");
+        let connection = client.lookup("t").await.expect("redirected");
+        assert_eq!(connection.address(), b);
+        assert!(connection.is_tls());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_without_a_tls_url_is_refused_clearly() {
+        let ca = Ca::new("test CA");
+        let (cert, key) = ca.issue(&["127.0.0.1"]);
+        let a = tls_lookup_broker(&cert, &key, |_| pb::CommandLookupTopicResponse {
+            broker_service_url: Some("pulsar://127.0.0.1:6650".into()),
+            response: Some(LookupType::Redirect as i32),
+            ..Default::default()
+        })
+        .await;
+        let client = Client::connect(options(&format!("pulsar+ssl://{a}")).tls_ca_pem(&ca.pem))
+            .await
+            .expect("connected");
+        let error = client.lookup("t").await.expect_err("no TLS URL");
+        let text = error.to_string();
+        assert!(
+            matches!(error, Error::Invalid { what: "lookup", .. }),
+            "{error:?}"
+        );
+        assert!(text.contains("brokerServiceUrlTls"), "{text}");
+        assert!(text.contains("pulsar://127.0.0.1:6650"), "{text}");
+        assert!(text.contains(&a), "{text}");
     }
 
     #[test]
