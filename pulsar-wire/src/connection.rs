@@ -571,8 +571,9 @@ impl Connection {
         self.shared.tls
     }
 
-    /// How many `AUTH_CHALLENGE`s the broker sent after `CONNECTED` (each answered with a
-    /// fresh token from the provider).
+    /// How many `AUTH_CHALLENGE`s the broker sent after `CONNECTED`. Each is answered with
+    /// a token fetched anew from the provider; when the provider fails, the connection is
+    /// closed with its error instead.
     pub fn auth_challenges(&self) -> u64 {
         self.shared.auth_challenges.load(Ordering::Relaxed)
     }

@@ -306,10 +306,10 @@ async fn expiring_tokens_are_renewed_when_the_broker_challenges() {
         .create_producer(&topic, ProducerOptions::default().no_batching())
         .await
         .expect("producer created");
-    // Work on for 7 s, well past several expiries, one message every 250 ms.
+    // Work on for 8 s, well past several expiries, one message every 250 ms.
     let started = Instant::now();
     let mut sent = 0;
-    while started.elapsed() < Duration::from_secs(7) {
+    while started.elapsed() < Duration::from_secs(8) {
         producer
             .send(OutgoingMessage::new(format!("refresh-{sent}")))
             .await
@@ -329,7 +329,7 @@ async fn expiring_tokens_are_renewed_when_the_broker_challenges() {
     let connection = client.lookup(&topic).await.expect("the same connection");
     let challenges = connection.auth_challenges();
     let made = provider.made.load(Ordering::Relaxed);
-    println!("{sent} messages in 7 s; {challenges} AUTH_CHALLENGEs answered; {made} tokens made");
+    println!("{sent} messages in 8 s; {challenges} AUTH_CHALLENGEs answered; {made} tokens made");
     assert!(challenges >= 2, "{challenges} challenges");
     assert!(
         made > challenges,
