@@ -127,8 +127,9 @@ pub use compression::{
 };
 pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
 pub use consumer::{
-    Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, InitialPosition, Message,
-    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON,
+    Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange, InitialPosition,
+    KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY, ORIGIN_MESSAGE_ID,
+    REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use producer::{
