@@ -358,3 +358,180 @@ impl<S: BatchSink> ProducerBatcher<S> {
         self.batcher.close(CLOSE_TIMEOUT).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Records every batch it is given and answers with ids (entry = the batch's number).
+    #[derive(Debug, Default)]
+    struct Recorder {
+        batches: Mutex<Vec<Vec<OutgoingMessage>>>,
+    }
+
+    impl BatchSink for Recorder {
+        async fn send_batch(
+            &self,
+            partition: usize,
+            messages: &[&OutgoingMessage],
+            _txn: Option<TxnId>,
+        ) -> Result<Vec<MessageId>, Error> {
+            let entry = {
+                let mut batches = self.batches.lock();
+                batches.push(messages.iter().map(|m| (*m).clone()).collect());
+                batches.len() as u64 - 1
+            };
+            // Lets other batches' flushes run before this one is answered.
+            tokio::task::yield_now().await;
+            let size = messages.len() as u32;
+            Ok((0..size)
+                .map(|index| MessageId {
+                    ledger_id: 1,
+                    entry_id: entry,
+                    partition: partition as i32,
+                    batch_index: index as i32,
+                    batch_size: Some(size),
+                })
+                .collect())
+        }
+
+        fn max_message_size(&self) -> usize {
+            crate::DEFAULT_MAX_MESSAGE_SIZE
+        }
+    }
+
+    /// Message `index` with an optional partition key `k<key>` and ordering key `o<ordering>`.
+    fn message(index: usize, key: Option<u8>, ordering: Option<u8>) -> OutgoingMessage {
+        let mut message = OutgoingMessage::new(index.to_string());
+        if let Some(key) = key {
+            message = message.key(format!("k{key}"));
+        }
+        if let Some(ordering) = ordering {
+            message = message.ordering_key(format!("o{ordering}").into_bytes());
+        }
+        message
+    }
+
+    fn index_of(message: &OutgoingMessage) -> usize {
+        std::str::from_utf8(message.payload())
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .expect("payloads are indexes")
+    }
+
+    /// Sends `messages` concurrently through a batcher with `options` (virtual time); returns
+    /// the recorded batches, each message's id, and how many keys still had an open batch.
+    fn run(
+        options: BatchingOptions,
+        messages: Vec<OutgoingMessage>,
+    ) -> (Vec<Vec<OutgoingMessage>>, Vec<MessageId>, usize) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let recorder = Arc::new(Recorder::default());
+            let batcher = ProducerBatcher::new(Arc::clone(&recorder), options).expect("valid");
+            let sends = messages.into_iter().map(|message| {
+                let key = batcher.key(0, None, &message);
+                batcher.send(key, message)
+            });
+            let ids = futures_util::future::join_all(sends)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, Error>>()
+                .expect("every send succeeds");
+            let open = batcher.open.lock().len();
+            batcher.close().await;
+            let batches = std::mem::take(&mut *recorder.batches.lock());
+            (batches, ids, open)
+        })
+    }
+
+    fn keyed_messages() -> impl Strategy<Value = Vec<OutgoingMessage>> {
+        proptest::collection::vec(
+            (proptest::option::of(0u8..4), proptest::option::of(0u8..3)),
+            1..120,
+        )
+        .prop_map(|keys| {
+            keys.into_iter()
+                .enumerate()
+                .map(|(i, (key, ordering))| message(i, key, ordering))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// With key-based batching a batch never holds two keys (the ordering key first, then
+        /// the partition key, keyless messages apart), every message goes out once, a key's
+        /// messages keep their order, and each message gets the id of its place.
+        #[test]
+        fn a_key_based_batch_never_mixes_keys(
+            messages in keyed_messages(),
+            max_messages in 1usize..8,
+            max_bytes in prop_oneof![Just(usize::MAX), 20usize..200],
+        ) {
+            let options = BatchingOptions::default()
+                .key_based(true)
+                .max_messages(max_messages)
+                .max_bytes(max_bytes)
+                .max_delay(Duration::from_millis(5));
+            let count = messages.len();
+            let (batches, ids, open) = run(options, messages);
+            let mut seen = vec![false; count];
+            let mut last_of_group: HashMap<Option<KeyGroup>, usize> = HashMap::new();
+            for (entry, batch) in batches.iter().enumerate() {
+                prop_assert!(!batch.is_empty() && batch.len() <= max_messages);
+                let group = KeyGroup::of(&batch[0]);
+                for (position, message) in batch.iter().enumerate() {
+                    prop_assert_eq!(&KeyGroup::of(message), &group, "batch {} mixes keys", entry);
+                    let index = index_of(message);
+                    prop_assert!(!std::mem::replace(&mut seen[index], true), "{} sent twice", index);
+                    if let Some(previous) = last_of_group.insert(group.clone(), index) {
+                        prop_assert!(previous < index, "{} went out after {}", previous, index);
+                    }
+                    prop_assert_eq!(ids[index].entry_id, entry as u64);
+                    prop_assert_eq!(ids[index].batch_index, position as i32);
+                }
+            }
+            prop_assert!(seen.iter().all(|s| *s), "a message was never sent");
+            prop_assert_eq!(open, 0, "sealed batches leave no open key behind");
+        }
+    }
+
+    #[test]
+    fn the_ordering_key_takes_precedence_over_the_partition_key() {
+        let messages = vec![
+            message(0, Some(1), Some(7)),
+            message(1, Some(2), Some(7)),
+            message(2, Some(1), None),
+            message(3, None, None),
+            message(4, Some(1), None),
+            message(5, None, None),
+        ];
+        let options = BatchingOptions::default().key_based(true);
+        let (batches, _, _) = run(options, messages);
+        let mut groups: Vec<Vec<usize>> = batches
+            .iter()
+            .map(|b| b.iter().map(index_of).collect())
+            .collect();
+        groups.sort();
+        assert_eq!(groups, [vec![0, 1], vec![2, 4], vec![3, 5]]);
+    }
+
+    #[test]
+    fn without_key_based_batching_keys_share_a_batch() {
+        let messages = (0..6).map(|i| message(i, Some(i as u8 % 3), None)).collect();
+        let (batches, _, _) = run(BatchingOptions::default(), messages);
+        assert_eq!(batches.len(), 1, "one batch for every key");
+        assert!(!BatchingOptions::default().is_key_based());
+    }
+}

@@ -5,6 +5,7 @@ mod bad_input;
 mod compression;
 mod dead_letter;
 mod faults;
+mod key_shared;
 mod priority;
 mod scripted;
 mod support;
