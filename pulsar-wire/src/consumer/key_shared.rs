@@ -225,7 +225,10 @@ mod tests {
         assert!(reason(&KeySharedPolicy::sticky([])).contains("at least one hash range"));
         assert!(reason(&KeySharedPolicy::sticky([HashRange::new(10, 5)])).contains("10..=5"));
         let above = reason(&KeySharedPolicy::sticky([HashRange::new(0, 65536)]));
-        assert!(above.contains("0..=65536") && above.contains("65535"), "{above}");
+        assert!(
+            above.contains("0..=65536") && above.contains("65535"),
+            "{above}"
+        );
         let overlap = reason(&KeySharedPolicy::sticky([
             HashRange::new(500, 600),
             HashRange::new(0, 100),

@@ -529,7 +529,9 @@ mod tests {
 
     #[test]
     fn without_key_based_batching_keys_share_a_batch() {
-        let messages = (0..6).map(|i| message(i, Some(i as u8 % 3), None)).collect();
+        let messages = (0..6)
+            .map(|i| message(i, Some(i as u8 % 3), None))
+            .collect();
         let (batches, _, _) = run(BatchingOptions::default(), messages);
         assert_eq!(batches.len(), 1, "one batch for every key");
         assert!(!BatchingOptions::default().is_key_based());

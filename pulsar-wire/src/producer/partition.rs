@@ -9,9 +9,9 @@ use txn_ack::TxnId;
 
 use super::{MessageId, OutgoingMessage};
 use crate::batch::{BatchedMessage, encode_batch};
+use crate::connection::QueuedSend;
 use crate::pb::base_command::Type;
 use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
-use crate::connection::QueuedSend;
 use crate::{Client, Compression, Connection, Error, Frame, command_frame, compress};
 
 /// The partition producers of one producer, in partition order; it grows when the topic gains
@@ -218,9 +218,7 @@ impl PartitionProducer {
         let mut next = self.sequence.lock();
         let first = *next;
         let frame = build(first)?;
-        let queued = self
-            .connection
-            .queue_send(self.producer_id, first, frame)?;
+        let queued = self.connection.queue_send(self.producer_id, first, frame)?;
         *next = first + count;
         Ok(queued)
     }

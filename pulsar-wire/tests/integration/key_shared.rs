@@ -8,8 +8,7 @@ use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::ServerError;
 use pulsar_wire::{
     BatchingOptions, Compression, Consumer, ConsumerOptions, Error, HashRange, InitialPosition,
-    KeySharedPolicy, Message, OutgoingMessage, Producer, ProducerOptions, SubType,
-    sticky_key_hash,
+    KeySharedPolicy, Message, OutgoingMessage, Producer, ProducerOptions, SubType, sticky_key_hash,
 };
 
 use crate::support::{PATIENCE, Setup, within};
@@ -113,7 +112,11 @@ fn assert_key_shared(received: &[Vec<Message>; 2], keys: usize, per_key: usize) 
             let at = *owner.entry(key.clone()).or_insert(consumer);
             assert_eq!(at, consumer, "{key} reached both consumers");
             let expected = next.entry(key.clone()).or_default();
-            assert_eq!(index(message), *expected, "{key} out of order or duplicated");
+            assert_eq!(
+                index(message),
+                *expected,
+                "{key} out of order or duplicated"
+            );
             *expected += 1;
             let id = message.id();
             if id.batch_size.is_some_and(|n| n > 1) {
@@ -130,7 +133,10 @@ fn assert_key_shared(received: &[Vec<Message>; 2], keys: usize, per_key: usize) 
         next.values().all(|n| *n == per_key),
         "every message of every key arrived once: {next:?}"
     );
-    assert!(batched > keys * per_key / 2, "most messages came in batches");
+    assert!(
+        batched > keys * per_key / 2,
+        "most messages came in batches"
+    );
     let mut per_consumer = [0, 0];
     for consumer in owner.values() {
         per_consumer[*consumer] += 1;
@@ -241,7 +247,10 @@ async fn a_hash_no_consumer_covers_waits_for_one_that_does() {
         .map(key)
         .filter(|k| covered.contains(sticky_key_hash(k.as_bytes())))
         .collect();
-    assert!(!low_keys.is_empty() && low_keys.len() < KEYS, "{low_keys:?}");
+    assert!(
+        !low_keys.is_empty() && low_keys.len() < KEYS,
+        "{low_keys:?}"
+    );
     let mut got = Vec::new();
     while let Some(message) = within(Duration::from_millis(300), a.receive()).await {
         let message = message.expect("received");
@@ -249,7 +258,10 @@ async fn a_hash_no_consumer_covers_waits_for_one_that_does() {
         got.push(message);
     }
     assert_eq!(got.len(), low_keys.len() * 3);
-    assert!(got.iter().all(|m| low_keys.contains(m.key().unwrap_or_default())));
+    assert!(
+        got.iter()
+            .all(|m| low_keys.contains(m.key().unwrap_or_default()))
+    );
     let stats = setup.stats();
     let sub = stats
         .subscription(&format!("persistent://public/default/{topic}"), "sub")
@@ -277,7 +289,10 @@ async fn a_hash_no_consumer_covers_waits_for_one_that_does() {
         b.ack(&message).await.expect("ack queued");
         late.push(message);
     }
-    assert!(late.iter().all(|m| !low_keys.contains(m.key().unwrap_or_default())));
+    assert!(
+        late.iter()
+            .all(|m| !low_keys.contains(m.key().unwrap_or_default()))
+    );
     b.flush_acks().await;
     a.flush_acks().await;
     setup.assert_drained(topic).await;

@@ -276,7 +276,11 @@ impl Broker {
             let (policy, ranges) = match KeySharedPolicy::of(body.key_shared_meta.as_ref()) {
                 Ok(parsed) => parsed,
                 Err(reason) => {
-                    return self.error(conn, request_id, (ServerError::ConsumerAssignError, reason));
+                    return self.error(
+                        conn,
+                        request_id,
+                        (ServerError::ConsumerAssignError, reason),
+                    );
                 }
             };
             if let Some(sub) = topic.subscriptions.get(&body.subscription)
