@@ -127,8 +127,8 @@ pub use compression::{
 };
 pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
 pub use consumer::{
-    Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, InitialPosition, Message,
-    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON,
+    ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, InitialPosition,
+    Message, ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON,
 };
 pub use error::Error;
 pub use producer::{
