@@ -138,7 +138,7 @@ pub(crate) enum Added {
     /// Held until the message's other chunks arrive.
     Held,
     /// The message is complete.
-    Complete(Assembled),
+    Complete(Box<Assembled>),
     /// The chunk cannot join a message: why (the application gets it as undecodable), and
     /// the other entries that go with it (acknowledged or redelivered with it).
     Orphan(String, Vec<MessagePosition>),
@@ -355,13 +355,13 @@ impl Assembler {
             );
         }
         partial.entries.retain(|p| *p != last.position);
-        Added::Complete(Assembled {
+        Added::Complete(Box::new(Assembled {
             metadata: last.metadata,
             data: partial.data.freeze(),
             last: last.position,
             others: partial.entries,
             redelivery_count: partial.redelivery_count,
-        })
+        }))
     }
 
     /// Takes out the messages that waited longer than `expire_after` for a chunk (their

@@ -295,7 +295,7 @@ impl PartitionConsumer {
                 let last = done.last;
                 let others = done.others.clone();
                 let redelivery_count = done.redelivery_count;
-                match assembled(done, origin, topic, self.max_chunked) {
+                match assembled(*done, origin, topic, self.max_chunked) {
                     Ok(message) => {
                         counters.chunked.fetch_add(1, Ordering::Relaxed);
                         counters.received.fetch_add(1, Ordering::Relaxed);

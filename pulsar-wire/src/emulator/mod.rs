@@ -84,8 +84,8 @@
 //!   frames per command type; frames per connection.
 //!
 //! # What is not modelled
-//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
-//! chunking, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
+//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks (compressed and
+//! chunked entries are stored and dispatched as sent), encryption, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared is Shared. Each consumer's model holds the cursor and
 //! pending-ack state of the entries it received; when a consumer goes (closed, unsubscribed or
