@@ -283,6 +283,12 @@ pub struct ConsumerStats {
     pub reached_end_of_topic: bool,
 }
 
+/// The deliveries waiting for [`Consumer::receive`]: a receiver queue's worth, and room for
+/// the messages of a batch beyond it.
+fn delivery_capacity(options: &ConsumerOptions) -> usize {
+    options.receiver_queue_size as usize + crate::MAX_BATCH_MESSAGES as usize
+}
+
 /// Tells consumers apart, so that a message is acknowledged only through its own consumer.
 static NEXT_CONSUMER: AtomicU64 = AtomicU64::new(1);
 
@@ -324,9 +330,9 @@ pub struct Consumer {
     sub_type: SubType,
     key: u64,
     partitions: Arc<PartitionList>,
-    deliveries: tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>>,
+    deliveries: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
     /// Where new partitions' tasks deliver (weak, so that the channel ends with the tasks).
-    delivery_sender: mpsc::WeakUnboundedSender<Delivery>,
+    delivery_sender: mpsc::WeakSender<Delivery>,
     /// Why the deliveries ended, once they did.
     ended: Mutex<Option<Error>>,
     acks: Batcher<AckKey, AckId, AckFlusher>,
@@ -405,7 +411,9 @@ impl Consumer {
         }
         let counters = Arc::new(Counters::default());
         let key = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        // Bounded: a partition's task waits while the application is behind (the broker is
+        // out of permits by then anyway).
+        let (tx, rx) = mpsc::channel(delivery_capacity(&options));
         let tasks = receivers
             .into_iter()
             .zip(&partitions)
@@ -737,7 +745,7 @@ impl Consumer {
     }
 
     /// The receiver of the partitions' deliveries (for a consumer that orders them itself).
-    pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>> {
+    pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::Receiver<Delivery>> {
         &self.deliveries
     }
 

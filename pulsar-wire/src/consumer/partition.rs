@@ -507,7 +507,7 @@ pub(crate) async fn pump(
     consumer: Arc<PartitionConsumer>,
     origin: Origin,
     mut events: mpsc::UnboundedReceiver<ConsumerEvent>,
-    deliveries: mpsc::UnboundedSender<Delivery>,
+    deliveries: mpsc::Sender<Delivery>,
     counters: Arc<Counters>,
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
@@ -517,7 +517,7 @@ pub(crate) async fn pump(
             Ok(None) => return,
             Err(_) => {
                 for delivery in consumer.expired_chunks(origin.slot, &counters) {
-                    if deliveries.send(delivery).is_err() {
+                    if deliveries.send(delivery).await.is_err() {
                         return;
                     }
                 }
@@ -533,13 +533,15 @@ pub(crate) async fn pump(
             }
             ConsumerEvent::Closed => {
                 counters.closed_by_broker.store(true, Ordering::Relaxed);
-                let _ = deliveries.send(Delivery::Closed {
-                    topic: consumer.topic.clone(),
-                });
+                let _ = deliveries
+                    .send(Delivery::Closed {
+                        topic: consumer.topic.clone(),
+                    })
+                    .await;
                 return;
             }
             ConsumerEvent::ConnectionLost(error) => {
-                let _ = deliveries.send(Delivery::Lost(error));
+                let _ = deliveries.send(Delivery::Lost(error)).await;
                 return;
             }
         };
@@ -552,7 +554,7 @@ pub(crate) async fn pump(
         );
         if let Some(chunk) = decoded.chunk {
             for delivery in consumer.take_chunk(chunk, origin, &topic, &counters) {
-                if deliveries.send(delivery).is_err() {
+                if deliveries.send(delivery).await.is_err() {
                     return;
                 }
             }
@@ -604,6 +606,7 @@ pub(crate) async fn pump(
             };
             if deliveries
                 .send(Delivery::Undecodable(Box::new(undecodable)))
+                .await
                 .is_err()
             {
                 return;
@@ -657,6 +660,7 @@ pub(crate) async fn pump(
         for message in messages {
             if deliveries
                 .send(Delivery::Message(Box::new(message)))
+                .await
                 .is_err()
             {
                 return;
