@@ -364,19 +364,21 @@ impl Connection {
         sequence_id: u64,
         frame: Frame,
     ) -> Result<pb::MessageIdData, Error> {
-        self.queue_send(producer_id, sequence_id, frame)?
-            .receipt()
-            .await
+        self.start_send(producer_id, sequence_id, frame)?.await
     }
 
-    /// Queues a `SEND` frame for writing at once (frames are written in the order they are
-    /// queued) and returns the wait for its receipt.
-    pub(crate) fn queue_send(
+    /// Writes a `SEND` frame now and returns the wait for its receipt: frames written one
+    /// after another go out in that order, whenever their receipts are awaited.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when the frame cannot be written; the returned wait fails as
+    /// [`Connection::send_message`].
+    pub fn start_send(
         &self,
         producer_id: u64,
         sequence_id: u64,
         frame: Frame,
-    ) -> Result<QueuedSend, Error> {
+    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + '_, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .sends
@@ -386,11 +388,26 @@ impl Connection {
             self.shared.sends.lock().remove(&(producer_id, sequence_id));
             return Err(error);
         }
-        Ok(QueuedSend {
-            connection: self.clone(),
-            key: (producer_id, sequence_id),
-            receipt: rx,
-        })
+        Ok(self.receipt(producer_id, sequence_id, rx))
+    }
+
+    async fn receipt(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        rx: oneshot::Receiver<Result<pb::MessageIdData, Error>>,
+    ) -> Result<pb::MessageIdData, Error> {
+        match tokio::time::timeout(self.shared.timeout, rx).await {
+            Err(_) => {
+                self.shared.sends.lock().remove(&(producer_id, sequence_id));
+                Err(Error::Timeout {
+                    operation: "SEND",
+                    after: self.shared.timeout,
+                })
+            }
+            Ok(Err(_)) => Err(self.lost_error()),
+            Ok(Ok(result)) => result,
+        }
     }
 
     /// Routes frames pushed to `consumer_id` (messages, close, end of topic) to the returned
@@ -704,35 +721,6 @@ fn fail_all(shared: &Shared, reason: String) {
     }
     for (_, consumer) in shared.consumers.lock().drain() {
         let _ = consumer.send(ConsumerEvent::ConnectionLost(error.clone()));
-    }
-}
-
-/// A `SEND` frame queued on a connection, waiting for its receipt.
-#[derive(Debug)]
-pub(crate) struct QueuedSend {
-    connection: Connection,
-    key: (u64, u64),
-    receipt: oneshot::Receiver<Result<pb::MessageIdData, Error>>,
-}
-
-impl QueuedSend {
-    /// Waits for the receipt, within the connection's operation timeout.
-    ///
-    /// # Errors
-    /// [`Error::Server`] for `SEND_ERROR`; [`Error::Timeout`]; [`Error::ConnectionLost`].
-    pub(crate) async fn receipt(self) -> Result<pb::MessageIdData, Error> {
-        let shared = &self.connection.shared;
-        match tokio::time::timeout(shared.timeout, self.receipt).await {
-            Err(_) => {
-                shared.sends.lock().remove(&self.key);
-                Err(Error::Timeout {
-                    operation: "SEND",
-                    after: shared.timeout,
-                })
-            }
-            Ok(Err(_)) => Err(self.connection.lost_error()),
-            Ok(Ok(result)) => result,
-        }
     }
 }
 

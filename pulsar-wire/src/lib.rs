@@ -84,6 +84,12 @@
 //!   size is checked before anything is allocated); producers compress with
 //!   [`ProducerOptions::compression`], batched or not. [`compress`] and [`decompress`] are
 //!   the codecs on their own.
+//! - Chunking: consumers reassemble chunked messages (a message split by its producer into
+//!   entries of at most `max_message_size`: Java, C++/Python and this crate's producers
+//!   with chunking), bounded by [`ChunkLimits`] ([`ConsumerOptions::chunk_limits`]); the
+//!   message's id is its last chunk's ([`Message::chunk_ids`] lists every chunk), and an ack,
+//!   nack or transactional ack of it covers every chunk. Producers split a message too large
+//!   for one entry with [`ProducerOptions::chunking`] (not with batching).
 //! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
 //!   the generated protocol types ([`pb`]).
 //!
@@ -186,9 +192,9 @@ pub use compression::{
 };
 pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
 pub use consumer::{
-    Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange, InitialPosition,
-    KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY, ORIGIN_MESSAGE_ID,
-    REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
+    ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
+    InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,
+    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use producer::{

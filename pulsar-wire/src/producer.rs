@@ -157,6 +157,8 @@ pub struct ProducerOptions {
     transactional: bool,
     partitions_refresh: Option<Duration>,
     compression: Compression,
+    chunking: bool,
+    chunk_size: Option<usize>,
 }
 
 /// How often a producer re-reads a partitioned topic's partition count by default (the Java
@@ -175,6 +177,8 @@ impl Default for ProducerOptions {
             transactional: false,
             partitions_refresh: Some(DEFAULT_PARTITIONS_REFRESH),
             compression: Compression::None,
+            chunking: false,
+            chunk_size: None,
         }
     }
 }
@@ -224,6 +228,29 @@ impl ProducerOptions {
         self
     }
 
+    /// Splits a message whose payload (compressed, with a codec) does not fit in one entry
+    /// into chunks, each an entry of its own, instead of refusing it (default off). The
+    /// consumers reassemble them (this crate's, and the Java, C++ and Python clients'). As in
+    /// the Java client, chunking cannot be combined with batching: add
+    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`] fails with
+    /// [`Error::Invalid`]. A chunked message's chunks go out one after another, and the
+    /// producer's other messages wait for them, so that each message stays contiguous and
+    /// in order; [`Producer::send`] returns the last chunk's id (the consumer's
+    /// [`crate::Message::id`] of the message). Consumers on a Shared subscription may get
+    /// the chunks of one message on different consumers: use Exclusive, Failover or
+    /// Key_Shared subscriptions for chunked topics.
+    pub fn chunking(mut self, enabled: bool) -> Self {
+        self.chunking = enabled;
+        self
+    }
+
+    /// With chunking, the most bytes of one chunk's entry (default, and at most, the
+    /// broker's `max_message_size`).
+    pub fn chunk_size(mut self, bytes: usize) -> Self {
+        self.chunk_size = Some(bytes);
+        self
+    }
+
     /// How often the producer of a partitioned topic re-reads the partition count
     /// (`PARTITIONED_METADATA`) and attaches to partitions added since, so that its router
     /// sends to them too (default [`DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
@@ -259,6 +286,7 @@ struct ProducerInner {
     name: Option<String>,
     transactional: bool,
     compression: Compression,
+    chunk_size: Option<usize>,
     partitions: Arc<PartitionSet>,
     partitioned: bool,
     router: Arc<dyn PartitionRouter>,
@@ -289,6 +317,23 @@ impl Producer {
         if let Some(batching) = &options.batching {
             batching.validate()?;
         }
+        if options.chunking && options.batching.is_some() {
+            return Err(Error::Invalid {
+                what: "producer options",
+                reason: "chunking cannot be combined with batching (as in the Java client): \
+                         add ProducerOptions::no_batching()"
+                    .into(),
+            });
+        }
+        if options.chunk_size == Some(0) {
+            return Err(Error::Invalid {
+                what: "chunk_size",
+                reason: "must be positive".into(),
+            });
+        }
+        let chunk_size = options
+            .chunking
+            .then(|| options.chunk_size.unwrap_or(usize::MAX));
         let topics = client.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let mut partitions = Vec::with_capacity(topics.len());
@@ -303,6 +348,7 @@ impl Producer {
                     name,
                     options.transactional,
                     options.compression,
+                    chunk_size,
                 )
                 .await?,
             ));
@@ -318,6 +364,7 @@ impl Producer {
             name: options.name,
             transactional: options.transactional,
             compression: options.compression,
+            chunk_size,
             partitions,
             partitioned,
             router: options.router,
@@ -361,6 +408,7 @@ impl Producer {
                 name,
                 inner.transactional,
                 inner.compression,
+                inner.chunk_size,
             )
             .await
             {

@@ -790,6 +790,165 @@ async fn every_codec_of_the_python_client_reaches_our_consumer_intact() {
     broker.done();
 }
 
+/// Chunked message `i` of the chunking peers (`PulsarChunks`, `produce_chunked.py`): bytes
+/// that do not compress (so that a codec does not make them fit in one entry), byte `j`
+/// being bits 24..31 of the `j + 1`-th step of xorshift64 (13, 7, 17) from
+/// `(i + 1) * 0x9E3779B97F4A7C15`.
+fn chunked_payload(i: u64, size: usize) -> Vec<u8> {
+    let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+const TEN_MIB: usize = 10 * 1024 * 1024;
+
+/// Receives `count` chunked messages of [`TEN_MIB`] on `consumer`, each with property `i`:
+/// every payload intact, in 3 chunks (the broker's 5 MiB `max_message_size`), acked; then
+/// the subscription drains, with `total` chunked messages reassembled by the consumer.
+async fn assert_chunked_arrive(broker: &RealBroker, consumer: &Consumer, count: u64, total: u64) {
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..count {
+        let message = tokio::time::timeout(Duration::from_secs(60), consumer.receive())
+            .await
+            .expect("a chunked message within 60 s")
+            .expect("received");
+        let i: u64 = message
+            .property("i")
+            .and_then(|i| i.parse().ok())
+            .expect("property i");
+        assert_eq!(message.payload().len(), TEN_MIB, "message {i}");
+        assert!(
+            message.payload()[..] == chunked_payload(i, TEN_MIB)[..],
+            "message {i}: the payload differs"
+        );
+        let chunks = message.chunk_ids();
+        assert_eq!(chunks.len(), 3, "message {i}: {chunks:?}");
+        assert_eq!(chunks.last(), Some(&message.id()));
+        assert!(seen.insert(i), "message {i} twice");
+        consumer.ack(&message).await.expect("acked");
+    }
+    consumer.flush_acks().await;
+    let stats = consumer.stats();
+    assert_eq!(stats.chunked, total, "{stats:?}");
+    assert_eq!(stats.undecodable, 0, "{stats:?}");
+    let drained = broker.assert_drained().await;
+    assert_eq!(drained.msg_backlog, 0);
+}
+
+/// Two 10 MiB chunked messages from the official Java client 4.0.8, and one more with LZ4
+/// (compressed whole, then chunked): reassembled, intact, acked with all their chunks,
+/// backlog 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_messages_of_the_java_client_are_reassembled_and_acked() {
+    let Some(broker) = real_broker("java-chunks").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker
+        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .await;
+    let size = TEN_MIB.to_string();
+    let produced = java_peer(
+        "PulsarChunks",
+        &["produce", &service_url, &broker.topic, "2", &size, "NONE"],
+    )
+    .await;
+    assert!(produced.contains("produced=2"), "{produced}");
+    assert_chunked_arrive(&broker, &consumer, 2, 2).await;
+    let produced = java_peer(
+        "PulsarChunks",
+        &["produce", &service_url, &broker.topic, "1", &size, "LZ4"],
+    )
+    .await;
+    assert!(produced.contains("produced=1"), "{produced}");
+    assert_chunked_arrive(&broker, &consumer, 1, 3).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// Two 10 MiB chunked messages from the official Python client (`pulsar-client` 3.13.0):
+/// reassembled, intact, acked, backlog 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_messages_of_the_python_client_are_reassembled_and_acked() {
+    let Some(broker) = real_broker("python-chunks").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker
+        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .await;
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
+    let size = TEN_MIB.to_string();
+    let output = tokio::process::Command::new(run)
+        .args([
+            "produce_chunked",
+            &service_url,
+            &broker.topic,
+            "2",
+            &size,
+            "NONE",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
+    let produced = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "produce_chunked failed: {produced}"
+    );
+    assert!(produced.contains("produced=2"), "{produced}");
+    assert_chunked_arrive(&broker, &consumer, 2, 2).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// Our producer with chunking: two 10 MiB messages, read by the official Java client
+/// (`PulsarChunks consume`) intact (size and CRC-32C), and its subscription drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_chunked_messages_are_read_by_the_java_client() {
+    let Some(broker) = real_broker("chunks-to-java").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let producer = broker
+        .client
+        .create_producer(
+            &broker.topic,
+            ProducerOptions::default().no_batching().chunking(true),
+        )
+        .await
+        .expect("producer created");
+    for i in 0..2u64 {
+        producer
+            .send(OutgoingMessage::new(chunked_payload(i, TEN_MIB)).property("i", i.to_string()))
+            .await
+            .expect("sent in chunks");
+    }
+    let consumed = java_peer(
+        "PulsarChunks",
+        &["consume", &service_url, &broker.topic, "java", "2"],
+    )
+    .await;
+    for i in 0..2u64 {
+        let crc = crc32c::crc32c(&chunked_payload(i, TEN_MIB));
+        let line = format!("message i={i} size={TEN_MIB} crc32c={crc:x}");
+        assert!(consumed.contains(&line), "{line} not in {consumed}");
+    }
+    assert!(consumed.contains("consumed=2"), "{consumed}");
+    let stats = broker.stats().await;
+    let java = stats.subscription("java").expect("the Java subscription");
+    assert_eq!(java.msg_backlog, 0, "{java:?}");
+    producer.close().await.expect("closed");
+    broker.done();
+}
+
 /// An entry that claims LZ4 but holds bytes that are not an LZ4 block (stored as sent: the
 /// broker does not decompress) on the real broker: our consumer hands it to the application as
 /// `Error::Undecodable` with its id and does not acknowledge it (the backlog keeps it while the

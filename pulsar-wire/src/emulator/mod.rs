@@ -98,8 +98,8 @@
 //!   frames per command type; frames per connection.
 //!
 //! # What is not modelled
-//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
-//! chunking, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
+//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks (compressed and
+//! chunked entries are stored and dispatched as sent), encryption, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
 //! consumers come and go: the 4.0 broker's draining (a moved hash waits until the old consumer

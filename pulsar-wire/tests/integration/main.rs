@@ -2,6 +2,7 @@
 
 mod acks;
 mod bad_input;
+mod chunks;
 mod compression;
 mod dead_letter;
 mod faults;
