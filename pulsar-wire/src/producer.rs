@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use batching::BatchingOptions;
-use batching::{BatchKey, ProducerBatcher};
+use batching::ProducerBatcher;
 use partition::{PartitionProducer, PartitionSet};
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
@@ -51,6 +51,7 @@ impl fmt::Display for MessageId {
 pub struct OutgoingMessage {
     pub(crate) payload: Bytes,
     pub(crate) key: Option<String>,
+    pub(crate) ordering_key: Option<Bytes>,
     pub(crate) properties: Vec<(String, String)>,
     pub(crate) event_time: Option<u64>,
 }
@@ -65,9 +66,17 @@ impl OutgoingMessage {
     }
 
     /// Its key (`partition_key`): routes it on a partitioned topic and groups it on a
-    /// Key_Shared subscription.
+    /// Key_Shared subscription (unless it has an ordering key).
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
+        self
+    }
+
+    /// Its ordering key (`ordering_key`): on a Key_Shared subscription it decides the
+    /// consumer instead of the partition key, and key-based batching groups by it
+    /// ([`BatchingOptions::key_based`]). It does not route between partitions.
+    pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.ordering_key = Some(key.into());
         self
     }
 
@@ -91,6 +100,14 @@ impl OutgoingMessage {
     /// Its key, if it has one.
     pub fn partition_key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// The key a Key_Shared subscription dispatches it by: the ordering key when it has one,
+    /// else the partition key's bytes ([`crate::sticky_key_hash`] gives its hash).
+    pub fn sticky_key(&self) -> Option<&[u8]> {
+        self.ordering_key
+            .as_deref()
+            .or_else(|| self.key.as_deref().map(str::as_bytes))
     }
 
     /// Its properties, in the order they were added.
@@ -123,7 +140,11 @@ impl OutgoingMessage {
             .iter()
             .map(|(k, v)| k.len() + v.len() + 6)
             .sum();
-        self.payload.len() + self.key.as_ref().map_or(0, |k| k.len() + 2) + properties + 16
+        self.payload.len()
+            + self.key.as_ref().map_or(0, |k| k.len() + 2)
+            + self.ordering_key.as_ref().map_or(0, |k| k.len() + 2)
+            + properties
+            + 16
     }
 }
 
@@ -246,7 +267,14 @@ impl ProducerOptions {
 /// by count, bytes and delay; each batch is one `SEND` whose entry carries
 /// `num_messages_in_batch` (also for a batch of one), and each message's future resolves to
 /// its own [`MessageId`] (batch index and size included). A partition's batches go out one
-/// after another, in order.
+/// after another, in order. With [`BatchingOptions::key_based`] (which Key_Shared consumers
+/// need), batches are formed per key: a key's batches go out in order, batches of different
+/// keys may be sealed concurrently and go out in the order they are sealed.
+///
+/// Sequence ids: each partition producer numbers its messages from the broker's
+/// `last_sequence_id` + 1, and its frames reach the connection in sequence-id order (the ids
+/// are assigned and the frame queued under one lock), so a broker with deduplication never
+/// sees a lower id after a higher one.
 #[derive(Clone)]
 pub struct Producer {
     inner: Arc<ProducerInner>,
@@ -455,10 +483,7 @@ impl Producer {
         let txn = txn.map(Transaction::id);
         match &self.inner.batcher {
             Some(batcher) => {
-                let key = BatchKey {
-                    partition: index,
-                    txn,
-                };
+                let key = batcher.key(index, txn, &message);
                 batcher.send(key, message).await
             }
             None => producer.send_single(&message, txn).await,

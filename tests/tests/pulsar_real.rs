@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use integration_tests::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, MessageId, OutgoingMessage, Producer, ProducerOptions, SubType, Transaction, TxnState,
+    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
+    InitialPosition, KeySharedPolicy, Message, MessageId, OutgoingMessage, Producer,
+    ProducerOptions, SubType, Transaction, TxnState, sticky_key_hash,
 };
 
 /// `maxUnackedMessagesOnConsumer` of every test topic.
@@ -1493,4 +1494,259 @@ async fn the_bulk_shape_ends_with_nothing_unacked() {
     assert_eq!(report.duplicates, 0, "{report:?}");
     assert_eq!(report.commits_refused, 0, "{report:?}");
     assert_eq!((unacked, backlog), (0, 0));
+}
+
+// ----- Key_Shared ---------------------------------------------------------------------------
+
+/// Messages of key `key-K` carry `key-K/i`.
+fn keyed_payload(k: usize, i: usize) -> String {
+    format!("key-{k}/{i}")
+}
+
+/// A Key_Shared consumer named `name` with `policy`, acks grouped for 10 ms.
+async fn key_shared_consumer(
+    broker: &RealBroker,
+    name: &str,
+    policy: KeySharedPolicy,
+) -> Result<Consumer, Error> {
+    broker
+        .client
+        .subscribe(
+            &broker.topic,
+            SUB,
+            ConsumerOptions::default()
+                .sub_type(SubType::KeyShared)
+                .key_shared_policy(policy)
+                .name(name)
+                .ack_group_time(Duration::from_millis(10))
+                .initial_position(InitialPosition::Earliest),
+        )
+        .await
+}
+
+/// A key-based batching producer (10 messages or 20 ms a batch).
+async fn key_based_producer(broker: &RealBroker) -> Producer {
+    let batching = BatchingOptions::default()
+        .max_messages(10)
+        .max_delay(Duration::from_millis(20))
+        .key_based(true);
+    broker
+        .client
+        .create_producer(&broker.topic, ProducerOptions::default().batching(batching))
+        .await
+        .expect("producer created")
+}
+
+/// Sends `per_key` messages of each of `keys` keys interleaved, all at once.
+async fn send_keyed(producer: &Producer, keys: usize, per_key: usize) -> Vec<MessageId> {
+    let sends = (0..per_key).flat_map(|i| {
+        (0..keys).map(move |k| {
+            producer.send(OutgoingMessage::new(keyed_payload(k, i)).key(format!("key-{k}")))
+        })
+    });
+    futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, Error>>()
+        .expect("every send succeeds")
+}
+
+/// Receives from both consumers, acking each message, until `expected` arrived and then
+/// nothing more for 1 s; panics when delivery stops for [`PATIENCE`] before that.
+async fn receive_key_shared(a: &Consumer, b: &Consumer, expected: usize) -> [Vec<Message>; 2] {
+    let mut received = [Vec::new(), Vec::new()];
+    loop {
+        let total = received[0].len() + received[1].len();
+        let wait = if total >= expected {
+            Duration::from_secs(1)
+        } else {
+            PATIENCE
+        };
+        let (slot, message) = tokio::select! {
+            message = a.receive() => (0, message),
+            message = b.receive() => (1, message),
+            () = tokio::time::sleep(wait) => {
+                assert!(total >= expected, "delivery stopped at {total} of {expected}");
+                break;
+            }
+        };
+        let message = message.expect("received");
+        let consumer = if slot == 0 { a } else { b };
+        consumer.ack(&message).await.expect("ack queued");
+        received[slot].push(message);
+    }
+    received
+}
+
+/// Each key reached one consumer, in order, every message once; no entry holds two keys.
+/// Returns the keys of each consumer and the number of entries that held more than one
+/// message.
+fn check_key_shared(
+    received: &[Vec<Message>; 2],
+    keys: usize,
+    per_key: usize,
+) -> ([Vec<String>; 2], usize) {
+    let mut owner: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut next: std::collections::HashMap<String, usize> = Default::default();
+    let mut entries: std::collections::HashMap<(u64, u64), (String, u32)> = Default::default();
+    for (consumer, messages) in received.iter().enumerate() {
+        for message in messages {
+            let key = message.key().expect("a key").to_owned();
+            let at = *owner.entry(key.clone()).or_insert(consumer);
+            assert_eq!(at, consumer, "{key} reached both consumers");
+            let expected = next.entry(key.clone()).or_default();
+            let payload = std::str::from_utf8(message.payload()).expect("text");
+            assert_eq!(
+                payload,
+                format!("{key}/{expected}"),
+                "{key}: out of order or duplicated"
+            );
+            *expected += 1;
+            let id = message.id();
+            let entry = entries
+                .entry((id.ledger_id, id.entry_id))
+                .or_insert_with(|| (key.clone(), id.batch_size.unwrap_or(1)));
+            assert_eq!(entry.0, key, "entry {id} holds two keys");
+        }
+    }
+    assert_eq!(owner.len(), keys, "every key arrived: {owner:?}");
+    assert!(next.values().all(|n| *n == per_key), "{next:?}");
+    let mut per_consumer = [Vec::new(), Vec::new()];
+    for (key, consumer) in owner {
+        per_consumer[consumer].push(key);
+    }
+    let batches = entries.values().filter(|(_, size)| *size > 1).count();
+    (per_consumer, batches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_shared_consumers_get_whole_keys_in_order_from_key_based_batches() {
+    let Some(broker) = real_broker("key_shared").await else {
+        return;
+    };
+    // A message whose sequence id is not above the last stored one would be dropped.
+    broker
+        .admin
+        .set_deduplication(&broker.topic, true, Duration::from_secs(60))
+        .await
+        .expect("deduplication on");
+    let a = key_shared_consumer(&broker, "ks-a", KeySharedPolicy::auto_split())
+        .await
+        .expect("a subscribed");
+    let b = key_shared_consumer(&broker, "ks-b", KeySharedPolicy::auto_split())
+        .await
+        .expect("b subscribed");
+    let producer = key_based_producer(&broker).await;
+    let (keys, per_key) = (20, 50);
+    let ids = send_keyed(&producer, keys, per_key).await;
+    let mut by_entry: std::collections::BTreeMap<(u64, u64), Vec<usize>> = Default::default();
+    for (n, id) in ids.iter().enumerate() {
+        by_entry
+            .entry((id.ledger_id, id.entry_id))
+            .or_default()
+            .push(n % keys);
+    }
+    assert!(
+        by_entry.values().all(|ks| ks.iter().all(|k| *k == ks[0])),
+        "the receipts put two keys in one entry"
+    );
+    let received = receive_key_shared(&a, &b, keys * per_key).await;
+    let (per_consumer, batches) = check_key_shared(&received, keys, per_key);
+    println!(
+        "key_shared: {} entries ({batches} with more than one message) for {} messages; \
+         a has {} keys ({} messages), b has {} keys ({} messages)",
+        by_entry.len(),
+        ids.len(),
+        per_consumer[0].len(),
+        received[0].len(),
+        per_consumer[1].len(),
+        received[1].len()
+    );
+    assert!(batches >= keys, "messages were batched");
+    assert!(
+        per_consumer.iter().all(|k| !k.is_empty()),
+        "the broker spread the keys over both consumers: {per_consumer:?}"
+    );
+    a.flush_acks().await;
+    b.flush_acks().await;
+    broker
+        .wait_for("drained with both consumers connected", |s| {
+            s.consumers.len() == 2 && s.is_drained()
+        })
+        .await;
+    a.close().await.expect("a closed");
+    b.close().await.expect("b closed");
+    producer.close().await.expect("producer closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_shared_sticky_ranges_follow_the_murmur3_key_hash() {
+    let Some(broker) = real_broker("key_shared_sticky").await else {
+        return;
+    };
+    let low = HashRange::new(0, 32767);
+    let a = key_shared_consumer(&broker, "ks-low", KeySharedPolicy::sticky([low]))
+        .await
+        .expect("low subscribed");
+    let b = key_shared_consumer(
+        &broker,
+        "ks-high",
+        KeySharedPolicy::sticky([HashRange::new(32768, 65535)]),
+    )
+    .await
+    .expect("high subscribed");
+    // What the broker refuses: an overlapping range, and another mode.
+    let refusal = |result: Result<Consumer, Error>| match result {
+        Err(Error::Server { code, message, .. }) => (code, message),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    };
+    let (code, message) = refusal(
+        key_shared_consumer(
+            &broker,
+            "ks-overlap",
+            KeySharedPolicy::sticky([HashRange::new(100, 200)]),
+        )
+        .await,
+    );
+    println!("key_shared_sticky: an overlapping range: code {code}: {message}");
+    assert_eq!(
+        code,
+        pulsar_wire::pb::ServerError::ConsumerAssignError as i32
+    );
+    let (code, message) =
+        refusal(key_shared_consumer(&broker, "ks-auto", KeySharedPolicy::auto_split()).await);
+    println!("key_shared_sticky: AUTO_SPLIT on a STICKY subscription: code {code}: {message}");
+    assert_eq!(code, pulsar_wire::pb::ServerError::ConsumerBusy as i32);
+
+    let producer = key_based_producer(&broker).await;
+    let (keys, per_key) = (20, 5);
+    send_keyed(&producer, keys, per_key).await;
+    let received = receive_key_shared(&a, &b, keys * per_key).await;
+    let (per_consumer, _) = check_key_shared(&received, keys, per_key);
+    for (consumer, keys) in per_consumer.iter().enumerate() {
+        for key in keys {
+            let hash = sticky_key_hash(key.as_bytes());
+            assert_eq!(
+                usize::from(!low.contains(hash)),
+                consumer,
+                "{key} hashes to {hash}"
+            );
+        }
+    }
+    println!(
+        "key_shared_sticky: low has {:?}, high has {:?}",
+        per_consumer[0], per_consumer[1]
+    );
+    a.flush_acks().await;
+    b.flush_acks().await;
+    broker
+        .wait_for("drained with both consumers connected", |s| {
+            s.consumers.len() == 2 && s.is_drained()
+        })
+        .await;
+    a.close().await.expect("a closed");
+    b.close().await.expect("b closed");
+    producer.close().await.expect("producer closed");
+    broker.done();
 }

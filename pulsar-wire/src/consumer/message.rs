@@ -16,6 +16,7 @@ use crate::{Frame, MessageId, decompress_payload};
 pub struct Message {
     payload: Bytes,
     key: Option<String>,
+    ordering_key: Option<Bytes>,
     properties: Vec<(String, String)>,
     position: MessagePosition,
     redelivery_count: u32,
@@ -46,6 +47,12 @@ impl Message {
     /// The key (`partition_key`), if the producer set one.
     pub fn key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// The ordering key (`ordering_key`), if the producer set one: on a Key_Shared
+    /// subscription it, not [`Message::key`], decides the consumer.
+    pub fn ordering_key(&self) -> Option<&Bytes> {
+        self.ordering_key.as_ref()
     }
 
     /// The properties.
@@ -251,9 +258,10 @@ pub(crate) fn decode(
         }
     };
     let producer_name: Arc<str> = metadata.producer_name.as_str().into();
-    let common = |position, payload, key, props, event_time, sequence_id| Message {
+    let common = |position, payload, (key, ordering_key), props, event_time, sequence_id| Message {
         payload,
         key,
+        ordering_key,
         properties: props,
         position,
         redelivery_count: command.redelivery_count.unwrap_or(0),
@@ -270,7 +278,10 @@ pub(crate) fn decode(
         decoded.messages.push(common(
             position,
             data,
-            metadata.partition_key.clone(),
+            (
+                metadata.partition_key.clone(),
+                metadata.ordering_key.clone().map(Bytes::from),
+            ),
             properties(metadata.properties.clone()),
             metadata.event_time,
             Some(metadata.sequence_id),
@@ -312,7 +323,10 @@ pub(crate) fn decode(
         decoded.messages.push(common(
             position,
             single.payload,
-            metadata.partition_key,
+            (
+                metadata.partition_key,
+                metadata.ordering_key.map(Bytes::from),
+            ),
             properties(metadata.properties),
             metadata.event_time,
             metadata.sequence_id,
@@ -340,6 +354,7 @@ pub(crate) fn assembled(
     Ok(Message {
         payload,
         key: metadata.partition_key.clone(),
+        ordering_key: metadata.ordering_key.map(Bytes::from),
         properties: properties(metadata.properties),
         position: assembled.last,
         redelivery_count: assembled.redelivery_count,

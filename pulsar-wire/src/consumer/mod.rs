@@ -5,6 +5,7 @@
 mod acks;
 mod chunks;
 mod dead_letter;
+mod key_shared;
 mod message;
 mod partition;
 
@@ -22,6 +23,9 @@ use acks::{AckFlusher, AckKey};
 pub use chunks::ChunkLimits;
 use dead_letter::DeadLetters;
 pub use dead_letter::{DeadLetterPolicy, ORIGIN_MESSAGE_ID, REAL_TOPIC, UNDECODABLE_REASON};
+pub use key_shared::{
+    HashRange, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, NONE_KEY, sticky_key_hash,
+};
 pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
@@ -40,7 +44,10 @@ pub enum SubType {
     Shared,
     /// One active consumer, the others standing by.
     Failover,
-    /// Shared, with every key sticking to one consumer.
+    /// Shared, with every key sticking to one consumer: the broker dispatches each entry by
+    /// its key (the entry's `ordering_key`, else its `partition_key`), so producers that batch
+    /// must batch by key ([`crate::BatchingOptions::key_based`]). How keys are spread:
+    /// [`ConsumerOptions::key_shared_policy`] (default [`KeySharedPolicy::auto_split`]).
     KeyShared,
 }
 
@@ -68,6 +75,7 @@ pub struct ConsumerOptions {
     pub(crate) legacy_committed_redeliveries: bool,
     pub(crate) max_uncompressed_size: Option<usize>,
     pub(crate) dead_letter: Option<DeadLetterPolicy>,
+    pub(crate) key_shared: Option<KeySharedPolicy>,
     pub(crate) chunk_limits: ChunkLimits,
 }
 
@@ -88,6 +96,7 @@ impl Default for ConsumerOptions {
             legacy_committed_redeliveries: false,
             max_uncompressed_size: None,
             dead_letter: None,
+            key_shared: None,
             chunk_limits: ChunkLimits::default(),
         }
     }
@@ -170,6 +179,22 @@ impl ConsumerOptions {
         self
     }
 
+    /// How a [`SubType::KeyShared`] subscription spreads keys over its consumers, sent as the
+    /// `KeySharedMeta` of `SUBSCRIBE` (default [`KeySharedPolicy::auto_split`], which a
+    /// Key_Shared consumer sends when this is not set). Sticky ranges are checked when the
+    /// consumer subscribes.
+    pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
+        self.key_shared = Some(policy);
+        self
+    }
+
+    /// The `KeySharedMeta` to send: the policy (or AUTO_SPLIT) on a Key_Shared subscription,
+    /// nothing otherwise.
+    pub(crate) fn key_shared_meta(&self) -> Option<crate::pb::KeySharedMeta> {
+        (self.sub_type == SubType::KeyShared)
+            .then(|| self.key_shared.clone().unwrap_or_default().wire())
+    }
+
     /// Bounds on the chunked messages held while their chunks arrive ([`ChunkLimits`]:
     /// by default 10 incomplete messages and 128 MiB per partition, each waiting at most
     /// 60 s for its next chunk). Chunked messages are reassembled and delivered as one
@@ -190,6 +215,19 @@ impl ConsumerOptions {
 
     fn validate(&self) -> Result<(), Error> {
         if let Some(policy) = &self.dead_letter {
+            policy.validate()?;
+        }
+        if let Some(policy) = &self.key_shared {
+            if self.sub_type != SubType::KeyShared {
+                return Err(Error::Invalid {
+                    what: "key_shared_policy",
+                    reason: format!(
+                        "a key-shared policy applies to a Key_Shared subscription, not to a {:?} \
+                         one: set sub_type(SubType::KeyShared) or drop the policy",
+                        self.sub_type
+                    ),
+                });
+            }
             policy.validate()?;
         }
         self.chunk_limits.validate()?;

@@ -213,6 +213,7 @@ impl PartitionConsumer {
                         consumer_name: options.name.clone(),
                         durable: Some(true),
                         initial_position: Some(options.initial_position.wire() as i32),
+                        key_shared_meta: options.key_shared_meta(),
                         ..pb::CommandSubscribe::default()
                     });
                 })

@@ -1,11 +1,11 @@
 //! One producer on one topic or partition: `PRODUCER`, the `SEND` frames, `CLOSE_PRODUCER`.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use txn_ack::TxnId;
 
 use super::{MessageId, OutgoingMessage};
@@ -62,7 +62,9 @@ pub(crate) struct PartitionProducer {
     pub(crate) connection: Connection,
     pub(crate) producer_id: u64,
     pub(crate) name: String,
-    sequence: AtomicU64,
+    /// The next sequence id. Held while an entry is numbered and its frame queued, so that
+    /// frames reach the connection in sequence-id order whoever sends them.
+    sequence: Mutex<u64>,
     pub(crate) max_message_size: usize,
     /// The codec of every entry it sends.
     compression: Compression,
@@ -122,7 +124,7 @@ impl PartitionProducer {
             connection,
             producer_id,
             name: success.producer_name,
-            sequence: AtomicU64::new(next_sequence),
+            sequence: Mutex::new(next_sequence),
             max_message_size,
             compression,
             chunk_size: chunk_size.map(|size| size.clamp(1, max_message_size)),
@@ -163,21 +165,19 @@ impl PartitionProducer {
         }
         let (data, compression, uncompressed_size) =
             self.compressed(&message.payload, "message")?;
-        let sequence_id = self.sequence.fetch_add(1, Ordering::Relaxed);
-        let metadata = MessageMetadata {
-            properties: message.key_values(),
-            partition_key: message.key.clone(),
-            event_time: message.event_time,
-            compression,
-            uncompressed_size,
-            ..self.metadata(sequence_id, txn)
-        };
-        let frame = self.send_frame(sequence_id, None, txn, metadata, data, false);
-        let id = self
-            .connection
-            .send_message(self.producer_id, sequence_id, frame)
-            .await?;
-        Ok(self.id_of(id))
+        let sent = self.write(1, |sequence_id| {
+            let metadata = MessageMetadata {
+                properties: message.key_values(),
+                partition_key: message.key.clone(),
+                ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+                event_time: message.event_time,
+                compression,
+                uncompressed_size,
+                ..self.metadata(sequence_id, txn)
+            };
+            Ok(self.send_frame(sequence_id, None, txn, metadata, data, false))
+        })?;
+        Ok(self.id_of(sent.await?))
     }
 
     /// Sends a message of a chunking producer: as one entry when it fits in `chunk_size`,
@@ -193,11 +193,20 @@ impl PartitionProducer {
     ) -> Result<MessageId, Error> {
         let (data, compression, uncompressed_size) =
             self.compressed_unchecked(&message.payload, "message")?;
+        // Every send of a chunking producer comes here (chunking excludes batching) and holds
+        // this lock until its last chunk is written, so its chunks stay together and the
+        // sequence id taken under it is the highest on the wire so far.
         let order = self.send_order.lock().await;
-        let sequence_id = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let sequence_id = {
+            let mut next = self.sequence.lock();
+            let id = *next;
+            *next += 1;
+            id
+        };
         let metadata = MessageMetadata {
             properties: message.key_values(),
             partition_key: message.key.clone(),
+            ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
             event_time: message.event_time,
             compression,
             uncompressed_size,
@@ -275,9 +284,47 @@ impl PartitionProducer {
                     crate::MAX_BATCH_MESSAGES
                 ),
             })?;
-        let first = self
-            .sequence
-            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        let id = self
+            .write(messages.len() as u64, |first| {
+                self.batch_frame(messages, count, first, txn)
+            })?
+            .await?;
+        Ok((0..count)
+            .map(|index| MessageId {
+                ledger_id: id.ledger_id,
+                entry_id: id.entry_id,
+                partition: self.partition,
+                batch_index: index,
+                batch_size: Some(count as u32),
+            })
+            .collect())
+    }
+
+    /// Numbers `count` messages from the next sequence id, has `build` make the frame of
+    /// their entry (given the first id) and queues it on the connection, all under the
+    /// sequence lock: the frames of one producer reach the wire in sequence-id order, however
+    /// many tasks send at once. The ids are used up only when the frame is queued.
+    fn write(
+        &self,
+        count: u64,
+        build: impl FnOnce(u64) -> Result<Frame, Error>,
+    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + '_, Error> {
+        let mut next = self.sequence.lock();
+        let first = *next;
+        let frame = build(first)?;
+        let receipt = self.connection.start_send(self.producer_id, first, frame)?;
+        *next = first + count;
+        Ok(receipt)
+    }
+
+    /// The `SEND` frame of a batch entry whose messages are numbered from `first`.
+    fn batch_frame(
+        &self,
+        messages: &[&OutgoingMessage],
+        count: i32,
+        first: u64,
+        txn: Option<TxnId>,
+    ) -> Result<Frame, Error> {
         let singles: Vec<BatchedMessage> = messages
             .iter()
             .zip(first..)
@@ -285,6 +332,7 @@ impl PartitionProducer {
                 metadata: SingleMessageMetadata {
                     properties: message.key_values(),
                     partition_key: message.key.clone(),
+                    ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
                     event_time: message.event_time,
                     sequence_id: Some(sequence_id),
                     ..SingleMessageMetadata::default()
@@ -306,33 +354,20 @@ impl PartitionProducer {
         }
         let uncompressed_size = u32::try_from(plain.len()).ok();
         let (data, compression, _) = self.compressed(&plain, "batch")?;
-        // The entry's key, when every message shares it (Key_Shared dispatch reads it).
-        let key = messages[0].key.clone().filter(|key| {
-            messages
-                .iter()
-                .all(|m| m.key.as_deref() == Some(key.as_str()))
-        });
+        // The entry's keys, when every message shares them: Key_Shared dispatch reads the
+        // entry's ordering_key, else its partition_key (key-based batching makes them shared).
+        let partition_key = shared_key(messages, |m| m.key.as_deref().map(str::as_bytes))
+            .and_then(|key| String::from_utf8(key).ok());
+        let ordering_key = shared_key(messages, |m| m.ordering_key.as_deref());
         let metadata = MessageMetadata {
             num_messages_in_batch: Some(count),
             compression,
             uncompressed_size,
-            partition_key: key,
+            partition_key,
+            ordering_key,
             ..self.metadata(first, txn)
         };
-        let frame = self.send_frame(first, Some(count), txn, metadata, data, false);
-        let id = self
-            .connection
-            .send_message(self.producer_id, first, frame)
-            .await?;
-        Ok((0..count)
-            .map(|index| MessageId {
-                ledger_id: id.ledger_id,
-                entry_id: id.entry_id,
-                partition: self.partition,
-                batch_index: index,
-                batch_size: Some(count as u32),
-            })
-            .collect())
+        Ok(self.send_frame(first, Some(count), txn, metadata, data, false))
     }
 
     /// `payload` compressed with the producer's codec, with the metadata's `compression` and
@@ -435,6 +470,18 @@ impl PartitionProducer {
             .await
             .map(drop)
     }
+}
+
+/// The key `of` every message, when all have the same one.
+fn shared_key<'a>(
+    messages: &[&'a OutgoingMessage],
+    of: impl Fn(&'a OutgoingMessage) -> Option<&'a [u8]>,
+) -> Option<Vec<u8>> {
+    let first = of(messages.first()?)?;
+    messages
+        .iter()
+        .all(|m| of(m) == Some(first))
+        .then(|| first.to_vec())
 }
 
 pub(crate) fn now_millis() -> u64 {

@@ -6,6 +6,7 @@ mod chunks;
 mod compression;
 mod dead_letter;
 mod faults;
+mod key_shared;
 mod priority;
 mod scripted;
 mod support;
