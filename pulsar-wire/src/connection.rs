@@ -683,6 +683,21 @@ impl Connection {
         sequence_id: u64,
         frame: Frame,
     ) -> Result<pb::MessageIdData, Error> {
+        self.start_send(producer_id, sequence_id, frame)?.await
+    }
+
+    /// Writes a `SEND` frame now and returns the wait for its receipt: frames written one
+    /// after another go out in that order, whenever their receipts are awaited.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when the frame cannot be written; the returned wait fails as
+    /// [`Connection::send_message`].
+    pub fn start_send(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        frame: Frame,
+    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + '_, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .sends
@@ -692,6 +707,15 @@ impl Connection {
             self.shared.sends.lock().remove(&(producer_id, sequence_id));
             return Err(error);
         }
+        Ok(self.receipt(producer_id, sequence_id, rx))
+    }
+
+    async fn receipt(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        rx: oneshot::Receiver<Result<pb::MessageIdData, Error>>,
+    ) -> Result<pb::MessageIdData, Error> {
         match tokio::time::timeout(self.shared.timeout, rx).await {
             Err(_) => {
                 self.shared.sends.lock().remove(&(producer_id, sequence_id));

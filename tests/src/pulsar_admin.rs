@@ -329,6 +329,51 @@ impl PulsarAdmin {
         }
     }
 
+    /// Turns the topic's message deduplication on or off (`POST .../deduplicationEnabled`) and
+    /// waits (up to `limit`) until the broker reports it, as
+    /// [`PulsarAdmin::set_max_unacked_on_consumer`] does. With it on, the broker drops a
+    /// message whose sequence id is not above the last one it stored from that producer.
+    ///
+    /// # Errors
+    /// When the broker does not report the value in time.
+    pub async fn set_deduplication(
+        &self,
+        topic: &str,
+        enabled: bool,
+        limit: Duration,
+    ) -> Result<(), AdminError> {
+        let path = format!("{}/deduplicationEnabled", topic_path(topic));
+        let deadline = Instant::now() + limit;
+        let mut written = false;
+        let mut last = String::new();
+        loop {
+            if !written {
+                match self
+                    .expect_success("POST", &path, Some(&enabled.to_string()))
+                    .await
+                {
+                    Ok(_) => written = true,
+                    Err(error) => last = error.0,
+                }
+            }
+            if written {
+                match self.expect_success("GET", &path, None).await {
+                    Ok(response) if response.body.trim() == enabled.to_string() => return Ok(()),
+                    Ok(response) => {
+                        last = format!("the broker reports {:?}", response.body.trim());
+                    }
+                    Err(error) => last = error.0,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(AdminError(format!(
+                    "deduplicationEnabled={enabled} on {topic} not reported within {limit:?}: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// The topic's stats (`GET …/stats?getPreciseBacklog=true`).
     ///
     /// # Errors
