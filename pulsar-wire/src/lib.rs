@@ -59,10 +59,44 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # TLS and token authentication
+//! A `pulsar+ssl://` service URL connects over TLS (rustls). The broker's certificate must be
+//! signed by a CA the client trusts ([`ConnectOptions::tls_ca_file`] or
+//! [`ConnectOptions::tls_ca_pem`]; without one, the public roots of `webpki-roots`) and must
+//! name the host of the URL, an IP address included (the opt-out,
+//! [`ConnectOptions::tls_verify_hostname`]`(false)`, still checks the CA).
+//! [`ConnectOptions::tls_client_cert_files`] presents a client certificate (mutual TLS).
+//! Lookups follow the brokers' `brokerServiceUrlTls`.
+//!
+//! A token authenticates every connection (`auth_method_name = "token"`): a fixed one
+//! ([`ConnectOptions::auth_token`]), a file read anew for each connection and refresh
+//! ([`ConnectOptions::auth_token_file`]), or any [`TokenProvider`]. When the broker finds the
+//! token of a connection expired it sends `AUTH_CHALLENGE`, and the connection answers with
+//! `AUTH_RESPONSE` carrying a token fetched anew from the provider, without reconnecting. A
+//! token the broker refuses fails [`Client::connect`] at once with
+//! [`Error::Authentication`], naming the broker; TLS failures are [`Error::Tls`], each with
+//! what to fix.
+//!
+//! ```no_run
+//! use pulsar_wire::{Client, ConnectOptions, Error};
+//!
+//! # async fn run() -> Result<(), Error> {
+//! let options = ConnectOptions::new("pulsar+ssl://broker.example:6651")?
+//!     .tls_ca_file("/etc/pulsar/ca.pem")
+//!     .auth_token(std::env::var("PULSAR_TOKEN").unwrap_or_default());
+//! match Client::connect(options).await {
+//!     Ok(client) => client.close().await,
+//!     Err(error @ Error::Authentication { .. }) => eprintln!("fix the token: {error}"),
+//!     Err(error) => return Err(error),
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # What is here
-//! - [`Client`]: connections per broker over [`Connection`] (`CONNECT`, request-id
-//!   correlation, keep-alive, every pending request failed when the connection is lost),
-//!   lookups, partitioned metadata.
+//! - [`Client`]: connections per broker over [`Connection`] (TCP or TLS, `CONNECT` with
+//!   token authentication and `AUTH_CHALLENGE` answered, request-id correlation, keep-alive,
+//!   every pending request failed when the connection is lost), lookups, partitioned
+//!   metadata.
 //! - [`Producer`]: single messages and batches (by count, bytes and delay, on `ack-batcher`;
 //!   each message's future resolves to its own [`MessageId`]), a [`PartitionRouter`] for
 //!   partitioned topics, transactional sends.
@@ -153,6 +187,10 @@
 //! ```
 //!
 //! # Feature flags
+//! - `tls` (on by default): `pulsar+ssl://` service URLs, with `rustls` on its `ring`
+//!   provider (pure Rust and assembly built by `cc`: no cmake or NASM) and the Mozilla roots
+//!   of `webpki-roots`. Without it, a `pulsar+ssl://` URL is refused with an
+//!   [`Error::Invalid`] naming the feature; the `tls_*` options stay available (and unused).
 //! - `lz4`, `zlib`, `zstd`, `snappy` (all on by default): the compression codecs, with
 //!   `lz4_flex`, `flate2` (on `miniz_oxide`), `zstd` (the C library, built from source by
 //!   `zstd-sys`) and `snap`. An entry compressed with a codec left out is not delivered: it
@@ -163,6 +201,7 @@
 //!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
 //!   and tests.
 
+mod auth;
 mod batch;
 mod client;
 mod codec;
@@ -177,8 +216,13 @@ mod error;
 pub mod emulator;
 pub mod priority;
 mod producer;
+mod tls;
 mod txn;
 
+/// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
+/// so that no extra dependency is needed).
+pub use async_trait::async_trait;
+pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
 pub use batch::{
     BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
 };
