@@ -265,11 +265,11 @@ struct Shared {
     tls: bool,
     auth: Option<Arc<dyn TokenProvider>>,
     timeout: Duration,
-    outbound: mpsc::UnboundedSender<Frame>,
+    outbound: mpsc::Sender<Frame>,
     next_id: AtomicU64,
     requests: Mutex<HashMap<u64, Pending>>,
     sends: Mutex<HashMap<(u64, u64), PendingSend>>,
-    consumers: Mutex<HashMap<u64, mpsc::UnboundedSender<ConsumerEvent>>>,
+    consumers: Mutex<HashMap<u64, mpsc::Sender<ConsumerEvent>>>,
     closed: CancellationToken,
     lost: Mutex<Option<Error>>,
     frames_sent: AtomicU64,
@@ -537,7 +537,7 @@ impl Connection {
             operation: "CONNECT",
             after: options.operation_timeout,
         })??;
-        let (outbound, rx) = mpsc::unbounded_channel();
+        let (outbound, rx) = mpsc::channel(OUTBOUND_FRAMES);
         let closed = CancellationToken::new();
         let shared = Arc::new(Shared {
             address: options.address.clone(),
@@ -625,12 +625,11 @@ impl Connection {
     ///
     /// # Errors
     /// When the connection is closed or lost.
+    /// The queue of frames to write is bounded ([`OUTBOUND_FRAMES`]): a frame that finds it
+    /// full is refused with [`Error::Invalid`].
     pub fn send(&self, frame: Frame) -> Result<(), Error> {
         self.check_open()?;
-        self.shared
-            .outbound
-            .send(frame)
-            .map_err(|_| Error::Closed("the connection"))
+        queue(&self.shared, frame)
     }
 
     /// Sends a request built with a fresh request id and waits for its answer. An `ERROR`
@@ -730,9 +729,14 @@ impl Connection {
     }
 
     /// Routes frames pushed to `consumer_id` (messages, close, end of topic) to the returned
-    /// receiver.
-    pub fn register_consumer(&self, consumer_id: u64) -> mpsc::UnboundedReceiver<ConsumerEvent> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// receiver, which holds up to `permits` messages (the consumer's flow permits: a broker
+    /// sends no more) and a few events; while it is full, the connection reads nothing more.
+    pub fn register_consumer(
+        &self,
+        consumer_id: u64,
+        permits: u32,
+    ) -> mpsc::Receiver<ConsumerEvent> {
+        let (tx, rx) = mpsc::channel(permits.max(1) as usize + CONSUMER_EVENTS);
         self.shared.consumers.lock().insert(consumer_id, tx);
         rx
     }
@@ -851,7 +855,8 @@ impl Connection {
         self.shared.closed.is_cancelled()
     }
 
-    fn lost_error(&self) -> Error {
+    /// Why the connection ended (or "closed" while it is open).
+    pub(crate) fn lost_error(&self) -> Error {
         self.shared
             .lost
             .lock()
@@ -931,7 +936,7 @@ fn request_id_of(c: &BaseCommand) -> Option<u64> {
 async fn write_loop(
     shared: Arc<Shared>,
     mut writer: FramedWrite<BoxedWrite, PulsarCodec>,
-    mut rx: mpsc::UnboundedReceiver<Frame>,
+    mut rx: mpsc::Receiver<Frame>,
 ) {
     loop {
         let frame = tokio::select! {
@@ -980,11 +985,12 @@ async fn read_loop(
                 if idle_probes > 2 {
                     break format!("no answer to keep-alive pings for {:?}", keep_alive * 2);
                 }
-                let _ = shared
-                    .outbound
-                    .send(Frame::command(command(Type::Ping, |c| {
+                let _ = queue(
+                    &shared,
+                    Frame::command(command(Type::Ping, |c| {
                         c.ping = Some(pb::CommandPing {});
-                    })));
+                    })),
+                );
                 continue;
             }
             Ok(None) => break "the broker closed the connection".to_string(),
@@ -993,13 +999,14 @@ async fn read_loop(
         };
         idle_probes = 0;
         shared.frames_received.fetch_add(1, Ordering::Relaxed);
-        route(&shared, frame);
+        route(&shared, frame).await;
     };
     fail_all(&shared, reason);
 }
 
-/// Hands one received frame to whoever waits for it.
-fn route(shared: &Arc<Shared>, frame: Frame) {
+/// Hands one received frame to whoever waits for it; waits while the consumer it is for has
+/// no room.
+async fn route(shared: &Arc<Shared>, frame: Frame) {
     let c = &frame.command;
     match Type::try_from(c.r#type) {
         Ok(Type::AuthChallenge) => answer_challenge(shared),
@@ -1018,11 +1025,12 @@ fn route(shared: &Arc<Shared>, frame: Frame) {
             );
         }
         Ok(Type::Ping) => {
-            let _ = shared
-                .outbound
-                .send(Frame::command(command(Type::Pong, |c| {
+            let _ = queue(
+                shared,
+                Frame::command(command(Type::Pong, |c| {
                     c.pong = Some(pb::CommandPong {});
-                })));
+                })),
+            );
         }
         Ok(Type::Pong) => {}
         Ok(Type::SendReceipt) => {
@@ -1047,20 +1055,23 @@ fn route(shared: &Arc<Shared>, frame: Frame) {
         }
         Ok(Type::Message) => {
             let consumer_id = c.message.as_ref().map(|m| m.consumer_id);
-            if let Some(tx) = consumer_id.and_then(|id| shared.consumers.lock().get(&id).cloned()) {
-                let _ = tx.send(ConsumerEvent::Message(Box::new(frame)));
+            let tx = consumer_id.and_then(|id| shared.consumers.lock().get(&id).cloned());
+            if let Some(tx) = tx {
+                let _ = tx.send(ConsumerEvent::Message(Box::new(frame))).await;
             }
         }
         Ok(Type::CloseConsumer) => {
             let id = c.close_consumer.as_ref().map(|m| m.consumer_id);
-            if let Some(tx) = id.and_then(|id| shared.consumers.lock().remove(&id)) {
-                let _ = tx.send(ConsumerEvent::Closed);
+            let tx = id.and_then(|id| shared.consumers.lock().remove(&id));
+            if let Some(tx) = tx {
+                let _ = tx.send(ConsumerEvent::Closed).await;
             }
         }
         Ok(Type::ReachedEndOfTopic) => {
             let id = c.reached_end_of_topic.as_ref().map(|m| m.consumer_id);
-            if let Some(tx) = id.and_then(|id| shared.consumers.lock().get(&id).cloned()) {
-                let _ = tx.send(ConsumerEvent::ReachedEndOfTopic);
+            let tx = id.and_then(|id| shared.consumers.lock().get(&id).cloned());
+            if let Some(tx) = tx {
+                let _ = tx.send(ConsumerEvent::ReachedEndOfTopic).await;
             }
         }
         _ => match request_id_of(c) {
@@ -1097,7 +1108,7 @@ fn answer_challenge(shared: &Arc<Shared>) {
         };
         match token {
             Ok(token) => {
-                let _ = shared.outbound.send(auth_response_frame(token));
+                let _ = queue(&shared, auth_response_frame(token));
             }
             Err(error) => fail_all(
                 &shared,
@@ -1131,10 +1142,34 @@ fn fail_all_with(shared: &Shared, error: Error) {
     for (_, waiter) in shared.sends.lock().drain() {
         let _ = waiter.send(Err(error.clone()));
     }
+    // A consumer whose queue is full learns it when its queue ends (`lost_error`).
     for (_, consumer) in shared.consumers.lock().drain() {
-        let _ = consumer.send(ConsumerEvent::ConnectionLost(error.clone()));
+        let _ = consumer.try_send(ConsumerEvent::ConnectionLost(error.clone()));
     }
 }
+
+/// Queues a frame for the writer. The queue is bounded: a frame that finds it full is
+/// refused (the broker has not taken the frames before it), and nothing else changes.
+fn queue(shared: &Shared, frame: Frame) -> Result<(), Error> {
+    match shared.outbound.try_send(frame) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Closed("the connection")),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(Error::Invalid {
+            what: "frame",
+            reason: format!(
+                "{OUTBOUND_FRAMES} frames are already queued for {} (the broker is not taking \
+                 them as fast): send fewer at once, or batch",
+                shared.address
+            ),
+        }),
+    }
+}
+
+/// The most frames queued for writing on one connection.
+pub const OUTBOUND_FRAMES: usize = 65_536;
+
+/// Room in a consumer's event queue beyond its flow permits (close, end of topic, lost).
+const CONSUMER_EVENTS: usize = 16;
 
 /// Builds a command frame of `type`, letting `fill` set its member.
 pub fn command_frame(r#type: Type, fill: impl FnOnce(&mut BaseCommand)) -> Frame {

@@ -234,7 +234,9 @@ pub use codec::{
 pub use compression::{
     Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
-pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
+pub use connection::{
+    ConnectOptions, Connection, ConsumerEvent, OUTBOUND_FRAMES, PROTOCOL_VERSION, command_frame,
+};
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,

@@ -196,11 +196,11 @@ impl PartitionConsumer {
         options: &ConsumerOptions,
         queue_size: u32,
         paused: bool,
-    ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
+    ) -> Result<(Self, mpsc::Receiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
         let connection = client.lookup(&topic).await?;
         let consumer_id = connection.next_id();
-        let events = connection.register_consumer(consumer_id);
+        let events = connection.register_consumer(consumer_id, queue_size);
         let subscribed = connection
             .request("SUBSCRIBE", |request_id| {
                 command_frame(Type::Subscribe, |c| {
@@ -507,7 +507,7 @@ fn position_entry(id: &crate::MessageId) -> EntryId {
 pub(crate) async fn pump(
     consumer: Arc<PartitionConsumer>,
     origin: Origin,
-    mut events: mpsc::UnboundedReceiver<ConsumerEvent>,
+    mut events: mpsc::Receiver<ConsumerEvent>,
     deliveries: mpsc::Sender<Delivery>,
     counters: Arc<Counters>,
 ) {
@@ -515,7 +515,14 @@ pub(crate) async fn pump(
     loop {
         let event = match tokio::time::timeout(QUIET, events.recv()).await {
             Ok(Some(event)) => event,
-            Ok(None) => return,
+            Ok(None) => {
+                // The connection ended with this consumer's queue full (or the consumer was
+                // unregistered, when nothing receives any more).
+                let _ = deliveries
+                    .send(Delivery::Lost(consumer.connection.lost_error()))
+                    .await;
+                return;
+            }
             Err(_) => {
                 for delivery in consumer.expired_chunks(origin.slot, &counters) {
                     if deliveries.send(delivery).await.is_err() {
