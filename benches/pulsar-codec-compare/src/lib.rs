@@ -1,6 +1,11 @@
 //! The same frames for both codecs: pulsar-wire builds and encodes them, and the `pulsar`
 //! crate's codec decodes those bytes into its own `Message`, which it re-encodes to the very
 //! same bytes (checked by [`same_frames`]).
+//!
+//! [`compression`]: what `pulsar` does to compress and decompress payloads, for the compression
+//! comparison.
+
+pub mod compression;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
