@@ -7,6 +7,12 @@
 
 pub mod compression;
 
+// The frames of pulsar-wire's codec benchmark; only the `MESSAGE` command and its entry
+// metadata are used here.
+#[allow(dead_code)]
+#[path = "../../../pulsar-wire/benches/frames/mod.rs"]
+mod frames;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use pulsar::message::{Codec, Message};
