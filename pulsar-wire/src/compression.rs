@@ -330,14 +330,13 @@ fn codec_decompress(
                         .into(),
                 )
             })?;
-            let mut out = vec![0; declared];
-            let written = lz4_flex::block::decompress_into(data, &mut out).map_err(|e| {
+            // At most `declared` bytes, into a buffer that is not zeroed first; a shorter
+            // output is refused by the caller.
+            lz4_flex::block::decompress(data, declared).map_err(|e| {
                 failed(format!(
                     "the LZ4 block is corrupt or does not fit the declared {declared} bytes: {e}"
                 ))
-            })?;
-            out.truncate(written);
-            Ok(out)
+            })
         }
         #[cfg(feature = "zlib")]
         Compression::Zlib => inflate(data, declared, max_size).map_err(failed),
