@@ -46,7 +46,8 @@ impl Client {
     ///
     /// # Errors
     /// As [`Connection::connect`]: [`Error::ConnectionLost`] when nothing answers at the
-    /// address, [`Error::Timeout`], or [`Error::Server`] (for example `AuthenticationError`).
+    /// address, [`Error::Tls`], [`Error::Authentication`] when the broker refuses the token,
+    /// [`Error::Server`], [`Error::Timeout`].
     pub async fn connect(options: ConnectOptions) -> Result<Self, Error> {
         let client = Self {
             inner: Arc::new(ClientInner {
@@ -89,11 +90,13 @@ impl Client {
         Ok(connection)
     }
 
-    /// Looks `topic` up and returns a connection to the broker that serves it.
+    /// Looks `topic` up and returns a connection to the broker that serves it (following
+    /// redirects to the brokers' `brokerServiceUrlTls` when the client uses TLS).
     ///
     /// # Errors
     /// [`Error::Server`] when the broker refuses the lookup (for example `TopicNotFound` or
-    /// `ServiceNotReady`); connection errors.
+    /// `ServiceNotReady`); [`Error::Invalid`] when a TLS client is sent to a broker without
+    /// a TLS URL; connection errors.
     pub async fn lookup(&self, topic: &str) -> Result<Connection, Error> {
         let topic = topic_name(topic)?;
         let mut connection = self.service_connection().await?;
@@ -101,7 +104,7 @@ impl Client {
             match connection.lookup(&topic).await? {
                 None => return Ok(connection),
                 Some(url) => {
-                    let address = crate::connection::parse_service_url(&url)?;
+                    let address = crate::connection::parse_service_url(&url)?.address;
                     if address == connection.address() {
                         return Ok(connection);
                     }

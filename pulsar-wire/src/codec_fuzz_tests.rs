@@ -43,6 +43,13 @@ fn enum_value(declared: i32) -> impl Strategy<Value = i32> {
     prop_oneof![9 => 0..declared, 1 => any::<i32>()]
 }
 
+fn auth_data() -> impl Strategy<Value = AuthData> {
+    (opt(text()), opt(bytes(64))).prop_map(|(auth_method_name, auth_data)| AuthData {
+        auth_method_name,
+        auth_data,
+    })
+}
+
 fn key_value() -> impl Strategy<Value = KeyValue> {
     (text(), text()).prop_map(|(key, value)| KeyValue { key, value })
 }
@@ -888,7 +895,28 @@ fn command(t: Type) -> Option<BoxedStrategy<BaseCommand>> {
                 ..Default::default()
             })
         ),
-        Type::AuthResponse => command!(t, auth_response, Just(CommandAuthResponse::default())),
+        Type::AuthChallenge => command!(
+            t,
+            auth_challenge,
+            (opt(text()), opt(auth_data()), opt(any::<i32>())).prop_map(
+                |(server_version, challenge, protocol_version)| CommandAuthChallenge {
+                    server_version,
+                    challenge,
+                    protocol_version,
+                }
+            )
+        ),
+        Type::AuthResponse => command!(
+            t,
+            auth_response,
+            (opt(text()), opt(auth_data()), opt(any::<i32>())).prop_map(
+                |(client_version, response, protocol_version)| CommandAuthResponse {
+                    client_version,
+                    response,
+                    protocol_version,
+                }
+            )
+        ),
         Type::EndTxnOnPartition => command!(
             t,
             end_txn_on_partition,

@@ -1,56 +1,178 @@
-//! [`Connection`]: one TCP connection to a broker, with `CONNECT`, request-id correlation,
-//! keep-alive, and routing of pushed frames to producers and consumers.
+//! [`Connection`]: one connection to a broker (TCP, or TLS for `pulsar+ssl://`), with
+//! `CONNECT` and token authentication (answering the broker's `AUTH_CHALLENGE`), request-id
+//! correlation, keep-alive, and routing of pushed frames to producers and consumers.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
+use crate::auth::{StaticToken, TOKEN_AUTH_METHOD, TokenFile, TokenProvider, fetch_token};
 use crate::codec::{Frame, PulsarCodec};
 use crate::pb::base_command::Type;
-use crate::pb::{self, BaseCommand};
+use crate::pb::{self, BaseCommand, ServerError};
+use crate::tls::{Pem, TlsSettings};
 
 /// The protocol version this client speaks (v19: transaction coordinator connect).
 pub const PROTOCOL_VERSION: i32 = 19;
 
+/// The `client_version` of `CONNECT` and `AUTH_RESPONSE`.
+const CLIENT_VERSION: &str = concat!("pulsar-wire-rust/", env!("CARGO_PKG_VERSION"));
+
+/// The most `AUTH_CHALLENGE`s answered before `CONNECTED` (token authentication needs none;
+/// a broker that keeps asking is not making progress).
+const MAX_HANDSHAKE_CHALLENGES: usize = 8;
+
 /// How to connect.
-#[derive(Debug, Clone)]
+///
+/// `pulsar://host:port` connects over TCP, `pulsar+ssl://host:port` over TLS (crate feature
+/// `tls`, on by default), verifying the broker's certificate against the CA given with
+/// [`ConnectOptions::tls_ca_file`] or [`ConnectOptions::tls_ca_pem`] (or the public roots
+/// when none is given) and checking that it names the host. A token
+/// ([`ConnectOptions::auth_token`], [`ConnectOptions::auth_token_file`],
+/// [`ConnectOptions::auth_token_provider`]) authenticates every connection.
+///
+/// ```
+/// use pulsar_wire::ConnectOptions;
+///
+/// let options = ConnectOptions::new("pulsar+ssl://broker.example:6651")?
+///     .tls_ca_file("/etc/pulsar/ca.pem")
+///     .auth_token_file("/var/run/secrets/pulsar/token");
+/// assert!(options.is_tls());
+/// # Ok::<(), pulsar_wire::Error>(())
+/// ```
+#[derive(Clone)]
 pub struct ConnectOptions {
     pub(crate) address: String,
-    pub(crate) auth_token: Option<String>,
+    pub(crate) tls: bool,
+    pub(crate) tls_settings: TlsSettings,
+    pub(crate) auth: Option<Arc<dyn TokenProvider>>,
     pub(crate) operation_timeout: Duration,
     pub(crate) keep_alive: Duration,
     pub(crate) max_frame_size: usize,
 }
 
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("ConnectOptions")
+            .field("address", &self.address)
+            .field("tls", &self.tls)
+            .field("tls_settings", &self.tls_settings)
+            .field("auth", &self.auth.as_ref().map(|_| "token"))
+            .field("operation_timeout", &self.operation_timeout)
+            .field("keep_alive", &self.keep_alive)
+            .field("max_frame_size", &self.max_frame_size)
+            .finish()
+    }
+}
+
 impl ConnectOptions {
-    /// A broker at `service_url` (`pulsar://host:port` or `host:port`), with a 30 s operation
-    /// timeout and a 30 s keep-alive.
+    /// A broker at `service_url` (`pulsar://host:port`, `pulsar+ssl://host:port` or bare
+    /// `host:port`), with a 30 s operation timeout and a 30 s keep-alive.
     ///
     /// # Errors
-    /// [`Error::Invalid`] when the URL is not `pulsar://host:port`.
+    /// [`Error::Invalid`] when the URL is not `pulsar://host:port` or
+    /// `pulsar+ssl://host:port`, or is `pulsar+ssl://` without the crate feature `tls`.
     pub fn new(service_url: &str) -> Result<Self, Error> {
-        let address = parse_service_url(service_url)?;
+        let url = parse_service_url(service_url)?;
         Ok(Self {
-            address,
-            auth_token: None,
+            address: url.address,
+            tls: url.tls,
+            tls_settings: TlsSettings::default(),
+            auth: None,
             operation_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(30),
             max_frame_size: crate::codec::DEFAULT_MAX_FRAME_SIZE,
         })
     }
 
-    /// Authenticates with a token (`auth_method_name = "token"`).
-    pub fn auth_token(mut self, token: impl Into<String>) -> Self {
-        self.auth_token = Some(token.into());
+    /// Authenticates with a fixed token (`auth_method_name = "token"`, the token as
+    /// `auth_data`), also sent again when the broker asks for fresh credentials.
+    pub fn auth_token(self, token: impl Into<String>) -> Self {
+        self.auth_token_provider(StaticToken(token.into()))
+    }
+
+    /// Authenticates with the token in a file (surrounding whitespace removed), read again
+    /// for every new connection and every `AUTH_CHALLENGE`, so a rotated token is used as
+    /// soon as it is written. A file that cannot be read fails the connection with
+    /// [`Error::Invalid`] naming it.
+    pub fn auth_token_file(self, path: impl Into<PathBuf>) -> Self {
+        self.auth_token_provider(TokenFile(path.into()))
+    }
+
+    /// Authenticates with tokens from `provider`, asked for one at every new connection and
+    /// at every `AUTH_CHALLENGE` (see [`TokenProvider`]).
+    pub fn auth_token_provider(mut self, provider: impl TokenProvider + 'static) -> Self {
+        self.auth = Some(Arc::new(provider));
+        self
+    }
+
+    /// Trusts the CA certificates in a PEM file (one or more `BEGIN CERTIFICATE` blocks) to
+    /// sign the broker's certificate; may be called more than once. The file is read at each
+    /// new connection. Giving a CA turns off the public roots unless
+    /// [`ConnectOptions::tls_webpki_roots`] turns them on again.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_settings.ca.push(Pem::File(path.into()));
+        self
+    }
+
+    /// As [`ConnectOptions::tls_ca_file`], with the PEM text itself.
+    pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls_settings.ca.push(Pem::Bytes(pem.as_ref().into()));
+        self
+    }
+
+    /// Whether to trust the public roots of the Mozilla CA program (`webpki-roots`) as well.
+    /// Default: only when no CA is given.
+    pub fn tls_webpki_roots(mut self, trust: bool) -> Self {
+        self.tls_settings.webpki_roots = Some(trust);
+        self
+    }
+
+    /// Presents a client certificate (mutual TLS): a PEM file with the certificate chain
+    /// (leaf first) and a PEM file with its private key (PKCS#8, PKCS#1 or SEC1).
+    pub fn tls_client_cert_files(
+        mut self,
+        cert_chain: impl Into<PathBuf>,
+        private_key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls_settings.client_cert =
+            Some((Pem::File(cert_chain.into()), Pem::File(private_key.into())));
+        self
+    }
+
+    /// As [`ConnectOptions::tls_client_cert_files`], with the PEM texts themselves.
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert_chain: impl AsRef<[u8]>,
+        private_key: impl AsRef<[u8]>,
+    ) -> Self {
+        self.tls_settings.client_cert = Some((
+            Pem::Bytes(cert_chain.as_ref().into()),
+            Pem::Bytes(private_key.as_ref().into()),
+        ));
+        self
+    }
+
+    /// Whether the broker's certificate must name the host connected to (default `true`).
+    ///
+    /// `false` still verifies that a trusted CA signed the certificate and that it is
+    /// valid now, but accepts it for any host: anyone holding a certificate from the same
+    /// CA can then pose as the broker. Use it only when the brokers' certificates cannot
+    /// name the addresses clients use.
+    pub fn tls_verify_hostname(mut self, verify: bool) -> Self {
+        self.tls_settings.verify_hostname = verify;
         self
     }
 
@@ -77,26 +199,49 @@ impl ConnectOptions {
     pub fn address(&self) -> &str {
         &self.address
     }
+
+    /// Whether connections use TLS (a `pulsar+ssl://` service URL).
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
 }
 
-/// `pulsar://host:port` (or bare `host:port`) → `host:port`.
-pub(crate) fn parse_service_url(url: &str) -> Result<String, Error> {
-    let bare = url
-        .trim()
-        .trim_start_matches("pulsar://")
-        .trim_end_matches('/');
+/// A parsed service URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServiceUrl {
+    /// `host:port`.
+    pub(crate) address: String,
+    /// `pulsar+ssl://`.
+    pub(crate) tls: bool,
+}
+
+/// `pulsar://host:port`, `pulsar+ssl://host:port` or bare `host:port`.
+pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
+    let trimmed = url.trim();
+    let (tls, rest) = match trimmed.strip_prefix("pulsar+ssl://") {
+        Some(rest) => (true, rest),
+        None => (false, trimmed.strip_prefix("pulsar://").unwrap_or(trimmed)),
+    };
+    let bare = rest.trim_end_matches('/');
     let valid = bare
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
-    if !valid || bare.contains("://") {
+    if !valid || bare.contains("://") || bare.contains('/') {
         return Err(Error::Invalid {
             what: "service URL",
-            reason: format!(
-                "{url:?} is not pulsar://host:port (other schemes, TLS included, are not supported)"
-            ),
+            reason: format!("{url:?} is not pulsar://host:port or pulsar+ssl://host:port"),
         });
     }
-    Ok(bare.to_owned())
+    if tls && !cfg!(feature = "tls") {
+        return Err(Error::Invalid {
+            what: "service URL",
+            reason: format!("{url:?} needs TLS: enable the `tls` feature of pulsar-wire"),
+        });
+    }
+    Ok(ServiceUrl {
+        address: bare.to_owned(),
+        tls,
+    })
 }
 
 /// A frame pushed by the broker to a consumer.
@@ -117,6 +262,8 @@ type PendingSend = oneshot::Sender<Result<pb::MessageIdData, Error>>;
 
 struct Shared {
     address: String,
+    tls: bool,
+    auth: Option<Arc<dyn TokenProvider>>,
     timeout: Duration,
     outbound: mpsc::UnboundedSender<Frame>,
     next_id: AtomicU64,
@@ -127,6 +274,7 @@ struct Shared {
     lost: Mutex<Option<Error>>,
     frames_sent: AtomicU64,
     frames_received: AtomicU64,
+    auth_challenges: AtomicU64,
     server_version: String,
     protocol_version: i32,
     max_message_size: Option<i32>,
@@ -167,76 +315,234 @@ fn command(r#type: Type, fill: impl FnOnce(&mut BaseCommand)) -> BaseCommand {
     command
 }
 
-impl Connection {
-    /// Connects and performs the `CONNECT` handshake.
-    ///
-    /// # Errors
-    /// [`Error::ConnectionLost`] when the broker cannot be reached; [`Error::Server`] when it
-    /// refuses the connection (for example `AuthenticationError`); [`Error::Timeout`].
-    pub async fn connect(options: &ConnectOptions) -> Result<Self, Error> {
-        let lost = |reason: String| Error::ConnectionLost {
-            addr: options.address.clone(),
-            reason,
-        };
-        let stream = tokio::time::timeout(
-            options.operation_timeout,
-            TcpStream::connect(&options.address),
-        )
+type BoxedRead = Box<dyn AsyncRead + Send + Unpin>;
+type BoxedWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The byte stream to the broker, split: TCP, or TLS over TCP.
+async fn open_stream(options: &ConnectOptions) -> Result<(BoxedRead, BoxedWrite), Error> {
+    let address = options.address.as_str();
+    if !options.tls && options.tls_settings.is_customised() {
+        return Err(Error::Invalid {
+            what: "TLS options",
+            reason: format!(
+                "TLS options are set but the service URL of {address} is pulsar:// (plain \
+                 TCP): use pulsar+ssl://{address} to connect with TLS"
+            ),
+        });
+    }
+    #[cfg(feature = "tls")]
+    let tls_config = if options.tls {
+        Some(crate::tls::client_config(&options.tls_settings)?)
+    } else {
+        None
+    };
+    #[cfg(not(feature = "tls"))]
+    if options.tls {
+        return Err(Error::Invalid {
+            what: "service URL",
+            reason: format!("TLS to {address} needs the `tls` feature of pulsar-wire"),
+        });
+    }
+    let open = async {
+        let tcp = TcpStream::connect(address)
+            .await
+            .map_err(|e| Error::ConnectionLost {
+                addr: address.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let _ = tcp.set_nodelay(true);
+        #[cfg(feature = "tls")]
+        if let Some(config) = tls_config {
+            let stream = crate::tls::handshake(tcp, address, config).await?;
+            let (read, write) = tokio::io::split(stream);
+            return Ok::<(BoxedRead, BoxedWrite), Error>((Box::new(read), Box::new(write)));
+        }
+        let (read, write) = tcp.into_split();
+        Ok::<(BoxedRead, BoxedWrite), Error>((Box::new(read), Box::new(write)))
+    };
+    tokio::time::timeout(options.operation_timeout, open)
         .await
         .map_err(|_| Error::Timeout {
             operation: "connect",
             after: options.operation_timeout,
         })?
-        .map_err(|e| lost(e.to_string()))?;
-        let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
+}
+
+/// An error read from or written to the stream during the handshake; on TLS, one that
+/// TLS caused (a refused client certificate shows only here with TLS 1.3) says so.
+fn stream_error(options: &ConnectOptions, error: Error) -> Error {
+    #[cfg(feature = "tls")]
+    if options.tls
+        && let Error::Io(io) = &error
+    {
+        return match crate::tls::explain(&options.address, io) {
+            Error::ConnectionLost { .. } => error,
+            tls => tls,
+        };
+    }
+    let _ = options;
+    error
+}
+
+/// `CONNECT` with the token of the options' provider.
+fn connect_frame(token: Option<String>, refresh: bool) -> Frame {
+    Frame::command(command(Type::Connect, |c| {
+        c.connect = Some(pb::CommandConnect {
+            client_version: CLIENT_VERSION.into(),
+            auth_method_name: token.as_ref().map(|_| TOKEN_AUTH_METHOD.into()),
+            auth_data: token.map(String::into_bytes),
+            protocol_version: Some(PROTOCOL_VERSION),
+            proxy_to_broker_url: None,
+            feature_flags: Some(pb::FeatureFlags {
+                // AUTH_CHALLENGE is answered when there is a token to answer with.
+                supports_auth_refresh: Some(refresh),
+                supports_broker_entry_metadata: Some(true),
+                supports_partial_producer: Some(false),
+                supports_topic_watchers: Some(false),
+            }),
+        });
+    }))
+}
+
+/// `AUTH_RESPONSE` carrying `token`.
+fn auth_response_frame(token: String) -> Frame {
+    Frame::command(command(Type::AuthResponse, |c| {
+        c.auth_response = Some(pb::CommandAuthResponse {
+            client_version: Some(CLIENT_VERSION.into()),
+            response: Some(pb::AuthData {
+                auth_method_name: Some(TOKEN_AUTH_METHOD.into()),
+                auth_data: Some(token.into_bytes()),
+            }),
+            protocol_version: Some(PROTOCOL_VERSION),
+        });
+    }))
+}
+
+/// The `ERROR` answering `CONNECT` or `AUTH_RESPONSE` as an error.
+fn refusal(address: &str, token_sent: bool, error: pb::CommandError) -> Error {
+    if error.error == ServerError::AuthenticationError as i32 {
+        return Error::Authentication {
+            broker: address.to_owned(),
+            message: error.message,
+            token_sent,
+        };
+    }
+    Error::Server {
+        operation: "CONNECT",
+        code: error.error,
+        message: error.message,
+    }
+}
+
+/// `CONNECT`, answering `AUTH_CHALLENGE`s, until `CONNECTED`.
+async fn handshake(
+    reader: &mut FramedRead<BoxedRead, PulsarCodec>,
+    writer: &mut FramedWrite<BoxedWrite, PulsarCodec>,
+    options: &ConnectOptions,
+) -> Result<pb::CommandConnected, Error> {
+    let address = options.address.as_str();
+    let provider = options.auth.as_deref();
+    let token = match provider {
+        Some(provider) => Some(fetch_token(provider).await?),
+        None => None,
+    };
+    let token_sent = token.is_some();
+    writer
+        .send(connect_frame(token, token_sent))
+        .await
+        .map_err(|e| stream_error(options, e))?;
+    let mut challenges = 0;
+    loop {
+        let answer = match reader.next().await {
+            Some(answer) => answer.map_err(|e| stream_error(options, e))?,
+            None => {
+                let mut reason =
+                    "the broker closed the connection without answering CONNECT".to_owned();
+                if !options.tls {
+                    reason.push_str("; if the port speaks TLS, connect with pulsar+ssl://");
+                }
+                if token_sent {
+                    reason.push_str("; a broker that rejects the token may also just close");
+                }
+                return Err(Error::ConnectionLost {
+                    addr: address.to_owned(),
+                    reason,
+                });
+            }
+        };
+        match Type::try_from(answer.command.r#type) {
+            Ok(Type::Connected) => return Ok(answer.command.connected.unwrap_or_default()),
+            Ok(Type::Error) => {
+                let error = answer.command.error.unwrap_or_default();
+                return Err(refusal(address, token_sent, error));
+            }
+            Ok(Type::AuthChallenge) => {
+                let Some(provider) = provider else {
+                    return Err(Error::Authentication {
+                        broker: address.to_owned(),
+                        message: "it asked for credentials with AUTH_CHALLENGE".into(),
+                        token_sent: false,
+                    });
+                };
+                challenges += 1;
+                if challenges > MAX_HANDSHAKE_CHALLENGES {
+                    return Err(Error::ConnectionLost {
+                        addr: address.to_owned(),
+                        reason: format!(
+                            "the broker sent more than {MAX_HANDSHAKE_CHALLENGES} AUTH_CHALLENGEs \
+                             without CONNECTED"
+                        ),
+                    });
+                }
+                let token = fetch_token(provider).await?;
+                writer
+                    .send(auth_response_frame(token))
+                    .await
+                    .map_err(|e| stream_error(options, e))?;
+            }
+            _ => {
+                return Err(Error::ConnectionLost {
+                    addr: address.to_owned(),
+                    reason: format!(
+                        "unexpected answer to CONNECT: type {}",
+                        answer.command.r#type
+                    ),
+                });
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// Connects (over TLS for a `pulsar+ssl://` URL) and performs the `CONNECT` handshake,
+    /// with the token of the options' provider if there is one.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when the broker cannot be reached; [`Error::Tls`] when the
+    /// TLS handshake fails; [`Error::Authentication`] when the broker refuses the token (or
+    /// wants one and none is configured); [`Error::Server`] when it refuses the connection
+    /// otherwise; [`Error::Invalid`] for unusable TLS files or TLS options on a `pulsar://`
+    /// URL; [`Error::Timeout`]; and the token provider's own errors.
+    pub async fn connect(options: &ConnectOptions) -> Result<Self, Error> {
+        let (read, write) = open_stream(options).await?;
         let codec = PulsarCodec::new(options.max_frame_size);
         let mut reader = FramedRead::new(read, codec);
         let mut writer = FramedWrite::new(write, codec);
-        let connect = command(Type::Connect, |c| {
-            c.connect = Some(pb::CommandConnect {
-                client_version: concat!("pulsar-wire-rust/", env!("CARGO_PKG_VERSION")).into(),
-                auth_data: options.auth_token.as_ref().map(|t| t.clone().into_bytes()),
-                protocol_version: Some(PROTOCOL_VERSION),
-                auth_method_name: options.auth_token.as_ref().map(|_| "token".into()),
-                proxy_to_broker_url: None,
-                feature_flags: Some(pb::FeatureFlags {
-                    supports_auth_refresh: Some(false),
-                    supports_broker_entry_metadata: Some(true),
-                    supports_partial_producer: Some(false),
-                    supports_topic_watchers: Some(false),
-                }),
-            });
-        });
-        writer.send(Frame::command(connect)).await?;
-        let answer = tokio::time::timeout(options.operation_timeout, reader.next())
-            .await
-            .map_err(|_| Error::Timeout {
-                operation: "CONNECT",
-                after: options.operation_timeout,
-            })?
-            .ok_or_else(|| lost("closed during the handshake".into()))??;
-        let connected = match Type::try_from(answer.command.r#type) {
-            Ok(Type::Connected) => answer.command.connected.unwrap_or_default(),
-            Ok(Type::Error) => {
-                let e = answer.command.error.unwrap_or_default();
-                return Err(Error::Server {
-                    operation: "CONNECT",
-                    code: e.error,
-                    message: e.message,
-                });
-            }
-            _ => {
-                return Err(lost(format!(
-                    "unexpected answer to CONNECT: type {}",
-                    answer.command.r#type
-                )));
-            }
-        };
+        let connected = tokio::time::timeout(
+            options.operation_timeout,
+            handshake(&mut reader, &mut writer, options),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: "CONNECT",
+            after: options.operation_timeout,
+        })??;
         let (outbound, rx) = mpsc::unbounded_channel();
         let closed = CancellationToken::new();
         let shared = Arc::new(Shared {
             address: options.address.clone(),
+            tls: options.tls,
+            auth: options.auth.clone(),
             timeout: options.operation_timeout,
             outbound,
             next_id: AtomicU64::new(1),
@@ -247,6 +553,7 @@ impl Connection {
             lost: Mutex::new(None),
             frames_sent: AtomicU64::new(1),
             frames_received: AtomicU64::new(1),
+            auth_challenges: AtomicU64::new(0),
             server_version: connected.server_version,
             protocol_version: connected.protocol_version.unwrap_or(0),
             max_message_size: connected.max_message_size,
@@ -257,6 +564,18 @@ impl Connection {
             shared,
             _guard: Arc::new(CloseOnDrop(closed)),
         })
+    }
+
+    /// Whether the connection uses TLS.
+    pub fn is_tls(&self) -> bool {
+        self.shared.tls
+    }
+
+    /// How many `AUTH_CHALLENGE`s the broker sent after `CONNECTED`. Each is answered with
+    /// a token fetched anew from the provider; when the provider fails, the connection is
+    /// closed with its error instead.
+    pub fn auth_challenges(&self) -> u64 {
+        self.shared.auth_challenges.load(Ordering::Relaxed)
     }
 
     /// A new id for a request, producer or consumer (unique per connection).
@@ -364,6 +683,21 @@ impl Connection {
         sequence_id: u64,
         frame: Frame,
     ) -> Result<pb::MessageIdData, Error> {
+        self.start_send(producer_id, sequence_id, frame)?.await
+    }
+
+    /// Writes a `SEND` frame now and returns the wait for its receipt: frames written one
+    /// after another go out in that order, whenever their receipts are awaited.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when the frame cannot be written; the returned wait fails as
+    /// [`Connection::send_message`].
+    pub fn start_send(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        frame: Frame,
+    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + '_, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .sends
@@ -373,6 +707,15 @@ impl Connection {
             self.shared.sends.lock().remove(&(producer_id, sequence_id));
             return Err(error);
         }
+        Ok(self.receipt(producer_id, sequence_id, rx))
+    }
+
+    async fn receipt(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        rx: oneshot::Receiver<Result<pb::MessageIdData, Error>>,
+    ) -> Result<pb::MessageIdData, Error> {
         match tokio::time::timeout(self.shared.timeout, rx).await {
             Err(_) => {
                 self.shared.sends.lock().remove(&(producer_id, sequence_id));
@@ -400,10 +743,12 @@ impl Connection {
     }
 
     /// Looks a topic up; returns the broker URL to use (`None` when this connection's broker
-    /// serves it or the lookup says to go through the service URL).
+    /// serves it or the lookup says to go through the service URL). On a TLS connection the
+    /// URL is the broker's `brokerServiceUrlTls`.
     ///
     /// # Errors
-    /// As [`Connection::request`].
+    /// As [`Connection::request`]; [`Error::Invalid`] when a TLS connection's lookup gives
+    /// no TLS URL.
     pub async fn lookup(&self, topic: &str) -> Result<Option<String>, Error> {
         let answer = self
             .request("LOOKUP", |request_id| {
@@ -427,9 +772,47 @@ impl Connection {
         if response.proxy_through_service_url() {
             return Ok(None);
         }
-        Ok(response
-            .broker_service_url
-            .filter(|url| parse_service_url(url).ok().as_deref() != Some(self.address())))
+        let url = if self.shared.tls {
+            match (response.broker_service_url_tls, response.broker_service_url) {
+                (Some(url), _) => Some(url),
+                (None, Some(plain)) => {
+                    return Err(Error::Invalid {
+                        what: "lookup",
+                        reason: format!(
+                            "the broker at {} sends {topic} to {plain} but gives no TLS URL \
+                             (brokerServiceUrlTls), and this client connects with TLS: enable \
+                             TLS on every broker (brokerServicePortTls) or connect with \
+                             pulsar://",
+                            self.address()
+                        ),
+                    });
+                }
+                (None, None) => None,
+            }
+        } else {
+            response.broker_service_url
+        };
+        let Some(url) = url else {
+            return Ok(None);
+        };
+        let target = parse_service_url(&url)?;
+        if target.tls != self.shared.tls {
+            return Err(Error::Invalid {
+                what: "lookup",
+                reason: format!(
+                    "the broker at {} sends {topic} to {url}, which is {} while this client \
+                     connects {}",
+                    self.address(),
+                    if target.tls { "TLS" } else { "plain TCP" },
+                    if self.shared.tls {
+                        "with TLS"
+                    } else {
+                        "over plain TCP"
+                    },
+                ),
+            });
+        }
+        Ok((target.address != self.address()).then_some(url))
     }
 
     /// The number of partitions of a topic (0 when it is not partitioned).
@@ -547,7 +930,7 @@ fn request_id_of(c: &BaseCommand) -> Option<u64> {
 
 async fn write_loop(
     shared: Arc<Shared>,
-    mut writer: FramedWrite<tokio::net::tcp::OwnedWriteHalf, PulsarCodec>,
+    mut writer: FramedWrite<BoxedWrite, PulsarCodec>,
     mut rx: mpsc::UnboundedReceiver<Frame>,
 ) {
     loop {
@@ -582,7 +965,7 @@ async fn write_loop(
 
 async fn read_loop(
     shared: Arc<Shared>,
-    mut reader: FramedRead<tokio::net::tcp::OwnedReadHalf, PulsarCodec>,
+    mut reader: FramedRead<BoxedRead, PulsarCodec>,
     keep_alive: Duration,
 ) {
     let mut idle_probes = 0u32;
@@ -616,9 +999,24 @@ async fn read_loop(
 }
 
 /// Hands one received frame to whoever waits for it.
-fn route(shared: &Shared, frame: Frame) {
+fn route(shared: &Arc<Shared>, frame: Frame) {
     let c = &frame.command;
     match Type::try_from(c.r#type) {
+        Ok(Type::AuthChallenge) => answer_challenge(shared),
+        // The broker refuses refreshed credentials with an ERROR for request id -1, then
+        // closes: what is pending fails with that, not with a bare "connection lost".
+        Ok(Type::Error)
+            if c.error.as_ref().is_some_and(|e| {
+                e.error == ServerError::AuthenticationError as i32
+                    && !shared.requests.lock().contains_key(&e.request_id)
+            }) =>
+        {
+            let error = c.error.clone().unwrap_or_default();
+            fail_all_with(
+                shared,
+                refusal(&shared.address, shared.auth.is_some(), error),
+            );
+        }
         Ok(Type::Ping) => {
             let _ = shared
                 .outbound
@@ -676,18 +1074,56 @@ fn route(shared: &Shared, frame: Frame) {
     }
 }
 
+/// Answers an `AUTH_CHALLENGE` with a fresh token from the provider, off the read loop; a
+/// provider that fails (or none) closes the connection with that reason.
+fn answer_challenge(shared: &Arc<Shared>) {
+    shared.auth_challenges.fetch_add(1, Ordering::Relaxed);
+    let Some(provider) = shared.auth.clone() else {
+        fail_all_with(
+            shared,
+            Error::Authentication {
+                broker: shared.address.clone(),
+                message: "it asked for credentials with AUTH_CHALLENGE".into(),
+                token_sent: false,
+            },
+        );
+        return;
+    };
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let token = tokio::select! {
+            () = shared.closed.cancelled() => return,
+            token = fetch_token(provider.as_ref()) => token,
+        };
+        match token {
+            Ok(token) => {
+                let _ = shared.outbound.send(auth_response_frame(token));
+            }
+            Err(error) => fail_all(
+                &shared,
+                format!(
+                    "the broker asked for fresh credentials (AUTH_CHALLENGE) and the token \
+                     provider failed: {error}"
+                ),
+            ),
+        }
+    });
+}
+
 /// Fails every pending request, send and consumer: the connection is gone.
 fn fail_all(shared: &Shared, reason: String) {
-    let error = Error::ConnectionLost {
-        addr: shared.address.clone(),
-        reason,
-    };
-    {
-        let mut lost = shared.lost.lock();
-        if lost.is_none() {
-            *lost = Some(error.clone());
-        }
-    }
+    fail_all_with(
+        shared,
+        Error::ConnectionLost {
+            addr: shared.address.clone(),
+            reason,
+        },
+    );
+}
+
+/// As [`fail_all`], with the error to report; the first reason recorded wins.
+fn fail_all_with(shared: &Shared, error: Error) {
+    let error = shared.lost.lock().get_or_insert(error).clone();
     shared.closed.cancel();
     for (_, waiter) in shared.requests.lock().drain() {
         let _ = waiter.send(Err(error.clone()));
@@ -711,17 +1147,33 @@ mod tests {
 
     #[test]
     fn service_urls() {
+        let plain = |address: &str| ServiceUrl {
+            address: address.into(),
+            tls: false,
+        };
         assert_eq!(
             parse_service_url("pulsar://127.0.0.1:6650").unwrap(),
-            "127.0.0.1:6650"
+            plain("127.0.0.1:6650")
         );
         assert_eq!(
             parse_service_url("localhost:6650/").unwrap(),
-            "localhost:6650"
+            plain("localhost:6650")
         );
+        let parsed = parse_service_url("pulsar+ssl://broker.example:6651");
+        if cfg!(feature = "tls") {
+            let tls = ServiceUrl {
+                address: "broker.example:6651".into(),
+                tls: true,
+            };
+            assert_eq!(parsed.unwrap(), tls);
+        } else {
+            let error = parsed.unwrap_err();
+            assert!(error.to_string().contains("`tls` feature"), "{error}");
+        }
         for bad in [
             "http://x:1",
-            "pulsar+ssl://x:6651",
+            "pulsar+ssl://x",
+            "pulsar://x:1/path",
             "pulsar://x",
             "x:0",
             ":6650",
@@ -729,5 +1181,428 @@ mod tests {
         ] {
             assert!(parse_service_url(bad).is_err(), "{bad}");
         }
+    }
+}
+
+/// A scripted broker for the unit tests: one connection, driven by the test.
+#[cfg(test)]
+pub(crate) mod fake_broker {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncRead, AsyncWrite};
+    use tokio::net::TcpListener;
+    use tokio_util::codec::Framed;
+
+    use super::command_frame;
+    use crate::codec::{Frame, PulsarCodec};
+    use crate::pb::base_command::Type;
+    use crate::pb::{self, BaseCommand};
+
+    /// The framed connection of the broker side.
+    pub(crate) struct Peer<S>(pub(crate) Framed<S, PulsarCodec>);
+
+    impl<S: AsyncRead + AsyncWrite + Unpin> Peer<S> {
+        pub(crate) fn new(stream: S) -> Self {
+            Self(Framed::new(stream, PulsarCodec::default()))
+        }
+
+        /// The next command, which must be of type `expected`.
+        pub(crate) async fn expect(&mut self, expected: Type) -> BaseCommand {
+            let frame = self
+                .0
+                .next()
+                .await
+                .expect("a frame from the client")
+                .expect("a valid frame");
+            assert_eq!(
+                frame.command.r#type, expected as i32,
+                "expected {expected:?}, got {:?}",
+                frame.command
+            );
+            frame.command
+        }
+
+        pub(crate) async fn send(&mut self, frame: Frame) {
+            self.0.send(frame).await.expect("sent to the client");
+        }
+
+        pub(crate) async fn connected(&mut self) {
+            self.send(command_frame(Type::Connected, |c| {
+                c.connected = Some(pb::CommandConnected {
+                    server_version: "fake".into(),
+                    protocol_version: Some(19),
+                    ..Default::default()
+                });
+            }))
+            .await;
+        }
+
+        /// `CONNECT`, answered with `CONNECTED`; returns its body.
+        pub(crate) async fn accept_connect(&mut self) -> pb::CommandConnect {
+            let connect = self.expect(Type::Connect).await.connect.expect("a body");
+            self.connected().await;
+            connect
+        }
+
+        /// An `ERROR` for request id -1 with `AuthenticationError`, as a broker refuses
+        /// credentials.
+        pub(crate) async fn refuse_authentication(&mut self) {
+            self.send(command_frame(Type::Error, |c| {
+                c.error = Some(pb::CommandError {
+                    request_id: u64::MAX,
+                    error: pb::ServerError::AuthenticationError as i32,
+                    message: "Failed to authenticate".into(),
+                });
+            }))
+            .await;
+        }
+
+        pub(crate) async fn challenge(&mut self) {
+            self.send(command_frame(Type::AuthChallenge, |c| {
+                c.auth_challenge = Some(pb::CommandAuthChallenge {
+                    server_version: Some("fake".into()),
+                    challenge: Some(pb::AuthData {
+                        auth_method_name: Some("token".into()),
+                        auth_data: Some(b"PulsarAuthRefresh".to_vec()),
+                    }),
+                    protocol_version: Some(19),
+                });
+            }))
+            .await;
+        }
+
+        /// Reads until the client closes.
+        pub(crate) async fn drain(mut self) {
+            while let Some(Ok(_)) = self.0.next().await {}
+        }
+    }
+
+    /// A listener on 127.0.0.1 and its `host:port`.
+    pub(crate) async fn listen() -> (TcpListener, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bound");
+        let address = listener.local_addr().expect("an address").to_string();
+        (listener, address)
+    }
+
+    /// The token an `AUTH_RESPONSE` carries.
+    pub(crate) fn response_token(command: &BaseCommand) -> String {
+        let response = command
+            .auth_response
+            .as_ref()
+            .and_then(|r| r.response.as_ref())
+            .expect("AUTH_RESPONSE with credentials");
+        assert_eq!(response.auth_method_name.as_deref(), Some("token"));
+        String::from_utf8(response.auth_data.clone().unwrap_or_default()).expect("UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod auth_tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::fake_broker::{Peer, listen, response_token};
+    use super::*;
+
+    /// Hands out `token-1`, `token-2`, ...
+    struct Counting(AtomicU64);
+
+    #[async_trait::async_trait]
+    impl TokenProvider for Counting {
+        async fn token(&self) -> Result<String, Error> {
+            Ok(format!(
+                "token-{}",
+                self.0.fetch_add(1, Ordering::Relaxed) + 1
+            ))
+        }
+    }
+
+    fn counting() -> Counting {
+        Counting(AtomicU64::new(0))
+    }
+
+    struct Failing;
+
+    #[async_trait::async_trait]
+    impl TokenProvider for Failing {
+        async fn token(&self) -> Result<String, Error> {
+            Err(Error::Invalid {
+                what: "token",
+                reason: "the vault is sealed".into(),
+            })
+        }
+    }
+
+    fn options(address: &str) -> ConnectOptions {
+        ConnectOptions::new(address)
+            .expect("valid")
+            .operation_timeout(Duration::from_secs(30))
+    }
+
+    #[tokio::test]
+    async fn connect_sends_the_token() {
+        let (listener, address) = listen().await;
+        let broker = tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            let connect = peer.accept_connect().await;
+            peer.drain().await;
+            connect
+        });
+        let connection = Connection::connect(&options(&address).auth_token("s3cr3t"))
+            .await
+            .expect("connected");
+        connection.close();
+        let connect = broker.await.expect("the broker ran");
+        assert_eq!(connect.auth_method_name.as_deref(), Some("token"));
+        assert_eq!(connect.auth_data.as_deref(), Some(&b"s3cr3t"[..]));
+        let flags = connect.feature_flags.expect("feature flags");
+        assert_eq!(flags.supports_auth_refresh, Some(true));
+    }
+
+    #[tokio::test]
+    async fn without_a_token_connect_carries_no_credentials() {
+        let (listener, address) = listen().await;
+        let broker = tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            let connect = peer.accept_connect().await;
+            peer.drain().await;
+            connect
+        });
+        let connection = Connection::connect(&options(&address))
+            .await
+            .expect("connected");
+        connection.close();
+        let connect = broker.await.expect("the broker ran");
+        assert_eq!(connect.auth_method_name, None);
+        assert_eq!(connect.auth_data, None);
+        assert_eq!(
+            connect.feature_flags.unwrap().supports_auth_refresh,
+            Some(false)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_token_fails_connect_at_once_naming_the_broker() {
+        let (listener, address) = listen().await;
+        tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            peer.expect(Type::Connect).await;
+            peer.refuse_authentication().await;
+            // A broker closes after the error.
+        });
+        let started = Instant::now();
+        let error = crate::Client::connect(options(&address).auth_token("wrong"))
+            .await
+            .expect_err("refused");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let Error::Authentication {
+            broker, token_sent, ..
+        } = &error
+        else {
+            panic!("not an authentication error: {error:?}");
+        };
+        assert_eq!(broker, &address);
+        assert!(token_sent);
+        let text = error.to_string();
+        assert!(text.contains(&address), "{text}");
+        assert!(text.contains("Failed to authenticate"), "{text}");
+        assert!(text.contains("check the token"), "{text}");
+        assert_eq!(error.server_error(), Some(ServerError::AuthenticationError));
+        assert!(!error.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_wants_credentials_says_so_when_none_are_given() {
+        let (listener, address) = listen().await;
+        tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            peer.expect(Type::Connect).await;
+            peer.refuse_authentication().await;
+        });
+        let error = Connection::connect(&options(&address))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(
+                error,
+                Error::Authentication {
+                    token_sent: false,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("requires authentication"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_challenge_is_answered_with_a_fresh_token_and_the_connection_goes_on() {
+        let (listener, address) = listen().await;
+        let (tokens_tx, tokens_rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            let connect = peer.accept_connect().await;
+            let first = String::from_utf8(connect.auth_data.unwrap_or_default()).unwrap();
+            peer.challenge().await;
+            let response = peer.expect(Type::AuthResponse).await;
+            let second = response_token(&response);
+            let _ = tokens_tx.send((first, second));
+            // The connection still serves requests.
+            let request = peer.expect(Type::PartitionedMetadata).await;
+            let request_id = request.partition_metadata.unwrap().request_id;
+            peer.send(command_frame(Type::PartitionedMetadataResponse, |c| {
+                c.partition_metadata_response = Some(pb::CommandPartitionedTopicMetadataResponse {
+                    partitions: Some(3),
+                    request_id,
+                    ..Default::default()
+                });
+            }))
+            .await;
+            peer.drain().await;
+        });
+        let connection = Connection::connect(&options(&address).auth_token_provider(counting()))
+            .await
+            .expect("connected");
+        let (first, second) = tokens_rx.await.expect("the broker saw both tokens");
+        assert_eq!(first, "token-1");
+        assert_eq!(
+            second, "token-2",
+            "AUTH_RESPONSE carries a token fetched anew"
+        );
+        assert_eq!(connection.auth_challenges(), 1);
+        assert_eq!(
+            connection
+                .partitions("persistent://public/default/t")
+                .await
+                .expect("answered"),
+            3
+        );
+        assert!(!connection.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_challenge_during_the_handshake_is_answered_before_connected() {
+        let (listener, address) = listen().await;
+        let broker = tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            peer.expect(Type::Connect).await;
+            peer.challenge().await;
+            let token = response_token(&peer.expect(Type::AuthResponse).await);
+            peer.connected().await;
+            peer.drain().await;
+            token
+        });
+        let connection = Connection::connect(&options(&address).auth_token_provider(counting()))
+            .await
+            .expect("connected after the challenge");
+        assert_eq!(connection.server_version(), "fake");
+        assert_eq!(
+            connection.auth_challenges(),
+            0,
+            "only challenges after CONNECTED"
+        );
+        connection.close();
+        assert_eq!(broker.await.unwrap(), "token-2");
+    }
+
+    #[tokio::test]
+    async fn a_refused_refresh_fails_what_is_pending_with_the_authentication_error() {
+        let (listener, address) = listen().await;
+        tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            peer.accept_connect().await;
+            // A request arrives and stays unanswered while the credentials are refreshed.
+            peer.expect(Type::PartitionedMetadata).await;
+            peer.challenge().await;
+            peer.expect(Type::AuthResponse).await;
+            peer.refuse_authentication().await;
+        });
+        let connection = Connection::connect(&options(&address).auth_token("expiring"))
+            .await
+            .expect("connected");
+        let started = Instant::now();
+        let error = connection
+            .partitions("persistent://public/default/t")
+            .await
+            .expect_err("the connection is refused");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            matches!(
+                error,
+                Error::Authentication {
+                    token_sent: true,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(connection.is_closed());
+        // Later requests get the same reason.
+        let again = connection.partitions("t").await.expect_err("closed");
+        assert!(matches!(again, Error::Authentication { .. }), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn a_provider_failing_on_a_challenge_closes_the_connection_with_its_error() {
+        let (listener, address) = listen().await;
+        tokio::spawn(async move {
+            let mut peer = Peer::new(listener.accept().await.expect("accepted").0);
+            // Accept whatever CONNECT carries, then challenge.
+            peer.accept_connect().await;
+            peer.expect(Type::PartitionedMetadata).await;
+            peer.challenge().await;
+            peer.drain().await;
+        });
+        // The provider fails from the second call on.
+        struct OnceThenFail(AtomicU64);
+        #[async_trait::async_trait]
+        impl TokenProvider for OnceThenFail {
+            async fn token(&self) -> Result<String, Error> {
+                if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
+                    Ok("first".into())
+                } else {
+                    Failing.token().await
+                }
+            }
+        }
+        let connection = Connection::connect(
+            &options(&address).auth_token_provider(OnceThenFail(AtomicU64::new(0))),
+        )
+        .await
+        .expect("connected");
+        let error = connection
+            .partitions("t")
+            .await
+            .expect_err("the connection is closed");
+        let text = error.to_string();
+        assert!(matches!(error, Error::ConnectionLost { .. }), "{error:?}");
+        assert!(text.contains("AUTH_CHALLENGE"), "{text}");
+        assert!(text.contains("the vault is sealed"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_provider_failing_at_connect_is_reported_as_it_is() {
+        let (listener, address) = listen().await;
+        tokio::spawn(async move {
+            let _ = listener.accept().await;
+        });
+        let error = Connection::connect(&options(&address).auth_token_provider(Failing))
+            .await
+            .expect_err("no token");
+        assert!(error.to_string().contains("the vault is sealed"), "{error}");
+    }
+
+    #[test]
+    fn options_never_print_the_token() {
+        let options = options("pulsar://127.0.0.1:6650").auth_token("s3cr3t");
+        let debug = format!("{options:?}");
+        assert!(!debug.contains("s3cr3t"), "{debug}");
+        assert!(debug.contains("token"), "{debug}");
     }
 }

@@ -63,6 +63,32 @@ pub enum Error {
         /// What happened.
         reason: String,
     },
+    /// The broker refused the client's credentials: it answered `CONNECT` (or the
+    /// `AUTH_RESPONSE` to its `AUTH_CHALLENGE`) with `AuthenticationError`, or asked for
+    /// credentials when none are configured. Not retryable: fix the token.
+    /// [`Error::server_error`] gives `AuthenticationError`.
+    #[error(
+        "the broker at {broker} refused the authentication ({message}): {}",
+        authentication_hint(*token_sent)
+    )]
+    Authentication {
+        /// The broker's address (`host:port`).
+        broker: String,
+        /// The broker's explanation.
+        message: String,
+        /// Whether the client sent a token.
+        token_sent: bool,
+    },
+    /// The TLS handshake with a broker failed (an untrusted or expired certificate, one that
+    /// does not name the host, a refused client certificate, a port that does not speak
+    /// TLS). Not retryable: the reason says what to fix.
+    #[error("TLS with the broker at {broker} failed: {reason}")]
+    Tls {
+        /// The broker's address (`host:port`).
+        broker: String,
+        /// What went wrong, and what to do.
+        reason: String,
+    },
     /// An I/O error.
     #[error("I/O error: {0}")]
     Io(#[source] Arc<std::io::Error>),
@@ -139,6 +165,17 @@ pub enum Error {
     },
 }
 
+fn authentication_hint(token_sent: bool) -> &'static str {
+    if token_sent {
+        "check the token: the broker must accept it (signed with its secret or public key \
+         for a role it knows, and not expired); see ConnectOptions::auth_token, auth_token_file \
+         and auth_token_provider"
+    } else {
+        "the broker requires authentication: give a token with ConnectOptions::auth_token, \
+         auth_token_file or auth_token_provider"
+    }
+}
+
 pub(crate) fn server_error_name(code: i32) -> &'static str {
     ServerError::try_from(code).map_or("UnknownServerError", |e| e.as_str_name())
 }
@@ -150,10 +187,12 @@ impl From<std::io::Error> for Error {
 }
 
 impl Error {
-    /// The broker's error code, for [`Error::Server`].
+    /// The broker's error code, for [`Error::Server`] (and `AuthenticationError` for
+    /// [`Error::Authentication`]).
     pub fn server_error(&self) -> Option<ServerError> {
         match self {
             Self::Server { code, .. } => ServerError::try_from(*code).ok(),
+            Self::Authentication { .. } => Some(ServerError::AuthenticationError),
             _ => None,
         }
     }

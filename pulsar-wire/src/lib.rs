@@ -59,18 +59,52 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # TLS and token authentication
+//! A `pulsar+ssl://` service URL connects over TLS (rustls). The broker's certificate must be
+//! signed by a CA the client trusts ([`ConnectOptions::tls_ca_file`] or
+//! [`ConnectOptions::tls_ca_pem`]; without one, the public roots of `webpki-roots`) and must
+//! name the host of the URL, an IP address included (the opt-out,
+//! [`ConnectOptions::tls_verify_hostname`]`(false)`, still checks the CA).
+//! [`ConnectOptions::tls_client_cert_files`] presents a client certificate (mutual TLS).
+//! Lookups follow the brokers' `brokerServiceUrlTls`.
+//!
+//! A token authenticates every connection (`auth_method_name = "token"`): a fixed one
+//! ([`ConnectOptions::auth_token`]), a file read anew for each connection and refresh
+//! ([`ConnectOptions::auth_token_file`]), or any [`TokenProvider`]. When the broker finds the
+//! token of a connection expired it sends `AUTH_CHALLENGE`, and the connection answers with
+//! `AUTH_RESPONSE` carrying a token fetched anew from the provider, without reconnecting. A
+//! token the broker refuses fails [`Client::connect`] at once with
+//! [`Error::Authentication`], naming the broker; TLS failures are [`Error::Tls`], each with
+//! what to fix.
+//!
+//! ```no_run
+//! use pulsar_wire::{Client, ConnectOptions, Error};
+//!
+//! # async fn run() -> Result<(), Error> {
+//! let options = ConnectOptions::new("pulsar+ssl://broker.example:6651")?
+//!     .tls_ca_file("/etc/pulsar/ca.pem")
+//!     .auth_token(std::env::var("PULSAR_TOKEN").unwrap_or_default());
+//! match Client::connect(options).await {
+//!     Ok(client) => client.close().await,
+//!     Err(error @ Error::Authentication { .. }) => eprintln!("fix the token: {error}"),
+//!     Err(error) => return Err(error),
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # What is here
-//! - [`Client`]: connections per broker over [`Connection`] (`CONNECT`, request-id
-//!   correlation, keep-alive, every pending request failed when the connection is lost),
-//!   lookups, partitioned metadata.
+//! - [`Client`]: connections per broker over [`Connection`] (TCP or TLS, `CONNECT` with
+//!   token authentication and `AUTH_CHALLENGE` answered, request-id correlation, keep-alive,
+//!   every pending request failed when the connection is lost), lookups, partitioned
+//!   metadata.
 //! - [`Producer`]: single messages and batches (by count, bytes and delay, on `ack-batcher`;
 //!   each message's future resolves to its own [`MessageId`]), a [`PartitionRouter`] for
 //!   partitioned topics, transactional sends.
-//! - [`Consumer`]: Exclusive, Shared, Failover and Key_Shared subscriptions, flow permits
-//!   refilled at half the receiver queue, batch decoding (messages acknowledged before are
-//!   skipped; a checksum mismatch is acknowledged with its validation error, reported and not
-//!   delivered), grouped acks with or without receipts, cumulative acks, negative acks, and
-//!   transactional acks.
+//! - [`Consumer`]: Exclusive, Shared, Failover and Key_Shared subscriptions (see
+//!   [Key_Shared](#key_shared)), flow permits refilled at half the receiver queue, batch
+//!   decoding (messages acknowledged before are skipped; a checksum mismatch is acknowledged
+//!   with its validation error, reported and not delivered), grouped acks with or without
+//!   receipts, cumulative acks, negative acks, and transactional acks.
 //! - [`TransactionCoordinator`] and [`Transaction`]: `TC_CLIENT_CONNECT`, `NEW_TXN` (its
 //!   timeout in milliseconds, as the reference clients send it), partitions and subscriptions
 //!   registered before first use, commit and abort.
@@ -84,10 +118,79 @@
 //!   size is checked before anything is allocated); producers compress with
 //!   [`ProducerOptions::compression`], batched or not. [`compress`] and [`decompress`] are
 //!   the codecs on their own.
+//! - Chunking: consumers reassemble chunked messages (a message split by its producer into
+//!   entries of at most `max_message_size`: Java, C++/Python and this crate's producers
+//!   with chunking), bounded by [`ChunkLimits`] ([`ConsumerOptions::chunk_limits`]); the
+//!   message's id is its last chunk's ([`Message::chunk_ids`] lists every chunk), and an ack,
+//!   nack or transactional ack of it covers every chunk. Producers split a message too large
+//!   for one entry with [`ProducerOptions::chunking`] (not with batching).
 //! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
 //!   the generated protocol types ([`pb`]).
 //!
+//! # Key_Shared
+//!
+//! A Key_Shared subscription gives each key to one consumer at a time, in order. The broker
+//! dispatches a whole entry by the entry's *sticky key* — its `ordering_key`, else its
+//! `partition_key`, else the bytes [`NONE_KEY`] — hashed with [`sticky_key_hash`] (Murmur3
+//! x86 32-bit, masked with `i32::MAX`, modulo 65,536; a 4.0.x broker takes 0 as 1).
+//! - Consumers: [`SubType::KeyShared`] sends a `KeySharedMeta` on `SUBSCRIBE`, AUTO_SPLIT by
+//!   default (the broker spreads the hash space over the consumers), or
+//!   [`KeySharedPolicy::sticky`] with this consumer's [`HashRange`]s (checked before
+//!   subscribing: non-empty, `start <= end`, within `0..=65535`, not overlapping; the broker
+//!   refuses a range that overlaps another consumer's with `ConsumerAssignError`), and
+//!   [`KeySharedPolicy::allow_out_of_order_delivery`]. The first consumer fixes the mode and
+//!   the out-of-order setting; a 4.0.8 broker refuses a consumer that differs with
+//!   `ConsumerBusy` ("Subscription is of different type").
+//! - Producers: **batch by key** ([`BatchingOptions::key_based`]) or not at all. A batch of
+//!   mixed keys has no key of its own, so the broker sends all of it to the consumer of the
+//!   `NONE_KEY` hash, and a key whose other batches go elsewhere reaches two consumers. With
+//!   key-based batching a batch holds one key (the ordering key takes precedence over the
+//!   partition key; messages without a key are batched together) and its entry carries that
+//!   key. A key's batches go out in order; batches of different keys of one partition may be
+//!   flushed at the same time, and the partition producer numbers them and queues their
+//!   frames under one lock, so sequence ids grow in wire order (a broker with deduplication
+//!   refuses or drops a lower id after a higher one).
+//! - Messages: [`OutgoingMessage::key`] (also routes between partitions) and
+//!   [`OutgoingMessage::ordering_key`] (Key_Shared only); received, [`Message::key`] and
+//!   [`Message::ordering_key`].
+//!
+//! ```no_run
+//! use pulsar_wire::{
+//!     BatchingOptions, Client, ConnectOptions, ConsumerOptions, HashRange, KeySharedPolicy,
+//!     OutgoingMessage, ProducerOptions, SubType,
+//! };
+//!
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! // This consumer serves the lower half of the hash space; another one takes the rest.
+//! let consumer = client
+//!     .subscribe(
+//!         "orders",
+//!         "per-customer",
+//!         ConsumerOptions::default()
+//!             .sub_type(SubType::KeyShared)
+//!             .key_shared_policy(KeySharedPolicy::sticky([HashRange::new(0, 32767)])),
+//!     )
+//!     .await?;
+//! let producer = client
+//!     .create_producer(
+//!         "orders",
+//!         ProducerOptions::default().batching(BatchingOptions::default().key_based(true)),
+//!     )
+//!     .await?;
+//! producer
+//!     .send(OutgoingMessage::new("paid").key("customer-17"))
+//!     .await?;
+//! let message = consumer.receive().await?;
+//! assert_eq!(message.key(), Some("customer-17"));
+//! # Ok(()) }
+//! ```
+//!
 //! # Feature flags
+//! - `tls` (on by default): `pulsar+ssl://` service URLs, with `rustls` on its `ring`
+//!   provider (pure Rust and assembly built by `cc`: no cmake or NASM) and the Mozilla roots
+//!   of `webpki-roots`. Without it, a `pulsar+ssl://` URL is refused with an
+//!   [`Error::Invalid`] naming the feature; the `tls_*` options stay available (and unused).
 //! - `lz4`, `zlib`, `zstd`, `snappy` (all on by default): the compression codecs, with
 //!   `lz4_flex`, `flate2` (on `miniz_oxide`), `zstd` (the C library, built from source by
 //!   `zstd-sys`) and `snap`. An entry compressed with a codec left out is not delivered: it
@@ -98,6 +201,7 @@
 //!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
 //!   and tests.
 
+mod auth;
 mod batch;
 mod client;
 mod codec;
@@ -112,8 +216,13 @@ mod error;
 pub mod emulator;
 pub mod priority;
 mod producer;
+mod tls;
 mod txn;
 
+/// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
+/// so that no extra dependency is needed).
+pub use async_trait::async_trait;
+pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
 pub use batch::{
     BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
 };
@@ -127,8 +236,9 @@ pub use compression::{
 };
 pub use connection::{ConnectOptions, Connection, ConsumerEvent, PROTOCOL_VERSION, command_frame};
 pub use consumer::{
-    Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, InitialPosition, Message,
-    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON,
+    ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
+    InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,
+    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use producer::{

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use batching::BatchingOptions;
-use batching::{BatchKey, ProducerBatcher};
+use batching::ProducerBatcher;
 use partition::{PartitionProducer, PartitionSet};
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
@@ -51,6 +51,7 @@ impl fmt::Display for MessageId {
 pub struct OutgoingMessage {
     pub(crate) payload: Bytes,
     pub(crate) key: Option<String>,
+    pub(crate) ordering_key: Option<Bytes>,
     pub(crate) properties: Vec<(String, String)>,
     pub(crate) event_time: Option<u64>,
 }
@@ -65,9 +66,17 @@ impl OutgoingMessage {
     }
 
     /// Its key (`partition_key`): routes it on a partitioned topic and groups it on a
-    /// Key_Shared subscription.
+    /// Key_Shared subscription (unless it has an ordering key).
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
+        self
+    }
+
+    /// Its ordering key (`ordering_key`): on a Key_Shared subscription it decides the
+    /// consumer instead of the partition key, and key-based batching groups by it
+    /// ([`BatchingOptions::key_based`]). It does not route between partitions.
+    pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.ordering_key = Some(key.into());
         self
     }
 
@@ -91,6 +100,14 @@ impl OutgoingMessage {
     /// Its key, if it has one.
     pub fn partition_key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// The key a Key_Shared subscription dispatches it by: the ordering key when it has one,
+    /// else the partition key's bytes ([`crate::sticky_key_hash`] gives its hash).
+    pub fn sticky_key(&self) -> Option<&[u8]> {
+        self.ordering_key
+            .as_deref()
+            .or_else(|| self.key.as_deref().map(str::as_bytes))
     }
 
     /// Its properties, in the order they were added.
@@ -123,7 +140,11 @@ impl OutgoingMessage {
             .iter()
             .map(|(k, v)| k.len() + v.len() + 6)
             .sum();
-        self.payload.len() + self.key.as_ref().map_or(0, |k| k.len() + 2) + properties + 16
+        self.payload.len()
+            + self.key.as_ref().map_or(0, |k| k.len() + 2)
+            + self.ordering_key.as_ref().map_or(0, |k| k.len() + 2)
+            + properties
+            + 16
     }
 }
 
@@ -136,6 +157,8 @@ pub struct ProducerOptions {
     transactional: bool,
     partitions_refresh: Option<Duration>,
     compression: Compression,
+    chunking: bool,
+    chunk_size: Option<usize>,
 }
 
 /// How often a producer re-reads a partitioned topic's partition count by default (the Java
@@ -154,6 +177,8 @@ impl Default for ProducerOptions {
             transactional: false,
             partitions_refresh: Some(DEFAULT_PARTITIONS_REFRESH),
             compression: Compression::None,
+            chunking: false,
+            chunk_size: None,
         }
     }
 }
@@ -203,6 +228,29 @@ impl ProducerOptions {
         self
     }
 
+    /// Splits a message whose payload (compressed, with a codec) does not fit in one entry
+    /// into chunks, each an entry of its own, instead of refusing it (default off). The
+    /// consumers reassemble them (this crate's, and the Java, C++ and Python clients'). As in
+    /// the Java client, chunking cannot be combined with batching: add
+    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`] fails with
+    /// [`Error::Invalid`]. A chunked message's chunks go out one after another, and the
+    /// producer's other messages wait for them, so that each message stays contiguous and
+    /// in order; [`Producer::send`] returns the last chunk's id (the consumer's
+    /// [`crate::Message::id`] of the message). Consumers on a Shared subscription may get
+    /// the chunks of one message on different consumers: use Exclusive, Failover or
+    /// Key_Shared subscriptions for chunked topics.
+    pub fn chunking(mut self, enabled: bool) -> Self {
+        self.chunking = enabled;
+        self
+    }
+
+    /// With chunking, the most bytes of one chunk's entry (default, and at most, the
+    /// broker's `max_message_size`).
+    pub fn chunk_size(mut self, bytes: usize) -> Self {
+        self.chunk_size = Some(bytes);
+        self
+    }
+
     /// How often the producer of a partitioned topic re-reads the partition count
     /// (`PARTITIONED_METADATA`) and attaches to partitions added since, so that its router
     /// sends to them too (default [`DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
@@ -219,7 +267,14 @@ impl ProducerOptions {
 /// by count, bytes and delay; each batch is one `SEND` whose entry carries
 /// `num_messages_in_batch` (also for a batch of one), and each message's future resolves to
 /// its own [`MessageId`] (batch index and size included). A partition's batches go out one
-/// after another, in order.
+/// after another, in order. With [`BatchingOptions::key_based`] (which Key_Shared consumers
+/// need), batches are formed per key: a key's batches go out in order, batches of different
+/// keys may be sealed concurrently and go out in the order they are sealed.
+///
+/// Sequence ids: each partition producer numbers its messages from the broker's
+/// `last_sequence_id` + 1, and its frames reach the connection in sequence-id order (the ids
+/// are assigned and the frame queued under one lock), so a broker with deduplication never
+/// sees a lower id after a higher one.
 #[derive(Clone)]
 pub struct Producer {
     inner: Arc<ProducerInner>,
@@ -231,6 +286,7 @@ struct ProducerInner {
     name: Option<String>,
     transactional: bool,
     compression: Compression,
+    chunk_size: Option<usize>,
     partitions: Arc<PartitionSet>,
     partitioned: bool,
     router: Arc<dyn PartitionRouter>,
@@ -261,6 +317,23 @@ impl Producer {
         if let Some(batching) = &options.batching {
             batching.validate()?;
         }
+        if options.chunking && options.batching.is_some() {
+            return Err(Error::Invalid {
+                what: "producer options",
+                reason: "chunking cannot be combined with batching (as in the Java client): \
+                         add ProducerOptions::no_batching()"
+                    .into(),
+            });
+        }
+        if options.chunk_size == Some(0) {
+            return Err(Error::Invalid {
+                what: "chunk_size",
+                reason: "must be positive".into(),
+            });
+        }
+        let chunk_size = options
+            .chunking
+            .then(|| options.chunk_size.unwrap_or(usize::MAX));
         let topics = client.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let mut partitions = Vec::with_capacity(topics.len());
@@ -275,6 +348,7 @@ impl Producer {
                     name,
                     options.transactional,
                     options.compression,
+                    chunk_size,
                 )
                 .await?,
             ));
@@ -290,6 +364,7 @@ impl Producer {
             name: options.name,
             transactional: options.transactional,
             compression: options.compression,
+            chunk_size,
             partitions,
             partitioned,
             router: options.router,
@@ -333,6 +408,7 @@ impl Producer {
                 name,
                 inner.transactional,
                 inner.compression,
+                inner.chunk_size,
             )
             .await
             {
@@ -407,10 +483,7 @@ impl Producer {
         let txn = txn.map(Transaction::id);
         match &self.inner.batcher {
             Some(batcher) => {
-                let key = BatchKey {
-                    partition: index,
-                    txn,
-                };
+                let key = batcher.key(index, txn, &message);
                 batcher.send(key, message).await
             }
             None => producer.send_single(&message, txn).await,

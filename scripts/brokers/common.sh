@@ -36,10 +36,13 @@ wait_log() {
   done
 }
 
+# Extra curl options of wait_http (a CA and a token for a broker with TLS and authentication).
+CURL_OPTS=()
+
 # wait_http URL SUBSTRING TIMEOUT_S
 wait_http() {
   local end=$((SECONDS + $3))
-  until curl -fsS --max-time 5 "$1" 2>/dev/null | grep -q -- "$2"; do
+  until curl -fsS --max-time 5 "${CURL_OPTS[@]}" "$1" 2>/dev/null | grep -q -- "$2"; do
     ((SECONDS < end)) || return 1
     sleep 1
   done

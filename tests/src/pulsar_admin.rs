@@ -4,24 +4,73 @@
 //! `unackedMessages` and `blockedConsumerOnUnackedMsgs`, per subscription `msgBacklog`).
 //!
 //! Plain HTTP/1.0 over a fresh TCP connection per request: the broker then answers with the
-//! whole body and closes (never chunked), so no HTTP library is needed.
+//! whole body and closes (never chunked), so no HTTP library is needed. A broker with TLS and
+//! token authentication (`scripts/brokers/pulsar start-secure`) is reached over HTTPS with its
+//! CA and a bearer token ([`PulsarAdmin::secure`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The admin API of one broker.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PulsarAdmin {
     /// `host:port`.
     address: String,
+    /// TLS (`https://`), trusting the broker's CA.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// Sent as `Authorization: Bearer <token>`.
+    token: Option<String>,
+}
+
+impl fmt::Debug for PulsarAdmin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PulsarAdmin")
+            .field("address", &self.address)
+            .field("tls", &self.tls.is_some())
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// `scheme://host:port` (an optional trailing slash) → `host:port`.
+fn admin_address(admin_url: &str, scheme: &str) -> Result<String, AdminError> {
+    let address = admin_url
+        .strip_prefix(scheme)
+        .ok_or_else(|| AdminError(format!("{admin_url:?} is not an {scheme} URL")))?
+        .trim_end_matches('/');
+    if address.is_empty() || address.contains('/') || !address.contains(':') {
+        return Err(AdminError(format!(
+            "{admin_url:?} is not {scheme}host:port"
+        )));
+    }
+    Ok(address.to_owned())
+}
+
+/// Sends `request` and reads the answer until the broker closes. Over TLS a close without
+/// `close_notify` after the answer still ends it.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    request: &[u8],
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request).await?;
+    stream.flush().await?;
+    let mut raw = Vec::new();
+    match stream.read_to_end(&mut raw).await {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+        Err(e) => Err(e),
+        Ok(_) => Ok(raw),
+    }
 }
 
 /// An HTTP answer.
@@ -65,15 +114,39 @@ impl PulsarAdmin {
     /// # Errors
     /// When the URL is not `http://host:port`.
     pub fn new(admin_url: &str) -> Result<Self, AdminError> {
-        let address = admin_url
-            .strip_prefix("http://")
-            .ok_or_else(|| AdminError(format!("{admin_url:?} is not an http:// URL")))?
-            .trim_end_matches('/');
-        if address.is_empty() || address.contains('/') || !address.contains(':') {
-            return Err(AdminError(format!("{admin_url:?} is not http://host:port")));
-        }
         Ok(Self {
-            address: address.to_owned(),
+            address: admin_address(admin_url, "http://")?,
+            tls: None,
+            token: None,
+        })
+    }
+
+    /// The admin API at `admin_url` (`https://host:port`), trusting the CA certificates in
+    /// the PEM file `ca_file` and authenticating with `token`.
+    ///
+    /// # Errors
+    /// When the URL is not `https://host:port` or the CA file cannot be read.
+    pub fn secure(admin_url: &str, ca_file: &str, token: &str) -> Result<Self, AdminError> {
+        let address = admin_address(admin_url, "https://")?;
+        let pem = std::fs::read(ca_file).map_err(|e| AdminError(format!("{ca_file}: {e}")))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| AdminError(format!("{ca_file}: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| AdminError(format!("{ca_file}: {e}")))?;
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| AdminError(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok(Self {
+            address,
+            tls: Some(Arc::new(config)),
+            token: Some(token.trim().to_owned()),
         })
     }
 
@@ -88,19 +161,35 @@ impl PulsarAdmin {
         body: Option<&str>,
     ) -> Result<Response, AdminError> {
         let body = body.unwrap_or_default();
+        let authorization = self
+            .token
+            .as_ref()
+            .map(|token| format!("Authorization: Bearer {token}\r\n"))
+            .unwrap_or_default();
         let request = format!(
             "{method} {path} HTTP/1.0\r\nHost: {}\r\nConnection: close\r\nAccept: application/json\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+             {authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             self.address,
             body.len()
         );
         let what = format!("{method} {path}");
         let exchange = async {
-            let mut stream = TcpStream::connect(&self.address).await?;
-            stream.write_all(request.as_bytes()).await?;
-            let mut raw = Vec::new();
-            stream.read_to_end(&mut raw).await?;
-            Ok::<_, std::io::Error>(raw)
+            let stream = TcpStream::connect(&self.address).await?;
+            match &self.tls {
+                None => exchange(stream, request.as_bytes()).await,
+                Some(config) => {
+                    let host = self
+                        .address
+                        .rsplit_once(':')
+                        .map_or(self.address.as_str(), |(host, _)| host);
+                    let name = ServerName::try_from(host.to_owned())
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    let stream = tokio_rustls::TlsConnector::from(Arc::clone(config))
+                        .connect(name, stream)
+                        .await?;
+                    exchange(stream, request.as_bytes()).await
+                }
+            }
         };
         let raw = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
@@ -234,6 +323,51 @@ impl PulsarAdmin {
             if Instant::now() >= deadline {
                 return Err(AdminError(format!(
                     "maxUnackedMessagesOnConsumer={max} on {topic} not reported within {limit:?}: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Turns the topic's message deduplication on or off (`POST .../deduplicationEnabled`) and
+    /// waits (up to `limit`) until the broker reports it, as
+    /// [`PulsarAdmin::set_max_unacked_on_consumer`] does. With it on, the broker drops a
+    /// message whose sequence id is not above the last one it stored from that producer.
+    ///
+    /// # Errors
+    /// When the broker does not report the value in time.
+    pub async fn set_deduplication(
+        &self,
+        topic: &str,
+        enabled: bool,
+        limit: Duration,
+    ) -> Result<(), AdminError> {
+        let path = format!("{}/deduplicationEnabled", topic_path(topic));
+        let deadline = Instant::now() + limit;
+        let mut written = false;
+        let mut last = String::new();
+        loop {
+            if !written {
+                match self
+                    .expect_success("POST", &path, Some(&enabled.to_string()))
+                    .await
+                {
+                    Ok(_) => written = true,
+                    Err(error) => last = error.0,
+                }
+            }
+            if written {
+                match self.expect_success("GET", &path, None).await {
+                    Ok(response) if response.body.trim() == enabled.to_string() => return Ok(()),
+                    Ok(response) => {
+                        last = format!("the broker reports {:?}", response.body.trim());
+                    }
+                    Err(error) => last = error.0,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(AdminError(format!(
+                    "deduplicationEnabled={enabled} on {topic} not reported within {limit:?}: {last}"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -424,6 +558,9 @@ mod tests {
         assert!(PulsarAdmin::new("http://127.0.0.1:8080").is_ok());
         assert!(PulsarAdmin::new("http://127.0.0.1:8080/").is_ok());
         assert!(PulsarAdmin::new("https://127.0.0.1:8080").is_err());
+        assert!(PulsarAdmin::secure("http://127.0.0.1:8443", "/nowhere", "t").is_err());
+        let missing = PulsarAdmin::secure("https://127.0.0.1:8443", "/nowhere/ca.pem", "t");
+        assert!(missing.unwrap_err().0.contains("/nowhere/ca.pem"));
         assert!(PulsarAdmin::new("http://127.0.0.1:8080/admin").is_err());
         assert_eq!(
             topic_path("persistent://public/default/t"),

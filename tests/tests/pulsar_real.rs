@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use integration_tests::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, MessageId, OutgoingMessage, Producer, ProducerOptions, SubType, Transaction, TxnState,
+    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
+    InitialPosition, KeySharedPolicy, Message, MessageId, OutgoingMessage, Producer,
+    ProducerOptions, SubType, Transaction, TxnState, sticky_key_hash,
 };
 
 /// `maxUnackedMessagesOnConsumer` of every test topic.
@@ -789,6 +790,165 @@ async fn every_codec_of_the_python_client_reaches_our_consumer_intact() {
     broker.done();
 }
 
+/// Chunked message `i` of the chunking peers (`PulsarChunks`, `produce_chunked.py`): bytes
+/// that do not compress (so that a codec does not make them fit in one entry), byte `j`
+/// being bits 24..31 of the `j + 1`-th step of xorshift64 (13, 7, 17) from
+/// `(i + 1) * 0x9E3779B97F4A7C15`.
+fn chunked_payload(i: u64, size: usize) -> Vec<u8> {
+    let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+const TEN_MIB: usize = 10 * 1024 * 1024;
+
+/// Receives `count` chunked messages of [`TEN_MIB`] on `consumer`, each with property `i`:
+/// every payload intact, in 3 chunks (the broker's 5 MiB `max_message_size`), acked; then
+/// the subscription drains, with `total` chunked messages reassembled by the consumer.
+async fn assert_chunked_arrive(broker: &RealBroker, consumer: &Consumer, count: u64, total: u64) {
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..count {
+        let message = tokio::time::timeout(Duration::from_secs(60), consumer.receive())
+            .await
+            .expect("a chunked message within 60 s")
+            .expect("received");
+        let i: u64 = message
+            .property("i")
+            .and_then(|i| i.parse().ok())
+            .expect("property i");
+        assert_eq!(message.payload().len(), TEN_MIB, "message {i}");
+        assert!(
+            message.payload()[..] == chunked_payload(i, TEN_MIB)[..],
+            "message {i}: the payload differs"
+        );
+        let chunks = message.chunk_ids();
+        assert_eq!(chunks.len(), 3, "message {i}: {chunks:?}");
+        assert_eq!(chunks.last(), Some(&message.id()));
+        assert!(seen.insert(i), "message {i} twice");
+        consumer.ack(&message).await.expect("acked");
+    }
+    consumer.flush_acks().await;
+    let stats = consumer.stats();
+    assert_eq!(stats.chunked, total, "{stats:?}");
+    assert_eq!(stats.undecodable, 0, "{stats:?}");
+    let drained = broker.assert_drained().await;
+    assert_eq!(drained.msg_backlog, 0);
+}
+
+/// Two 10 MiB chunked messages from the official Java client 4.0.8, and one more with LZ4
+/// (compressed whole, then chunked): reassembled, intact, acked with all their chunks,
+/// backlog 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_messages_of_the_java_client_are_reassembled_and_acked() {
+    let Some(broker) = real_broker("java-chunks").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker
+        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .await;
+    let size = TEN_MIB.to_string();
+    let produced = java_peer(
+        "PulsarChunks",
+        &["produce", &service_url, &broker.topic, "2", &size, "NONE"],
+    )
+    .await;
+    assert!(produced.contains("produced=2"), "{produced}");
+    assert_chunked_arrive(&broker, &consumer, 2, 2).await;
+    let produced = java_peer(
+        "PulsarChunks",
+        &["produce", &service_url, &broker.topic, "1", &size, "LZ4"],
+    )
+    .await;
+    assert!(produced.contains("produced=1"), "{produced}");
+    assert_chunked_arrive(&broker, &consumer, 1, 3).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// Two 10 MiB chunked messages from the official Python client (`pulsar-client` 3.13.0):
+/// reassembled, intact, acked, backlog 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_messages_of_the_python_client_are_reassembled_and_acked() {
+    let Some(broker) = real_broker("python-chunks").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let consumer = broker
+        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .await;
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
+    let size = TEN_MIB.to_string();
+    let output = tokio::process::Command::new(run)
+        .args([
+            "produce_chunked",
+            &service_url,
+            &broker.topic,
+            "2",
+            &size,
+            "NONE",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
+    let produced = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "produce_chunked failed: {produced}"
+    );
+    assert!(produced.contains("produced=2"), "{produced}");
+    assert_chunked_arrive(&broker, &consumer, 2, 2).await;
+    consumer.close().await.expect("closed");
+    broker.done();
+}
+
+/// Our producer with chunking: two 10 MiB messages, read by the official Java client
+/// (`PulsarChunks consume`) intact (size and CRC-32C), and its subscription drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_chunked_messages_are_read_by_the_java_client() {
+    let Some(broker) = real_broker("chunks-to-java").await else {
+        return;
+    };
+    let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
+    let producer = broker
+        .client
+        .create_producer(
+            &broker.topic,
+            ProducerOptions::default().no_batching().chunking(true),
+        )
+        .await
+        .expect("producer created");
+    for i in 0..2u64 {
+        producer
+            .send(OutgoingMessage::new(chunked_payload(i, TEN_MIB)).property("i", i.to_string()))
+            .await
+            .expect("sent in chunks");
+    }
+    let consumed = java_peer(
+        "PulsarChunks",
+        &["consume", &service_url, &broker.topic, "java", "2"],
+    )
+    .await;
+    for i in 0..2u64 {
+        let crc = crc32c::crc32c(&chunked_payload(i, TEN_MIB));
+        let line = format!("message i={i} size={TEN_MIB} crc32c={crc:x}");
+        assert!(consumed.contains(&line), "{line} not in {consumed}");
+    }
+    assert!(consumed.contains("consumed=2"), "{consumed}");
+    let stats = broker.stats().await;
+    let java = stats.subscription("java").expect("the Java subscription");
+    assert_eq!(java.msg_backlog, 0, "{java:?}");
+    producer.close().await.expect("closed");
+    broker.done();
+}
+
 /// An entry that claims LZ4 but holds bytes that are not an LZ4 block (stored as sent: the
 /// broker does not decompress) on the real broker: our consumer hands it to the application as
 /// `Error::Undecodable` with its id and does not acknowledge it (the backlog keeps it while the
@@ -1334,4 +1494,259 @@ async fn the_bulk_shape_ends_with_nothing_unacked() {
     assert_eq!(report.duplicates, 0, "{report:?}");
     assert_eq!(report.commits_refused, 0, "{report:?}");
     assert_eq!((unacked, backlog), (0, 0));
+}
+
+// ----- Key_Shared ---------------------------------------------------------------------------
+
+/// Messages of key `key-K` carry `key-K/i`.
+fn keyed_payload(k: usize, i: usize) -> String {
+    format!("key-{k}/{i}")
+}
+
+/// A Key_Shared consumer named `name` with `policy`, acks grouped for 10 ms.
+async fn key_shared_consumer(
+    broker: &RealBroker,
+    name: &str,
+    policy: KeySharedPolicy,
+) -> Result<Consumer, Error> {
+    broker
+        .client
+        .subscribe(
+            &broker.topic,
+            SUB,
+            ConsumerOptions::default()
+                .sub_type(SubType::KeyShared)
+                .key_shared_policy(policy)
+                .name(name)
+                .ack_group_time(Duration::from_millis(10))
+                .initial_position(InitialPosition::Earliest),
+        )
+        .await
+}
+
+/// A key-based batching producer (10 messages or 20 ms a batch).
+async fn key_based_producer(broker: &RealBroker) -> Producer {
+    let batching = BatchingOptions::default()
+        .max_messages(10)
+        .max_delay(Duration::from_millis(20))
+        .key_based(true);
+    broker
+        .client
+        .create_producer(&broker.topic, ProducerOptions::default().batching(batching))
+        .await
+        .expect("producer created")
+}
+
+/// Sends `per_key` messages of each of `keys` keys interleaved, all at once.
+async fn send_keyed(producer: &Producer, keys: usize, per_key: usize) -> Vec<MessageId> {
+    let sends = (0..per_key).flat_map(|i| {
+        (0..keys).map(move |k| {
+            producer.send(OutgoingMessage::new(keyed_payload(k, i)).key(format!("key-{k}")))
+        })
+    });
+    futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, Error>>()
+        .expect("every send succeeds")
+}
+
+/// Receives from both consumers, acking each message, until `expected` arrived and then
+/// nothing more for 1 s; panics when delivery stops for [`PATIENCE`] before that.
+async fn receive_key_shared(a: &Consumer, b: &Consumer, expected: usize) -> [Vec<Message>; 2] {
+    let mut received = [Vec::new(), Vec::new()];
+    loop {
+        let total = received[0].len() + received[1].len();
+        let wait = if total >= expected {
+            Duration::from_secs(1)
+        } else {
+            PATIENCE
+        };
+        let (slot, message) = tokio::select! {
+            message = a.receive() => (0, message),
+            message = b.receive() => (1, message),
+            () = tokio::time::sleep(wait) => {
+                assert!(total >= expected, "delivery stopped at {total} of {expected}");
+                break;
+            }
+        };
+        let message = message.expect("received");
+        let consumer = if slot == 0 { a } else { b };
+        consumer.ack(&message).await.expect("ack queued");
+        received[slot].push(message);
+    }
+    received
+}
+
+/// Each key reached one consumer, in order, every message once; no entry holds two keys.
+/// Returns the keys of each consumer and the number of entries that held more than one
+/// message.
+fn check_key_shared(
+    received: &[Vec<Message>; 2],
+    keys: usize,
+    per_key: usize,
+) -> ([Vec<String>; 2], usize) {
+    let mut owner: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut next: std::collections::HashMap<String, usize> = Default::default();
+    let mut entries: std::collections::HashMap<(u64, u64), (String, u32)> = Default::default();
+    for (consumer, messages) in received.iter().enumerate() {
+        for message in messages {
+            let key = message.key().expect("a key").to_owned();
+            let at = *owner.entry(key.clone()).or_insert(consumer);
+            assert_eq!(at, consumer, "{key} reached both consumers");
+            let expected = next.entry(key.clone()).or_default();
+            let payload = std::str::from_utf8(message.payload()).expect("text");
+            assert_eq!(
+                payload,
+                format!("{key}/{expected}"),
+                "{key}: out of order or duplicated"
+            );
+            *expected += 1;
+            let id = message.id();
+            let entry = entries
+                .entry((id.ledger_id, id.entry_id))
+                .or_insert_with(|| (key.clone(), id.batch_size.unwrap_or(1)));
+            assert_eq!(entry.0, key, "entry {id} holds two keys");
+        }
+    }
+    assert_eq!(owner.len(), keys, "every key arrived: {owner:?}");
+    assert!(next.values().all(|n| *n == per_key), "{next:?}");
+    let mut per_consumer = [Vec::new(), Vec::new()];
+    for (key, consumer) in owner {
+        per_consumer[consumer].push(key);
+    }
+    let batches = entries.values().filter(|(_, size)| *size > 1).count();
+    (per_consumer, batches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_shared_consumers_get_whole_keys_in_order_from_key_based_batches() {
+    let Some(broker) = real_broker("key_shared").await else {
+        return;
+    };
+    // A message whose sequence id is not above the last stored one would be dropped.
+    broker
+        .admin
+        .set_deduplication(&broker.topic, true, Duration::from_secs(60))
+        .await
+        .expect("deduplication on");
+    let a = key_shared_consumer(&broker, "ks-a", KeySharedPolicy::auto_split())
+        .await
+        .expect("a subscribed");
+    let b = key_shared_consumer(&broker, "ks-b", KeySharedPolicy::auto_split())
+        .await
+        .expect("b subscribed");
+    let producer = key_based_producer(&broker).await;
+    let (keys, per_key) = (20, 50);
+    let ids = send_keyed(&producer, keys, per_key).await;
+    let mut by_entry: std::collections::BTreeMap<(u64, u64), Vec<usize>> = Default::default();
+    for (n, id) in ids.iter().enumerate() {
+        by_entry
+            .entry((id.ledger_id, id.entry_id))
+            .or_default()
+            .push(n % keys);
+    }
+    assert!(
+        by_entry.values().all(|ks| ks.iter().all(|k| *k == ks[0])),
+        "the receipts put two keys in one entry"
+    );
+    let received = receive_key_shared(&a, &b, keys * per_key).await;
+    let (per_consumer, batches) = check_key_shared(&received, keys, per_key);
+    println!(
+        "key_shared: {} entries ({batches} with more than one message) for {} messages; \
+         a has {} keys ({} messages), b has {} keys ({} messages)",
+        by_entry.len(),
+        ids.len(),
+        per_consumer[0].len(),
+        received[0].len(),
+        per_consumer[1].len(),
+        received[1].len()
+    );
+    assert!(batches >= keys, "messages were batched");
+    assert!(
+        per_consumer.iter().all(|k| !k.is_empty()),
+        "the broker spread the keys over both consumers: {per_consumer:?}"
+    );
+    a.flush_acks().await;
+    b.flush_acks().await;
+    broker
+        .wait_for("drained with both consumers connected", |s| {
+            s.consumers.len() == 2 && s.is_drained()
+        })
+        .await;
+    a.close().await.expect("a closed");
+    b.close().await.expect("b closed");
+    producer.close().await.expect("producer closed");
+    broker.done();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_shared_sticky_ranges_follow_the_murmur3_key_hash() {
+    let Some(broker) = real_broker("key_shared_sticky").await else {
+        return;
+    };
+    let low = HashRange::new(0, 32767);
+    let a = key_shared_consumer(&broker, "ks-low", KeySharedPolicy::sticky([low]))
+        .await
+        .expect("low subscribed");
+    let b = key_shared_consumer(
+        &broker,
+        "ks-high",
+        KeySharedPolicy::sticky([HashRange::new(32768, 65535)]),
+    )
+    .await
+    .expect("high subscribed");
+    // What the broker refuses: an overlapping range, and another mode.
+    let refusal = |result: Result<Consumer, Error>| match result {
+        Err(Error::Server { code, message, .. }) => (code, message),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    };
+    let (code, message) = refusal(
+        key_shared_consumer(
+            &broker,
+            "ks-overlap",
+            KeySharedPolicy::sticky([HashRange::new(100, 200)]),
+        )
+        .await,
+    );
+    println!("key_shared_sticky: an overlapping range: code {code}: {message}");
+    assert_eq!(
+        code,
+        pulsar_wire::pb::ServerError::ConsumerAssignError as i32
+    );
+    let (code, message) =
+        refusal(key_shared_consumer(&broker, "ks-auto", KeySharedPolicy::auto_split()).await);
+    println!("key_shared_sticky: AUTO_SPLIT on a STICKY subscription: code {code}: {message}");
+    assert_eq!(code, pulsar_wire::pb::ServerError::ConsumerBusy as i32);
+
+    let producer = key_based_producer(&broker).await;
+    let (keys, per_key) = (20, 5);
+    send_keyed(&producer, keys, per_key).await;
+    let received = receive_key_shared(&a, &b, keys * per_key).await;
+    let (per_consumer, _) = check_key_shared(&received, keys, per_key);
+    for (consumer, keys) in per_consumer.iter().enumerate() {
+        for key in keys {
+            let hash = sticky_key_hash(key.as_bytes());
+            assert_eq!(
+                usize::from(!low.contains(hash)),
+                consumer,
+                "{key} hashes to {hash}"
+            );
+        }
+    }
+    println!(
+        "key_shared_sticky: low has {:?}, high has {:?}",
+        per_consumer[0], per_consumer[1]
+    );
+    a.flush_acks().await;
+    b.flush_acks().await;
+    broker
+        .wait_for("drained with both consumers connected", |s| {
+            s.consumers.len() == 2 && s.is_drained()
+        })
+        .await;
+    a.close().await.expect("a closed");
+    b.close().await.expect("b closed");
+    producer.close().await.expect("producer closed");
+    broker.done();
 }

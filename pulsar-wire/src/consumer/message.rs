@@ -5,6 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use txn_ack::{EntryId, MessagePosition};
 
+use super::chunks::{Assembled, Chunk, is_chunk};
 use crate::batch::split_batch;
 use crate::pb::KeyValue;
 use crate::pb::command_ack::ValidationError;
@@ -15,6 +16,7 @@ use crate::{Frame, MessageId, decompress_payload};
 pub struct Message {
     payload: Bytes,
     key: Option<String>,
+    ordering_key: Option<Bytes>,
     properties: Vec<(String, String)>,
     position: MessagePosition,
     redelivery_count: u32,
@@ -23,6 +25,8 @@ pub struct Message {
     producer_name: Arc<str>,
     sequence_id: Option<u64>,
     topic: Arc<str>,
+    /// A chunked message's other entries (its earlier chunks), acknowledged with it.
+    pub(crate) chunks: Arc<[MessagePosition]>,
     /// Which consumer delivered it, and which of its partitions.
     pub(crate) origin: Origin,
 }
@@ -45,6 +49,12 @@ impl Message {
         self.key.as_deref()
     }
 
+    /// The ordering key (`ordering_key`), if the producer set one: on a Key_Shared
+    /// subscription it, not [`Message::key`], decides the consumer.
+    pub fn ordering_key(&self) -> Option<&Bytes> {
+        self.ordering_key.as_ref()
+    }
+
     /// The properties.
     pub fn properties(&self) -> &[(String, String)] {
         &self.properties
@@ -64,18 +74,23 @@ impl Message {
         &self.position
     }
 
-    /// The message's id.
+    /// The message's id (a chunked message's is its last chunk's).
     pub fn id(&self) -> MessageId {
-        MessageId {
-            ledger_id: self.position.ledger_id(),
-            entry_id: self.position.entry_id(),
-            partition: self.position.partition(),
-            batch_index: self.position.batch_index(),
-            batch_size: self
-                .position
-                .is_batched()
-                .then_some(self.position.batch_size()),
+        id_of(&self.position)
+    }
+
+    /// A chunked message's entries, its earlier chunks first and then the last, whose id
+    /// is the message's ([`Message::id`]); empty for a message that was not chunked.
+    /// Acknowledging the message acknowledges them all.
+    pub fn chunk_ids(&self) -> Vec<MessageId> {
+        if self.chunks.is_empty() {
+            return Vec::new();
         }
+        self.chunks
+            .iter()
+            .map(id_of)
+            .chain(std::iter::once(self.id()))
+            .collect()
     }
 
     /// How often the broker delivered it before.
@@ -109,6 +124,17 @@ impl Message {
     }
 }
 
+/// The id of a message at `position`.
+pub(crate) fn id_of(position: &MessagePosition) -> MessageId {
+    MessageId {
+        ledger_id: position.ledger_id(),
+        entry_id: position.entry_id(),
+        partition: position.partition(),
+        batch_index: position.batch_index(),
+        batch_size: position.is_batched().then_some(position.batch_size()),
+    }
+}
+
 /// What one `MESSAGE` frame holds for the application.
 #[derive(Debug, Default)]
 pub(crate) struct Decoded {
@@ -129,6 +155,8 @@ pub(crate) struct Decoded {
     pub(crate) entry: Option<(EntryId, i32)>,
     /// The flow permits the entry took.
     pub(crate) permits: u32,
+    /// The entry is one chunk of a larger message (nothing else is set but `entry`).
+    pub(crate) chunk: Option<Chunk>,
 }
 
 /// An entry's payload as the broker sent it, with the key and properties of its metadata.
@@ -208,6 +236,15 @@ pub(crate) fn decode(
         ));
         return decoded;
     }
+    if is_chunk(&metadata) {
+        decoded.chunk = Some(Chunk {
+            position: MessagePosition::single(entry.ledger_id, entry.entry_id, partition),
+            metadata,
+            data: payload.data,
+            redelivery_count: decoded.redelivery_count,
+        });
+        return decoded;
+    }
     // The whole payload (a batch's too) is compressed as one unit.
     let data = match decompress_payload(&metadata, payload.data, max_uncompressed) {
         Ok(data) => data,
@@ -221,9 +258,10 @@ pub(crate) fn decode(
         }
     };
     let producer_name: Arc<str> = metadata.producer_name.as_str().into();
-    let common = |position, payload, key, props, event_time, sequence_id| Message {
+    let common = |position, payload, (key, ordering_key), props, event_time, sequence_id| Message {
         payload,
         key,
+        ordering_key,
         properties: props,
         position,
         redelivery_count: command.redelivery_count.unwrap_or(0),
@@ -232,6 +270,7 @@ pub(crate) fn decode(
         producer_name: Arc::clone(&producer_name),
         sequence_id,
         topic: Arc::clone(topic),
+        chunks: Arc::new([]),
         origin,
     };
     let Some(size) = batch else {
@@ -239,7 +278,10 @@ pub(crate) fn decode(
         decoded.messages.push(common(
             position,
             data,
-            metadata.partition_key.clone(),
+            (
+                metadata.partition_key.clone(),
+                metadata.ordering_key.clone().map(Bytes::from),
+            ),
             properties(metadata.properties.clone()),
             metadata.event_time,
             Some(metadata.sequence_id),
@@ -281,13 +323,49 @@ pub(crate) fn decode(
         decoded.messages.push(common(
             position,
             single.payload,
-            metadata.partition_key,
+            (
+                metadata.partition_key,
+                metadata.ordering_key.map(Bytes::from),
+            ),
             properties(metadata.properties),
             metadata.event_time,
             metadata.sequence_id,
         ));
     }
     decoded
+}
+
+/// The message of a reassembled chunked message: its whole payload decompressed (into at
+/// most `max_uncompressed` bytes). On error, what was wrong.
+pub(crate) fn assembled(
+    assembled: Assembled,
+    origin: Origin,
+    topic: &Arc<str>,
+    max_uncompressed: usize,
+) -> Result<Message, String> {
+    let metadata = assembled.metadata;
+    let payload =
+        decompress_payload(&metadata, assembled.data, max_uncompressed).map_err(|error| {
+            format!(
+                "chunked message ending at entry {}: {error}",
+                assembled.last.entry()
+            )
+        })?;
+    Ok(Message {
+        payload,
+        key: metadata.partition_key.clone(),
+        ordering_key: metadata.ordering_key.map(Bytes::from),
+        properties: properties(metadata.properties),
+        position: assembled.last,
+        redelivery_count: assembled.redelivery_count,
+        publish_time: metadata.publish_time,
+        event_time: metadata.event_time,
+        producer_name: metadata.producer_name.as_str().into(),
+        sequence_id: Some(metadata.sequence_id),
+        topic: Arc::clone(topic),
+        chunks: assembled.others.into(),
+        origin,
+    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! [`txn_ack::AckTracker`], transactional acks built only by [`txn_ack::TxnAckTracker`].
 
 mod acks;
+mod chunks;
 mod dead_letter;
+mod key_shared;
 mod message;
 mod partition;
 
@@ -18,8 +20,12 @@ use tokio::task::JoinHandle;
 use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches};
 
 use acks::{AckFlusher, AckKey};
+pub use chunks::ChunkLimits;
 use dead_letter::DeadLetters;
 pub use dead_letter::{DeadLetterPolicy, ORIGIN_MESSAGE_ID, REAL_TOPIC, UNDECODABLE_REASON};
+pub use key_shared::{
+    HashRange, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, NONE_KEY, sticky_key_hash,
+};
 pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
@@ -38,7 +44,10 @@ pub enum SubType {
     Shared,
     /// One active consumer, the others standing by.
     Failover,
-    /// Shared, with every key sticking to one consumer.
+    /// Shared, with every key sticking to one consumer: the broker dispatches each entry by
+    /// its key (the entry's `ordering_key`, else its `partition_key`), so producers that batch
+    /// must batch by key ([`crate::BatchingOptions::key_based`]). How keys are spread:
+    /// [`ConsumerOptions::key_shared_policy`] (default [`KeySharedPolicy::auto_split`]).
     KeyShared,
 }
 
@@ -66,6 +75,8 @@ pub struct ConsumerOptions {
     pub(crate) legacy_committed_redeliveries: bool,
     pub(crate) max_uncompressed_size: Option<usize>,
     pub(crate) dead_letter: Option<DeadLetterPolicy>,
+    pub(crate) key_shared: Option<KeySharedPolicy>,
+    pub(crate) chunk_limits: ChunkLimits,
 }
 
 impl Default for ConsumerOptions {
@@ -85,6 +96,8 @@ impl Default for ConsumerOptions {
             legacy_committed_redeliveries: false,
             max_uncompressed_size: None,
             dead_letter: None,
+            key_shared: None,
+            chunk_limits: ChunkLimits::default(),
         }
     }
 }
@@ -166,6 +179,31 @@ impl ConsumerOptions {
         self
     }
 
+    /// How a [`SubType::KeyShared`] subscription spreads keys over its consumers, sent as the
+    /// `KeySharedMeta` of `SUBSCRIBE` (default [`KeySharedPolicy::auto_split`], which a
+    /// Key_Shared consumer sends when this is not set). Sticky ranges are checked when the
+    /// consumer subscribes.
+    pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
+        self.key_shared = Some(policy);
+        self
+    }
+
+    /// The `KeySharedMeta` to send: the policy (or AUTO_SPLIT) on a Key_Shared subscription,
+    /// nothing otherwise.
+    pub(crate) fn key_shared_meta(&self) -> Option<crate::pb::KeySharedMeta> {
+        (self.sub_type == SubType::KeyShared)
+            .then(|| self.key_shared.clone().unwrap_or_default().wire())
+    }
+
+    /// Bounds on the chunked messages held while their chunks arrive ([`ChunkLimits`]:
+    /// by default 10 incomplete messages and 128 MiB per partition, each waiting at most
+    /// 60 s for its next chunk). Chunked messages are reassembled and delivered as one
+    /// message; one dropped by these limits is redelivered later, never acknowledged.
+    pub fn chunk_limits(mut self, limits: ChunkLimits) -> Self {
+        self.chunk_limits = limits;
+        self
+    }
+
     /// Tests only: delivers redeliveries of messages already committed in a transaction to the
     /// application and sends nothing for them, as this crate did before it handled them (the
     /// consumer then stalls on a 4.0.x broker). Never set it in an application.
@@ -179,6 +217,20 @@ impl ConsumerOptions {
         if let Some(policy) = &self.dead_letter {
             policy.validate()?;
         }
+        if let Some(policy) = &self.key_shared {
+            if self.sub_type != SubType::KeyShared {
+                return Err(Error::Invalid {
+                    what: "key_shared_policy",
+                    reason: format!(
+                        "a key-shared policy applies to a Key_Shared subscription, not to a {:?} \
+                         one: set sub_type(SubType::KeyShared) or drop the policy",
+                        self.sub_type
+                    ),
+                });
+            }
+            policy.validate()?;
+        }
+        self.chunk_limits.validate()?;
         if self.receiver_queue_size == 0 {
             return Err(Error::Invalid {
                 what: "receiver_queue_size",
@@ -209,6 +261,8 @@ pub(crate) struct Counters {
     undecodable: AtomicU64,
     checksum_mismatches: AtomicU64,
     dead_lettered: AtomicU64,
+    chunked: AtomicU64,
+    chunks_dropped: AtomicU64,
     flow_frames: AtomicU64,
     ack_frames: AtomicU64,
     acked_ids: AtomicU64,
@@ -237,6 +291,11 @@ pub struct ConsumerStats {
     /// Messages and undecodable entries published to the dead-letter topic (and then
     /// acknowledged) instead of being handed over.
     pub dead_lettered: u64,
+    /// Chunked messages reassembled from their chunks (each counts once in `received`).
+    pub chunked: u64,
+    /// Incomplete chunked messages dropped (by [`ChunkLimits`] or a chunk out of order):
+    /// their chunks were redelivered, not acknowledged.
+    pub chunks_dropped: u64,
     /// `FLOW` frames sent after the first.
     pub flow_frames: u64,
     /// `ACK` frames sent for ordinary acks (by message or by id).
@@ -260,6 +319,12 @@ pub struct ConsumerStats {
     pub closed_by_broker: bool,
     /// Whether the topic reached its end.
     pub reached_end_of_topic: bool,
+}
+
+/// The deliveries waiting for [`Consumer::receive`]: a receiver queue's worth, and room for
+/// the messages of a batch beyond it.
+fn delivery_capacity(options: &ConsumerOptions) -> usize {
+    options.receiver_queue_size as usize + crate::MAX_BATCH_MESSAGES as usize
 }
 
 /// Tells consumers apart, so that a message is acknowledged only through its own consumer.
@@ -303,9 +368,9 @@ pub struct Consumer {
     sub_type: SubType,
     key: u64,
     partitions: Arc<PartitionList>,
-    deliveries: tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>>,
+    deliveries: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
     /// Where new partitions' tasks deliver (weak, so that the channel ends with the tasks).
-    delivery_sender: mpsc::WeakUnboundedSender<Delivery>,
+    delivery_sender: mpsc::WeakSender<Delivery>,
     /// Why the deliveries ended, once they did.
     ended: Mutex<Option<Error>>,
     acks: Batcher<AckKey, AckId, AckFlusher>,
@@ -384,7 +449,9 @@ impl Consumer {
         }
         let counters = Arc::new(Counters::default());
         let key = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        // Bounded: a partition's task waits while the application is behind (the broker is
+        // out of permits by then anyway).
+        let (tx, rx) = mpsc::channel(delivery_capacity(&options));
         let tasks = receivers
             .into_iter()
             .zip(&partitions)
@@ -716,7 +783,7 @@ impl Consumer {
     }
 
     /// The receiver of the partitions' deliveries (for a consumer that orders them itself).
-    pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>> {
+    pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::Receiver<Delivery>> {
         &self.deliveries
     }
 
@@ -759,7 +826,7 @@ impl Consumer {
     /// As [`Consumer::ack`]; the broker's error for the ack frame ([`Error::Server`]) with
     /// receipts; connection errors.
     pub async fn ack_and_wait(&self, message: &Message) -> Result<(), Error> {
-        if let Some(ticket) = self.enqueue(message, false).await? {
+        for ticket in self.enqueue(message, false).await? {
             ticket
                 .await
                 .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))?;
@@ -791,20 +858,27 @@ impl Consumer {
         Ok(())
     }
 
+    /// Queues the acks of a message: a chunked message's earlier chunks too (a cumulative
+    /// ack of its last chunk covers them).
     async fn enqueue(
         &self,
         message: &Message,
         cumulative: bool,
-    ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
+    ) -> Result<Vec<ack_batcher::Ticket<(), Error>>, Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
-        self.enqueue_at(
-            message.origin.slot,
-            &partition,
-            message.position(),
-            cumulative,
-        )
-        .await
+        let slot = message.origin.slot;
+        let mut tickets = Vec::new();
+        if !cumulative {
+            for chunk in message.chunks.iter() {
+                tickets.extend(self.enqueue_at(slot, &partition, chunk, false).await?);
+            }
+        }
+        tickets.extend(
+            self.enqueue_at(slot, &partition, message.position(), cumulative)
+                .await?,
+        );
+        Ok(tickets)
     }
 
     async fn enqueue_at(
@@ -875,10 +949,32 @@ impl Consumer {
         let _op = txn.start_op()?;
         txn.add_subscription(&partition.topic, &self.subscription)
             .await?;
+        if kind == AckKind::Individual && !message.chunks.is_empty() {
+            // A chunked message: every chunk's entry in the transaction.
+            let acks = message
+                .chunks
+                .iter()
+                .map(|chunk| self.txn_ack_at(txn, kind, &partition, chunk, message));
+            for acked in futures_util::future::join_all(acks).await {
+                acked?;
+            }
+        }
+        self.txn_ack_at(txn, kind, &partition, message.position(), message)
+            .await
+    }
+
+    async fn txn_ack_at(
+        &self,
+        txn: &Transaction,
+        kind: AckKind,
+        partition: &PartitionConsumer,
+        position: &MessagePosition,
+        message: &Message,
+    ) -> Result<(), Error> {
         let ack = {
             let mut ledger = partition.ledger.lock();
-            let ack = ledger.txn_acks.ack(txn.id(), kind, message.position())?;
-            ledger.deliveries.acked(message.position(), Some(txn.id()));
+            let ack = ledger.txn_acks.ack(txn.id(), kind, position)?;
+            ledger.deliveries.acked(position, Some(txn.id()));
             ledger.txn_in_flight += 1;
             ack
         };
@@ -910,12 +1006,18 @@ impl Consumer {
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
+        for chunk in message.chunks.iter() {
+            Self::nack_at(&partition, chunk)?;
+        }
         Self::nack_at(&partition, message.position())?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    fn nack_at(partition: &PartitionConsumer, position: &MessagePosition) -> Result<(), Error> {
+    pub(crate) fn nack_at(
+        partition: &PartitionConsumer,
+        position: &MessagePosition,
+    ) -> Result<(), Error> {
         partition.ledger.lock().deliveries.nacked(position.entry());
         partition.redeliver(vec![crate::pb::MessageIdData {
             ledger_id: position.ledger_id(),
@@ -970,6 +1072,9 @@ impl Consumer {
     pub async fn ack_id(&self, id: &MessageId) -> Result<(), Error> {
         self.check_open()?;
         let (slot, partition, position) = self.locate(id)?;
+        for other in partition.entries_with(&position) {
+            self.enqueue_at(slot, &partition, &other, false).await?;
+        }
         self.enqueue_at(slot, &partition, &position, false)
             .await
             .map(drop)
@@ -983,6 +1088,9 @@ impl Consumer {
     pub fn nack_id(&self, id: &MessageId) -> Result<(), Error> {
         self.check_open()?;
         let (_, partition, position) = self.locate(id)?;
+        for other in partition.entries_with(&position) {
+            Self::nack_at(&partition, &other)?;
+        }
         Self::nack_at(&partition, &position)?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1027,6 +1135,8 @@ impl Consumer {
             undecodable: load(&c.undecodable),
             checksum_mismatches: load(&c.checksum_mismatches),
             dead_lettered: load(&c.dead_lettered),
+            chunked: load(&c.chunked),
+            chunks_dropped: load(&c.chunks_dropped),
             flow_frames: load(&c.flow_frames),
             ack_frames: load(&c.ack_frames),
             acked_ids: load(&c.acked_ids),

@@ -1,16 +1,19 @@
 //! One consumer on one topic or partition: `SUBSCRIBE`, flow permits, and the task that
 //! turns its `MESSAGE` frames into deliveries.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use txn_ack::{
-    AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, MessagePosition, TxnAckTracker, TxnId,
+    AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition,
+    TxnAckTracker, TxnId,
 };
 
-use super::message::{Origin, decode};
+use super::chunks::{Added, Assembler, Chunk};
+use super::message::{Origin, assembled, decode};
 use super::{ConsumerOptions, Counters, Message};
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
@@ -46,6 +49,20 @@ pub(crate) struct Undecodable {
     pub(crate) permits: u32,
     /// Its payload as stored, when the frame had one.
     pub(crate) raw: Option<super::message::RawEntry>,
+}
+
+impl Undecodable {
+    /// An undecodable entry of partition `slot` at `position` that took one permit.
+    fn at(slot: usize, position: &MessagePosition, reason: String, redelivery_count: u32) -> Self {
+        Self {
+            slot,
+            id: super::message::id_of(position),
+            reason,
+            redelivery_count,
+            permits: 1,
+            raw: None,
+        }
+    }
 }
 
 impl Undecodable {
@@ -158,6 +175,13 @@ pub(crate) struct PartitionConsumer {
     legacy: bool,
     /// The largest payload a compressed entry may decompress to.
     max_uncompressed: usize,
+    /// Chunked messages whose chunks are arriving.
+    chunks: Mutex<Assembler>,
+    /// The largest chunked message, compressed or not.
+    max_chunked: usize,
+    /// The other entries of undecodable chunked messages handed to the application, by the
+    /// entry of their id: acknowledged or redelivered with it.
+    chunk_groups: Mutex<HashMap<EntryId, Vec<MessagePosition>>>,
 }
 
 impl PartitionConsumer {
@@ -189,6 +213,7 @@ impl PartitionConsumer {
                         consumer_name: options.name.clone(),
                         durable: Some(true),
                         initial_position: Some(options.initial_position.wire() as i32),
+                        key_shared_meta: options.key_shared_meta(),
                         ..pb::CommandSubscribe::default()
                     });
                 })
@@ -220,11 +245,125 @@ impl PartitionConsumer {
             ledger: Arc::new(Mutex::new(Ledger::default())),
             legacy: options.legacy_committed_redeliveries,
             max_uncompressed,
+            chunks: Mutex::new(Assembler::new(options.chunk_limits)),
+            max_chunked: options.chunk_limits.max_bytes,
+            chunk_groups: Mutex::new(HashMap::new()),
         };
         if !paused {
             consumer.flow(queue_size)?;
         }
         Ok((consumer, events))
+    }
+
+    /// The other entries that go with the undecodable chunked message whose id is at
+    /// `position` (none for any other id); forgotten once taken.
+    pub(crate) fn entries_with(&self, position: &MessagePosition) -> Vec<MessagePosition> {
+        self.chunk_groups
+            .lock()
+            .remove(&position.entry())
+            .unwrap_or_default()
+    }
+
+    /// Takes one chunk of a chunked message; returns what to hand to the application.
+    fn take_chunk(
+        &self,
+        chunk: Chunk,
+        origin: Origin,
+        topic: &Arc<str>,
+        counters: &Counters,
+    ) -> Vec<Delivery> {
+        let verdict = self.ledger.lock().deliveries.delivered(&chunk.position);
+        if verdict.is_duplicate() {
+            // A copy of an entry held (a resync replays them): nothing new.
+            counters.duplicates.fetch_add(1, Ordering::Relaxed);
+            self.maybe_resync(counters, false);
+            self.consumed(1, counters);
+            return Vec::new();
+        }
+        let position = chunk.position;
+        let redelivery_count = chunk.redelivery_count;
+        let mut dropped = Vec::new();
+        let added = self.chunks.lock().add(chunk, &mut dropped);
+        self.redeliver_dropped(dropped, counters);
+        self.maybe_resync(counters, false);
+        let mut out = self.expired_chunks(origin.slot, counters);
+        let (undecodable, others) = match added {
+            Added::Held | Added::Dropped => {
+                self.consumed(1, counters);
+                return out;
+            }
+            Added::Complete(done) => {
+                let last = done.last;
+                let others = done.others.clone();
+                let redelivery_count = done.redelivery_count;
+                match assembled(*done, origin, topic, self.max_chunked) {
+                    Ok(message) => {
+                        counters.chunked.fetch_add(1, Ordering::Relaxed);
+                        counters.received.fetch_add(1, Ordering::Relaxed);
+                        out.push(Delivery::Message(Box::new(message)));
+                        return out;
+                    }
+                    Err(reason) => (
+                        Undecodable::at(origin.slot, &last, reason, redelivery_count),
+                        others,
+                    ),
+                }
+            }
+            Added::Orphan(reason, others) => (
+                Undecodable::at(origin.slot, &position, reason, redelivery_count),
+                others,
+            ),
+        };
+        out.push(self.undecodable_chunks(undecodable, others, counters));
+        out
+    }
+
+    /// The incomplete chunked messages that expired, as undecodable deliveries.
+    fn expired_chunks(&self, slot: usize, counters: &Counters) -> Vec<Delivery> {
+        let expired = self.chunks.lock().expire();
+        expired
+            .into_iter()
+            .map(|(first, reason, others)| {
+                // Every chunk's permit came back when it arrived.
+                let undecodable = Undecodable {
+                    permits: 0,
+                    ..Undecodable::at(slot, &first, reason, 0)
+                };
+                self.undecodable_chunks(undecodable, others, counters)
+            })
+            .collect()
+    }
+
+    /// Hands an undecodable chunked message over, remembering its other entries for
+    /// `ack_id` and `nack_id`.
+    fn undecodable_chunks(
+        &self,
+        undecodable: Undecodable,
+        others: Vec<MessagePosition>,
+        counters: &Counters,
+    ) -> Delivery {
+        counters.undecodable.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(topic = %self.topic, id = %undecodable.id, reason = %undecodable.reason, "a chunked message that cannot be decoded: handed to the application, not acknowledged");
+        if !others.is_empty() {
+            self.chunk_groups
+                .lock()
+                .insert(position_entry(&undecodable.id), others);
+        }
+        Delivery::Undecodable(Box::new(undecodable))
+    }
+
+    /// Asks the broker to deliver again the chunks of messages dropped by the chunk limits
+    /// or out of order.
+    fn redeliver_dropped(&self, dropped: Vec<MessagePosition>, counters: &Counters) {
+        if dropped.is_empty() {
+            return;
+        }
+        counters
+            .chunks_dropped
+            .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+        for position in &dropped {
+            let _ = super::Consumer::nack_at(self, position);
+        }
     }
 
     /// Stops granting permits: the broker sends what it already has permits for, then stops.
@@ -357,12 +496,19 @@ impl PartitionConsumer {
     }
 }
 
+fn position_entry(id: &crate::MessageId) -> EntryId {
+    EntryId {
+        ledger_id: id.ledger_id,
+        entry_id: id.entry_id,
+    }
+}
+
 /// Turns one partition's frames into deliveries until the consumer or its connection ends.
 pub(crate) async fn pump(
     consumer: Arc<PartitionConsumer>,
     origin: Origin,
     mut events: mpsc::UnboundedReceiver<ConsumerEvent>,
-    deliveries: mpsc::UnboundedSender<Delivery>,
+    deliveries: mpsc::Sender<Delivery>,
     counters: Arc<Counters>,
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
@@ -371,6 +517,11 @@ pub(crate) async fn pump(
             Ok(Some(event)) => event,
             Ok(None) => return,
             Err(_) => {
+                for delivery in consumer.expired_chunks(origin.slot, &counters) {
+                    if deliveries.send(delivery).await.is_err() {
+                        return;
+                    }
+                }
                 consumer.maybe_resync(&counters, true);
                 continue;
             }
@@ -383,13 +534,15 @@ pub(crate) async fn pump(
             }
             ConsumerEvent::Closed => {
                 counters.closed_by_broker.store(true, Ordering::Relaxed);
-                let _ = deliveries.send(Delivery::Closed {
-                    topic: consumer.topic.clone(),
-                });
+                let _ = deliveries
+                    .send(Delivery::Closed {
+                        topic: consumer.topic.clone(),
+                    })
+                    .await;
                 return;
             }
             ConsumerEvent::ConnectionLost(error) => {
-                let _ = deliveries.send(Delivery::Lost(error));
+                let _ = deliveries.send(Delivery::Lost(error)).await;
                 return;
             }
         };
@@ -400,6 +553,14 @@ pub(crate) async fn pump(
             &topic,
             consumer.max_uncompressed,
         );
+        if let Some(chunk) = decoded.chunk {
+            for delivery in consumer.take_chunk(chunk, origin, &topic, &counters) {
+                if deliveries.send(delivery).await.is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
         if let Some((error, reason)) = decoded.invalid {
             if error == ValidationError::ChecksumMismatch {
                 counters.checksum_mismatches.fetch_add(1, Ordering::Relaxed);
@@ -446,6 +607,7 @@ pub(crate) async fn pump(
             };
             if deliveries
                 .send(Delivery::Undecodable(Box::new(undecodable)))
+                .await
                 .is_err()
             {
                 return;
@@ -499,6 +661,7 @@ pub(crate) async fn pump(
         for message in messages {
             if deliveries
                 .send(Delivery::Message(Box::new(message)))
+                .await
                 .is_err()
             {
                 return;

@@ -3,7 +3,7 @@
 //! ConsumerModel`; this module only decides which entry goes to which consumer and turns the
 //! model's answers into frames.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use txn_ack::model::{AckOutcome, ConsumerModel, CursorState, Dispatch, ModelConfig, WireAck};
 use txn_ack::{AckKind, AckSet, EntryId, TxnId};
@@ -16,8 +16,78 @@ use crate::pb::base_command::Type;
 use crate::pb::command_ack::AckType;
 use crate::pb::command_subscribe::SubType;
 use crate::pb::{
-    CommandAck, CommandActiveConsumerChange, CommandMessage, MessageIdData, ServerError,
+    CommandAck, CommandActiveConsumerChange, CommandMessage, KeySharedMeta, KeySharedMode,
+    MessageIdData, MessageMetadata, ServerError,
 };
+
+/// The most entries a Key_Shared subscription reads ahead while earlier ones wait for their
+/// key's consumer (the broker's look-ahead limit is of the same order).
+const MAX_HELD_FOR_KEY: usize = 10_000;
+
+/// The broker's sticky-key hash of an entry: its `ordering_key`, else its `partition_key`,
+/// else `NONE_KEY`.
+pub(super) fn entry_key_hash(metadata: &MessageMetadata) -> u32 {
+    let key = metadata
+        .ordering_key
+        .as_deref()
+        .or_else(|| metadata.partition_key.as_deref().map(str::as_bytes))
+        .unwrap_or(crate::NONE_KEY);
+    crate::sticky_key_hash(key)
+}
+
+/// A Key_Shared subscription's policy, fixed by its first consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeySharedPolicy {
+    pub(super) sticky: bool,
+    pub(super) allow_out_of_order: bool,
+}
+
+impl KeySharedPolicy {
+    /// The policy of a consumer's `KeySharedMeta` (AUTO_SPLIT without one, as the broker
+    /// takes it), and its sticky ranges.
+    pub(super) fn of(meta: Option<&KeySharedMeta>) -> Result<(Self, Vec<(u32, u32)>), String> {
+        let Some(meta) = meta else {
+            return Ok((
+                Self {
+                    sticky: false,
+                    allow_out_of_order: false,
+                },
+                Vec::new(),
+            ));
+        };
+        let mode = KeySharedMode::try_from(meta.key_shared_mode)
+            .map_err(|_| format!("unknown keySharedMode {}", meta.key_shared_mode))?;
+        let policy = Self {
+            sticky: mode == KeySharedMode::Sticky,
+            allow_out_of_order: meta.allow_out_of_order_delivery.unwrap_or(false),
+        };
+        if !policy.sticky {
+            return Ok((policy, Vec::new()));
+        }
+        if meta.hash_ranges.is_empty() {
+            return Err("Ranges for KeyShared policy must not be empty.".into());
+        }
+        let mut ranges = Vec::with_capacity(meta.hash_ranges.len());
+        for range in &meta.hash_ranges {
+            if range.start > range.end {
+                return Err("Fixed hash range start > end".into());
+            }
+            let (Ok(start), Ok(end)) = (u32::try_from(range.start), u32::try_from(range.end))
+            else {
+                return Err(format!(
+                    "hash range [{}, {}] is negative",
+                    range.start, range.end
+                ));
+            };
+            ranges.push((start, end));
+        }
+        Ok((policy, ranges))
+    }
+
+    fn mode_name(self) -> &'static str {
+        if self.sticky { "STICKY" } else { "AUTO_SPLIT" }
+    }
+}
 
 /// Counters kept per consumer beside its model.
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,6 +116,8 @@ pub(super) struct Consumer {
     pub(super) permits: i64,
     pub(super) connected: bool,
     pub(super) counters: ConsumerCounters,
+    /// The hash ranges of a STICKY Key_Shared consumer, inclusive.
+    pub(super) hash_ranges: Vec<(u32, u32)>,
 }
 
 impl Consumer {
@@ -65,6 +137,7 @@ impl Consumer {
             permits: 0,
             connected: true,
             counters: ConsumerCounters::default(),
+            hash_ranges: Vec::new(),
         }
     }
 
@@ -142,6 +215,11 @@ pub(super) struct Subscription {
     retired: Vec<Consumer>,
     /// The next Shared consumer to try.
     round_robin: usize,
+    /// Key_Shared: the policy the first connected consumer set.
+    key_shared: Option<KeySharedPolicy>,
+    /// Key_Shared: entries read but not sent yet, waiting for their key's consumer (no
+    /// permits, blocked, or no consumer covers the key's hash).
+    held: BTreeSet<u64>,
 }
 
 impl Subscription {
@@ -160,6 +238,68 @@ impl Subscription {
             consumers: Vec::new(),
             retired: Vec::new(),
             round_robin: 0,
+            key_shared: None,
+            held: BTreeSet::new(),
+        }
+    }
+
+    /// Whether a Key_Shared consumer with `policy` and `ranges` may join, as the broker
+    /// decides: the connected consumers fixed the mode and out-of-order setting
+    /// (`ConsumerBusy` otherwise), and sticky ranges may not overlap another consumer's
+    /// (`ConsumerAssignError`).
+    pub(super) fn admits(
+        &self,
+        policy: KeySharedPolicy,
+        ranges: &[(u32, u32)],
+    ) -> Result<(), (ServerError, String)> {
+        if let Some(active) = self.key_shared.filter(|_| !self.consumers.is_empty()) {
+            let busy = |detail: String| {
+                Err((
+                    ServerError::ConsumerBusy,
+                    format!("Subscription is of different type. {detail}"),
+                ))
+            };
+            if active.sticky != policy.sticky {
+                return busy(format!(
+                    "Active subscription key_shared mode of '{}' is different than the \
+                     connecting consumer's key_shared mode '{}'.",
+                    active.mode_name(),
+                    policy.mode_name()
+                ));
+            }
+            if active.allow_out_of_order != policy.allow_out_of_order {
+                return busy(if active.allow_out_of_order {
+                    "Active subscription allows out of order delivery while the connecting \
+                     consumer does not allow it."
+                        .into()
+                } else {
+                    "Active subscription does not allow out of order delivery while the \
+                     connecting consumer allows it."
+                        .into()
+                });
+            }
+        }
+        for (start, end) in ranges {
+            for other in &self.consumers {
+                if other
+                    .hash_ranges
+                    .iter()
+                    .any(|(s, e)| start <= e && s <= end)
+                {
+                    return Err((
+                        ServerError::ConsumerAssignError,
+                        format!("Range conflict with consumer {}", other.name),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the Key_Shared policy when no consumer is connected (the first one fixes it).
+    pub(super) fn set_key_shared(&mut self, policy: KeySharedPolicy) {
+        if self.consumers.is_empty() {
+            self.key_shared = Some(policy);
         }
     }
 
@@ -199,6 +339,7 @@ impl Subscription {
         }
         self.home.remove(&index);
         self.batch_deleted.remove(&index);
+        self.held.remove(&index);
         self.redeliver.remove(&index);
         self.redelivery_counts.remove(&index);
     }
@@ -300,11 +441,29 @@ impl Subscription {
         }
     }
 
+    /// Key_Shared: the consumer that owns `hash`. STICKY: the consumer whose ranges hold it,
+    /// if any. AUTO_SPLIT (as the emulator does it): the hash space `0..65536` is cut into as
+    /// many equal contiguous ranges as there are connected consumers, in subscription order.
+    fn key_owner(&self, hash: u32) -> Option<usize> {
+        if self.key_shared.is_some_and(|p| p.sticky) {
+            return self.consumers.iter().position(|c| {
+                c.hash_ranges
+                    .iter()
+                    .any(|(start, end)| (*start..=*end).contains(&hash))
+            });
+        }
+        let n = self.consumers.len() as u64;
+        (n > 0).then(|| (u64::from(hash) * n / u64::from(crate::KEY_HASH_RANGE_SIZE)) as usize)
+    }
+
     /// Sends redeliveries first, then entries never sent, while consumers have permits and
     /// their models allow it.
     pub(super) fn dispatch(&mut self, topic: &TopicView<'_>, out: &mut Vec<Outgoing>) {
         if !self.any_eligible() {
             return;
+        }
+        if self.sub_type == SubType::KeyShared {
+            return self.dispatch_by_key(topic, out);
         }
         if !self.redeliver.is_empty() {
             let queued: Vec<(u64, Option<u64>)> =
@@ -344,6 +503,91 @@ impl Subscription {
                 Offer::Delivered | Offer::Consumed => self.read_pos += 1,
                 Offer::Refused => break,
             }
+        }
+    }
+
+    /// Key_Shared dispatch: every entry goes to the consumer of its key's hash
+    /// ([`Subscription::key_owner`]). An entry that consumer cannot take now (no permits,
+    /// blocked, or no consumer covers the hash) waits, and so does every later entry of the
+    /// same hash, while entries of other hashes go on (up to [`MAX_HELD_FOR_KEY`] waiting):
+    /// a key's entries reach its consumer in order. Waiting and redelivered entries go first,
+    /// in entry order.
+    fn dispatch_by_key(&mut self, topic: &TopicView<'_>, out: &mut Vec<Outgoing>) {
+        // Hashes whose consumer refused an entry in this pass: their later entries wait.
+        let mut stalled: HashSet<u32> = HashSet::new();
+        let waiting: BTreeSet<u64> = self
+            .redeliver
+            .keys()
+            .chain(self.held.iter())
+            .copied()
+            .collect();
+        for index in waiting {
+            if !self.any_eligible() {
+                return;
+            }
+            let Some(entry) = topic.entries.get(index as usize) else {
+                self.redeliver.remove(&index);
+                self.held.remove(&index);
+                continue;
+            };
+            if self.is_deleted(index) {
+                self.redeliver.remove(&index);
+                self.held.remove(&index);
+                continue;
+            }
+            let hash = entry_key_hash(&entry.metadata);
+            if stalled.contains(&hash) {
+                continue;
+            }
+            match self.offer_by_key(hash, index, topic, out) {
+                Offer::Delivered | Offer::Consumed => {
+                    self.redeliver.remove(&index);
+                    self.held.remove(&index);
+                }
+                Offer::Refused => {
+                    stalled.insert(hash);
+                }
+            }
+        }
+        while let Some(entry) = topic.entries.get(self.read_pos as usize) {
+            match entry.visibility {
+                Visibility::Pending(_) => break,
+                Visibility::Aborted => {
+                    self.read_pos += 1;
+                    continue;
+                }
+                Visibility::Visible => {}
+            }
+            if !self.any_eligible() || self.held.len() >= MAX_HELD_FOR_KEY {
+                break;
+            }
+            let index = self.read_pos;
+            self.read_pos += 1;
+            let hash = entry_key_hash(&entry.metadata);
+            if stalled.contains(&hash) {
+                self.held.insert(index);
+                continue;
+            }
+            if let Offer::Refused = self.offer_by_key(hash, index, topic, out) {
+                stalled.insert(hash);
+                self.held.insert(index);
+            }
+        }
+    }
+
+    /// Offers entry `index` to the consumer of `hash`.
+    fn offer_by_key(
+        &mut self,
+        hash: u32,
+        index: u64,
+        topic: &TopicView<'_>,
+        out: &mut Vec<Outgoing>,
+    ) -> Offer {
+        match self.key_owner(hash) {
+            Some(consumer) if self.consumers[consumer].eligible() => {
+                self.send(consumer, index, topic, out)
+            }
+            _ => Offer::Refused,
         }
     }
 
@@ -703,6 +947,7 @@ impl Subscription {
             backlog,
             backlog_entries,
             pending_redelivery: self.redeliver.len(),
+            waiting_for_key_consumer: self.held.len(),
             consumers: self
                 .consumers
                 .iter()

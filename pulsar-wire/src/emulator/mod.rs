@@ -39,11 +39,25 @@
 //!   topic meanwhile (the transaction buffer's max read position); an abort drops it.
 //! - **Subscriptions**: Exclusive (a second consumer gets `ConsumerBusy`), Failover (the
 //!   first connected consumer is active; ACTIVE_CONSUMER_CHANGE is sent), Shared
-//!   (round-robin over the consumers that have permits and are not blocked), and
-//!   **Key_Shared, dispatched as Shared** (keys are not hashed to consumers). Initial
+//!   (round-robin over the consumers that have permits and are not blocked), and Key_Shared
+//!   (below). Initial
 //!   position Latest or Earliest; a non-durable subscription (a reader) starts at its
 //!   `start_message_id` instead when it has one (earliest, latest, or an entry of the ledger);
 //!   non-durable subscriptions vanish with their last consumer.
+//! - **Key_Shared**: each entry goes to the consumer of its sticky key's hash (the entry's
+//!   `ordering_key`, else its `partition_key`, else `NONE_KEY`, hashed with
+//!   [`crate::sticky_key_hash`], as the broker does). STICKY consumers serve the hash ranges
+//!   of their `KeySharedMeta`; AUTO_SPLIT (also without a `KeySharedMeta`) cuts the hash
+//!   space `0..65536` into as many equal contiguous ranges as there are connected consumers,
+//!   in subscription order (the broker's consistent hashing places hashes elsewhere; only
+//!   stickiness is modelled). An entry its consumer cannot take now (no permits, blocked, or a
+//!   hash no STICKY consumer covers) waits, with every later entry of that hash, while other
+//!   hashes go on (at most 10,000 entries wait; [`SubscriptionStats::waiting_for_key_consumer`]
+//!   counts them); waiting and redelivered entries go first, in entry order, so a key's
+//!   entries reach its consumer in order. As on the broker, the first consumer fixes the mode
+//!   and `allowOutOfOrderDelivery` (a consumer that differs gets `ConsumerBusy`, "Subscription
+//!   is of different type"), a STICKY consumer needs ranges with `start <= end` that overlap
+//!   no other consumer's (`ConsumerAssignError`).
 //! - **Dispatch**: MESSAGE frames carry the entry's metadata and payload with a valid CRC32C,
 //!   the redelivery count, and `ack_set` when indexes of a redelivered entry are already
 //!   acknowledged or pending in a transaction. An entry goes out while the consumer has
@@ -84,10 +98,12 @@
 //!   frames per command type; frames per connection.
 //!
 //! # What is not modelled
-//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks, encryption,
-//! chunking, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
+//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks (compressed and
+//! chunked entries are stored and dispatched as sent), encryption, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
-//! one static token. Key_Shared is Shared. Each consumer's model holds the cursor and
+//! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
+//! consumers come and go: the 4.0 broker's draining (a moved hash waits until the old consumer
+//! acknowledged its messages) and `allowOutOfOrderDelivery` are not modelled. Each consumer's model holds the cursor and
 //! pending-ack state of the entries it received; when a consumer goes (closed, unsubscribed or
 //! disconnected), the subscription keeps the cursor's batch-deleted indexes of its partly
 //! acknowledged entries (batch-index acks, and a cumulative ack inside a batch, which moves

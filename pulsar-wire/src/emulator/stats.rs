@@ -121,7 +121,7 @@ pub struct TopicStats {
 pub struct SubscriptionStats {
     /// Its name.
     pub name: String,
-    /// Its type (Key_Shared is dispatched as Shared).
+    /// Its type.
     pub sub_type: SubType,
     /// Messages not yet acknowledged: readable entries from the subscription's start that the
     /// cursor has not deleted, each counting its messages minus the indexes its cursor holds
@@ -132,6 +132,9 @@ pub struct SubscriptionStats {
     pub backlog_entries: u64,
     /// Entries waiting to be sent again (redelivery, abort, a consumer gone).
     pub pending_redelivery: usize,
+    /// Key_Shared: entries read but waiting for the consumer of their key (it has no
+    /// permits or is blocked, or, STICKY, no consumer covers the key's hash).
+    pub waiting_for_key_consumer: usize,
     /// The connected consumers, the active one first for Exclusive and Failover.
     pub consumers: Vec<ConsumerStats>,
     /// Closed consumers kept because transactions still hold acks in their accounting.

@@ -25,12 +25,19 @@ async fn an_unreachable_broker_is_reported() {
     assert!(matches!(error, Error::ConnectionLost { .. }), "{error}");
     assert!(error.to_string().contains(&port.to_string()), "{error}");
     assert!(error.is_retryable());
-    for bad in ["pulsar://host", "pulsar+ssl://h:6651", "pulsar://h:0", ""] {
+    for bad in [
+        "pulsar://host",
+        "pulsar+ssl://h",
+        "pulsar://h:0",
+        "http://h:80",
+        "",
+    ] {
         assert!(matches!(
             ConnectOptions::new(bad),
             Err(Error::Invalid { .. })
         ));
     }
+    assert!(ConnectOptions::new("pulsar+ssl://h:6651").unwrap().is_tls());
 }
 
 #[tokio::test]

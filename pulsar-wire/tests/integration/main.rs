@@ -2,9 +2,11 @@
 
 mod acks;
 mod bad_input;
+mod chunks;
 mod compression;
 mod dead_letter;
 mod faults;
+mod key_shared;
 mod priority;
 mod scripted;
 mod support;

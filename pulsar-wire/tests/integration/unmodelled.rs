@@ -167,7 +167,7 @@ async fn commands_without_a_request_id_are_logged_and_the_connection_stays() {
     connection.send(unknown).expect("sent");
     connection
         .send(command_frame(Type::AuthResponse, |c| {
-            c.auth_response = Some(pb::CommandAuthResponse {});
+            c.auth_response = Some(pb::CommandAuthResponse::default());
         }))
         .expect("sent");
     connection

@@ -6,7 +6,7 @@ use txn_ack::TxnId;
 use txn_ack::model::ModelConfig;
 
 use super::{Broker, ConsumerRef, ProducerInfo, Refusal, SubRef, command, txn_of};
-use crate::emulator::dispatch::{Consumer, Subscription};
+use crate::emulator::dispatch::{Consumer, KeySharedPolicy, Subscription};
 use crate::emulator::topics::{StoredEntry, Visibility, normalize};
 use crate::pb::base_command::Type;
 use crate::pb::command_subscribe::{InitialPosition, SubType};
@@ -270,6 +270,28 @@ impl Broker {
                 );
             }
         }
+        // Key_Shared: the consumer's KeySharedMeta (AUTO_SPLIT without one) must fit the
+        // subscription's and, STICKY, its ranges those of the other consumers.
+        let key_shared = if sub_type == SubType::KeyShared {
+            let (policy, ranges) = match KeySharedPolicy::of(body.key_shared_meta.as_ref()) {
+                Ok(parsed) => parsed,
+                Err(reason) => {
+                    return self.error(
+                        conn,
+                        request_id,
+                        (ServerError::ConsumerAssignError, reason),
+                    );
+                }
+            };
+            if let Some(sub) = topic.subscriptions.get(&body.subscription)
+                && let Err(refusal) = sub.admits(policy, &ranges)
+            {
+                return self.error(conn, request_id, refusal);
+            }
+            Some((policy, ranges))
+        } else {
+            None
+        };
         let shared = matches!(sub_type, SubType::Shared | SubType::KeyShared);
         let max_unacked = if shared && durable {
             topic
@@ -320,10 +342,12 @@ impl Broker {
             .or_insert_with(|| {
                 Subscription::new(body.subscription.clone(), sub_type, durable, start)
             });
-        sub.add_consumer(
-            Consumer::new(key, conn, body.consumer_id, name, model),
-            &mut self.out,
-        );
+        let mut consumer = Consumer::new(key, conn, body.consumer_id, name, model);
+        if let Some((policy, ranges)) = key_shared {
+            sub.set_key_shared(policy);
+            consumer.hash_ranges = ranges;
+        }
+        sub.add_consumer(consumer, &mut self.out);
         self.consumers.insert(
             (conn, body.consumer_id),
             ConsumerRef {

@@ -401,6 +401,7 @@ impl Broker {
             // `handle` answers CONNECT before this is reached.
             Type::Connect => {}
             Type::Connected
+            | Type::AuthChallenge
             | Type::SendReceipt
             | Type::SendError
             | Type::Message

@@ -7,11 +7,12 @@ timeout.
 Usage (the emulator on a port of its own, never 6650):
 
     cargo build -p examples --bin pulsar_emulator
-    python3 scripts/python-emulator-check.py --emulator target/debug/pulsar_emulator
+    scripts/python-peers/run emulator_check --emulator target/debug/pulsar_emulator
     # or, against an emulator already running:
-    python3 scripts/python-emulator-check.py --url pulsar://127.0.0.1:6660
+    scripts/python-peers/run emulator_check --url pulsar://127.0.0.1:6660
 
-Prints one line per check and exits 1 if any check failed. Not run in CI.
+Prints one line per check and exits 1 if any check failed. In CI through the integration test
+`tests/tests/python_emulator.rs` (run by scripts/test-real-brokers).
 """
 
 import argparse
