@@ -174,7 +174,7 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Bytes, Error> {
                 .map_err(|e| failed(&e))?
         }
         #[cfg(feature = "zstd")]
-        Compression::Zstd => zstd::bulk::compress(data, ZSTD_LEVEL).map_err(|e| failed(&e))?,
+        Compression::Zstd => zstd_compress(data).map_err(|e| failed(&e))?,
         #[cfg(feature = "snappy")]
         Compression::Snappy => snap::raw::Encoder::new()
             .compress_vec(data)
@@ -188,6 +188,52 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Bytes, Error> {
 /// The Java client's ZSTD level.
 #[cfg(feature = "zstd")]
 const ZSTD_LEVEL: i32 = 3;
+
+// One ZSTD context of each kind per thread, made on the thread's first use and kept: making
+// one costs more than compressing or decompressing a small payload (1 KiB of JSON-like text:
+// 25 µs with a new context against 5 µs with a kept one to compress, 20 µs against 2 µs to
+// decompress; BENCHMARKS.md, "compression against the pulsar crate"). A context is about 96 KB
+// to decompress and, at level 3, 42 KB to 1.3 MB to compress depending on the largest recent
+// input (the C library shrinks a workspace that stays much too large). A call that fails
+// drops its context, so that no error leaves one in an unknown state.
+#[cfg(feature = "zstd")]
+thread_local! {
+    static ZSTD_COMPRESSOR: std::cell::Cell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::Cell::new(None) };
+    static ZSTD_DECOMPRESSOR: std::cell::Cell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's context from `slot` (taken out meanwhile), or with one `make`
+/// makes when the thread has none (its first call, or its thread-locals are being destroyed);
+/// the context goes back into `slot` if `f` succeeded.
+#[cfg(feature = "zstd")]
+fn with_zstd_context<C, T>(
+    slot: &'static std::thread::LocalKey<std::cell::Cell<Option<C>>>,
+    make: impl FnOnce() -> std::io::Result<C>,
+    f: impl FnOnce(&mut C) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let mut context = match slot.try_with(std::cell::Cell::take).ok().flatten() {
+        Some(context) => context,
+        None => make()?,
+    };
+    let result = f(&mut context);
+    if result.is_ok() {
+        // Fails only while the thread's locals are destroyed: the context is dropped then.
+        let _ = slot.try_with(|cell| cell.set(Some(context)));
+    }
+    result
+}
+
+/// `data` as a zstd frame at [`ZSTD_LEVEL`], with this thread's compression context.
+#[cfg(feature = "zstd")]
+fn zstd_compress(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    with_zstd_context(
+        &ZSTD_COMPRESSOR,
+        || zstd::bulk::Compressor::new(ZSTD_LEVEL),
+        |compressor| compressor.compress(data),
+    )
+}
 
 /// Decompresses `data`, compressed with `codec`, into the `uncompressed_size` bytes the
 /// entry declares, refusing to produce more than `max_size` bytes.
@@ -284,14 +330,13 @@ fn codec_decompress(
                         .into(),
                 )
             })?;
-            let mut out = vec![0; declared];
-            let written = lz4_flex::block::decompress_into(data, &mut out).map_err(|e| {
+            // At most `declared` bytes, into a buffer that is not zeroed first; a shorter
+            // output is refused by the caller.
+            lz4_flex::block::decompress(data, declared).map_err(|e| {
                 failed(format!(
                     "the LZ4 block is corrupt or does not fit the declared {declared} bytes: {e}"
                 ))
-            })?;
-            out.truncate(written);
-            Ok(out)
+            })
         }
         #[cfg(feature = "zlib")]
         Compression::Zlib => inflate(data, declared, max_size).map_err(failed),
@@ -303,15 +348,16 @@ fn codec_decompress(
             let capacity = declared.unwrap_or(max_size);
             out.try_reserve_exact(capacity)
                 .map_err(|e| failed(format!("cannot allocate {capacity} bytes: {e}")))?;
-            let mut decompressor = zstd::bulk::Decompressor::new()
-                .map_err(|e| failed(format!("no zstd context: {e}")))?;
-            decompressor
-                .decompress_to_buffer(data, &mut out)
-                .map_err(|e| {
-                    failed(format!(
-                        "the ZSTD frame is corrupt, truncated or larger than {capacity} bytes: {e}"
-                    ))
-                })?;
+            with_zstd_context(
+                &ZSTD_DECOMPRESSOR,
+                zstd::bulk::Decompressor::new,
+                |decompressor| decompressor.decompress_to_buffer(data, &mut out),
+            )
+            .map_err(|e| {
+                failed(format!(
+                    "the ZSTD frame is corrupt, truncated or larger than {capacity} bytes: {e}"
+                ))
+            })?;
             Ok(out)
         }
         #[cfg(feature = "snappy")]
@@ -639,6 +685,39 @@ mod tests {
             data.len(),
         );
         assert_eq!(out.unwrap(), data);
+    }
+
+    /// The thread's ZSTD contexts, reused, give what fresh ones give, whatever came before:
+    /// a larger input, an error, another thread.
+    #[cfg(feature = "zstd")]
+    #[test]
+    fn zstd_contexts_are_reused_safely() {
+        let check = || {
+            let large = text(200_000);
+            let small = text(1000);
+            for data in [&large, &small, &large, &small] {
+                let compressed = compress(Compression::Zstd, data).unwrap();
+                assert_eq!(
+                    compressed,
+                    zstd::bulk::compress(data, ZSTD_LEVEL).unwrap(),
+                    "the same frame as a fresh context's"
+                );
+                let size = Some(data.len() as u32);
+                // A corrupt frame, then a frame cut short, then the good one.
+                let mut corrupt = compressed.to_vec();
+                let middle = corrupt.len() / 2;
+                corrupt[middle] ^= 0xff;
+                corrupt[4] ^= 0xff;
+                assert!(decompress(Compression::Zstd, &corrupt, size, data.len()).is_err());
+                let cut = &compressed[..compressed.len() - 1];
+                assert!(decompress(Compression::Zstd, cut, size, data.len()).is_err());
+                let back = decompress(Compression::Zstd, &compressed, size, data.len()).unwrap();
+                assert_eq!(&back[..], &data[..]);
+            }
+        };
+        check();
+        std::thread::spawn(check).join().unwrap();
+        check();
     }
 
     /// RFC 8878 by hand: magic, a single-segment frame header with a 1-byte content size,

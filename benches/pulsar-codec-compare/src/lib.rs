@@ -1,6 +1,17 @@
 //! The same frames for both codecs: pulsar-wire builds and encodes them, and the `pulsar`
 //! crate's codec decodes those bytes into its own `Message`, which it re-encodes to the very
 //! same bytes (checked by [`same_frames`]).
+//!
+//! [`compression`]: what `pulsar` does to compress and decompress payloads, for the compression
+//! comparison.
+
+pub mod compression;
+
+// The frames of pulsar-wire's codec benchmark; only the `MESSAGE` command and its entry
+// metadata are used here.
+#[allow(dead_code)]
+#[path = "../../../pulsar-wire/benches/frames/mod.rs"]
+mod frames;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
