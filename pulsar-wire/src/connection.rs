@@ -269,7 +269,7 @@ struct Shared {
     next_id: AtomicU64,
     requests: Mutex<HashMap<u64, Pending>>,
     sends: Mutex<HashMap<(u64, u64), PendingSend>>,
-    consumers: Mutex<HashMap<u64, mpsc::Sender<ConsumerEvent>>>,
+    consumers: Mutex<HashMap<u64, mpsc::UnboundedSender<ConsumerEvent>>>,
     closed: CancellationToken,
     lost: Mutex<Option<Error>>,
     frames_sent: AtomicU64,
@@ -729,14 +729,11 @@ impl Connection {
     }
 
     /// Routes frames pushed to `consumer_id` (messages, close, end of topic) to the returned
-    /// receiver, which holds up to `permits` messages (the consumer's flow permits: a broker
-    /// sends no more) and a few events; while it is full, the connection reads nothing more.
-    pub fn register_consumer(
-        &self,
-        consumer_id: u64,
-        permits: u32,
-    ) -> mpsc::Receiver<ConsumerEvent> {
-        let (tx, rx) = mpsc::channel(permits.max(1) as usize + CONSUMER_EVENTS);
+    /// receiver. It is not bounded by itself: the consumer's flow permits bound what the
+    /// broker sends, and the read loop never waits for one consumer (the others on the
+    /// connection would wait too).
+    pub fn register_consumer(&self, consumer_id: u64) -> mpsc::UnboundedReceiver<ConsumerEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
         self.shared.consumers.lock().insert(consumer_id, tx);
         rx
     }
@@ -999,14 +996,13 @@ async fn read_loop(
         };
         idle_probes = 0;
         shared.frames_received.fetch_add(1, Ordering::Relaxed);
-        route(&shared, frame).await;
+        route(&shared, frame);
     };
     fail_all(&shared, reason);
 }
 
-/// Hands one received frame to whoever waits for it; waits while the consumer it is for has
-/// no room.
-async fn route(shared: &Arc<Shared>, frame: Frame) {
+/// Hands one received frame to whoever waits for it.
+fn route(shared: &Arc<Shared>, frame: Frame) {
     let c = &frame.command;
     match Type::try_from(c.r#type) {
         Ok(Type::AuthChallenge) => answer_challenge(shared),
@@ -1055,23 +1051,22 @@ async fn route(shared: &Arc<Shared>, frame: Frame) {
         }
         Ok(Type::Message) => {
             let consumer_id = c.message.as_ref().map(|m| m.consumer_id);
-            let tx = consumer_id.and_then(|id| shared.consumers.lock().get(&id).cloned());
-            if let Some(tx) = tx {
-                let _ = tx.send(ConsumerEvent::Message(Box::new(frame))).await;
+            if let Some(tx) = consumer_id.and_then(|id| shared.consumers.lock().get(&id).cloned()) {
+                let _ = tx.send(ConsumerEvent::Message(Box::new(frame)));
             }
         }
         Ok(Type::CloseConsumer) => {
             let id = c.close_consumer.as_ref().map(|m| m.consumer_id);
             let tx = id.and_then(|id| shared.consumers.lock().remove(&id));
             if let Some(tx) = tx {
-                let _ = tx.send(ConsumerEvent::Closed).await;
+                let _ = tx.send(ConsumerEvent::Closed);
             }
         }
         Ok(Type::ReachedEndOfTopic) => {
             let id = c.reached_end_of_topic.as_ref().map(|m| m.consumer_id);
             let tx = id.and_then(|id| shared.consumers.lock().get(&id).cloned());
             if let Some(tx) = tx {
-                let _ = tx.send(ConsumerEvent::ReachedEndOfTopic).await;
+                let _ = tx.send(ConsumerEvent::ReachedEndOfTopic);
             }
         }
         _ => match request_id_of(c) {
@@ -1142,9 +1137,8 @@ fn fail_all_with(shared: &Shared, error: Error) {
     for (_, waiter) in shared.sends.lock().drain() {
         let _ = waiter.send(Err(error.clone()));
     }
-    // A consumer whose queue is full learns it when its queue ends (`lost_error`).
     for (_, consumer) in shared.consumers.lock().drain() {
-        let _ = consumer.try_send(ConsumerEvent::ConnectionLost(error.clone()));
+        let _ = consumer.send(ConsumerEvent::ConnectionLost(error.clone()));
     }
 }
 
@@ -1167,9 +1161,6 @@ fn queue(shared: &Shared, frame: Frame) -> Result<(), Error> {
 
 /// The most frames queued for writing on one connection.
 pub const OUTBOUND_FRAMES: usize = 65_536;
-
-/// Room in a consumer's event queue beyond its flow permits (close, end of topic, lost).
-const CONSUMER_EVENTS: usize = 16;
 
 /// Builds a command frame of `type`, letting `fill` set its member.
 pub fn command_frame(r#type: Type, fill: impl FnOnce(&mut BaseCommand)) -> Frame {

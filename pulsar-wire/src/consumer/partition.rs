@@ -196,11 +196,11 @@ impl PartitionConsumer {
         options: &ConsumerOptions,
         queue_size: u32,
         paused: bool,
-    ) -> Result<(Self, mpsc::Receiver<ConsumerEvent>), Error> {
+    ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
         let connection = client.lookup(&topic).await?;
         let consumer_id = connection.next_id();
-        let events = connection.register_consumer(consumer_id, queue_size);
+        let events = connection.register_consumer(consumer_id);
         let subscribed = connection
             .request("SUBSCRIBE", |request_id| {
                 command_frame(Type::Subscribe, |c| {
@@ -507,7 +507,7 @@ fn position_entry(id: &crate::MessageId) -> EntryId {
 pub(crate) async fn pump(
     consumer: Arc<PartitionConsumer>,
     origin: Origin,
-    mut events: mpsc::Receiver<ConsumerEvent>,
+    mut events: mpsc::UnboundedReceiver<ConsumerEvent>,
     deliveries: mpsc::Sender<Delivery>,
     counters: Arc<Counters>,
 ) {

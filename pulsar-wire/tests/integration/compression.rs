@@ -233,7 +233,7 @@ async fn the_emulator_passes_compressed_entries_through_unchanged() {
     // A raw consumer, to see the MESSAGE frames themselves.
     let connection = setup.client.lookup(&topic).await.expect("looked up");
     let consumer_id = connection.next_id();
-    let mut events = connection.register_consumer(consumer_id, 1000);
+    let mut events = connection.register_consumer(consumer_id);
     connection
         .request("SUBSCRIBE", |request_id| {
             command_frame(Type::Subscribe, |c| {
