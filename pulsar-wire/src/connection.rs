@@ -20,6 +20,7 @@ use crate::Error;
 use crate::auth::{StaticToken, TOKEN_AUTH_METHOD, TokenFile, TokenProvider, fetch_token};
 use crate::codec::{Frame, PulsarCodec};
 use crate::pb::base_command::Type;
+use crate::pb::command_lookup_topic_response::LookupType;
 use crate::pb::{self, BaseCommand, ServerError};
 use crate::tls::{Pem, TlsSettings};
 
@@ -255,6 +256,25 @@ pub enum ConsumerEvent {
     ReachedEndOfTopic,
     /// The connection was lost.
     ConnectionLost(Error),
+}
+
+/// A broker's answer to a lookup ([`Connection::lookup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupAnswer {
+    /// This broker serves the topic.
+    Here,
+    /// A proxy serves the topic's broker: use the service URL's connection.
+    ThroughServiceUrl,
+    /// The broker at this `host:port` serves the topic.
+    Connect(String),
+    /// Ask the broker at this `host:port` again, with `authoritative` set as given (the
+    /// broker that redirects may have decided who owns the topic).
+    Redirect {
+        /// The broker to ask.
+        address: String,
+        /// Whether to tell it the redirect is authoritative.
+        authoritative: bool,
+    },
 }
 
 type Pending = oneshot::Sender<Result<BaseCommand, Error>>;
@@ -743,21 +763,20 @@ impl Connection {
         self.shared.consumers.lock().remove(&consumer_id);
     }
 
-    /// Looks a topic up; returns the broker URL to use (`None` when this connection's broker
-    /// serves it or the lookup says to go through the service URL). On a TLS connection the
-    /// URL is the broker's `brokerServiceUrlTls`.
+    /// Asks this broker who serves `topic` (`LOOKUP`, with `authoritative` as a redirect
+    /// said); the answer tells a redirect from a broker to connect to.
     ///
     /// # Errors
-    /// As [`Connection::request`]; [`Error::Invalid`] when a TLS connection's lookup gives
-    /// no TLS URL.
-    pub async fn lookup(&self, topic: &str) -> Result<Option<String>, Error> {
+    /// As [`Connection::request`]; [`Error::Server`] for a `Failed` answer; [`Error::Invalid`]
+    /// for a URL this client cannot use (no TLS URL for a TLS client, or the other scheme).
+    pub async fn lookup(&self, topic: &str, authoritative: bool) -> Result<LookupAnswer, Error> {
         let answer = self
             .request("LOOKUP", |request_id| {
                 Frame::command(command(Type::Lookup, |c| {
                     c.lookup_topic = Some(pb::CommandLookupTopic {
                         topic: topic.to_owned(),
                         request_id,
-                        authoritative: Some(false),
+                        authoritative: Some(authoritative),
                     });
                 }))
             })
@@ -770,8 +789,10 @@ impl Connection {
                 message: response.message.unwrap_or_default(),
             });
         }
-        if response.proxy_through_service_url() {
-            return Ok(None);
+        let redirect = response.response == Some(LookupType::Redirect as i32);
+        let redirect_authoritative = response.authoritative();
+        if !redirect && response.proxy_through_service_url() {
+            return Ok(LookupAnswer::ThroughServiceUrl);
         }
         let url = if self.shared.tls {
             match (response.broker_service_url_tls, response.broker_service_url) {
@@ -794,7 +815,7 @@ impl Connection {
             response.broker_service_url
         };
         let Some(url) = url else {
-            return Ok(None);
+            return Ok(LookupAnswer::Here);
         };
         let target = parse_service_url(&url)?;
         if target.tls != self.shared.tls {
@@ -813,7 +834,16 @@ impl Connection {
                 ),
             });
         }
-        Ok((target.address != self.address()).then_some(url))
+        Ok(if redirect {
+            LookupAnswer::Redirect {
+                address: target.address,
+                authoritative: redirect_authoritative,
+            }
+        } else if target.address == self.address() {
+            LookupAnswer::Here
+        } else {
+            LookupAnswer::Connect(target.address)
+        })
     }
 
     /// The number of partitions of a topic (0 when it is not partitioned).
@@ -979,7 +1009,7 @@ async fn read_loop(
         let frame = match next {
             Err(_) => {
                 idle_probes += 1;
-                if idle_probes > 2 {
+                if idle_probes >= 2 {
                     break format!("no answer to keep-alive pings for {:?}", keep_alive * 2);
                 }
                 let _ = queue(

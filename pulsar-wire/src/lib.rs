@@ -202,6 +202,7 @@
 //!   and tests.
 
 mod auth;
+pub mod backoff;
 mod batch;
 mod client;
 mod codec;
@@ -235,7 +236,8 @@ pub use compression::{
     Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
 pub use connection::{
-    ConnectOptions, Connection, ConsumerEvent, OUTBOUND_FRAMES, PROTOCOL_VERSION, command_frame,
+    ConnectOptions, Connection, ConsumerEvent, LookupAnswer, OUTBOUND_FRAMES, PROTOCOL_VERSION,
+    command_frame,
 };
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,

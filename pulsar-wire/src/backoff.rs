@@ -1,0 +1,89 @@
+//! Exponential backoff with jitter, for retries of lookups and (re)connections.
+//!
+//! The first retry waits about [`INITIAL`] (100 ms, the Java client's initial backoff: a
+//! broker that is unloading a bundle or starting usually answers within a few hundred
+//! milliseconds), each next one twice as long, up to [`MAX`] (30 s: long enough not to load a
+//! broker that is down, short enough that a client notices one that is back within half a
+//! minute). Every delay is drawn from [75 %, 100 %] of its step, so that clients that lost
+//! the same broker do not come back in lockstep.
+
+use std::time::Duration;
+
+/// The first delay.
+pub const INITIAL: Duration = Duration::from_millis(100);
+
+/// The longest delay.
+pub const MAX: Duration = Duration::from_secs(30);
+
+/// The delays of one series of retries.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    step: Duration,
+    max: Duration,
+    seed: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(INITIAL, MAX)
+    }
+}
+
+impl Backoff {
+    /// Delays from `initial` doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64);
+        Self {
+            step: initial.min(max),
+            max,
+            seed: seed | 1,
+        }
+    }
+
+    /// The next delay.
+    pub fn next_delay(&mut self) -> Duration {
+        // SplitMix64: cheap, and independent between clients through the seed.
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let fraction = 0.75 + 0.25 * ((z >> 11) as f64 / (1u64 << 53) as f64);
+        let delay = self.step.mul_f64(fraction);
+        self.step = (self.step * 2).min(self.max);
+        delay
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_the_maximum_with_jitter_below_each_step() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let steps = [100, 200, 400, 800, 1000, 1000];
+        for step in steps {
+            let step = Duration::from_millis(step);
+            let delay = backoff.next_delay();
+            assert!(
+                delay <= step && delay >= step.mul_f64(0.75),
+                "{delay:?} for {step:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn two_clients_do_not_wait_alike() {
+        let mut a = Backoff::new(INITIAL, MAX);
+        let mut b = Backoff {
+            seed: a.seed ^ 0xdead_beef,
+            ..a.clone()
+        };
+        let a: Vec<_> = (0..5).map(|_| a.next_delay()).collect();
+        let b: Vec<_> = (0..5).map(|_| b.next_delay()).collect();
+        assert_ne!(a, b);
+    }
+}
