@@ -650,6 +650,22 @@ async fn java_peer(main: &str, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs a Python-client peer (`scripts/python-peers/<script>.py`) and returns what it
+/// printed; panics if it failed.
+async fn python_peer(script: &str, args: &[&str]) -> String {
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
+    let output = tokio::process::Command::new(run)
+        .arg(script)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{script} failed: {stdout}");
+    stdout
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_of_the_official_java_client_are_consumed_and_acked() {
     let Some(broker) = real_broker("java-batches").await else {
@@ -775,15 +791,7 @@ async fn every_codec_of_the_python_client_reaches_our_consumer_intact() {
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
     let consumer = broker.shared(ConsumerOptions::default()).await;
-    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
-    let output = tokio::process::Command::new(run)
-        .args(["produce_codecs", &service_url, &broker.topic, "60"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
-    let produced = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "produce_codecs failed: {produced}");
+    let produced = python_peer("produce_codecs", &[&service_url, &broker.topic, "60"]).await;
     assert!(produced.contains("produced=480"), "{produced}");
     assert_every_codec_arrives(&broker, &consumer, "py-").await;
     consumer.close().await.expect("closed");
@@ -883,26 +891,12 @@ async fn chunked_messages_of_the_python_client_are_reassembled_and_acked() {
     let consumer = broker
         .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
         .await;
-    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
     let size = TEN_MIB.to_string();
-    let output = tokio::process::Command::new(run)
-        .args([
-            "produce_chunked",
-            &service_url,
-            &broker.topic,
-            "2",
-            &size,
-            "NONE",
-        ])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
-    let produced = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "produce_chunked failed: {produced}"
-    );
+    let produced = python_peer(
+        "produce_chunked",
+        &[&service_url, &broker.topic, "2", &size, "NONE"],
+    )
+    .await;
     assert!(produced.contains("produced=2"), "{produced}");
     assert_chunked_arrive(&broker, &consumer, 2, 2).await;
     consumer.close().await.expect("closed");

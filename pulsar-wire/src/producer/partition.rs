@@ -166,15 +166,8 @@ impl PartitionProducer {
         let (data, compression, uncompressed_size) =
             self.compressed(&message.payload, "message")?;
         let sent = self.write(1, |sequence_id| {
-            let metadata = MessageMetadata {
-                properties: message.key_values(),
-                partition_key: message.key.clone(),
-                ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-                event_time: message.event_time,
-                compression,
-                uncompressed_size,
-                ..self.metadata(sequence_id, txn)
-            };
+            let metadata =
+                self.single_metadata(message, sequence_id, txn, compression, uncompressed_size);
             Ok(self.send_frame(sequence_id, None, txn, metadata, data, false))
         })?;
         Ok(self.id_of(sent.await?))
@@ -203,15 +196,8 @@ impl PartitionProducer {
             *next += 1;
             id
         };
-        let metadata = MessageMetadata {
-            properties: message.key_values(),
-            partition_key: message.key.clone(),
-            ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-            event_time: message.event_time,
-            compression,
-            uncompressed_size,
-            ..self.metadata(sequence_id, txn)
-        };
+        let metadata =
+            self.single_metadata(message, sequence_id, txn, compression, uncompressed_size);
         let uuid = format!("{}-{sequence_id}", self.name);
         // Room for the chunk fields, the command and the frame's header.
         let overhead = prost::Message::encoded_len(&metadata) + uuid.len() + 128;
@@ -418,6 +404,26 @@ impl PartitionProducer {
             Some(self.compression.wire() as i32),
             Some(uncompressed_size),
         ))
+    }
+
+    /// The metadata of a message sent on its own (not in a batch).
+    fn single_metadata(
+        &self,
+        message: &OutgoingMessage,
+        sequence_id: u64,
+        txn: Option<TxnId>,
+        compression: Option<i32>,
+        uncompressed_size: Option<u32>,
+    ) -> MessageMetadata {
+        MessageMetadata {
+            properties: message.key_values(),
+            partition_key: message.key.clone(),
+            ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+            event_time: message.event_time,
+            compression,
+            uncompressed_size,
+            ..self.metadata(sequence_id, txn)
+        }
     }
 
     fn metadata(&self, sequence_id: u64, txn: Option<TxnId>) -> MessageMetadata {
