@@ -1,8 +1,8 @@
 //! The steady transactional shape of issue "transactional acks that never stall": a producer
 //! sends at a steady rate in batches, one Shared consumer keeps up and acknowledges every
 //! message in a transaction (one batch index per ack): every few messages received it opens a
-//! transaction, acknowledges them in it all at once, waits for every answer and ends it, every
-//! third one aborted. It runs against a real broker (or the emulator), with
+//! transaction, acknowledges them in it all at once, waits for every answer and ends it in the
+//! background (at most two ends in flight) while it goes on receiving, every third one aborted. It runs against a real broker (or the emulator), with
 //! `pulsar-wire` ([`run`]) or any other client (the caller starts it and calls [`watch`]).
 //!
 //! [`Watcher`] polls the admin stats while the run goes on and measures the consumer's blocked
@@ -113,6 +113,9 @@ pub struct ClientReport {
     pub duplicates_hidden: u64,
     /// Resyncs of the broker's unacked count the consumer sent.
     pub resyncs: u64,
+    /// Of those, the blind ones: sent with no drift the consumer could see, after nothing
+    /// new arrived for a while.
+    pub blind_resyncs: u64,
     /// The subscription's unacked count once settled, the consumer still connected (`None`
     /// when not measured).
     pub final_unacked: Option<i64>,
@@ -233,6 +236,8 @@ pub async fn run(
     let mut pause = shape.pause;
     let mut cycles = Duration::ZERO;
     let mut next: Option<tokio::task::JoinHandle<Result<Transaction, Error>>> = None;
+    let mut ending: std::collections::VecDeque<tokio::task::JoinHandle<Ending>> =
+        std::collections::VecDeque::new();
     loop {
         if let Some((at, length)) = pause
             && started.elapsed() >= at
@@ -242,6 +247,14 @@ pub async fn run(
             pause = None;
             tokio::time::sleep(length).await;
             last_message = Instant::now();
+        }
+        while ending.front().is_some_and(|end| end.is_finished()) {
+            let end = ending.pop_front().expect("a finished end");
+            settle(
+                end.await.expect("the task ending a transaction"),
+                &mut report,
+                &mut committed,
+            );
         }
         let done_producing = *produced.lock();
         if let Some(total) = done_producing
@@ -280,7 +293,8 @@ pub async fn run(
         // The messages received are acknowledged in one transaction, all at once (the acks
         // go out together and the transaction ends once every answer is in). The transaction
         // was opened, and the subscription registered in it, while the previous one went on,
-        // and the next one is opened now: a cycle costs the acks' and the end's round trips.
+        // and the next one is opened now; it ends in the background: a cycle costs the acks'
+        // round trip.
         let cycle = Instant::now();
         let open = match next.take() {
             Some(opening) => opening.await.expect("the task opening a transaction")?,
@@ -314,33 +328,43 @@ pub async fn run(
             }
         }
         ended += 1;
-        if shape.abort_every > 0 && ended.is_multiple_of(shape.abort_every) {
+        let abort = shape.abort_every > 0 && ended.is_multiple_of(shape.abort_every);
+        // The transaction ends in the background while the next messages are received and
+        // acknowledged; at most two ends are in flight.
+        while ending.len() >= 2 {
+            let oldest = ending.pop_front().expect("two in flight");
+            settle(
+                oldest.await.expect("the task ending a transaction"),
+                &mut report,
+                &mut committed,
+            );
+        }
+        ending.push_back(tokio::spawn(async move {
             let sent = Instant::now();
-            let _ = open.abort().await;
-            cycles += cycle.elapsed();
-            report.slowest_abort = report.slowest_abort.max(sent.elapsed());
-            report.txns_aborted += 1;
-            continue;
-        }
-        let sent = Instant::now();
-        let outcome = open.commit().await;
-        cycles += cycle.elapsed();
-        report.slowest_commit = report.slowest_commit.max(sent.elapsed());
-        match outcome {
-            Ok(()) => {
-                report.txns_committed += 1;
-                for payload in payloads {
-                    if !committed.insert(payload) {
-                        report.duplicates += 1;
-                    }
+            let outcome = if abort {
+                open.abort().await
+            } else {
+                let outcome = open.commit().await;
+                if outcome.is_err() {
+                    let _ = open.abort().await;
                 }
+                outcome
+            };
+            Ending {
+                abort,
+                outcome,
+                payloads,
+                took: sent.elapsed(),
             }
-            Err(error) => {
-                report.commits_refused += 1;
-                tracing::info!(%error, "commit refused");
-                let _ = open.abort().await;
-            }
-        }
+        }));
+        cycles += cycle.elapsed();
+    }
+    for end in ending {
+        settle(
+            end.await.expect("the task ending a transaction"),
+            &mut report,
+            &mut committed,
+        );
     }
     if let Some(opening) = next.take()
         && let Ok(Ok(unused)) = opening.await
@@ -359,11 +383,44 @@ pub async fn run(
     report.committed_redeliveries = stats.committed_redeliveries;
     report.duplicates_hidden = stats.duplicates;
     report.resyncs = stats.resyncs;
+    report.blind_resyncs = stats.blind_resyncs;
     if let Some(task) = producing {
         task.abort();
     }
     consumer.close().await?;
     Ok(report)
+}
+
+/// A transaction ended in the background.
+struct Ending {
+    abort: bool,
+    outcome: Result<(), Error>,
+    payloads: Vec<String>,
+    took: Duration,
+}
+
+/// Counts an ended transaction: a commit's payloads are committed.
+fn settle(end: Ending, report: &mut ClientReport, committed: &mut HashSet<String>) {
+    if end.abort {
+        report.slowest_abort = report.slowest_abort.max(end.took);
+        report.txns_aborted += 1;
+        return;
+    }
+    report.slowest_commit = report.slowest_commit.max(end.took);
+    match end.outcome {
+        Ok(()) => {
+            report.txns_committed += 1;
+            for payload in end.payloads {
+                if !committed.insert(payload) {
+                    report.duplicates += 1;
+                }
+            }
+        }
+        Err(error) => {
+            report.commits_refused += 1;
+            tracing::info!(%error, "commit refused");
+        }
+    }
 }
 
 /// Opens a transaction and registers `subscription` of `topic` in it.

@@ -1403,8 +1403,46 @@ async fn txn_steady_run(
     Some((report, blocked, unacked, backlog))
 }
 
-/// Issue 11's steady shape for 60 s: everything committed exactly once, unacked and backlog
-/// back at 0, never blocked for more than 5 s, no ack or commit refused.
+/// What keeps a steady run from meeting issue 11's bar: everything committed exactly once,
+/// unacked and backlog back at 0, never blocked for more than 5 s, no ack or commit refused.
+fn steady_shortfalls(
+    report: &integration_tests::txn_steady::ClientReport,
+    blocked: &integration_tests::txn_steady::BlockedPeriods,
+    unacked: i64,
+    backlog: i64,
+) -> Vec<String> {
+    let mut missed = Vec::new();
+    if !report.drained {
+        missed.push("did not drain".to_owned());
+    }
+    if report.committed != report.produced {
+        missed.push(format!(
+            "committed {} of {}",
+            report.committed, report.produced
+        ));
+    }
+    if report.duplicates != 0 {
+        missed.push(format!("{} committed twice", report.duplicates));
+    }
+    if report.acks_refused + report.acks_refused_by_client != 0 {
+        missed.push(format!(
+            "{} acks refused",
+            report.acks_refused + report.acks_refused_by_client
+        ));
+    }
+    if report.commits_refused != 0 {
+        missed.push(format!("{} commits refused", report.commits_refused));
+    }
+    if blocked.longest > Duration::from_secs(5) {
+        missed.push(format!("blocked for {:?} at a time", blocked.longest));
+    }
+    if (unacked, backlog) != (0, 0) {
+        missed.push(format!("ended with unacked {unacked}, backlog {backlog}"));
+    }
+    missed
+}
+
+/// Issue 11's steady shape for 60 s meets the bar of [`steady_shortfalls`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_with_aborted_transactions_drains() {
     use integration_tests::txn_steady::Shape;
@@ -1413,19 +1451,10 @@ async fn a_steady_stream_with_aborted_transactions_drains() {
     else {
         return;
     };
-    assert!(report.drained, "{report:?}");
-    assert_eq!(report.committed, report.produced, "{report:?}");
     assert_eq!(report.produced, 8_400, "{report:?}");
-    assert_eq!(report.duplicates, 0, "committed twice: {report:?}");
     assert!(report.txns_aborted > 500, "{report:?}");
-    assert_eq!(
-        report.acks_refused + report.acks_refused_by_client,
-        0,
-        "{report:?}"
-    );
-    assert_eq!(report.commits_refused, 0, "{report:?}");
-    assert!(blocked.longest <= Duration::from_secs(5), "{blocked:?}");
-    assert_eq!((unacked, backlog), (0, 0));
+    let missed = steady_shortfalls(&report, &blocked, unacked, backlog);
+    assert!(missed.is_empty(), "{missed:?}: {report:?} {blocked:?}");
 }
 
 /// The steady shape for 40 s with the application paused for 2 s after 15 s (a long GC, a
@@ -1455,7 +1484,10 @@ async fn a_steady_stream_with_aborted_transactions_catches_up_after_the_applicat
 }
 
 /// The same shape with the behaviour before the fix (duplicates handed over, nothing sent for
-/// them): the consumer stalls for good, so the test above can fail.
+/// them) misses the bar of [`steady_shortfalls`], so the test above can fail. How it misses
+/// depends on timing: mostly the consumer stalls for good (only a fraction committed, the
+/// backlog growing); on a slower machine it drained with long blocked periods and 10
+/// unacked left behind for good, which a longer run accumulates into the stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_with_aborted_transactions_stalls_the_legacy_consumer() {
     use integration_tests::txn_steady::Shape;
@@ -1463,14 +1495,17 @@ async fn a_steady_stream_with_aborted_transactions_stalls_the_legacy_consumer() 
         timeout: Duration::from_secs(45),
         ..Shape::steady(Duration::from_secs(20))
     };
-    let Some((report, blocked, _, backlog)) = txn_steady_run("steady-legacy", shape, true).await
+    let Some((report, blocked, unacked, backlog)) =
+        txn_steady_run("steady-legacy", shape, true).await
     else {
         return;
     };
-    assert!(!report.drained, "the legacy consumer drained: {report:?}");
-    assert!(report.committed < report.produced / 2, "{report:?}");
-    assert!(blocked.longest > Duration::from_secs(15), "{blocked:?}");
-    assert!(backlog > 0);
+    let missed = steady_shortfalls(&report, &blocked, unacked, backlog);
+    println!("steady-legacy: missed {missed:?}");
+    assert!(
+        !missed.is_empty(),
+        "the legacy consumer met the bar: {report:?} {blocked:?}"
+    );
 }
 
 /// The bulk shape: 2,100 messages produced first, then consumed as above; unacked ends at

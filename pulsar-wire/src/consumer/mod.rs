@@ -271,6 +271,7 @@ pub(crate) struct Counters {
     committed_redeliveries: AtomicU64,
     duplicates: AtomicU64,
     resyncs: AtomicU64,
+    blind_resyncs: AtomicU64,
     closed_by_broker: AtomicBool,
     reached_end_of_topic: AtomicBool,
 }
@@ -315,6 +316,11 @@ pub struct ConsumerStats {
     /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` sent to repair a drifted unacked count on the
     /// broker.
     pub resyncs: u64,
+    /// Of [`ConsumerStats::resyncs`], those sent although the count had not drifted as far
+    /// as the consumer can tell, because nothing new arrived for a while (a blocked
+    /// consumer and an idle topic look the same from the client): on a busy topic, each one
+    /// is a drift of the broker's count that the consumer did not follow.
+    pub blind_resyncs: u64,
     /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
     pub closed_by_broker: bool,
     /// Whether the topic reached its end.
@@ -1145,6 +1151,7 @@ impl Consumer {
             committed_redeliveries: load(&c.committed_redeliveries),
             duplicates: load(&c.duplicates),
             resyncs: load(&c.resyncs),
+            blind_resyncs: load(&c.blind_resyncs),
             closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),
             reached_end_of_topic: c.reached_end_of_topic.load(Ordering::Relaxed),
         }

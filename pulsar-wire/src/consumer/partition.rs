@@ -147,6 +147,45 @@ const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 /// The least time between two resyncs that are not for a quiet consumer.
 const RESYNC_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// When a consumer that gets nothing new resyncs although its ledger sees no drift: a
+/// blocked consumer and an idle topic look the same from here, so the first blind resync
+/// comes after [`QuietResyncs::FIRST`] without a new delivery and each further one after
+/// twice the wait before, up to [`QuietResyncs::MOST`]; a new delivery starts over. A
+/// resync replays only what the application holds, so an idle consumer costs one small
+/// command per half minute, and a blocked one is unblocked within about a second.
+#[derive(Debug)]
+struct QuietResyncs {
+    since: tokio::time::Instant,
+    wait: std::time::Duration,
+}
+
+impl QuietResyncs {
+    const FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(30);
+
+    fn new() -> Self {
+        Self {
+            since: tokio::time::Instant::now(),
+            wait: Self::FIRST,
+        }
+    }
+
+    /// Something new reached the application.
+    fn delivered(&mut self) {
+        self.since = tokio::time::Instant::now();
+        self.wait = Self::FIRST;
+    }
+
+    /// Nothing arrived for [`QUIET`]: resyncs `consumer` blindly when due.
+    fn quiet(&mut self, consumer: &PartitionConsumer, counters: &Counters) {
+        if self.since.elapsed() < self.wait || !consumer.resync_blind(counters) {
+            return;
+        }
+        self.since = tokio::time::Instant::now();
+        self.wait = (self.wait * 2).min(Self::MOST);
+    }
+}
+
 /// The flow permits a consumer owes the broker.
 #[derive(Debug, Default)]
 struct Permits {
@@ -446,15 +485,15 @@ impl PartitionConsumer {
     /// arrived for a while), whenever there is any drift or the broker owes messages it
     /// released (it then holds them back because the consumer is blocked, and only a
     /// redelivery request unblocks it).
-    pub(crate) fn maybe_resync(&self, counters: &Counters, quiet: bool) {
+    pub(crate) fn maybe_resync(&self, counters: &Counters, quiet: bool) -> bool {
         if self.legacy {
-            return;
+            return false;
         }
         let mut ledger = self.ledger.lock();
         // Called on every frame and ack: the cheap checks first (counting held or owed
         // messages walks the tracked entries).
         if ledger.txn_in_flight > 0 {
-            return;
+            return false;
         }
         let drift = ledger.deliveries.drift();
         let due = if quiet {
@@ -467,14 +506,40 @@ impl PartitionConsumer {
                 && drift.saturating_mul(4) >= ledger.deliveries.held() as i64
         };
         if !due {
-            return;
+            return false;
         }
-        if self.redeliver(Vec::new()).is_ok() {
-            ledger.deliveries.resynced();
-            ledger.last_resync = Some(tokio::time::Instant::now());
-            counters.resyncs.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(topic = %self.topic, drift, quiet, "resynced the unacked count");
+        self.resync(&mut ledger, counters, drift, quiet)
+    }
+
+    /// Resyncs although the ledger sees no drift: the consumer got nothing new for a while
+    /// ([`QuietResyncs`]), and a broker whose count drifted in a way the ledger does not
+    /// follow would keep it blocked for good. Not while a transactional ack is in flight.
+    fn resync_blind(&self, counters: &Counters) -> bool {
+        if self.legacy {
+            return false;
         }
+        let mut ledger = self.ledger.lock();
+        if ledger.txn_in_flight > 0 {
+            return false;
+        }
+        let drift = ledger.deliveries.drift();
+        let sent = self.resync(&mut ledger, counters, drift, true);
+        if sent {
+            counters.blind_resyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Sends the resync and tells the ledger.
+    fn resync(&self, ledger: &mut Ledger, counters: &Counters, drift: i64, quiet: bool) -> bool {
+        if self.redeliver(Vec::new()).is_err() {
+            return false;
+        }
+        ledger.deliveries.resynced();
+        ledger.last_resync = Some(tokio::time::Instant::now());
+        counters.resyncs.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(topic = %self.topic, drift, quiet, "resynced the unacked count");
+        true
     }
 
     /// `CLOSE_CONSUMER`.
@@ -512,6 +577,7 @@ pub(crate) async fn pump(
     counters: Arc<Counters>,
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
+    let mut blind = QuietResyncs::new();
     loop {
         let event = match tokio::time::timeout(QUIET, events.recv()).await {
             Ok(Some(event)) => event,
@@ -529,7 +595,9 @@ pub(crate) async fn pump(
                         return;
                     }
                 }
-                consumer.maybe_resync(&counters, true);
+                if !consumer.maybe_resync(&counters, true) {
+                    blind.quiet(&consumer, &counters);
+                }
                 continue;
             }
         };
@@ -561,7 +629,11 @@ pub(crate) async fn pump(
             consumer.max_uncompressed,
         );
         if let Some(chunk) = decoded.chunk {
-            for delivery in consumer.take_chunk(chunk, origin, &topic, &counters) {
+            let out = consumer.take_chunk(chunk, origin, &topic, &counters);
+            if !out.is_empty() {
+                blind.delivered();
+            }
+            for delivery in out {
                 if deliveries.send(delivery).await.is_err() {
                     return;
                 }
@@ -598,6 +670,7 @@ pub(crate) async fn pump(
                 }
             }
             consumer.maybe_resync(&counters, false);
+            blind.delivered();
             let undecodable = Undecodable {
                 slot: origin.slot,
                 id: crate::MessageId {
@@ -662,6 +735,9 @@ pub(crate) async fn pump(
         }
         consumer.maybe_resync(&counters, false);
         let delivered = messages.len() as u32;
+        if delivered > 0 {
+            blind.delivered();
+        }
         counters
             .received
             .fetch_add(u64::from(delivered), Ordering::Relaxed);
