@@ -23,8 +23,9 @@ import org.apache.pulsar.client.api.transaction.Transaction;
  * The steady shape of a transactional Shared consumer: a batching producer sends at a fixed rate while
  * one Shared consumer acknowledges every message inside a transaction: every TXN_EVERY received messages
  * (or fewer, when a receive times out) it opens a transaction, acknowledges them in it all at once, waits
- * for every answer and ends it, aborting every ABORT_EVERY-th ended transaction (0 = never), until every
- * produced payload is in a committed transaction.
+ * for every answer and ends it in the background (at most two ends in flight) while it goes on receiving,
+ * aborting every ABORT_EVERY-th ended transaction (0 = never), until every produced payload is in a
+ * committed transaction.
  * Usage: PulsarTxnSteady SERVICE_URL TOPIC SUBSCRIPTION SECONDS RATE BATCH TXN_EVERY ABORT_EVERY TIMEOUT_SECONDS
  * The producer sends "p0", "p1", ... (UTF-8) for SECONDS seconds at RATE messages per second, without
  * transactions, BATCH messages per batch at most, with a 50 ms batching delay. A failed transactional ack
@@ -94,7 +95,11 @@ public final class PulsarTxnSteady {
         boolean drained = false;
         long doneAt;
         CompletableFuture<Transaction> next = null;
+        java.util.ArrayDeque<Ending> ending = new java.util.ArrayDeque<>();
         while (true) {
+            while (!ending.isEmpty() && ending.peekFirst().end.isDone()) {
+                settle(ending.pollFirst());
+            }
             if (producerDone && committed.containsAll(produced)) {
                 drained = true;
                 doneAt = System.nanoTime();
@@ -156,7 +161,13 @@ public final class PulsarTxnSteady {
                 }
             }
             received.clear();
-            endTransaction(txn, txnPayloads, abortEvery);
+            while (ending.size() >= 2) {
+                settle(ending.pollFirst());
+            }
+            ending.addLast(endTransaction(txn, txnPayloads, abortEvery));
+        }
+        while (!ending.isEmpty()) {
+            settle(ending.pollFirst());
         }
         long drainMs = TimeUnit.NANOSECONDS.toMillis(doneAt - start);
         if (next != null) {
@@ -216,7 +227,7 @@ public final class PulsarTxnSteady {
         producerDone = true;
     }
 
-    /** Ends the transaction: the ABORT_EVERY-th ended ones are aborted, the others committed. */
+    /** Opens a transaction with a 60 s timeout (a failed future when the client refuses). */
     private static CompletableFuture<Transaction> openTransaction(PulsarClient client) {
         try {
             return client.newTransaction().withTransactionTimeout(60, TimeUnit.SECONDS).build();
@@ -225,11 +236,23 @@ public final class PulsarTxnSteady {
         }
     }
 
-    private void endTransaction(Transaction txn, List<String> payloads, int abortEvery) {
+    /** A transaction ending in the background. */
+    private record Ending(Transaction txn, boolean abort, List<String> payloads, CompletableFuture<Void> end) {
+    }
+
+    /** Starts ending the transaction: the ABORT_EVERY-th ended ones are aborted, the others committed. */
+    private Ending endTransaction(Transaction txn, List<String> payloads, int abortEvery) {
         txnsEnded++;
-        if (abortEvery > 0 && txnsEnded % abortEvery == 0) {
+        boolean abort = abortEvery > 0 && txnsEnded % abortEvery == 0;
+        return new Ending(txn, abort, payloads, abort ? txn.abort() : txn.commit());
+    }
+
+    /** Waits for the end and counts it: a commit's payloads are committed. */
+    private void settle(Ending ending) {
+        Transaction txn = ending.txn();
+        if (ending.abort()) {
             try {
-                txn.abort().get(WAIT_SECONDS, TimeUnit.SECONDS);
+                ending.end().get(WAIT_SECONDS, TimeUnit.SECONDS);
             } catch (Exception e) {
                 System.err.println("abort failed " + txn.getTxnID() + ": " + e);
             }
@@ -237,7 +260,7 @@ public final class PulsarTxnSteady {
             return;
         }
         try {
-            txn.commit().get(WAIT_SECONDS, TimeUnit.SECONDS);
+            ending.end().get(WAIT_SECONDS, TimeUnit.SECONDS);
         } catch (Exception e) {
             commitsRefused++;
             if (commitsRefused <= 3) {
@@ -249,7 +272,7 @@ public final class PulsarTxnSteady {
             return;
         }
         txnsCommitted++;
-        for (String payload : payloads) {
+        for (String payload : ending.payloads()) {
             if (!committed.add(payload)) {
                 duplicates++;
             }
