@@ -245,6 +245,15 @@ pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
     })
 }
 
+/// Why a producer is gone from its connection ([`Connection::watch_producer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerGone {
+    /// The broker closed it (`CLOSE_PRODUCER`: the topic was unloaded or moved).
+    Closed,
+    /// The connection ended.
+    Lost,
+}
+
 /// A frame pushed by the broker to a consumer.
 #[derive(Debug)]
 pub enum ConsumerEvent {
@@ -290,6 +299,8 @@ struct Shared {
     requests: Mutex<HashMap<u64, Pending>>,
     sends: Mutex<HashMap<(u64, u64), PendingSend>>,
     consumers: Mutex<HashMap<u64, mpsc::UnboundedSender<ConsumerEvent>>>,
+    /// Producers told when the broker closes them (`CLOSE_PRODUCER`).
+    producers: Mutex<HashMap<u64, oneshot::Sender<()>>>,
     closed: CancellationToken,
     lost: Mutex<Option<Error>>,
     frames_sent: AtomicU64,
@@ -569,6 +580,7 @@ impl Connection {
             requests: Mutex::new(HashMap::new()),
             sends: Mutex::new(HashMap::new()),
             consumers: Mutex::new(HashMap::new()),
+            producers: Mutex::new(HashMap::new()),
             closed: closed.clone(),
             lost: Mutex::new(None),
             frames_sent: AtomicU64::new(1),
@@ -716,7 +728,7 @@ impl Connection {
         producer_id: u64,
         sequence_id: u64,
         frame: Frame,
-    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + '_, Error> {
+    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + use<>, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .sends
@@ -726,7 +738,36 @@ impl Connection {
             self.shared.sends.lock().remove(&(producer_id, sequence_id));
             return Err(error);
         }
-        Ok(self.receipt(producer_id, sequence_id, rx))
+        let this = self.clone();
+        Ok(async move { this.receipt(producer_id, sequence_id, rx).await })
+    }
+
+    /// Resolves once `producer_id` is gone from this connection: the broker closed it
+    /// (`CLOSE_PRODUCER`, [`ProducerGone::Closed`]) or the connection ended
+    /// ([`ProducerGone::Lost`]). Holds no clone of the connection.
+    pub fn watch_producer(
+        &self,
+        producer_id: u64,
+    ) -> impl Future<Output = ProducerGone> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        self.shared.producers.lock().insert(producer_id, tx);
+        let closed = self.shared.closed.clone();
+        async move {
+            tokio::select! {
+                told = rx => if told.is_ok() { ProducerGone::Closed } else { ProducerGone::Lost },
+                () = closed.cancelled() => ProducerGone::Lost,
+            }
+        }
+    }
+
+    /// Stops watching `producer_id` and forgets the receipts it still waits for here (their
+    /// waits fail as on a lost connection): a producer that moved to another connection.
+    pub fn forget_producer(&self, producer_id: u64) {
+        self.shared.producers.lock().remove(&producer_id);
+        self.shared
+            .sends
+            .lock()
+            .retain(|(producer, _), _| *producer != producer_id);
     }
 
     async fn receipt(
@@ -1090,6 +1131,13 @@ fn route(shared: &Arc<Shared>, frame: Frame) {
             let tx = id.and_then(|id| shared.consumers.lock().remove(&id));
             if let Some(tx) = tx {
                 let _ = tx.send(ConsumerEvent::Closed);
+            }
+        }
+        Ok(Type::CloseProducer) => {
+            let id = c.close_producer.as_ref().map(|m| m.producer_id);
+            let tx = id.and_then(|id| shared.producers.lock().remove(&id));
+            if let Some(tx) = tx {
+                let _ = tx.send(());
             }
         }
         Ok(Type::ReachedEndOfTopic) => {

@@ -237,7 +237,7 @@ pub use compression::{
 };
 pub use connection::{
     ConnectOptions, Connection, ConsumerEvent, LookupAnswer, OUTBOUND_FRAMES, PROTOCOL_VERSION,
-    command_frame,
+    ProducerGone, command_frame,
 };
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
@@ -246,8 +246,8 @@ pub use consumer::{
 };
 pub use error::Error;
 pub use producer::{
-    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, MessageId, OutgoingMessage, PartitionRouter,
-    Producer, ProducerOptions, RoundRobin, key_partition,
+    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MessageId, OutgoingMessage,
+    PartitionRouter, Producer, ProducerOptions, RoundRobin, key_partition,
 };
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 pub use batching::BatchingOptions;
 use batching::ProducerBatcher;
-use partition::{PartitionProducer, PartitionSet};
+use partition::{PartitionProducer, PartitionSet, PartitionSpec};
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
 use crate::pb::KeyValue;
@@ -159,7 +159,12 @@ pub struct ProducerOptions {
     compression: Compression,
     chunking: bool,
     chunk_size: Option<usize>,
+    send_timeout: Duration,
 }
+
+/// How long a send waits for its receipt by default, reconnections included (the Java
+/// client's `sendTimeout`).
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often a producer re-reads a partitioned topic's partition count by default (the Java
 /// client's `autoUpdatePartitionsInterval`).
@@ -179,11 +184,21 @@ impl Default for ProducerOptions {
             compression: Compression::None,
             chunking: false,
             chunk_size: None,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
         }
     }
 }
 
 impl ProducerOptions {
+    /// How long a send waits for the broker's receipt, reconnections included (default
+    /// [`DEFAULT_SEND_TIMEOUT`]): a broker restarted or a topic moved within it costs the
+    /// sender only the wait. When it passes the send fails with [`Error::Timeout`] (the
+    /// entry may still be persisted if it was on the wire).
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = timeout;
+        self
+    }
+
     /// The producer's name (the broker assigns one by default). On a partitioned topic every
     /// partition gets `<name>-<partition>`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -287,6 +302,7 @@ struct ProducerInner {
     transactional: bool,
     compression: Compression,
     chunk_size: Option<usize>,
+    send_timeout: Duration,
     partitions: Arc<PartitionSet>,
     partitioned: bool,
     router: Arc<dyn PartitionRouter>,
@@ -340,18 +356,21 @@ impl Producer {
         for (index, partition_topic) in topics.into_iter().enumerate() {
             let partition = if partitioned { index as i32 } else { -1 };
             let name = partition_name(options.name.as_deref(), partitioned, index);
-            partitions.push(Arc::new(
+            partitions.push(
                 PartitionProducer::create(
                     client,
-                    partition_topic,
-                    partition,
-                    name,
-                    options.transactional,
-                    options.compression,
-                    chunk_size,
+                    PartitionSpec {
+                        topic: partition_topic,
+                        partition,
+                        name,
+                        txn_enabled: options.transactional,
+                        compression: options.compression,
+                        chunk_size,
+                        send_timeout: options.send_timeout,
+                    },
                 )
                 .await?,
-            ));
+            );
         }
         let partitions = Arc::new(PartitionSet::new(partitions));
         let batcher = options
@@ -365,6 +384,7 @@ impl Producer {
             transactional: options.transactional,
             compression: options.compression,
             chunk_size,
+            send_timeout: options.send_timeout,
             partitions,
             partitioned,
             router: options.router,
@@ -403,16 +423,19 @@ impl Producer {
             let name = partition_name(inner.name.as_deref(), true, index);
             match PartitionProducer::create(
                 &inner.client,
-                crate::client::partition_topic(&inner.topic, index as u32),
-                index as i32,
-                name,
-                inner.transactional,
-                inner.compression,
-                inner.chunk_size,
+                PartitionSpec {
+                    topic: crate::client::partition_topic(&inner.topic, index as u32),
+                    partition: index as i32,
+                    name,
+                    txn_enabled: inner.transactional,
+                    compression: inner.compression,
+                    chunk_size: inner.chunk_size,
+                    send_timeout: inner.send_timeout,
+                },
             )
             .await
             {
-                Ok(producer) => added.push(Arc::new(producer)),
+                Ok(producer) => added.push(producer),
                 Err(error) => {
                     result = Err(error);
                     break;
@@ -429,6 +452,27 @@ impl Producer {
     /// The topic's full name.
     pub fn topic(&self) -> &str {
         &self.inner.topic
+    }
+
+    /// Whether every partition producer is registered on a live connection now (false while
+    /// one reconnects after a lost connection or an unload; sends wait meanwhile).
+    pub fn is_connected(&self) -> bool {
+        self.inner
+            .partitions
+            .all()
+            .iter()
+            .all(|producer| producer.is_connected())
+    }
+
+    /// How many times a partition producer registered again after its connection was lost
+    /// or the broker closed it.
+    pub fn reconnects(&self) -> u64 {
+        self.inner
+            .partitions
+            .all()
+            .iter()
+            .map(|producer| producer.reconnects.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The number of partitions (0 for a topic that is not partitioned); it grows with

@@ -1,15 +1,21 @@
 //! One producer on one topic or partition: `PRODUCER`, the `SEND` frames, `CLOSE_PRODUCER`.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::oneshot;
 use txn_ack::TxnId;
 
 use super::{MessageId, OutgoingMessage};
+use crate::backoff::Backoff;
 use crate::batch::{BatchedMessage, encode_batch};
+use crate::connection::ProducerGone;
+use crate::pb::ServerError;
 use crate::pb::base_command::Type;
 use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
 use crate::{Client, Compression, Connection, Error, Frame, command_frame, compress};
@@ -53,18 +59,60 @@ impl PartitionSet {
     }
 }
 
+/// The wait for an entry's receipt.
+type Receipt = std::pin::Pin<Box<dyn Future<Output = Result<pb::MessageIdData, Error>> + Send>>;
+
+/// Where a partition producer is registered now.
+#[derive(Debug, Clone)]
+struct Link {
+    connection: Connection,
+    producer_id: u64,
+    /// Counts registrations: what an older one reports is stale.
+    generation: u64,
+    /// False from the loss of the connection (or `CLOSE_PRODUCER`) until registered again.
+    up: bool,
+}
+
+/// The sequence ids, and the entries sent that have no receipt yet, in sequence-id order:
+/// after a reconnection they are sent again in that order.
+#[derive(Debug, Default)]
+struct Sequencer {
+    next: u64,
+    awaiting: BTreeMap<u64, Awaiting>,
+}
+
+/// An entry sent (or to send once registered again) and the wait for its receipt.
+#[derive(Debug)]
+struct Awaiting {
+    frame: Frame,
+    done: oneshot::Sender<Result<pb::MessageIdData, Error>>,
+}
+
 /// A producer attached to one topic (or one partition of a partitioned topic).
+///
+/// When its connection is lost or the broker closes it (`CLOSE_PRODUCER`: an unload, a
+/// bundle moving to another broker), it looks the topic up again and registers under the
+/// same name with the next epoch, with backoff ([`crate::backoff`]), and sends the entries
+/// that have no receipt again, in sequence-id order with their sequence ids (a broker with
+/// deduplication drops the copies it already has). Sends wait meanwhile, each within the
+/// send timeout.
 #[derive(Debug)]
 pub(crate) struct PartitionProducer {
     pub(crate) topic: String,
     /// The partition index, -1 for a topic that is not partitioned.
     pub(crate) partition: i32,
-    pub(crate) connection: Connection,
-    pub(crate) producer_id: u64,
+    client: Client,
+    link: RwLock<Link>,
     pub(crate) name: String,
-    /// The next sequence id. Held while an entry is numbered and its frame queued, so that
-    /// frames reach the connection in sequence-id order whoever sends them.
-    sequence: Mutex<u64>,
+    /// Whether the name was the user's (else the broker assigned it at the first
+    /// registration; it is kept for the next ones).
+    user_named: bool,
+    txn_enabled: bool,
+    /// The epoch of the last registration.
+    epoch: AtomicU64,
+    /// Held while an entry is numbered and its frame queued, so that frames reach the
+    /// connection in sequence-id order whoever sends them.
+    sequencer: Mutex<Sequencer>,
     pub(crate) max_message_size: usize,
     /// The codec of every entry it sends.
     compression: Compression,
@@ -74,43 +122,42 @@ pub(crate) struct PartitionProducer {
     /// ids in order): held while a message's chunks go out, and by every other send while it
     /// writes its frame.
     send_order: tokio::sync::Mutex<()>,
+    /// How long a send waits for its receipt, reconnections included.
+    send_timeout: Duration,
+    /// Set by [`PartitionProducer::close`].
+    closing: AtomicBool,
+    /// Why registering again was refused for good (the topic was deleted or terminated,
+    /// the producer fenced): every send fails with it.
+    failed: Mutex<Option<Error>>,
+    /// Registrations after the first.
+    pub(crate) reconnects: AtomicU64,
+}
+
+/// What a partition producer is created with.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionSpec {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) name: Option<String>,
+    pub(crate) txn_enabled: bool,
+    pub(crate) compression: Compression,
+    pub(crate) chunk_size: Option<usize>,
+    pub(crate) send_timeout: Duration,
 }
 
 impl PartitionProducer {
     /// Looks the topic up and registers a producer on its broker.
-    pub(crate) async fn create(
-        client: &Client,
-        topic: String,
-        partition: i32,
-        name: Option<String>,
-        txn_enabled: bool,
-        compression: Compression,
-        chunk_size: Option<usize>,
-    ) -> Result<Self, Error> {
-        let connection = client.lookup(&topic).await?;
-        let producer_id = connection.next_id();
-        let answer = connection
-            .request("PRODUCER", |request_id| {
-                command_frame(Type::Producer, |c| {
-                    c.producer = Some(pb::CommandProducer {
-                        topic: topic.clone(),
-                        producer_id,
-                        request_id,
-                        user_provided_producer_name: Some(name.is_some()),
-                        producer_name: name,
-                        metadata: Vec::new(),
-                        epoch: Some(0),
-                        txn_enabled: Some(txn_enabled),
-                    });
-                })
-            })
-            .await?;
-        let success = answer.producer_success.ok_or_else(|| {
-            Error::malformed(format!(
-                "PRODUCER was answered by a frame of type {} instead of PRODUCER_SUCCESS",
-                answer.r#type
-            ))
-        })?;
+    pub(crate) async fn create(client: &Client, spec: PartitionSpec) -> Result<Arc<Self>, Error> {
+        let user_named = spec.name.is_some();
+        let (connection, producer_id, success) = register(
+            client,
+            &spec.topic,
+            spec.name.clone(),
+            user_named,
+            0,
+            spec.txn_enabled,
+        )
+        .await?;
         let max_message_size = connection
             .max_message_size()
             .and_then(|size| usize::try_from(size).ok())
@@ -118,17 +165,200 @@ impl PartitionProducer {
             .unwrap_or(crate::DEFAULT_MAX_MESSAGE_SIZE);
         let next_sequence =
             u64::try_from(success.last_sequence_id().saturating_add(1)).unwrap_or(0);
-        Ok(Self {
-            topic,
-            partition,
+        let link = Link {
             connection,
             producer_id,
+            generation: 0,
+            up: true,
+        };
+        let producer = Arc::new(Self {
+            topic: spec.topic,
+            partition: spec.partition,
+            client: client.clone(),
+            link: RwLock::new(link.clone()),
             name: success.producer_name,
-            sequence: Mutex::new(next_sequence),
+            user_named,
+            txn_enabled: spec.txn_enabled,
+            epoch: AtomicU64::new(0),
+            sequencer: Mutex::new(Sequencer {
+                next: next_sequence,
+                awaiting: BTreeMap::new(),
+            }),
             max_message_size,
-            compression,
-            chunk_size: chunk_size.map(|size| size.clamp(1, max_message_size)),
+            compression: spec.compression,
+            chunk_size: spec.chunk_size.map(|size| size.clamp(1, max_message_size)),
             send_order: tokio::sync::Mutex::new(()),
+            send_timeout: spec.send_timeout,
+            closing: AtomicBool::new(false),
+            failed: Mutex::new(None),
+            reconnects: AtomicU64::new(0),
+        });
+        producer.watch(&link);
+        Ok(producer)
+    }
+
+    /// Whether the producer is registered on a live connection now.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.link.read().up
+    }
+
+    /// Reconnects once `link` is gone.
+    fn watch(self: &Arc<Self>, link: &Link) {
+        let gone = link.connection.watch_producer(link.producer_id);
+        let generation = link.generation;
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let why = gone.await;
+            if let Some(this) = weak.upgrade() {
+                this.gone(generation, why);
+            }
+        });
+    }
+
+    /// The registration of `generation` is gone: registers again in the background.
+    fn gone(self: &Arc<Self>, generation: u64, why: ProducerGone) {
+        if self.closing.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut link = self.link.write();
+            if link.generation != generation || !link.up {
+                return;
+            }
+            link.up = false;
+        }
+        tracing::info!(topic = %self.topic, producer = %self.name, ?why, "producer disconnected: reconnecting");
+        tokio::spawn(reconnect(Arc::downgrade(self)));
+    }
+
+    /// Registers again and sends what has no receipt; `Err` when the registration was
+    /// refused for good.
+    async fn register_again(self: &Arc<Self>) -> Result<bool, Error> {
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let registered = register(
+            &self.client,
+            &self.topic,
+            Some(self.name.clone()),
+            self.user_named,
+            epoch,
+            self.txn_enabled,
+        )
+        .await;
+        let (connection, producer_id, _) = match registered {
+            Ok(registered) => registered,
+            Err(error) if register_retryable(&error) => {
+                tracing::debug!(topic = %self.topic, %error, "registering the producer again failed for now");
+                return Ok(false);
+            }
+            Err(error) => return Err(error),
+        };
+        let sequencer = self.sequencer.lock();
+        let link = {
+            let mut link = self.link.write();
+            link.connection.forget_producer(link.producer_id);
+            *link = Link {
+                connection,
+                producer_id,
+                generation: link.generation + 1,
+                up: true,
+            };
+            link.clone()
+        };
+        for (first, awaiting) in &sequencer.awaiting {
+            self.transmit(&link, *first, awaiting.frame.clone());
+        }
+        let resent = sequencer.awaiting.len();
+        drop(sequencer);
+        self.watch(&link);
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(topic = %self.topic, producer = %self.name, epoch, resent, "producer reconnected");
+        Ok(true)
+    }
+
+    /// Refused for good: every waiting send and every later one fails with `error`.
+    fn fail(&self, error: Error) {
+        tracing::warn!(topic = %self.topic, producer = %self.name, %error, "the producer cannot register again");
+        let mut sequencer = self.sequencer.lock();
+        *self.failed.lock() = Some(error.clone());
+        for (_, awaiting) in std::mem::take(&mut sequencer.awaiting) {
+            let _ = awaiting.done.send(Err(error.clone()));
+        }
+    }
+
+    /// Writes `frame` on `link` and completes its wait when the receipt comes; when the
+    /// connection is gone the frame waits for the next registration.
+    fn transmit(self: &Arc<Self>, link: &Link, first: u64, mut frame: Frame) {
+        if let Some(send) = frame.command.send.as_mut() {
+            send.producer_id = link.producer_id;
+        }
+        let Ok(receipt) = link.connection.start_send(link.producer_id, first, frame) else {
+            // The connection ended: the watcher registers again and sends it then.
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let result = receipt.await;
+            if let Some(this) = weak.upgrade() {
+                this.received(first, result);
+            }
+        });
+    }
+
+    /// The broker answered the entry numbered from `first` (on whichever registration).
+    fn received(&self, first: u64, result: Result<pb::MessageIdData, Error>) {
+        if let Err(error) = &result
+            && matches!(
+                error,
+                Error::ConnectionLost { .. } | Error::Closed(_) | Error::Timeout { .. }
+            )
+        {
+            // Sent again once registered again; the send's own timeout bounds the wait.
+            return;
+        }
+        let awaiting = self.sequencer.lock().awaiting.remove(&first);
+        if let Some(awaiting) = awaiting {
+            let _ = awaiting.done.send(result);
+        }
+    }
+
+    /// Queues `frame`, numbered from `first`, under the sequencer's lock; returns the wait
+    /// for its receipt, within the send timeout.
+    fn submit(
+        self: &Arc<Self>,
+        sequencer: &mut Sequencer,
+        first: u64,
+        frame: Frame,
+    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + use<>, Error> {
+        if let Some(error) = self.failed.lock().clone() {
+            return Err(error);
+        }
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::Closed("the producer"));
+        }
+        let (done, wait) = oneshot::channel();
+        {
+            let link = self.link.read();
+            if link.up {
+                self.transmit(&link, first, frame.clone());
+            }
+        }
+        sequencer.awaiting.insert(first, Awaiting { frame, done });
+        let weak = Arc::downgrade(self);
+        let timeout = self.send_timeout;
+        Ok(async move {
+            match tokio::time::timeout(timeout, wait).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(Error::Closed("the producer")),
+                Err(_) => {
+                    if let Some(this) = weak.upgrade() {
+                        this.sequencer.lock().awaiting.remove(&first);
+                    }
+                    Err(Error::Timeout {
+                        operation: "SEND",
+                        after: timeout,
+                    })
+                }
+            }
         })
     }
 
@@ -156,7 +386,7 @@ impl PartitionProducer {
     /// Sends one message that is not in a batch (no `num_messages_in_batch`); with chunking,
     /// in chunks when it is too large for one entry.
     pub(crate) async fn send_single(
-        &self,
+        self: &Arc<Self>,
         message: &OutgoingMessage,
         txn: Option<TxnId>,
     ) -> Result<MessageId, Error> {
@@ -179,7 +409,7 @@ impl PartitionProducer {
     /// `total_chunk_msg_size`, and the message's metadata on each, as the Java client
     /// sends them); returns the last chunk's id. The whole payload is compressed first.
     async fn send_chunked(
-        &self,
+        self: &Arc<Self>,
         message: &OutgoingMessage,
         txn: Option<TxnId>,
         chunk_size: usize,
@@ -191,9 +421,9 @@ impl PartitionProducer {
         // sequence id taken under it is the highest on the wire so far.
         let order = self.send_order.lock().await;
         let sequence_id = {
-            let mut next = self.sequence.lock();
-            let id = *next;
-            *next += 1;
+            let mut sequencer = self.sequencer.lock();
+            let id = sequencer.next;
+            sequencer.next += 1;
             id
         };
         let metadata =
@@ -204,9 +434,7 @@ impl PartitionProducer {
         let room = chunk_size.saturating_sub(overhead).max(1);
         if data.len() <= room {
             let frame = self.send_frame(sequence_id, None, txn, metadata, data, false);
-            let receipt = self
-                .connection
-                .start_send(self.producer_id, sequence_id, frame)?;
+            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame)?;
             drop(order);
             return Ok(self.id_of(receipt.await?));
         }
@@ -233,9 +461,7 @@ impl PartitionProducer {
             };
             let frame = self.send_frame(sequence_id, None, txn, chunk, piece, true);
             // The chunks share the sequence id: one receipt at a time.
-            let receipt = self
-                .connection
-                .start_send(self.producer_id, sequence_id, frame)?;
+            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame)?;
             last = Some(receipt.await?);
         }
         drop(order);
@@ -255,7 +481,7 @@ impl PartitionProducer {
     /// Sends messages as one batch entry (`num_messages_in_batch` set, even for one message);
     /// returns each message's id.
     pub(crate) async fn send_batch(
-        &self,
+        self: &Arc<Self>,
         messages: &[&OutgoingMessage],
         txn: Option<TxnId>,
     ) -> Result<Vec<MessageId>, Error> {
@@ -291,16 +517,16 @@ impl PartitionProducer {
     /// sequence lock: the frames of one producer reach the wire in sequence-id order, however
     /// many tasks send at once. The ids are used up only when the frame is queued.
     fn write(
-        &self,
+        self: &Arc<Self>,
         count: u64,
         build: impl FnOnce(u64) -> Result<Frame, Error>,
-    ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + '_, Error> {
-        let mut next = self.sequence.lock();
-        let first = *next;
+    ) -> Result<Receipt, Error> {
+        let mut sequencer = self.sequencer.lock();
+        let first = sequencer.next;
         let frame = build(first)?;
-        let receipt = self.connection.start_send(self.producer_id, first, frame)?;
-        *next = first + count;
-        Ok(receipt)
+        let receipt = self.submit(&mut sequencer, first, frame)?;
+        sequencer.next = first + count;
+        Ok(Box::pin(receipt))
     }
 
     /// The `SEND` frame of a batch entry whose messages are numbered from `first`.
@@ -448,7 +674,8 @@ impl PartitionProducer {
     ) -> Frame {
         let command = command_frame(Type::Send, |c| {
             c.send = Some(pb::CommandSend {
-                producer_id: self.producer_id,
+                // Set by `transmit` to the registration it goes out on.
+                producer_id: 0,
                 sequence_id,
                 num_messages,
                 txnid_least_bits: txn.map(|t| t.least_bits),
@@ -461,10 +688,20 @@ impl PartitionProducer {
         Frame::with_payload(command, metadata, data)
     }
 
-    /// `CLOSE_PRODUCER`.
+    /// `CLOSE_PRODUCER` (when registered now); sends still waiting fail with
+    /// [`Error::Closed`].
     pub(crate) async fn close(&self) -> Result<(), Error> {
-        let producer_id = self.producer_id;
-        self.connection
+        self.closing.store(true, Ordering::Release);
+        let link = self.link.read().clone();
+        link.connection.forget_producer(link.producer_id);
+        for (_, awaiting) in std::mem::take(&mut self.sequencer.lock().awaiting) {
+            let _ = awaiting.done.send(Err(Error::Closed("the producer")));
+        }
+        if !link.up {
+            return Ok(());
+        }
+        let producer_id = link.producer_id;
+        link.connection
             .request("CLOSE_PRODUCER", |request_id| {
                 command_frame(Type::CloseProducer, |c| {
                     c.close_producer = Some(pb::CommandCloseProducer {
@@ -476,6 +713,83 @@ impl PartitionProducer {
             .await
             .map(drop)
     }
+}
+
+/// Registers again (in the background) until registered, refused for good, or the producer
+/// is gone or closing.
+async fn reconnect(weak: Weak<PartitionProducer>) {
+    let mut backoff = Backoff::default();
+    loop {
+        let Some(this) = weak.upgrade() else {
+            return;
+        };
+        if this.closing.load(Ordering::Acquire) {
+            return;
+        }
+        match this.register_again().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(error) => {
+                this.fail(error);
+                return;
+            }
+        }
+        drop(this);
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+/// Looks `topic` up and registers a producer on its broker (`PRODUCER`); returns the
+/// connection, the producer id on it and the broker's answer.
+async fn register(
+    client: &Client,
+    topic: &str,
+    name: Option<String>,
+    user_named: bool,
+    epoch: u64,
+    txn_enabled: bool,
+) -> Result<(Connection, u64, pb::CommandProducerSuccess), Error> {
+    let connection = client.lookup(topic).await?;
+    let producer_id = connection.next_id();
+    let answer = connection
+        .request("PRODUCER", |request_id| {
+            command_frame(Type::Producer, |c| {
+                c.producer = Some(pb::CommandProducer {
+                    topic: topic.to_owned(),
+                    producer_id,
+                    request_id,
+                    user_provided_producer_name: Some(user_named),
+                    producer_name: name,
+                    metadata: Vec::new(),
+                    epoch: Some(epoch),
+                    txn_enabled: Some(txn_enabled),
+                });
+            })
+        })
+        .await?;
+    let success = answer.producer_success.ok_or_else(|| {
+        Error::malformed(format!(
+            "PRODUCER was answered by a frame of type {} instead of PRODUCER_SUCCESS",
+            answer.r#type
+        ))
+    })?;
+    Ok((connection, producer_id, success))
+}
+
+/// Whether registering again may succeed later: the broker is down, starting or moving the
+/// topic, or still has the previous registration (`ProducerBusy` until it notices the old
+/// connection is gone).
+fn register_retryable(error: &Error) -> bool {
+    error.is_retryable()
+        || matches!(
+            error,
+            Error::Server { code, .. }
+                if matches!(
+                    ServerError::try_from(*code),
+                    Ok(ServerError::ProducerBusy | ServerError::UnknownError)
+                )
+        )
+        || matches!(error, Error::Server { message, .. } if message.contains("being unloaded"))
 }
 
 /// The key `of` every message, when all have the same one.

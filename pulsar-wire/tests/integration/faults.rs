@@ -1,11 +1,12 @@
-//! Faults: a lost connection fails what waits on it; corrupted messages are reported.
+//! Faults: a lost connection fails what waits on it (a producer registers again and sends
+//! again instead); corrupted messages are reported.
 
 use std::time::{Duration, Instant};
 
 use pulsar_wire::emulator::{EmulatorConfig, Faults};
 use pulsar_wire::{Consumer, ConsumerOptions, Error, MessageId, OutgoingMessage};
 
-use crate::support::{PATIENCE, Setup, assert_quiet, receive, send_all, within};
+use crate::support::{PATIENCE, Setup, assert_quiet, producer_options, receive, send_all, within};
 
 #[tokio::test]
 async fn connection_loss_fails_pending_requests_instead_of_hanging() {
@@ -36,14 +37,15 @@ async fn connection_loss_fails_pending_requests_instead_of_hanging() {
     );
     let started = Instant::now();
     assert!(setup.emulator.disconnect_all() > 0);
+    setup.emulator.set_faults(Faults::none());
+    // The producer registers again and sends the message again: the send succeeds.
     let send = within(Duration::from_secs(5), send)
         .await
         .expect("the send does not hang")
         .expect("joined");
-    assert!(
-        matches!(send, Err(Error::ConnectionLost { .. })),
-        "{send:?}"
-    );
+    assert!(send.is_ok(), "{send:?}");
+    assert_eq!(producer.reconnects(), 1);
+    assert!(producer.is_connected());
     let txn = within(Duration::from_secs(5), txn)
         .await
         .expect("NEW_TXN does not hang")
@@ -57,8 +59,9 @@ async fn connection_loss_fails_pending_requests_instead_of_hanging() {
         "{received:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
-    // Later calls on the lost connection fail at once too.
-    assert!(producer.send(OutgoingMessage::new("late")).await.is_err());
+    // Later calls on the lost connection fail at once too (the consumer's); the producer
+    // goes on.
+    assert!(producer.send(OutgoingMessage::new("late")).await.is_ok());
     assert!(consumer.receive().await.is_err());
 }
 
@@ -66,12 +69,22 @@ async fn connection_loss_fails_pending_requests_instead_of_hanging() {
 async fn a_connection_dropped_mid_stream_surfaces_on_every_side() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let consumer = setup.shared("dropped", ConsumerOptions::default()).await;
-    let producer = setup.producer("dropped", 5).await;
+    // Every connection is dropped from now on, so the producer never registers again: its
+    // sends wait for that within the send timeout, then fail.
+    let producer = setup
+        .client
+        .create_producer(
+            "dropped",
+            producer_options(5).send_timeout(Duration::from_millis(500)),
+        )
+        .await
+        .expect("producer created");
     send_all(&producer, 10).await;
     setup
         .emulator
         .set_faults(Faults::none().drop_after_frames(Some(3)));
     let mut outcome = Ok(());
+    let mut sent = Vec::new();
     for _ in 0..100 {
         match within(Duration::from_secs(5), consumer.receive()).await {
             Some(Ok(message)) => {
@@ -83,12 +96,19 @@ async fn a_connection_dropped_mid_stream_surfaces_on_every_side() {
             }
             None => panic!("receive hung after the connection dropped"),
         }
-        let _ = producer.send(OutgoingMessage::new("more")).await;
+        sent.push(producer.send(OutgoingMessage::new("more")).await);
     }
     assert!(
         matches!(outcome, Err(Error::ConnectionLost { .. })),
         "{outcome:?}"
     );
+    assert!(
+        sent.iter()
+            .skip(1)
+            .all(|send| matches!(send, Err(Error::Timeout { .. }))),
+        "{sent:?}"
+    );
+    assert!(!producer.is_connected());
     assert!(setup.stats().faults.dropped_connections > 0);
 }
 
@@ -180,4 +200,57 @@ async fn an_undecodable_entry_left_alone_goes_to_the_next_consumer() {
     next.ack_id(&again).await.expect("ack queued");
     next.flush_acks().await;
     setup.assert_drained("corrupt-left").await;
+}
+
+/// A producer whose connection drops while its sends are in flight registers again and
+/// sends what has no receipt, in order: every send succeeds, and a consumer that subscribes
+/// afterwards finds every payload, in the order sent (copies of an entry persisted before
+/// its receipt was lost may follow it; the emulator does not deduplicate).
+#[tokio::test]
+async fn a_producer_survives_its_connection_dropping_mid_stream() {
+    for per_batch in [0, 7] {
+        let setup = Setup::new(EmulatorConfig::default()).await;
+        let topic = format!("survivor-{per_batch}");
+        let producer = setup.producer(&topic, per_batch).await;
+        let mut sends = Vec::new();
+        for i in 0..300 {
+            sends.push(tokio::spawn({
+                let producer = producer.clone();
+                async move { producer.send(OutgoingMessage::new(format!("m{i}"))).await }
+            }));
+            if i % 60 == 59 {
+                tokio::task::yield_now().await;
+                assert!(setup.emulator.disconnect_all() > 0);
+                let deadline = Instant::now() + PATIENCE;
+                while producer.reconnects() < (i as u64 + 1) / 60 || !producer.is_connected() {
+                    assert!(Instant::now() < deadline, "the producer did not reconnect");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        for (i, send) in sends.into_iter().enumerate() {
+            let sent = within(PATIENCE, send)
+                .await
+                .unwrap_or_else(|| panic!("send {i} hung"))
+                .expect("joined");
+            assert!(sent.is_ok(), "send {i}: {sent:?}");
+        }
+        assert!(producer.reconnects() >= 5, "{}", producer.reconnects());
+        assert!(producer.is_connected());
+        let consumer = setup.shared(&topic, ConsumerOptions::default()).await;
+        let mut next = 0;
+        while next < 300 {
+            let message = within(PATIENCE, consumer.receive())
+                .await
+                .unwrap_or_else(|| panic!("m{next} did not arrive"))
+                .expect("received");
+            let payload = String::from_utf8_lossy(message.payload()).into_owned();
+            let index: usize = payload[1..].parse().expect("a payload of ours");
+            assert!(index <= next, "m{index} arrived before m{next}");
+            if index == next {
+                next += 1;
+            }
+            consumer.ack(&message).await.expect("acked");
+        }
+    }
 }
