@@ -57,6 +57,49 @@ impl Backoff {
     }
 }
 
+/// A link (a registration, a subscription) that ends sooner than this after it was made
+/// counts as one more failed attempt.
+pub(crate) const SHORT_LIVED: Duration = Duration::from_secs(1);
+
+/// The backoff of reconnections, kept across links that end at once: a broker that closes
+/// a producer or consumer right after each registration is not asked again in a tight loop.
+#[derive(Debug)]
+pub(crate) struct Retries {
+    backoff: Backoff,
+    linked_at: tokio::time::Instant,
+}
+
+impl Retries {
+    /// Linked now.
+    pub(crate) fn new() -> Self {
+        Self {
+            backoff: Backoff::default(),
+            linked_at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The link was lost: how long to wait before the first attempt (none after a link that
+    /// lasted, which starts a new series).
+    pub(crate) fn after_loss(&mut self) -> Duration {
+        if self.linked_at.elapsed() >= SHORT_LIVED {
+            self.backoff = Backoff::default();
+            Duration::ZERO
+        } else {
+            self.backoff.next_delay()
+        }
+    }
+
+    /// An attempt failed: how long to wait before the next.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        self.backoff.next_delay()
+    }
+
+    /// A new link was made.
+    pub(crate) fn linked(&mut self) {
+        self.linked_at = tokio::time::Instant::now();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,6 +146,27 @@ impl AckTracker {
         Some(individual(AckId::whole_entry(position)))
     }
 
+    /// The ack that says again what this tracker already acknowledged of `position`'s
+    /// entry, when `position` is among it: for a redelivery of a message whose ack the
+    /// broker did not get (sent on a connection that was lost). `None` when `position` is
+    /// not acknowledged here (or the completed entry was forgotten since).
+    pub fn acked_again(&self, position: &MessagePosition) -> Option<Ack> {
+        let entry = position.entry();
+        if self.completed.contains(&entry) || self.covered_by_cumulative(position) {
+            return Some(individual(AckId::whole_entry(position)));
+        }
+        let set = self.partial.get(&entry)?;
+        let index = position.index_in_batch("an ack said again").ok()?;
+        if set.is_outstanding(index) == Ok(false) {
+            return Some(individual(AckId::with_set(
+                position,
+                position.batch_index(),
+                set.clone(),
+            )));
+        }
+        None
+    }
+
     /// Whether a cumulative ack already covers `position`.
     fn covered_by_cumulative(&self, position: &MessagePosition) -> bool {
         self.last_cumulative
@@ -253,6 +274,24 @@ mod tests {
 
     fn words(ack: &Ack) -> Vec<i64> {
         ack.id.wire_ack_set().collect()
+    }
+
+    #[test]
+    fn acks_are_said_again_only_for_what_was_acknowledged() {
+        let mut tracker = AckTracker::new(PartialBatches::SendAckSet);
+        tracker.ack(&at(1, 0, 3)).unwrap();
+        // Index 0 of entry 1: the set acknowledged so far; index 1 is not acknowledged.
+        let again = tracker.acked_again(&at(1, 0, 3)).expect("acknowledged");
+        assert_eq!(words(&again), [0b110]);
+        assert!(tracker.acked_again(&at(1, 1, 3)).is_none());
+        // A completed entry: the whole entry.
+        tracker.ack(&at(1, 1, 3)).unwrap();
+        tracker.ack(&at(1, 2, 3)).unwrap();
+        assert!(tracker.acked_again(&at(1, 1, 3)).unwrap().id.is_whole_entry());
+        // Below a cumulative ack: the whole entry; an entry never acknowledged: nothing.
+        tracker.ack_cumulative(&at(5, 2, 3)).unwrap();
+        assert!(tracker.acked_again(&at(4, 0, 3)).unwrap().id.is_whole_entry());
+        assert!(tracker.acked_again(&at(6, 0, 3)).is_none());
     }
 
     #[test]

@@ -48,10 +48,11 @@ impl Flush<AckKey, AckId> for AckFlusher {
             (AckType::Individual, merge(items))
         };
         let count = ids.len() as u64;
+        let link = consumer.link();
         let ack = |request_id: Option<u64>| {
             command_frame(Type::Ack, |c| {
                 c.ack = Some(pb::CommandAck {
-                    consumer_id: consumer.consumer_id,
+                    consumer_id: link.consumer_id,
                     ack_type: ack_type as i32,
                     message_id: ids.clone(),
                     request_id,
@@ -60,12 +61,11 @@ impl Flush<AckKey, AckId> for AckFlusher {
             })
         };
         if self.receipts {
-            consumer
-                .connection
+            link.connection
                 .request("ACK", |request_id| ack(Some(request_id)))
                 .await?;
         } else {
-            consumer.connection.send(ack(None))?;
+            link.connection.send(ack(None))?;
         }
         self.counters.ack_frames.fetch_add(1, Ordering::Relaxed);
         self.counters.acked_ids.fetch_add(count, Ordering::Relaxed);

@@ -30,7 +30,7 @@ pub use message::Message;
 use message::Origin;
 use partition::PartitionList;
 use partition::Undecodable;
-pub(crate) use partition::{Delivery, Ledger, PartitionConsumer};
+pub(crate) use partition::{ConsumerLink, Delivery, Ledger, PartitionConsumer};
 
 use crate::{Client, Connection, Error, MessageId, Transaction};
 
@@ -272,6 +272,8 @@ pub(crate) struct Counters {
     duplicates: AtomicU64,
     resyncs: AtomicU64,
     blind_resyncs: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
+    pub(crate) acks_resent: AtomicU64,
     closed_by_broker: AtomicBool,
     reached_end_of_topic: AtomicBool,
 }
@@ -321,6 +323,12 @@ pub struct ConsumerStats {
     /// consumer and an idle topic look the same from the client): on a busy topic, each one
     /// is a drift of the broker's count that the consumer did not follow.
     pub blind_resyncs: u64,
+    /// Times a partition consumer subscribed again after its connection was lost or the
+    /// broker closed it.
+    pub reconnects: u64,
+    /// Acks sent again for redelivered messages the application had acknowledged (outside
+    /// a transaction) whose acks the broker did not get.
+    pub acks_resent: u64,
     /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
     pub closed_by_broker: bool,
     /// Whether the topic reached its end.
@@ -766,10 +774,6 @@ impl Consumer {
     pub(crate) fn delivery_error(&self, delivery: Delivery) -> Error {
         let error = match delivery {
             Delivery::Undecodable(entry) => return self.undecodable(&entry),
-            Delivery::Closed { topic } => {
-                tracing::info!(%topic, subscription = %self.subscription, "the broker closed the consumer");
-                Error::Closed("the consumer (the broker sent CLOSE_CONSUMER)")
-            }
             Delivery::Lost(error) => error,
             Delivery::Message(message) => Error::Invalid {
                 what: "delivery",
@@ -985,9 +989,11 @@ impl Consumer {
             ack
         };
         txn.watch(&partition.ledger);
-        let consumer_id = partition.consumer_id;
-        let answer = partition
-            .connection
+        let ConsumerLink {
+            connection,
+            consumer_id,
+        } = partition.link();
+        let answer = connection
             .request("ACK", |request_id| {
                 acks::txn_ack_frame(consumer_id, &ack, request_id)
             })
@@ -1128,7 +1134,8 @@ impl Consumer {
     /// [`Error::Invalid`] for a message of another consumer.
     pub fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
         let partition = self.partition(message)?;
-        Ok((partition.connection.clone(), partition.consumer_id))
+        let link = partition.link();
+        Ok((link.connection, link.consumer_id))
     }
 
     /// A snapshot of the counters.
@@ -1152,6 +1159,8 @@ impl Consumer {
             duplicates: load(&c.duplicates),
             resyncs: load(&c.resyncs),
             blind_resyncs: load(&c.blind_resyncs),
+            reconnects: load(&c.reconnects),
+            acks_resent: load(&c.acks_resent),
             closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),
             reached_end_of_topic: c.reached_end_of_topic.load(Ordering::Relaxed),
         }
@@ -1222,9 +1231,7 @@ impl Drop for Consumer {
             task.abort();
         }
         for partition in self.partitions.all().iter() {
-            partition
-                .connection
-                .unregister_consumer(partition.consumer_id);
+            partition.unregister();
         }
     }
 }

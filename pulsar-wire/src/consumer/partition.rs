@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
@@ -15,10 +15,11 @@ use txn_ack::{
 use super::chunks::{Added, Assembler, Chunk};
 use super::message::{Origin, assembled, decode};
 use super::{ConsumerOptions, Counters, Message};
+use crate::backoff::Retries;
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
-use crate::pb::{self, command_subscribe};
-use crate::{Client, Connection, ConsumerEvent, Error, command_frame};
+use crate::pb::{self, ServerError, command_subscribe};
+use crate::{Client, Connection, ConsumerEvent, Error, Frame, command_frame};
 
 /// What the partition tasks hand to [`super::Consumer::receive`].
 #[derive(Debug)]
@@ -26,11 +27,7 @@ pub(crate) enum Delivery {
     Message(Box<Message>),
     /// An entry that cannot be decoded: not acknowledged, handed over as an error.
     Undecodable(Box<Undecodable>),
-    /// The broker closed this partition's consumer (`CLOSE_CONSUMER`).
-    Closed {
-        topic: String,
-    },
-    /// The connection of this partition's consumer was lost.
+    /// This partition's consumer cannot go on: subscribing again was refused for good.
     Lost(Error),
 }
 
@@ -195,13 +192,38 @@ struct Permits {
     paused: bool,
 }
 
+/// The connection a partition consumer is subscribed on, and its id there.
+#[derive(Debug, Clone)]
+pub(crate) struct ConsumerLink {
+    pub(crate) connection: Connection,
+    pub(crate) consumer_id: u64,
+}
+
+/// What a partition consumer needs to subscribe again.
+#[derive(Debug, Clone)]
+struct Resubscribe {
+    client: Client,
+    subscription: String,
+    options: ConsumerOptions,
+}
+
 /// A consumer attached to one topic (or one partition of a partitioned topic).
+///
+/// When its connection is lost or the broker closes it (`CLOSE_CONSUMER`: an unload, a
+/// bundle moving), its pump subscribes again with backoff ([`crate::backoff`]) and grants its
+/// permits afresh; the broker redelivers what is unacknowledged, and the ledger hides the
+/// copies of what the application already has. Acks keep going through the same trackers
+/// and grouping; `receive` waits meanwhile.
 #[derive(Debug)]
 pub(crate) struct PartitionConsumer {
     pub(crate) topic: String,
     pub(crate) partition: i32,
-    pub(crate) connection: Connection,
-    pub(crate) consumer_id: u64,
+    /// Where it is subscribed now: replaced when it subscribes again.
+    link: RwLock<ConsumerLink>,
+    /// What it subscribes again with.
+    resubscribe: Resubscribe,
+    /// Set by [`PartitionConsumer::close`]: a consumer closing does not subscribe again.
+    closing: AtomicBool,
     permits: Mutex<Permits>,
     /// The receiver queue: the permits granted at subscription.
     pub(crate) queue_size: u32,
@@ -237,31 +259,8 @@ impl PartitionConsumer {
         paused: bool,
     ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
-        let connection = client.lookup(&topic).await?;
-        let consumer_id = connection.next_id();
-        let events = connection.register_consumer(consumer_id);
-        let subscribed = connection
-            .request("SUBSCRIBE", |request_id| {
-                command_frame(Type::Subscribe, |c| {
-                    c.subscribe = Some(pb::CommandSubscribe {
-                        topic: topic.clone(),
-                        subscription: subscription.to_owned(),
-                        sub_type: options.sub_type.wire() as i32,
-                        consumer_id,
-                        request_id,
-                        consumer_name: options.name.clone(),
-                        durable: Some(true),
-                        initial_position: Some(options.initial_position.wire() as i32),
-                        key_shared_meta: options.key_shared_meta(),
-                        ..pb::CommandSubscribe::default()
-                    });
-                })
-            })
-            .await;
-        if let Err(error) = subscribed {
-            connection.unregister_consumer(consumer_id);
-            return Err(error);
-        }
+        let (connection, consumer_id, events) =
+            subscribe_on(client, &topic, subscription, options).await?;
         let max_uncompressed = options.max_uncompressed_size.unwrap_or_else(|| {
             connection
                 .max_message_size()
@@ -272,8 +271,16 @@ impl PartitionConsumer {
         let consumer = Self {
             topic,
             partition,
-            connection,
-            consumer_id,
+            link: RwLock::new(ConsumerLink {
+                connection,
+                consumer_id,
+            }),
+            resubscribe: Resubscribe {
+                client: client.clone(),
+                subscription: subscription.to_owned(),
+                options: options.clone(),
+            },
+            closing: AtomicBool::new(false),
             permits: Mutex::new(Permits {
                 owed: if paused { queue_size } else { 0 },
                 paused,
@@ -434,14 +441,107 @@ impl PartitionConsumer {
         self.permits.lock().paused
     }
 
+    /// Acknowledges again the redelivered messages the application had acknowledged
+    /// outside a transaction: the broker did not get those acks (they went out on a
+    /// connection that was lost, or were grouped when it was), and would otherwise keep
+    /// them unacknowledged for good.
+    fn ack_again(&self, positions: &[MessagePosition], counters: &Counters) {
+        if positions.is_empty() {
+            return;
+        }
+        let ids: Vec<pb::MessageIdData> = {
+            let tracker = self.acks.lock();
+            positions
+                .iter()
+                .filter_map(|position| tracker.acked_again(position))
+                .map(|ack| super::acks::wire_id(&ack.id))
+                .collect()
+        };
+        if ids.is_empty() {
+            return;
+        }
+        let count = ids.len() as u64;
+        let sent = self.send(|consumer_id| {
+            command_frame(Type::Ack, |c| {
+                c.ack = Some(pb::CommandAck {
+                    consumer_id,
+                    ack_type: pb::command_ack::AckType::Individual as i32,
+                    message_id: ids,
+                    ..pb::CommandAck::default()
+                });
+            })
+        });
+        if sent.is_ok() {
+            counters.acks_resent.fetch_add(count, Ordering::Relaxed);
+            counters.ack_frames.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Where it is subscribed now.
+    pub(crate) fn link(&self) -> ConsumerLink {
+        self.link.read().clone()
+    }
+
+    /// Sends `frame`, made for the consumer id it is given, on the current link.
+    pub(crate) fn send(&self, frame: impl FnOnce(u64) -> Frame) -> Result<(), Error> {
+        let link = self.link.read();
+        link.connection.send(frame(link.consumer_id))
+    }
+
     /// Grants the broker `permits` more messages.
     fn flow(&self, permits: u32) -> Result<(), Error> {
-        self.connection.send(command_frame(Type::Flow, |c| {
-            c.flow = Some(pb::CommandFlow {
-                consumer_id: self.consumer_id,
-                message_permits: permits,
-            });
-        }))
+        self.send(|consumer_id| {
+            command_frame(Type::Flow, |c| {
+                c.flow = Some(pb::CommandFlow {
+                    consumer_id,
+                    message_permits: permits,
+                });
+            })
+        })
+    }
+
+    /// Subscribes again after the link was lost or closed by the broker: a fresh consumer
+    /// id on the connection the lookup gives, the ledger told the broker's count starts over
+    /// (the broker redelivers what is unacknowledged), the permits granted afresh. Returns
+    /// the receiver of the new link's frames.
+    async fn subscribe_again(
+        &self,
+        counters: &Counters,
+    ) -> Result<mpsc::UnboundedReceiver<ConsumerEvent>, Error> {
+        let again = &self.resubscribe;
+        let (connection, consumer_id, events) = subscribe_on(
+            &again.client,
+            &self.topic,
+            &again.subscription,
+            &again.options,
+        )
+        .await?;
+        {
+            let mut link = self.link.write();
+            link.connection.unregister_consumer(link.consumer_id);
+            *link = ConsumerLink {
+                connection,
+                consumer_id,
+            };
+        }
+        self.ledger.lock().deliveries.resynced();
+        let grant = {
+            let mut permits = self.permits.lock();
+            if permits.paused {
+                permits.owed = self.queue_size;
+                None
+            } else {
+                permits.owed = 0;
+                Some(self.queue_size)
+            }
+        };
+        if let Some(grant) = grant
+            && self.flow(grant).is_ok()
+        {
+            counters.flow_frames.fetch_add(1, Ordering::Relaxed);
+        }
+        counters.reconnects.fetch_add(1, Ordering::Relaxed);
+        Ok(events)
     }
 
     /// Counts messages taken off the queue; refills the permits once half the queue is used,
@@ -463,15 +563,16 @@ impl PartitionConsumer {
     /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` for these ids, or for everything unacknowledged
     /// when `ids` is empty.
     pub(crate) fn redeliver(&self, ids: Vec<pb::MessageIdData>) -> Result<(), Error> {
-        self.connection
-            .send(command_frame(Type::RedeliverUnacknowledgedMessages, |c| {
+        self.send(|consumer_id| {
+            command_frame(Type::RedeliverUnacknowledgedMessages, |c| {
                 c.redeliver_unacknowledged_messages =
                     Some(pb::CommandRedeliverUnacknowledgedMessages {
-                        consumer_id: self.consumer_id,
+                        consumer_id,
                         message_ids: ids,
                         consumer_epoch: None,
                     });
-            }))
+            })
+        })
     }
 
     /// Repairs a drifted unacked count on the broker with `REDELIVER_UNACKNOWLEDGED_MESSAGES`
@@ -544,9 +645,12 @@ impl PartitionConsumer {
 
     /// `CLOSE_CONSUMER`.
     pub(crate) async fn close(&self) -> Result<(), Error> {
-        let consumer_id = self.consumer_id;
-        let result = self
-            .connection
+        self.closing.store(true, Ordering::Release);
+        let ConsumerLink {
+            connection,
+            consumer_id,
+        } = self.link();
+        let result = connection
             .request("CLOSE_CONSUMER", |request_id| {
                 command_frame(Type::CloseConsumer, |c| {
                     c.close_consumer = Some(pb::CommandCloseConsumer {
@@ -556,9 +660,106 @@ impl PartitionConsumer {
                 })
             })
             .await;
-        self.connection.unregister_consumer(consumer_id);
+        connection.unregister_consumer(consumer_id);
         result.map(drop)
     }
+
+    /// Stops routing frames to it (the consumer is dropped).
+    pub(crate) fn unregister(&self) {
+        self.closing.store(true, Ordering::Release);
+        let link = self.link.read();
+        link.connection.unregister_consumer(link.consumer_id);
+    }
+}
+
+/// Subscribes `consumer` again until it is subscribed (the receiver of its new frames), it
+/// closes, nothing receives any more, or the broker refuses for good (the application is
+/// then told, and `None`).
+///
+/// A link that ended soon after it was made counts as a failed attempt
+/// ([`Retries`]), so a broker that closes the consumer right after each subscription is not
+/// asked again in a tight loop.
+async fn resubscribe(
+    consumer: &PartitionConsumer,
+    counters: &Counters,
+    deliveries: &mpsc::Sender<Delivery>,
+    retries: &mut Retries,
+) -> Option<mpsc::UnboundedReceiver<ConsumerEvent>> {
+    tokio::time::sleep(retries.after_loss()).await;
+    loop {
+        if consumer.closing.load(Ordering::Acquire) || deliveries.is_closed() {
+            return None;
+        }
+        match consumer.subscribe_again(counters).await {
+            Ok(events) => {
+                tracing::info!(topic = %consumer.topic, "consumer subscribed again");
+                retries.linked();
+                return Some(events);
+            }
+            Err(error) if resubscribe_retryable(&error) => {
+                let delay = retries.next_delay();
+                tracing::debug!(topic = %consumer.topic, %error, ?delay, "subscribing again failed for now");
+                tokio::time::sleep(delay).await;
+            }
+            Err(error) => {
+                tracing::warn!(topic = %consumer.topic, %error, "the consumer cannot subscribe again");
+                let _ = deliveries.send(Delivery::Lost(error)).await;
+                return None;
+            }
+        }
+    }
+}
+
+/// Looks `topic` up, registers for its frames and subscribes (`SUBSCRIBE`); returns the
+/// connection, the consumer id on it and the receiver of its frames.
+async fn subscribe_on(
+    client: &Client,
+    topic: &str,
+    subscription: &str,
+    options: &ConsumerOptions,
+) -> Result<(Connection, u64, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
+    let connection = client.lookup(topic).await?;
+    let consumer_id = connection.next_id();
+    let events = connection.register_consumer(consumer_id);
+    let subscribed = connection
+        .request("SUBSCRIBE", |request_id| {
+            command_frame(Type::Subscribe, |c| {
+                c.subscribe = Some(pb::CommandSubscribe {
+                    topic: topic.to_owned(),
+                    subscription: subscription.to_owned(),
+                    sub_type: options.sub_type.wire() as i32,
+                    consumer_id,
+                    request_id,
+                    consumer_name: options.name.clone(),
+                    durable: Some(true),
+                    initial_position: Some(options.initial_position.wire() as i32),
+                    key_shared_meta: options.key_shared_meta(),
+                    ..pb::CommandSubscribe::default()
+                });
+            })
+        })
+        .await;
+    if let Err(error) = subscribed {
+        connection.unregister_consumer(consumer_id);
+        return Err(error);
+    }
+    Ok((connection, consumer_id, events))
+}
+
+/// Whether subscribing again may succeed later: the broker is down, starting or moving the
+/// topic, or still has the previous consumer (`ConsumerBusy` on an exclusive subscription
+/// until it notices the old connection is gone).
+fn resubscribe_retryable(error: &Error) -> bool {
+    error.is_retryable()
+        || matches!(
+            error,
+            Error::Server { code, .. }
+                if matches!(
+                    ServerError::try_from(*code),
+                    Ok(ServerError::ConsumerBusy | ServerError::UnknownError)
+                )
+        )
+        || matches!(error, Error::Server { message, .. } if message.contains("being unloaded"))
 }
 
 fn position_entry(id: &crate::MessageId) -> EntryId {
@@ -578,16 +779,23 @@ pub(crate) async fn pump(
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
     let mut blind = QuietResyncs::new();
+    let mut retries = Retries::new();
     loop {
         let event = match tokio::time::timeout(QUIET, events.recv()).await {
             Ok(Some(event)) => event,
             Ok(None) => {
-                // The connection ended with this consumer's queue full (or the consumer was
-                // unregistered, when nothing receives any more).
-                let _ = deliveries
-                    .send(Delivery::Lost(consumer.connection.lost_error()))
-                    .await;
-                return;
+                // Unregistered: the consumer was closed or dropped, or its connection ended
+                // (which sends `ConnectionLost` first).
+                if consumer.closing.load(Ordering::Acquire) {
+                    return;
+                }
+                match resubscribe(&consumer, &counters, &deliveries, &mut retries).await {
+                    Some(more) => {
+                        events = more;
+                        continue;
+                    }
+                    None => return,
+                }
             }
             Err(_) => {
                 for delivery in consumer.expired_chunks(origin.slot, &counters) {
@@ -607,18 +815,23 @@ pub(crate) async fn pump(
                 counters.reached_end_of_topic.store(true, Ordering::Relaxed);
                 continue;
             }
-            ConsumerEvent::Closed => {
-                counters.closed_by_broker.store(true, Ordering::Relaxed);
-                let _ = deliveries
-                    .send(Delivery::Closed {
-                        topic: consumer.topic.clone(),
-                    })
-                    .await;
+            ConsumerEvent::Closed | ConsumerEvent::ConnectionLost(_)
+                if consumer.closing.load(Ordering::Acquire) =>
+            {
                 return;
             }
-            ConsumerEvent::ConnectionLost(error) => {
-                let _ = deliveries.send(Delivery::Lost(error)).await;
-                return;
+            ConsumerEvent::Closed | ConsumerEvent::ConnectionLost(_) => {
+                if matches!(event, ConsumerEvent::Closed) {
+                    counters.closed_by_broker.store(true, Ordering::Relaxed);
+                }
+                tracing::info!(topic = %consumer.topic, ?event, "consumer disconnected: subscribing again");
+                match resubscribe(&consumer, &counters, &deliveries, &mut retries).await {
+                    Some(more) => {
+                        events = more;
+                        continue;
+                    }
+                    None => return,
+                }
             }
         };
         let decoded = decode(
@@ -712,6 +925,7 @@ pub(crate) async fn pump(
                 .fetch_add(decoded.skipped.len() as u64, Ordering::Relaxed);
         }
         let mut messages = decoded.messages;
+        let mut acked = Vec::new();
         {
             let mut ledger = consumer.ledger.lock();
             messages.retain(|message| {
@@ -719,6 +933,9 @@ pub(crate) async fn pump(
                     return true;
                 };
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                if matches!(of, DuplicateOf::Acknowledged) {
+                    acked.push(*message.position());
+                }
                 if matches!(of, DuplicateOf::CommittedIn(_)) {
                     counters
                         .committed_redeliveries
@@ -732,6 +949,9 @@ pub(crate) async fn pump(
                 );
                 consumer.legacy
             });
+        }
+        if !consumer.legacy {
+            consumer.ack_again(&acked, &counters);
         }
         consumer.maybe_resync(&counters, false);
         let delivered = messages.len() as u32;

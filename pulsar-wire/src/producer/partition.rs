@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use txn_ack::TxnId;
 
 use super::{MessageId, OutgoingMessage};
-use crate::backoff::Backoff;
+use crate::backoff::Retries;
 use crate::batch::{BatchedMessage, encode_batch};
 use crate::connection::ProducerGone;
 use crate::pb::ServerError;
@@ -131,6 +131,8 @@ pub(crate) struct PartitionProducer {
     failed: Mutex<Option<Error>>,
     /// Registrations after the first.
     pub(crate) reconnects: AtomicU64,
+    /// The backoff of registering again.
+    retries: Mutex<Retries>,
 }
 
 /// What a partition producer is created with.
@@ -192,6 +194,7 @@ impl PartitionProducer {
             closing: AtomicBool::new(false),
             failed: Mutex::new(None),
             reconnects: AtomicU64::new(0),
+            retries: Mutex::new(Retries::new()),
         });
         producer.watch(&link);
         Ok(producer)
@@ -718,7 +721,10 @@ impl PartitionProducer {
 /// Registers again (in the background) until registered, refused for good, or the producer
 /// is gone or closing.
 async fn reconnect(weak: Weak<PartitionProducer>) {
-    let mut backoff = Backoff::default();
+    let Some(first) = weak.upgrade().map(|this| this.retries.lock().after_loss()) else {
+        return;
+    };
+    tokio::time::sleep(first).await;
     loop {
         let Some(this) = weak.upgrade() else {
             return;
@@ -727,15 +733,19 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
             return;
         }
         match this.register_again().await {
-            Ok(true) => return,
+            Ok(true) => {
+                this.retries.lock().linked();
+                return;
+            }
             Ok(false) => {}
             Err(error) => {
                 this.fail(error);
                 return;
             }
         }
+        let delay = this.retries.lock().next_delay();
         drop(this);
-        tokio::time::sleep(backoff.next_delay()).await;
+        tokio::time::sleep(delay).await;
     }
 }
 
