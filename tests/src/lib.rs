@@ -5,8 +5,10 @@
 //!
 //! [`pulsar_admin`]: the Pulsar admin REST calls the Pulsar suite needs (topic creation,
 //! partitions, per-topic `maxUnackedMessagesOnConsumer`, topic stats); the examples that run
-//! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too.
+//! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too. [`outage`]: a
+//! steady stream through broker faults (unloads, restarts), counted by payload.
 
 pub mod conformance;
+pub mod outage;
 pub mod pulsar_admin;
 pub mod txn_steady;

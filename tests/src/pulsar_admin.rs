@@ -258,6 +258,17 @@ impl PulsarAdmin {
             .map(drop)
     }
 
+    /// Unloads a topic (`PUT .../unload`, as `pulsar-admin topics unload`): the broker closes
+    /// its producers and consumers (`CLOSE_PRODUCER`, `CLOSE_CONSUMER`) and loads it again on
+    /// the next lookup.
+    ///
+    /// # Errors
+    /// When the broker refuses.
+    pub async fn unload(&self, topic: &str) -> Result<(), AdminError> {
+        let path = format!("{}/unload", topic_path(topic));
+        self.expect_success("PUT", &path, None).await.map(drop)
+    }
+
     /// Creates a non-partitioned topic (one that exists already is fine).
     ///
     /// # Errors

@@ -1779,3 +1779,58 @@ async fn key_shared_sticky_ranges_follow_the_murmur3_key_hash() {
     producer.close().await.expect("producer closed");
     broker.done();
 }
+
+// ----- Outages (issue 13) -----------------------------------------------------------------
+
+/// Runs [`integration_tests::outage`]'s stream at 100 msg/s for `seconds` with `faults`.
+async fn outage_run(
+    broker: &RealBroker,
+    seconds: u64,
+    faults: Vec<(Duration, integration_tests::outage::Fault)>,
+) -> integration_tests::outage::Report {
+    let stream = integration_tests::outage::Stream {
+        rate: 100,
+        produce_for: Duration::from_secs(seconds),
+        patience: Duration::from_secs(60),
+    };
+    let report = integration_tests::outage::run(
+        &broker.client,
+        &broker.admin,
+        &broker.topic,
+        &stream,
+        faults,
+    )
+    .await;
+    println!("{}: {report:?}", broker.scenario);
+    report
+}
+
+/// The topic unloaded 5 times through the admin API while a batching producer and a Shared
+/// consumer stream at 100 msg/s: both come back by themselves after each `CLOSE_PRODUCER` /
+/// `CLOSE_CONSUMER`, no send or receive fails, every payload arrives, and the broker ends
+/// with nothing unacknowledged. (Before, the first unload ended the consumer for good and
+/// the producer's next send hung until the operation timeout.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_survives_five_unloads_of_its_topic() {
+    let Some(broker) = real_broker("unloads").await else {
+        return;
+    };
+    let faults = (1..=5u64)
+        .map(|k| {
+            let admin = broker.admin.clone();
+            let topic = broker.topic.clone();
+            let fault: integration_tests::outage::Fault = Box::new(move || {
+                Box::pin(async move {
+                    admin.unload(&topic).await.expect("unloaded");
+                })
+            });
+            (Duration::from_millis(1_500 * k), fault)
+        })
+        .collect();
+    let report = outage_run(&broker, 9, faults).await;
+    let missed = report.shortfalls();
+    assert!(missed.is_empty(), "{missed:?}: {report:?}");
+    assert_eq!(report.sent, 900, "{report:?}");
+    assert!(report.producer_reconnects >= 5, "{report:?}");
+    assert!(report.consumer_reconnects >= 5, "{report:?}");
+}

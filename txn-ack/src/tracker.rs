@@ -287,10 +287,22 @@ mod tests {
         // A completed entry: the whole entry.
         tracker.ack(&at(1, 1, 3)).unwrap();
         tracker.ack(&at(1, 2, 3)).unwrap();
-        assert!(tracker.acked_again(&at(1, 1, 3)).unwrap().id.is_whole_entry());
+        assert!(
+            tracker
+                .acked_again(&at(1, 1, 3))
+                .unwrap()
+                .id
+                .is_whole_entry()
+        );
         // Below a cumulative ack: the whole entry; an entry never acknowledged: nothing.
         tracker.ack_cumulative(&at(5, 2, 3)).unwrap();
-        assert!(tracker.acked_again(&at(4, 0, 3)).unwrap().id.is_whole_entry());
+        assert!(
+            tracker
+                .acked_again(&at(4, 0, 3))
+                .unwrap()
+                .id
+                .is_whole_entry()
+        );
         assert!(tracker.acked_again(&at(6, 0, 3)).is_none());
     }
 
