@@ -205,12 +205,13 @@ pub async fn run(
                 let _ = consumer.ack(&message).await;
             }
             Ok(Err(error)) => {
-                let mut report = report.lock();
-                report.receive_failures += 1;
-                if report.receive_errors.len() < 3 {
-                    report.receive_errors.push(error.to_string());
+                {
+                    let mut report = report.lock();
+                    report.receive_failures += 1;
+                    if report.receive_errors.len() < 3 {
+                        report.receive_errors.push(error.to_string());
+                    }
                 }
-                drop(report);
                 // Never a tight loop, even when every receive fails.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -222,13 +223,15 @@ pub async fn run(
     let (unacked, backlog) = settled_counts(admin, topic, "sub", Duration::from_secs(15)).await;
     let stats = consumer.stats();
     let mut report = report.lock().clone();
-    let sent = sent.lock();
-    report.sent = sent.len() as u64;
+    {
+        let sent = sent.lock();
+        report.sent = sent.len() as u64;
+        report.lost = sent
+            .iter()
+            .filter(|payload| !seen.contains(*payload))
+            .count() as u64;
+    }
     report.received = seen.len() as u64;
-    report.lost = sent
-        .iter()
-        .filter(|payload| !seen.contains(*payload))
-        .count() as u64;
     report.producer_reconnects = producer.reconnects();
     report.consumer_reconnects = stats.reconnects;
     report.acks_resent = stats.acks_resent;
