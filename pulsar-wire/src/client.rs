@@ -211,7 +211,8 @@ impl Client {
         Consumer::subscribe(self, topic, subscription, options).await
     }
 
-    /// The transaction coordinator client (coordinator 0), connected on first use.
+    /// The client of the transaction coordinators (every one the cluster runs; transactions
+    /// are spread over them), connected on first use.
     ///
     /// # Errors
     /// [`Error::Server`] when the broker has no transaction coordinator (for example

@@ -16,34 +16,96 @@ use txn_ack::TxnId;
 
 use crate::consumer::Ledger;
 use crate::pb::base_command::Type;
-use crate::pb::{self, TxnAction};
+use crate::pb::{self, ServerError, TxnAction};
 use crate::{Client, Connection, Error, command_frame};
 
 /// The topic whose partition `N` is served by the broker that runs transaction coordinator `N`.
 pub const TRANSACTION_COORDINATOR_ASSIGN: &str =
     "persistent://pulsar/system/transaction_coordinator_assign";
 
-/// The client of transaction coordinator 0: opens transactions.
+/// The client of the transaction coordinators: opens transactions, spread over every
+/// coordinator the cluster runs. Cheap to clone.
+///
+/// Coordinator `N` is served by the broker that serves partition `N` of
+/// [`TRANSACTION_COORDINATOR_ASSIGN`]; each is looked up when first used and again after its
+/// connection is lost (a broker restarted, the assignment moved), so transactions opened
+/// before an outage can still be ended after it.
 #[derive(Debug, Clone)]
 pub struct TransactionCoordinator {
-    connection: Connection,
-    tc_id: u64,
+    inner: Arc<CoordinatorInner>,
+}
+
+#[derive(Debug)]
+struct CoordinatorInner {
+    client: Client,
+    /// The connection to each coordinator, by id, once looked up.
+    connections: Vec<tokio::sync::Mutex<Option<Connection>>>,
+    /// The coordinator of the next transaction (round robin).
+    next: AtomicUsize,
 }
 
 impl TransactionCoordinator {
-    /// Finds coordinator 0 (a lookup of partition 0 of [`TRANSACTION_COORDINATOR_ASSIGN`],
-    /// falling back to the service URL's broker) and connects to it; sends
-    /// `TC_CLIENT_CONNECT_REQUEST` when the broker speaks protocol v19 or later.
+    /// Reads how many coordinators the cluster runs (the partitions of
+    /// [`TRANSACTION_COORDINATOR_ASSIGN`]) and connects to coordinator 0, so that a
+    /// cluster without transactions is reported at once.
+    ///
+    /// # Errors
+    /// [`Error::Server`] (`TransactionCoordinatorNotFound`) when the assignment topic has no
+    /// partitions (transactions are not enabled), or as the lookup and
+    /// `TC_CLIENT_CONNECT_REQUEST` fail.
     pub(crate) async fn connect(client: &Client) -> Result<Self, Error> {
-        let tc_id = 0;
-        let assign = crate::client::partition_topic(TRANSACTION_COORDINATOR_ASSIGN, 0);
-        let connection = match client.lookup(&assign).await {
-            Ok(connection) => connection,
-            Err(error) => {
-                tracing::debug!(%error, "no lookup for the coordinator; using the service URL");
-                client.service_connection().await?
-            }
+        let count = client.partitions(TRANSACTION_COORDINATOR_ASSIGN).await?;
+        if count == 0 {
+            return Err(Error::Server {
+                operation: "PARTITIONED_METADATA",
+                code: ServerError::TransactionCoordinatorNotFound as i32,
+                message: format!(
+                    "{TRANSACTION_COORDINATOR_ASSIGN} has no partitions: the cluster runs no \
+                     transaction coordinator (enable transactionCoordinatorEnabled on the brokers)"
+                ),
+            });
+        }
+        let coordinator = Self {
+            inner: Arc::new(CoordinatorInner {
+                client: client.clone(),
+                connections: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
+                next: AtomicUsize::new(0),
+            }),
         };
+        coordinator.connection_to(0).await?;
+        Ok(coordinator)
+    }
+
+    /// How many coordinators transactions are spread over.
+    pub fn coordinators(&self) -> usize {
+        self.inner.connections.len()
+    }
+
+    /// The connection to coordinator `tc_id`, looked up (and `TC_CLIENT_CONNECT_REQUEST`
+    /// sent, from protocol v19) when there is none or it was lost.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a coordinator the cluster does not run; the lookup's and the
+    /// request's errors.
+    pub async fn connection_to(&self, tc_id: u64) -> Result<Connection, Error> {
+        let slot = usize::try_from(tc_id)
+            .ok()
+            .and_then(|index| self.inner.connections.get(index))
+            .ok_or_else(|| Error::Invalid {
+                what: "transaction coordinator",
+                reason: format!(
+                    "coordinator {tc_id} does not exist: the cluster runs {}",
+                    self.inner.connections.len()
+                ),
+            })?;
+        let mut slot = slot.lock().await;
+        if let Some(connection) = slot.as_ref()
+            && !connection.is_closed()
+        {
+            return Ok(connection.clone());
+        }
+        let assign = crate::client::partition_topic(TRANSACTION_COORDINATOR_ASSIGN, tc_id as u32);
+        let connection = self.inner.client.lookup(&assign).await?;
         if connection.protocol_version() > 18 {
             connection
                 .request("TC_CLIENT_CONNECT_REQUEST", |request_id| {
@@ -54,17 +116,21 @@ impl TransactionCoordinator {
                 })
                 .await?;
         }
-        Ok(Self { connection, tc_id })
+        *slot = Some(connection.clone());
+        Ok(connection)
     }
 
-    /// Opens a transaction that the coordinator aborts if it is not ended within `timeout`.
+    /// Opens a transaction that the coordinator aborts if it is not ended within `timeout`,
+    /// on the next coordinator in turn; when that one cannot be reached, on the next ones
+    /// (each tried once).
     ///
     /// `NEW_TXN` carries the timeout in **milliseconds** in its `txn_ttl_seconds` field, as the
     /// Java and Go clients send it.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a zero timeout; [`Error::Server`] when the coordinator refuses;
-    /// connection errors.
+    /// connection errors (retryable: [`Error::is_retryable`]) when no coordinator can be
+    /// reached.
     pub async fn new_transaction(&self, timeout: Duration) -> Result<Transaction, Error> {
         if timeout.is_zero() {
             return Err(Error::Invalid {
@@ -73,9 +139,26 @@ impl TransactionCoordinator {
             });
         }
         let ttl_millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        let tc_id = self.tc_id;
+        let count = self.inner.connections.len();
+        let first = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let mut last_error = None;
+        for attempt in 0..count.min(3) {
+            let tc_id = ((first + attempt) % count) as u64;
+            match self.new_transaction_on(tc_id, ttl_millis).await {
+                Err(error) if error.is_retryable() => {
+                    tracing::debug!(tc_id, %error, "NEW_TXN failed: trying the next coordinator");
+                    last_error = Some(error);
+                }
+                other => return other,
+            }
+        }
+        Err(last_error.unwrap_or(Error::Closed("the transaction coordinators")))
+    }
+
+    async fn new_transaction_on(&self, tc_id: u64, ttl_millis: u64) -> Result<Transaction, Error> {
         let answer = self
-            .connection
+            .connection_to(tc_id)
+            .await?
             .request("NEW_TXN", |request_id| {
                 command_frame(Type::NewTxn, |c| {
                     c.new_txn = Some(pb::CommandNewTxn {
@@ -88,13 +171,13 @@ impl TransactionCoordinator {
             .await?;
         let response = answer.new_txn_response.unwrap_or_default();
         let id = TxnId {
-            most_bits: response.txnid_most_bits.unwrap_or(0),
+            most_bits: response.txnid_most_bits.unwrap_or(tc_id),
             least_bits: response.txnid_least_bits.unwrap_or(0),
         };
         Ok(Transaction {
             inner: Arc::new(TxnInner {
                 id,
-                coordinator: self.connection.clone(),
+                coordinator: self.clone(),
                 partitions: tokio::sync::Mutex::new(HashSet::new()),
                 subscriptions: tokio::sync::Mutex::new(HashSet::new()),
                 trackers: Mutex::new(Vec::new()),
@@ -104,11 +187,6 @@ impl TransactionCoordinator {
                 idle: Notify::new(),
             }),
         })
-    }
-
-    /// The connection to the coordinator.
-    pub fn connection(&self) -> &Connection {
-        &self.connection
     }
 }
 
@@ -134,7 +212,8 @@ pub struct Transaction {
 
 struct TxnInner {
     id: TxnId,
-    coordinator: Connection,
+    /// Its coordinator is `id.most_bits`; the connection is looked up again if lost.
+    coordinator: TransactionCoordinator,
     partitions: tokio::sync::Mutex<HashSet<String>>,
     subscriptions: tokio::sync::Mutex<HashSet<(String, String)>>,
     /// The ledgers of the consumers that acknowledged in it.
@@ -197,6 +276,14 @@ impl Transaction {
         })
     }
 
+    /// The connection to its coordinator (looked up again if it was lost).
+    async fn coordinator(&self) -> Result<Connection, Error> {
+        self.inner
+            .coordinator
+            .connection_to(self.inner.id.most_bits)
+            .await
+    }
+
     /// Registers a partition (its full topic name) with the coordinator
     /// (`ADD_PARTITION_TO_TXN`), once per transaction. Transactional sends do this themselves.
     ///
@@ -208,8 +295,8 @@ impl Transaction {
             return Ok(());
         }
         let id = self.inner.id;
-        self.inner
-            .coordinator
+        self.coordinator()
+            .await?
             .request("ADD_PARTITION_TO_TXN", |request_id| {
                 command_frame(Type::AddPartitionToTxn, |c| {
                     c.add_partition_to_txn = Some(pb::CommandAddPartitionToTxn {
@@ -238,8 +325,8 @@ impl Transaction {
             return Ok(());
         }
         let id = self.inner.id;
-        self.inner
-            .coordinator
+        self.coordinator()
+            .await?
             .request("ADD_SUBSCRIPTION_TO_TXN", |request_id| {
                 command_frame(Type::AddSubscriptionToTxn, |c| {
                     c.add_subscription_to_txn = Some(pb::CommandAddSubscriptionToTxn {
@@ -322,20 +409,24 @@ impl Transaction {
                 return Err(error);
             }
         }
-        let result = self
-            .inner
-            .coordinator
-            .request("END_TXN", |request_id| {
-                command_frame(Type::EndTxn, |c| {
-                    c.end_txn = Some(pb::CommandEndTxn {
-                        request_id,
-                        txnid_least_bits: Some(id.least_bits),
-                        txnid_most_bits: Some(id.most_bits),
-                        txn_action: Some(action as i32),
-                    });
-                })
+        let result = match self.coordinator().await {
+            Ok(connection) => connection,
+            Err(error) => {
+                *self.inner.state.lock() = TxnState::Open;
+                return Err(error);
+            }
+        }
+        .request("END_TXN", |request_id| {
+            command_frame(Type::EndTxn, |c| {
+                c.end_txn = Some(pb::CommandEndTxn {
+                    request_id,
+                    txnid_least_bits: Some(id.least_bits),
+                    txnid_most_bits: Some(id.most_bits),
+                    txn_action: Some(action as i32),
+                });
             })
-            .await;
+        })
+        .await;
         let mut state = self.inner.state.lock();
         if let Err(error) = result {
             *state = TxnState::Open;
