@@ -48,22 +48,91 @@ wait_http() {
   done
 }
 
-# stop_pid PIDFILE: TERM, wait up to 30 s, then KILL. Only PIDs this script started.
+# alive PID: the process exists and is not a zombie. A JVM's main thread can be a zombie while
+# its other threads still exit (and hold its sockets): that counts as alive.
+alive() {
+  local stat threads
+  read -r stat threads < <(ps -o stat=,nlwp= -p "$1" 2>/dev/null) || return 1
+  [ -n "$stat" ] || return 1
+  [ "${stat#Z}" = "$stat" ] || [ "${threads:-1}" -gt 1 ]
+}
+
+# descendants PID: the PIDs of its children, their children and so on.
+descendants() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+
+# stop_pid PIDFILE [TIMEOUT_S]: TERM, wait up to TIMEOUT_S (30) for the exit, then KILL. Only
+# PIDs this script started.
 stop_pid() {
-  local file=$1 pid
+  local file=$1 timeout=${2:-30} pid
   [ -f "$file" ] || return 0
   pid=$(cat "$file")
   kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 60); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$file"; return 0; }
+  for _ in $(seq $((timeout * 2))); do
+    alive "$pid" || { rm -f "$file"; return 0; }
     sleep 0.5
   done
+  log "$pid did not exit within $timeout s of TERM; killing it"
   kill -KILL "$pid" 2>/dev/null || true
   rm -f "$file"
 }
 
+# kill_pid PIDFILE: KILL the process and its descendants at once (a crash, not a shutdown) and
+# wait until they are gone. Only PIDs this script started.
+kill_pid() {
+  local file=$1 pid pids
+  [ -f "$file" ] || return 0
+  pid=$(cat "$file")
+  pids="$pid $(descendants "$pid" | tr '\n' ' ')"
+  # shellcheck disable=SC2086 # one word per PID
+  kill -KILL $pids 2>/dev/null || true
+  for _ in $(seq 60); do
+    local left=0 p
+    for p in $pids; do alive "$p" && left=1; done
+    ((left == 0)) && { rm -f "$file"; return 0; }
+    sleep 0.5
+  done
+  die "$pids still alive 30 s after KILL"
+}
+
 # is_running PIDFILE
-is_running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+is_running() { [ -f "$1" ] && alive "$(cat "$1")"; }
+
+# port_busy PORT: something listens on 127.0.0.1:PORT.
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# wait_ports_free TIMEOUT_S PORT...: until nothing listens on any of them (a process that just
+# exited may hold its sockets a moment longer).
+wait_ports_free() {
+  local end=$((SECONDS + $1)) port; shift
+  for port in "$@"; do
+    while port_busy "$port"; do
+      ((SECONDS < end)) || return 1
+      sleep 0.2
+    done
+  done
+}
+
+# now_ms: wall-clock milliseconds, for the durations the scripts report.
+now_ms() { date +%s%3N; }
+
+# secs_since MS: the seconds since now_ms printed MS, with one decimal.
+secs_since() { local d=$(($(now_ms) - $1)); printf '%d.%d' $((d / 1000)) $((d % 1000 / 100)); }
+
+# rss_mib PID...: their resident memory together, in MiB.
+rss_mib() {
+  local total=0 kb p
+  for p in "$@"; do
+    kb=$(ps -o rss= -p "$p" 2>/dev/null | tr -d ' ') || continue
+    total=$((total + ${kb:-0}))
+  done
+  echo $((total / 1024))
+}
 
 # tail_logs FILE...: the last lines of each, for a failed start.
 tail_logs() {
