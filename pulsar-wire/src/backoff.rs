@@ -15,6 +15,12 @@ pub const INITIAL: Duration = Duration::from_millis(100);
 /// The longest delay.
 pub const MAX: Duration = Duration::from_secs(30);
 
+/// The longest delay between two attempts of a producer or consumer to register again
+/// after losing its broker: 5 s, so that once the broker is back (a restart takes 10 to 25 s)
+/// the client notices within 5 s and the sends that waited still make their 30 s send
+/// timeout; an attempt while the broker is down is a refused TCP connect, cheap for both.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
 /// The delays of one series of retries.
 #[derive(Debug, Clone)]
 pub struct Backoff {
@@ -73,7 +79,7 @@ impl Retries {
     /// Linked now.
     pub(crate) fn new() -> Self {
         Self {
-            backoff: Backoff::default(),
+            backoff: Backoff::new(INITIAL, RECONNECT_MAX),
             linked_at: tokio::time::Instant::now(),
         }
     }
@@ -82,7 +88,7 @@ impl Retries {
     /// lasted, which starts a new series).
     pub(crate) fn after_loss(&mut self) -> Duration {
         if self.linked_at.elapsed() >= SHORT_LIVED {
-            self.backoff = Backoff::default();
+            self.backoff = Backoff::new(INITIAL, RECONNECT_MAX);
             Duration::ZERO
         } else {
             self.backoff.next_delay()

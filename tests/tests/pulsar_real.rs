@@ -1834,3 +1834,92 @@ async fn a_stream_survives_five_unloads_of_its_topic() {
     assert!(report.producer_reconnects >= 5, "{report:?}");
     assert!(report.consumer_reconnects >= 5, "{report:?}");
 }
+
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Restarts the plain standalone on its data with `scripts/brokers/pulsar restart`
+/// (`--kill` for kill -9); returns how long it took and the CPU this process used meanwhile.
+async fn restart_broker(kill: bool) -> (Duration, Duration) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/brokers/pulsar");
+    let started = Instant::now();
+    let cpu = process_cpu();
+    let status = tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(script);
+        command.arg("restart");
+        if kill {
+            command.arg("--kill");
+        }
+        command.status()
+    })
+    .await
+    .expect("joined")
+    .expect("the restart script runs");
+    assert!(status.success(), "the restart failed: {status}");
+    (started.elapsed(), process_cpu().saturating_sub(cpu))
+}
+
+/// The plain broker, for a test that restarts it: only when `PULSAR_RESTARTABLE` is set
+/// (`scripts/test-real-brokers` sets it for the phase that may restart the broker).
+async fn restartable_broker(scenario: &'static str) -> Option<RealBroker> {
+    if var("PULSAR_RESTARTABLE").is_none() {
+        eprintln!("PULSAR_RESTARTABLE is not set: not restarting the broker; skipping");
+        return None;
+    }
+    real_broker(scenario).await
+}
+
+/// The broker restarted mid-stream (stopped with TERM, or killed with -9, and started again
+/// on the same data, 10 to 25 s down) while a batching producer and a Shared consumer stream
+/// at 100 msg/s: both come back by themselves, sends made during the outage wait and
+/// succeed, every payload arrives, nothing is left unacknowledged, and the client's CPU
+/// stays low while the broker is down. (Before, every receive and send failed at once, for
+/// good.)
+async fn a_stream_survives_a_restart(scenario: &'static str, kill: bool) {
+    let Some(broker) = restartable_broker(scenario).await else {
+        return;
+    };
+    let outage = Arc::new(parking_lot::Mutex::new((Duration::ZERO, Duration::ZERO)));
+    let fault: integration_tests::outage::Fault = Box::new({
+        let outage = Arc::clone(&outage);
+        move || {
+            Box::pin(async move {
+                *outage.lock() = restart_broker(kill).await;
+            })
+        }
+    });
+    let report = outage_run(&broker, 30, vec![(Duration::from_secs(5), fault)]).await;
+    let (down, cpu) = *outage.lock();
+    println!("{scenario}: the restart took {down:?}, the client used {cpu:?} of CPU meanwhile");
+    let missed = report.shortfalls();
+    assert!(missed.is_empty(), "{missed:?}: {report:?}");
+    assert_eq!(report.sent, 3_000, "{report:?}");
+    assert!(report.producer_reconnects >= 1, "{report:?}");
+    assert!(report.consumer_reconnects >= 1, "{report:?}");
+    // Producing goes on meanwhile (100 msg/s into the pending queue); no spinning.
+    assert!(cpu < down / 4, "{cpu:?} of CPU in {down:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_survives_the_broker_stopped_and_started_again() {
+    a_stream_survives_a_restart("restart-term", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_survives_the_broker_killed_and_started_again() {
+    a_stream_survives_a_restart("restart-kill", true).await;
+}

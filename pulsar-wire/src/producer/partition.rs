@@ -237,6 +237,12 @@ impl PartitionProducer {
     /// Registers again and sends what has no receipt; `Err` when the registration was
     /// refused for good.
     async fn register_again(self: &Arc<Self>) -> Result<bool, Error> {
+        // A registration the broker still has (the producer gave it up after a refused
+        // send) is closed first, or registering the name again would be `ProducerBusy`.
+        let old = self.link.read().clone();
+        if !old.connection.is_closed() {
+            let _ = close_on(&old).await;
+        }
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let registered = register(
             &self.client,
@@ -299,16 +305,25 @@ impl PartitionProducer {
             return;
         };
         let weak = Arc::downgrade(self);
+        let generation = link.generation;
         tokio::spawn(async move {
             let result = receipt.await;
             if let Some(this) = weak.upgrade() {
-                this.received(first, result);
+                this.received(generation, first, result);
             }
         });
     }
 
     /// The broker answered the entry numbered from `first` (on whichever registration).
-    fn received(&self, first: u64, result: Result<pb::MessageIdData, Error>) {
+    /// A `SEND_ERROR` that may succeed later (`PersistenceError` while the broker's storage
+    /// stops or fails over, `ServiceNotReady`) keeps the entry: the producer registers again
+    /// and sends it again, as the Java client does by closing the connection.
+    fn received(
+        self: &Arc<Self>,
+        generation: u64,
+        first: u64,
+        result: Result<pb::MessageIdData, Error>,
+    ) {
         if let Err(error) = &result
             && matches!(
                 error,
@@ -316,6 +331,13 @@ impl PartitionProducer {
             )
         {
             // Sent again once registered again; the send's own timeout bounds the wait.
+            return;
+        }
+        if let Err(error @ Error::Server { .. }) = &result
+            && error.is_retryable()
+        {
+            tracing::info!(topic = %self.topic, %error, "a send refused for now: registering again to send it again");
+            self.gone(generation, ProducerGone::Closed);
             return;
         }
         let awaiting = self.sequencer.lock().awaiting.remove(&first);
@@ -703,19 +725,24 @@ impl PartitionProducer {
         if !link.up {
             return Ok(());
         }
-        let producer_id = link.producer_id;
-        link.connection
-            .request("CLOSE_PRODUCER", |request_id| {
-                command_frame(Type::CloseProducer, |c| {
-                    c.close_producer = Some(pb::CommandCloseProducer {
-                        producer_id,
-                        request_id,
-                    });
-                })
-            })
-            .await
-            .map(drop)
+        close_on(&link).await
     }
+}
+
+/// `CLOSE_PRODUCER` for the registration of `link`.
+async fn close_on(link: &Link) -> Result<(), Error> {
+    let producer_id = link.producer_id;
+    link.connection
+        .request("CLOSE_PRODUCER", |request_id| {
+            command_frame(Type::CloseProducer, |c| {
+                c.close_producer = Some(pb::CommandCloseProducer {
+                    producer_id,
+                    request_id,
+                });
+            })
+        })
+        .await
+        .map(drop)
 }
 
 /// Registers again (in the background) until registered, refused for good, or the producer
