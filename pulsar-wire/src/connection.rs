@@ -760,6 +760,12 @@ impl Connection {
         }
     }
 
+    /// Whether `producer_id` is still watched here: false once the broker closed it
+    /// (`CLOSE_PRODUCER` is handled before any frame after it).
+    pub fn watches_producer(&self, producer_id: u64) -> bool {
+        self.shared.producers.lock().contains_key(&producer_id)
+    }
+
     /// Stops watching `producer_id` and forgets the receipts it still waits for here (their
     /// waits fail as on a lost connection): a producer that moved to another connection.
     pub fn forget_producer(&self, producer_id: u64) {

@@ -248,6 +248,54 @@ impl Broker {
         closed
     }
 
+    /// Unloads `topic` (and its partitions), as `pulsar-admin topics unload`: every producer
+    /// and consumer on it is closed with `CLOSE_PRODUCER` / `CLOSE_CONSUMER` (their
+    /// connections stay open) and what the consumers had not acknowledged goes back to the
+    /// subscription; the data stays. Returns how many producers and consumers were closed.
+    pub(super) fn unload(&mut self, topic: &str) -> (usize, usize) {
+        let Ok(base) = normalize(topic) else {
+            return (0, 0);
+        };
+        let on_topic =
+            |name: &str| name == base || split_partition(name).is_some_and(|(of, _)| of == base);
+        let producers: Vec<(u64, u64)> = self
+            .producers
+            .iter()
+            .filter(|(_, info)| on_topic(&info.topic))
+            .map(|(key, _)| *key)
+            .collect();
+        for &(conn, producer_id) in &producers {
+            let mut close = command(Type::CloseProducer);
+            close.close_producer = Some(crate::pb::CommandCloseProducer {
+                producer_id,
+                request_id: 0,
+            });
+            self.push(conn, close, Kind::Other);
+            self.remove_producer((conn, producer_id));
+        }
+        let consumers: Vec<(u64, u64)> = self
+            .consumers
+            .iter()
+            .filter(|(_, r)| on_topic(&r.topic))
+            .map(|(key, _)| *key)
+            .collect();
+        let mut touched = BTreeSet::new();
+        for &(conn, consumer_id) in &consumers {
+            let mut close = command(Type::CloseConsumer);
+            close.close_consumer = Some(crate::pb::CommandCloseConsumer {
+                consumer_id,
+                request_id: 0,
+            });
+            self.push(conn, close, Kind::Other);
+            if let Some(topic) = self.remove_consumer((conn, consumer_id)) {
+                touched.insert(topic);
+            }
+        }
+        self.dispatch_topics(touched);
+        self.flush();
+        (producers.len(), consumers.len())
+    }
+
     pub(super) fn faults(&self) -> &Faults {
         &self.faults
     }

@@ -390,6 +390,14 @@ impl Emulator {
         self.shared.broker.lock().set_faults(faults);
     }
 
+    /// Unloads a topic (and its partitions) as `pulsar-admin topics unload` does: its
+    /// producers and consumers are closed (`CLOSE_PRODUCER`, `CLOSE_CONSUMER`) on connections
+    /// that stay open, unacknowledged messages go back to their subscriptions, the data stays.
+    /// Returns how many producers and consumers were closed.
+    pub fn unload(&self, topic: &str) -> (usize, usize) {
+        self.shared.broker.lock().unload(topic)
+    }
+
     /// Closes every open connection abruptly; returns how many.
     pub fn disconnect_all(&self) -> usize {
         self.shared.broker.lock().disconnect_all()

@@ -334,6 +334,15 @@ impl PartitionProducer {
             return;
         }
         if let Err(error @ Error::Server { .. }) = &result
+            && self.superseded(generation)
+        {
+            // Refused because the broker closed this registration (a SEND written after
+            // `CLOSE_PRODUCER` crossed it): sent again on the next one.
+            tracing::debug!(topic = %self.topic, %error, "a send refused by a closed registration: sending it again");
+            self.gone(generation, ProducerGone::Closed);
+            return;
+        }
+        if let Err(error @ Error::Server { .. }) = &result
             && error.is_retryable()
         {
             tracing::info!(topic = %self.topic, %error, "a send refused for now: registering again to send it again");
@@ -344,6 +353,15 @@ impl PartitionProducer {
         if let Some(awaiting) = awaiting {
             let _ = awaiting.done.send(result);
         }
+    }
+
+    /// Whether the registration of `generation` is over: replaced, down, or closed by the
+    /// broker.
+    fn superseded(&self, generation: u64) -> bool {
+        let link = self.link.read();
+        link.generation != generation
+            || !link.up
+            || !link.connection.watches_producer(link.producer_id)
     }
 
     /// Queues `frame`, numbered from `first`, under the sequencer's lock; returns the wait

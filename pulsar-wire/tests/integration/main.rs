@@ -7,6 +7,7 @@ mod compression;
 mod dead_letter;
 mod faults;
 mod key_shared;
+mod outages;
 mod priority;
 mod scripted;
 mod support;
