@@ -327,9 +327,9 @@ pub struct ConsumerStats {
     /// broker closed it.
     pub reconnects: u64,
     /// Acks sent again for redelivered messages the application had acknowledged (outside
-    /// a transaction) whose acks the broker did not get: the copies are not handed over.
-    /// The consumer remembers the acks of its last 4,096 completed entries this way, so a
-    /// subscription whose cursor is reset to replay messages is read with a new consumer.
+    /// a transaction) whose acks the broker did not get, in entries the consumer still
+    /// tracks (an entry with messages held or in an open transaction): the copies are not
+    /// handed over. A copy of an entry already settled is handed over again.
     pub acks_resent: u64,
     /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
     pub closed_by_broker: bool,

@@ -927,20 +927,10 @@ pub(crate) async fn pump(
         let mut messages = decoded.messages;
         let mut acked = Vec::new();
         {
-            // The ack tracker first (the ack path takes it before the ledger, never both).
-            let tracker = consumer.acks.lock();
             let mut ledger = consumer.ledger.lock();
             messages.retain(|message| {
-                let position = message.position();
-                let of = match ledger.deliveries.delivered(position) {
-                    Verdict::Duplicate(of) => of,
-                    // An entry the ledger settled, acknowledged here with an ack the broker
-                    // did not get (lost with a connection): a copy all the same.
-                    _ if !consumer.legacy && tracker.acked_again(position).is_some() => {
-                        ledger.deliveries.acked(position, None);
-                        DuplicateOf::Acknowledged
-                    }
-                    _ => return true,
+                let Verdict::Duplicate(of) = ledger.deliveries.delivered(message.position()) else {
+                    return true;
                 };
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
                 if matches!(of, DuplicateOf::Acknowledged) {
