@@ -585,11 +585,9 @@ async fn a_stream_survives_its_broker_restarted() {
     let report = cluster
         .outage_run(&topic, 30, vec![(Duration::from_secs(5), fault)])
         .await;
-    println!(
-        "restart-b: the restart took {:?}; the topic is now on {:?}",
-        *down.lock(),
-        cluster.owner(&topic).await
-    );
+    let down = *down.lock();
+    let owner = cluster.owner(&topic).await;
+    println!("restart-b: the restart took {down:?}; the topic is now on {owner:?}");
     let missed = report.shortfalls();
     assert!(missed.is_empty(), "{missed:?}: {report:?}");
     assert_eq!(report.sent, 3_000, "{report:?}");
