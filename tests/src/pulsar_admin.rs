@@ -150,7 +150,9 @@ impl PulsarAdmin {
         })
     }
 
-    /// One request; any status is an answer.
+    /// One request; any status is an answer, except a redirect (301, 302, 307, 308 with a
+    /// `Location`), which is followed (up to 5 times) with the same method and body: in a
+    /// cluster a broker that does not own a topic redirects its admin requests to the owner.
     ///
     /// # Errors
     /// When the broker cannot be reached, does not answer in time, or answers garbage.
@@ -160,6 +162,49 @@ impl PulsarAdmin {
         path: &str,
         body: Option<&str>,
     ) -> Result<Response, AdminError> {
+        let mut target = self.clone();
+        let mut path = path.to_owned();
+        for _ in 0..5 {
+            let (response, location) = target.request_once(method, &path, body).await?;
+            let Some(location) =
+                location.filter(|_| [301, 302, 307, 308].contains(&response.status))
+            else {
+                return Ok(response);
+            };
+            let (scheme, rest) = if let Some(rest) = location.strip_prefix("http://") {
+                ("http://", rest)
+            } else if let Some(rest) = location.strip_prefix("https://") {
+                ("https://", rest)
+            } else {
+                return Err(AdminError(format!(
+                    "{method} {path}: redirected to {location:?}"
+                )));
+            };
+            let (address, rest) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            target.address = address.to_owned();
+            if scheme == "http://" {
+                target.tls = None;
+            } else if target.tls.is_none() {
+                return Err(AdminError(format!(
+                    "{method} {path}: redirected to {location:?} without a CA"
+                )));
+            }
+            path = if rest.is_empty() {
+                "/".to_owned()
+            } else {
+                rest.to_owned()
+            };
+        }
+        Err(AdminError(format!("{method} {path}: too many redirects")))
+    }
+
+    /// One request to this address; the answer and its `Location` header.
+    async fn request_once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<(Response, Option<String>), AdminError> {
         let body = body.unwrap_or_default();
         let authorization = self
             .token
@@ -204,10 +249,19 @@ impl PulsarAdmin {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| AdminError(format!("{what}: no status in {head:?}")))?;
-        Ok(Response {
-            status,
-            body: body.to_owned(),
-        })
+        let location = head.lines().find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("location")
+                .then(|| value.trim().to_owned())
+        });
+        Ok((
+            Response {
+                status,
+                body: body.to_owned(),
+            },
+            location,
+        ))
     }
 
     /// A request that must succeed (2xx).

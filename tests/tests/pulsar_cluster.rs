@@ -1,0 +1,597 @@
+//! The `pulsar-wire` client against a real two-broker cluster (`scripts/brokers/pulsar-cluster
+//! start`: Pulsar 4.0.x, brokers A and B on one ZooKeeper and one bookie, 2 transaction
+//! coordinators, public/default in 8 bundles), issue 13's acceptance: nothing lost,
+//! duplicates only among unacknowledged messages, no user code to recover anything.
+//!
+//! Runs when `PULSAR_CLUSTER_A_URL`, `PULSAR_CLUSTER_B_URL`, `PULSAR_CLUSTER_ADMIN_A` and
+//! `PULSAR_CLUSTER_ADMIN_B` are set (the script prints them); otherwise every test returns at
+//! once. The client only ever knows broker A's URL: topics on B are reached through A's
+//! lookup redirects. Which broker owns a topic is read from the admin lookup
+//! (`GET /lookup/v2/topic/...`), and a bundle is moved with
+//! `PUT /admin/v2/namespaces/public/default/{bundle}/unload?destinationBroker=...`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use integration_tests::outage::{self, Fault, Report, Stream};
+use integration_tests::pulsar_admin::PulsarAdmin;
+use pulsar_wire::{
+    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition,
+    OutgoingMessage, Producer, ProducerOptions, SubType,
+};
+
+/// How long a test waits for something that should happen soon.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// One of the two brokers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Broker {
+    A,
+    B,
+}
+
+impl Broker {
+    fn name(self) -> &'static str {
+        match self {
+            Self::A => "A",
+            Self::B => "B",
+        }
+    }
+}
+
+/// The cluster: a client through A only, the admin API of A (it follows redirects to the
+/// owner), and the brokers' URLs to tell owners apart.
+struct Cluster {
+    client: Client,
+    admin: PulsarAdmin,
+    /// `pulsar://` URLs of A and B, as the lookup names them.
+    urls: [String; 2],
+    /// `host:port` of B's and A's admin, the broker ids `destinationBroker` takes.
+    ids: [String; 2],
+    scenario: &'static str,
+    started: Instant,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The cluster, or `None` (the test is skipped) unless all four variables are set.
+async fn cluster(scenario: &'static str) -> Option<Cluster> {
+    let (Some(a_url), Some(b_url), Some(admin_a), Some(admin_b)) = (
+        var("PULSAR_CLUSTER_A_URL"),
+        var("PULSAR_CLUSTER_B_URL"),
+        var("PULSAR_CLUSTER_ADMIN_A"),
+        var("PULSAR_CLUSTER_ADMIN_B"),
+    ) else {
+        eprintln!(
+            "PULSAR_CLUSTER_A_URL, PULSAR_CLUSTER_B_URL, PULSAR_CLUSTER_ADMIN_A and \
+             PULSAR_CLUSTER_ADMIN_B are not all set; skipping"
+        );
+        return None;
+    };
+    let id = |url: &str| {
+        url.trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned()
+    };
+    let admin = PulsarAdmin::new(&admin_a).expect("PULSAR_CLUSTER_ADMIN_A is http://host:port");
+    let options = ConnectOptions::new(&a_url)
+        .expect("PULSAR_CLUSTER_A_URL is a pulsar:// URL")
+        .operation_timeout(Duration::from_secs(30));
+    let client = Client::connect(options)
+        .await
+        .expect("the client connects to broker A");
+    Some(Cluster {
+        client,
+        admin,
+        urls: [
+            a_url.trim_end_matches('/').to_owned(),
+            b_url.trim_end_matches('/').to_owned(),
+        ],
+        ids: [id(&admin_a), id(&admin_b)],
+        scenario,
+        started: Instant::now(),
+    })
+}
+
+fn millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+impl Cluster {
+    /// A fresh topic name.
+    fn topic(&self, tag: &str) -> String {
+        format!(
+            "persistent://public/default/cl-{}-{tag}-{}-{}",
+            self.scenario,
+            std::process::id(),
+            millis()
+        )
+    }
+
+    /// The broker that owns `topic` (the lookup assigns its bundle if nobody owns it).
+    async fn owner(&self, topic: &str) -> Broker {
+        let name = topic.strip_prefix("persistent://").unwrap_or(topic);
+        let path = format!("/lookup/v2/topic/persistent/{name}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let last = match self.admin.request("GET", &path, None).await {
+                Ok(response) if response.is_success() => {
+                    let json: serde_json::Value =
+                        serde_json::from_str(&response.body).expect("lookup JSON");
+                    let url = json
+                        .get("brokerUrl")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                        .trim_end_matches('/')
+                        .to_owned();
+                    if url == self.urls[0] {
+                        return Broker::A;
+                    }
+                    if url == self.urls[1] {
+                        return Broker::B;
+                    }
+                    format!("an unknown broker: {}", response.body)
+                }
+                Ok(response) => format!("{} {}", response.status, response.body),
+                Err(error) => error.0,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "{}: no owner for {topic}: {last}",
+                self.scenario
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// The bundle range of `topic`'s namespace that holds it (`0x..._0x...`).
+    async fn bundle(&self, topic: &str) -> String {
+        let name = topic.strip_prefix("persistent://").unwrap_or(topic);
+        let path = format!("/lookup/v2/topic/persistent/{name}/bundle");
+        let response = self
+            .admin
+            .request("GET", &path, None)
+            .await
+            .expect("bundle lookup");
+        assert!(response.is_success(), "GET {path}: {response:?}");
+        response.body.trim().trim_matches('"').to_owned()
+    }
+
+    /// Unloads `topic`'s bundle so that it goes to `to`, and waits until the lookup names
+    /// `to`. Returns how long it took.
+    async fn move_bundle(&self, topic: &str, to: Broker) -> Duration {
+        let started = Instant::now();
+        let bundle = self.bundle(topic).await;
+        let path = format!(
+            "/admin/v2/namespaces/public/default/{bundle}/unload?destinationBroker={}",
+            self.ids[to as usize]
+        );
+        let response = self
+            .admin
+            .request("PUT", &path, None)
+            .await
+            .expect("bundle unload");
+        assert!(response.is_success(), "PUT {path}: {response:?}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let owner = self.owner(topic).await;
+            if owner == to {
+                return started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: bundle {bundle} of {topic} still on {owner:?} after unloading it to {to:?}",
+                self.scenario
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// A fresh non-partitioned topic owned by `want`: fresh topics until one lands there
+    /// (their bundles are spread over both brokers on first lookup), else the last one's
+    /// bundle moved there.
+    async fn topic_on(&self, want: Broker, tag: &str) -> String {
+        let mut last = String::new();
+        for attempt in 0..12 {
+            let topic = self.topic(&format!("{tag}{attempt}"));
+            self.admin
+                .create_topic(&topic)
+                .await
+                .expect("topic created");
+            let owner = self.owner(&topic).await;
+            if owner == want {
+                println!(
+                    "{}: {topic} is on {} (attempt {attempt})",
+                    self.scenario,
+                    want.name()
+                );
+                return topic;
+            }
+            last = topic;
+        }
+        let took = self.move_bundle(&last, want).await;
+        println!(
+            "{}: {last} moved to {} in {took:?}",
+            self.scenario,
+            want.name()
+        );
+        last
+    }
+
+    async fn shared(&self, topic: &str, sub: &str) -> Consumer {
+        self.client
+            .subscribe(
+                topic,
+                sub,
+                ConsumerOptions::default()
+                    .sub_type(SubType::Shared)
+                    .initial_position(InitialPosition::Earliest),
+            )
+            .await
+            .expect("subscribed")
+    }
+
+    /// Waits until `sub` on `topic` has no backlog and nothing unacked.
+    async fn assert_drained(&self, topic: &str, sub: &str) {
+        self.admin
+            .wait_for_stats(topic, PATIENCE, |stats| {
+                stats.subscription(sub).is_some_and(|s| s.is_drained())
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{}: {topic} not drained: {e}", self.scenario));
+    }
+
+    /// [`outage::run`] at 100 msg/s for `seconds` on `topic`.
+    async fn outage_run(
+        &self,
+        topic: &str,
+        seconds: u64,
+        faults: Vec<(Duration, Fault)>,
+    ) -> Report {
+        let stream = Stream {
+            rate: 100,
+            produce_for: Duration::from_secs(seconds),
+            patience: Duration::from_secs(60),
+        };
+        let report = outage::run(&self.client, &self.admin, topic, &stream, faults).await;
+        println!("{}: {report:?}", self.scenario);
+        report
+    }
+
+    async fn done(self) {
+        self.client.close().await;
+        println!("{}: passed in {:?}", self.scenario, self.started.elapsed());
+    }
+}
+
+/// Receives until `count` distinct payloads arrived (acking each), within [`PATIENCE`];
+/// returns the distinct payloads and how many copies came.
+async fn receive_distinct(consumer: &Consumer, count: usize) -> (HashSet<String>, usize) {
+    let mut seen = HashSet::new();
+    let mut copies = 0;
+    let deadline = Instant::now() + PATIENCE;
+    while seen.len() < count && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(500), consumer.receive()).await {
+            Err(_) => {}
+            Ok(Ok(message)) => {
+                let payload = String::from_utf8_lossy(message.payload()).into_owned();
+                if !seen.insert(payload) {
+                    copies += 1;
+                }
+                consumer.ack(&message).await.expect("acked");
+            }
+            Ok(Err(error)) => panic!("receive failed: {error}"),
+        }
+    }
+    consumer.flush_acks().await;
+    (seen, copies)
+}
+
+fn payloads(prefix: &str, count: usize) -> HashSet<String> {
+    (0..count).map(|i| format!("{prefix}{i}")).collect()
+}
+
+/// A topic owned by B, reached through A only: 200 messages produced and consumed, all of
+/// them, none twice, nothing left on the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_owned_by_b_is_produced_and_consumed_through_a() {
+    let Some(cluster) = cluster("on-b").await else {
+        return;
+    };
+    let topic = cluster.topic_on(Broker::B, "t").await;
+    let consumer = cluster.shared(&topic, "sub").await;
+    let producer = cluster
+        .client
+        .create_producer(
+            &topic,
+            ProducerOptions::default().batching(
+                BatchingOptions::default()
+                    .max_messages(10)
+                    .max_delay(Duration::from_millis(10)),
+            ),
+        )
+        .await
+        .expect("producer created");
+    send_all(&producer, "b", 200).await;
+    let (seen, copies) = receive_distinct(&consumer, 200).await;
+    assert_eq!(seen, payloads("b", 200), "{} of 200", seen.len());
+    assert_eq!(copies, 0);
+    cluster.assert_drained(&topic, "sub").await;
+    assert_eq!(cluster.owner(&topic).await, Broker::B);
+    producer.close().await.expect("producer closed");
+    consumer.close().await.expect("consumer closed");
+    cluster.done().await;
+}
+
+/// Sends `prefix0` .. `prefix{count - 1}`, all at once, and waits for every receipt.
+async fn send_all(producer: &Producer, prefix: &str, count: usize) {
+    let sends: Vec<_> = (0..count)
+        .map(|i| {
+            let producer = producer.clone();
+            let payload = format!("{prefix}{i}");
+            tokio::spawn(async move { producer.send(OutgoingMessage::new(payload)).await })
+        })
+        .collect();
+    for send in sends {
+        send.await.expect("joined").expect("sent");
+    }
+}
+
+/// An 8-partition topic whose partitions are spread over both brokers (moved there when the
+/// first lookups put them all on one): a producer and a Shared consumer through A, 800
+/// messages, every one received once, nothing left on any partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_topic_over_both_brokers() {
+    let Some(cluster) = cluster("partitioned").await else {
+        return;
+    };
+    let topic = cluster.topic("p");
+    cluster
+        .admin
+        .create_partitioned_topic(&topic, 8)
+        .await
+        .expect("partitioned topic created");
+    let partitions: Vec<String> = (0..8)
+        .map(|i| pulsar_wire::partition_topic(&topic, i))
+        .collect();
+    let mut owners = BTreeMap::new();
+    for partition in &partitions {
+        owners.insert(partition.clone(), cluster.owner(partition).await);
+    }
+    let on =
+        |owners: &BTreeMap<String, Broker>, b: Broker| owners.values().filter(|&&o| o == b).count();
+    println!(
+        "partitioned: {} partitions on A, {} on B",
+        on(&owners, Broker::A),
+        on(&owners, Broker::B)
+    );
+    for lonely in [Broker::A, Broker::B] {
+        if on(&owners, lonely) == 0 {
+            let other = if lonely == Broker::A {
+                Broker::B
+            } else {
+                Broker::A
+            };
+            cluster.move_bundle(&partitions[0], lonely).await;
+            for partition in &partitions {
+                owners.insert(partition.clone(), cluster.owner(partition).await);
+            }
+            println!(
+                "partitioned: after moving a bundle from {other:?}: {} on A, {} on B",
+                on(&owners, Broker::A),
+                on(&owners, Broker::B)
+            );
+        }
+    }
+    assert!(
+        on(&owners, Broker::A) > 0 && on(&owners, Broker::B) > 0,
+        "{owners:?}"
+    );
+    let consumer = cluster.shared(&topic, "sub").await;
+    let producer = cluster
+        .client
+        .create_producer(
+            &topic,
+            ProducerOptions::default().batching(
+                BatchingOptions::default()
+                    .max_messages(10)
+                    .max_delay(Duration::from_millis(10)),
+            ),
+        )
+        .await
+        .expect("producer created");
+    send_all(&producer, "p", 800).await;
+    let (seen, copies) = receive_distinct(&consumer, 800).await;
+    assert_eq!(seen, payloads("p", 800), "{} of 800", seen.len());
+    assert_eq!(copies, 0);
+    for partition in &partitions {
+        cluster.assert_drained(partition, "sub").await;
+    }
+    producer.close().await.expect("producer closed");
+    consumer.close().await.expect("consumer closed");
+    cluster.done().await;
+}
+
+/// A topic's bundle moved from A to B, then back to A, while a stream runs on it at 100
+/// msg/s: every payload arrives, no send or receive fails, nothing left unacknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_survives_its_bundle_moving_between_the_brokers() {
+    let Some(cluster) = cluster("bundle-move").await else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    let topic = cluster.topic_on(Broker::A, "t").await;
+    let moves = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let faults = [(3, Broker::B), (7, Broker::A)]
+        .into_iter()
+        .map(|(at, to)| {
+            let cluster = Arc::clone(&cluster);
+            let topic = topic.clone();
+            let moves = Arc::clone(&moves);
+            let fault: Fault = Box::new(move || {
+                Box::pin(async move {
+                    let took = cluster.move_bundle(&topic, to).await;
+                    moves.lock().push((to, took));
+                })
+            });
+            (Duration::from_secs(at), fault)
+        })
+        .collect();
+    let report = cluster.outage_run(&topic, 10, faults).await;
+    println!("bundle-move: moves {:?}", moves.lock());
+    let missed = report.shortfalls();
+    assert!(missed.is_empty(), "{missed:?}: {report:?}");
+    assert_eq!(report.sent, 1_000, "{report:?}");
+    assert_eq!(moves.lock().len(), 2);
+    assert!(report.producer_reconnects >= 2, "{report:?}");
+    assert!(report.consumer_reconnects >= 2, "{report:?}");
+    let Ok(cluster) = Arc::try_unwrap(cluster) else {
+        panic!("the faults are done");
+    };
+    cluster.done().await;
+}
+
+/// One transaction produces on a topic owned by A and acknowledges a message of a topic
+/// owned by B, and commits: the produced message is visible only after the commit, the
+/// acknowledged one is gone. Four such transactions, so both coordinators take some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_over_both_brokers_commits() {
+    let Some(cluster) = cluster("txn").await else {
+        return;
+    };
+    let on_a = cluster.topic_on(Broker::A, "out").await;
+    let on_b = cluster.topic_on(Broker::B, "in").await;
+    let rounds = 4;
+    let input = cluster
+        .client
+        .create_producer(&on_b, ProducerOptions::default().no_batching())
+        .await
+        .expect("input producer");
+    for i in 0..rounds {
+        input
+            .send(OutgoingMessage::new(format!("in{i}")))
+            .await
+            .expect("input sent");
+    }
+    let source = cluster.shared(&on_b, "sub").await;
+    let sink = cluster.shared(&on_a, "check").await;
+    let output = cluster
+        .client
+        .create_producer(
+            &on_a,
+            ProducerOptions::default().no_batching().transactional(true),
+        )
+        .await
+        .expect("output producer");
+    let coordinator = cluster
+        .client
+        .transaction_coordinator()
+        .await
+        .expect("the transaction coordinators");
+    println!("txn: {} coordinators", coordinator.coordinators());
+    let mut coordinators = HashSet::new();
+    for i in 0..rounds {
+        let message = tokio::time::timeout(PATIENCE, source.receive())
+            .await
+            .expect("an input message in time")
+            .expect("received");
+        let txn = coordinator
+            .new_transaction(Duration::from_secs(60))
+            .await
+            .expect("a transaction");
+        coordinators.insert(txn.id().most_bits);
+        output
+            .send_in(&txn, OutgoingMessage::new(format!("out{i}")))
+            .await
+            .expect("sent in the transaction");
+        source
+            .ack_in(&txn, &message)
+            .await
+            .expect("acked in the transaction");
+        // Not visible before the commit.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), sink.receive())
+                .await
+                .is_err(),
+            "out{i} visible before the commit"
+        );
+        txn.commit().await.expect("committed");
+        let out = tokio::time::timeout(PATIENCE, sink.receive())
+            .await
+            .expect("the output in time after the commit")
+            .expect("received");
+        assert_eq!(out.payload(), format!("out{i}").as_bytes());
+        sink.ack(&out).await.expect("output acked");
+    }
+    sink.flush_acks().await;
+    println!("txn: coordinators used {coordinators:?}");
+    assert_eq!(coordinators.len(), 2, "{coordinators:?}");
+    cluster.assert_drained(&on_b, "sub").await;
+    cluster.assert_drained(&on_a, "check").await;
+    // The acknowledged input is not delivered again.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), source.receive())
+            .await
+            .is_err(),
+        "an acknowledged input came again"
+    );
+    cluster.done().await;
+}
+
+/// Restarts one broker of the cluster with `scripts/brokers/pulsar-cluster restart-broker`
+/// (TERM: it hands its bundles over as it stops); returns how long it took.
+async fn restart_broker(broker: Broker) -> Duration {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/brokers/pulsar-cluster"
+    );
+    let started = Instant::now();
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(script)
+            .args(["restart-broker", broker.name()])
+            .status()
+    })
+    .await
+    .expect("joined")
+    .expect("the restart script runs");
+    assert!(status.success(), "the restart failed: {status}");
+    started.elapsed()
+}
+
+/// Broker B stopped (TERM) and started again while a stream runs at 100 msg/s on a topic it
+/// owns, the client connected through A: the topic goes to A, producer and consumer follow
+/// it by themselves, every payload arrives, no send or receive fails, nothing is left
+/// unacknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_survives_its_broker_restarted() {
+    let Some(cluster) = cluster("restart-b").await else {
+        return;
+    };
+    let topic = cluster.topic_on(Broker::B, "t").await;
+    let down = Arc::new(parking_lot::Mutex::new(Duration::ZERO));
+    let fault: Fault = Box::new({
+        let down = Arc::clone(&down);
+        move || {
+            Box::pin(async move {
+                *down.lock() = restart_broker(Broker::B).await;
+            })
+        }
+    });
+    let report = cluster
+        .outage_run(&topic, 30, vec![(Duration::from_secs(5), fault)])
+        .await;
+    let down = *down.lock();
+    let owner = cluster.owner(&topic).await;
+    println!("restart-b: the restart took {down:?}; the topic is now on {owner:?}");
+    let missed = report.shortfalls();
+    assert!(missed.is_empty(), "{missed:?}: {report:?}");
+    assert_eq!(report.sent, 3_000, "{report:?}");
+    assert!(report.producer_reconnects >= 1, "{report:?}");
+    assert!(report.consumer_reconnects >= 1, "{report:?}");
+    cluster.done().await;
+}
