@@ -246,15 +246,15 @@ impl Client {
 /// Whether a lookup refused this way may succeed a little later: the broker is starting, is
 /// moving the topic's bundle, or sheds load.
 fn lookup_retryable(error: &Error) -> bool {
-    match error {
-        Error::Server { code, message, .. } => {
-            matches!(
-                ServerError::try_from(*code),
-                Ok(ServerError::ServiceNotReady | ServerError::TooManyRequests)
-            ) || message.contains("being unloaded")
-        }
-        _ => false,
-    }
+    error.is_bundle_moving()
+        || matches!(
+            error,
+            Error::Server { code, .. }
+                if matches!(
+                    ServerError::try_from(*code),
+                    Ok(ServerError::ServiceNotReady | ServerError::TooManyRequests)
+                )
+        )
 }
 
 /// The full name of a topic: `persistent://public/default/<name>` for a bare name,

@@ -214,6 +214,27 @@ impl Error {
         }
     }
 
+    /// Whether the broker refused because the topic's bundle is moving ("… is being
+    /// unloaded"): asked again, it answers once the move is done.
+    pub(crate) fn is_bundle_moving(&self) -> bool {
+        matches!(self, Self::Server { message, .. } if message.contains("being unloaded"))
+    }
+
+    /// Whether registering a producer or subscribing a consumer again may succeed later: the
+    /// broker is down, starting or moving the topic, or still has the previous registration
+    /// (`busy`: `ProducerBusy` or `ConsumerBusy`, until it notices the old connection is
+    /// gone).
+    pub(crate) fn may_link_again(&self, busy: ServerError) -> bool {
+        self.is_retryable()
+            || self.is_bundle_moving()
+            || matches!(
+                self,
+                Self::Server { code, .. }
+                    if ServerError::try_from(*code)
+                        .is_ok_and(|code| code == busy || code == ServerError::UnknownError)
+            )
+    }
+
     pub(crate) fn malformed(reason: impl Into<String>) -> Self {
         Self::MalformedFrame {
             reason: reason.into(),

@@ -206,13 +206,17 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
          {PER_BATCH}, each acknowledged in its own transaction and committed"
     );
     let client = Client::connect(ConnectOptions::new(&url)?).await?;
+    // The legacy mode is the Go client of the issue: its acks go out raw, past this crate's
+    // ledger, and nothing resyncs the broker's count behind them (this crate's consumer
+    // resyncs after 1 s without a delivery, which would unblock the stall it reproduces).
     let consumer = client
         .subscribe(
             &topic,
             SUBSCRIPTION,
             ConsumerOptions::default()
                 .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest),
+                .initial_position(InitialPosition::Earliest)
+                .legacy_committed_redeliveries(args.legacy),
         )
         .await?;
     let producer = client

@@ -696,7 +696,7 @@ async fn resubscribe(
                 retries.linked();
                 return Some(events);
             }
-            Err(error) if resubscribe_retryable(&error) => {
+            Err(error) if error.may_link_again(ServerError::ConsumerBusy) => {
                 let delay = retries.next_delay();
                 tracing::debug!(topic = %consumer.topic, %error, ?delay, "subscribing again failed for now");
                 tokio::time::sleep(delay).await;
@@ -744,22 +744,6 @@ async fn subscribe_on(
         return Err(error);
     }
     Ok((connection, consumer_id, events))
-}
-
-/// Whether subscribing again may succeed later: the broker is down, starting or moving the
-/// topic, or still has the previous consumer (`ConsumerBusy` on an exclusive subscription
-/// until it notices the old connection is gone).
-fn resubscribe_retryable(error: &Error) -> bool {
-    error.is_retryable()
-        || matches!(
-            error,
-            Error::Server { code, .. }
-                if matches!(
-                    ServerError::try_from(*code),
-                    Ok(ServerError::ConsumerBusy | ServerError::UnknownError)
-                )
-        )
-        || matches!(error, Error::Server { message, .. } if message.contains("being unloaded"))
 }
 
 fn position_entry(id: &crate::MessageId) -> EntryId {

@@ -255,7 +255,7 @@ impl PartitionProducer {
         .await;
         let (connection, producer_id, _) = match registered {
             Ok(registered) => registered,
-            Err(error) if register_retryable(&error) => {
+            Err(error) if error.may_link_again(ServerError::ProducerBusy) => {
                 tracing::debug!(topic = %self.topic, %error, "registering the producer again failed for now");
                 return Ok(false);
             }
@@ -829,22 +829,6 @@ async fn register(
         ))
     })?;
     Ok((connection, producer_id, success))
-}
-
-/// Whether registering again may succeed later: the broker is down, starting or moving the
-/// topic, or still has the previous registration (`ProducerBusy` until it notices the old
-/// connection is gone).
-fn register_retryable(error: &Error) -> bool {
-    error.is_retryable()
-        || matches!(
-            error,
-            Error::Server { code, .. }
-                if matches!(
-                    ServerError::try_from(*code),
-                    Ok(ServerError::ProducerBusy | ServerError::UnknownError)
-                )
-        )
-        || matches!(error, Error::Server { message, .. } if message.contains("being unloaded"))
 }
 
 /// The key `of` every message, when all have the same one.
