@@ -6,9 +6,11 @@
 //! [`pulsar_admin`]: the Pulsar admin REST calls the Pulsar suite needs (topic creation,
 //! partitions, per-topic `maxUnackedMessagesOnConsumer`, topic stats); the examples that run
 //! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too. [`outage`]: a
-//! steady stream through broker faults (unloads, restarts), counted by payload.
+//! steady stream through broker faults (unloads, restarts), counted by payload; [`peer_stream`]:
+//! the official Python client streaming beside it through the same faults.
 
 pub mod conformance;
 pub mod outage;
+pub mod peer_stream;
 pub mod pulsar_admin;
 pub mod txn_steady;

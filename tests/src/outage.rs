@@ -99,6 +99,14 @@ impl Report {
     }
 }
 
+/// Whether `payload` is one of this stream's (`m` and a number): a peer client streaming on
+/// the same topic uses another prefix.
+fn is_ours(payload: &str) -> bool {
+    payload
+        .strip_prefix('m')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Runs `stream` on `topic` (subscription `sub`) with `faults` at their times.
 ///
 /// # Panics
@@ -199,6 +207,11 @@ pub async fn run(
                 }
                 last_delivery = Instant::now();
                 let payload = String::from_utf8_lossy(message.payload()).into_owned();
+                if !is_ours(&payload) {
+                    // Another client's payload on a shared topic (a peer streaming side by side).
+                    let _ = consumer.ack(&message).await;
+                    continue;
+                }
                 if !seen.insert(payload) {
                     report.lock().copies += 1;
                 }

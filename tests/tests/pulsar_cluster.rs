@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration_tests::outage::{self, Fault, Report, Stream};
+use integration_tests::peer_stream::{self, PeerCounts};
 use integration_tests::pulsar_admin::PulsarAdmin;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition,
@@ -263,6 +264,23 @@ impl Cluster {
         report
     }
 
+    /// [`Cluster::outage_run`], with the official Python client streaming beside it on the
+    /// same topic (through A only, 100 msg/s, its own subscription and payloads) through the
+    /// same faults.
+    async fn outage_run_beside_python(
+        &self,
+        topic: &str,
+        seconds: u64,
+        faults: Vec<(Duration, Fault)>,
+    ) -> (Report, PeerCounts) {
+        let python =
+            peer_stream::python_stream(&self.urls[0], topic, 100, seconds, Duration::from_secs(60));
+        let (report, python) = tokio::join!(self.outage_run(topic, seconds, faults), python);
+        let python = python.unwrap_or_else(|e| panic!("{}: {e}", self.scenario));
+        println!("{}: the Python client beside it: {python:?}", self.scenario);
+        (report, python)
+    }
+
     async fn done(self) {
         self.client.close().await;
         println!("{}: passed in {:?}", self.scenario, self.started.elapsed());
@@ -290,6 +308,25 @@ async fn receive_distinct(consumer: &Consumer, count: usize) -> (HashSet<String>
     }
     consumer.flush_acks().await;
     (seen, copies)
+}
+
+/// Ours lost no more, failed no more sends or receives, and delivered no more copies than the
+/// Python client in the same run (with 10 copies' slack: which messages a broker redelivers
+/// depends on when the fault lands in each client's ack grouping).
+fn assert_at_least_as_good(ours: &Report, python: &PeerCounts) {
+    assert!(
+        python.finished,
+        "the Python client did not finish: {python:?}"
+    );
+    assert!(ours.lost <= python.lost, "{ours:?} against {python:?}");
+    assert!(
+        ours.send_failures <= python.send_errors && ours.receive_failures <= python.receive_errors,
+        "{ours:?} against {python:?}"
+    );
+    assert!(
+        ours.copies <= python.copies + 10,
+        "{ours:?} against {python:?}"
+    );
 }
 
 fn payloads(prefix: &str, count: usize) -> HashSet<String> {
@@ -442,10 +479,11 @@ async fn a_stream_survives_its_bundle_moving_between_the_brokers() {
             (Duration::from_secs(at), fault)
         })
         .collect();
-    let report = cluster.outage_run(&topic, 10, faults).await;
+    let (report, python) = cluster.outage_run_beside_python(&topic, 10, faults).await;
     println!("bundle-move: moves {:?}", moves.lock());
     let missed = report.shortfalls();
     assert!(missed.is_empty(), "{missed:?}: {report:?}");
+    assert_at_least_as_good(&report, &python);
     assert_eq!(report.sent, 1_000, "{report:?}");
     assert_eq!(moves.lock().len(), 2);
     assert!(report.producer_reconnects >= 2, "{report:?}");
@@ -582,14 +620,15 @@ async fn a_stream_survives_its_broker_restarted() {
             })
         }
     });
-    let report = cluster
-        .outage_run(&topic, 30, vec![(Duration::from_secs(5), fault)])
+    let (report, python) = cluster
+        .outage_run_beside_python(&topic, 30, vec![(Duration::from_secs(5), fault)])
         .await;
     let down = *down.lock();
     let owner = cluster.owner(&topic).await;
     println!("restart-b: the restart took {down:?}; the topic is now on {owner:?}");
     let missed = report.shortfalls();
     assert!(missed.is_empty(), "{missed:?}: {report:?}");
+    assert_at_least_as_good(&report, &python);
     assert_eq!(report.sent, 3_000, "{report:?}");
     assert!(report.producer_reconnects >= 1, "{report:?}");
     assert!(report.consumer_reconnects >= 1, "{report:?}");

@@ -1835,6 +1835,143 @@ async fn a_stream_survives_five_unloads_of_its_topic() {
     assert!(report.consumer_reconnects >= 5, "{report:?}");
 }
 
+/// Receives whatever arrives within `quiet` of the last delivery (at most `limit`), by payload.
+async fn receive_while_flowing(consumer: &Consumer, quiet: Duration, limit: usize) -> Vec<Message> {
+    let mut messages = Vec::new();
+    while messages.len() < limit {
+        match within(quiet, consumer.receive()).await {
+            Some(message) => messages.push(message.expect("received")),
+            None => break,
+        }
+    }
+    messages
+}
+
+fn payload_of(message: &Message) -> String {
+    String::from_utf8_lossy(message.payload()).into_owned()
+}
+
+/// A transaction open across an unload of its topic: half of the received messages are
+/// acknowledged in it and half of its messages produced before the unload, the rest after;
+/// then it commits. The producer and the consumer come back by themselves, every operation
+/// of the transaction succeeds or fails with a retryable error (and is then done again), the
+/// commit succeeds, the messages produced in the transaction arrive once it is committed,
+/// the ones acknowledged in it never come again after the commit, and the subscription
+/// drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_open_across_an_unload_commits() {
+    let Some(broker) = real_broker("txn-unload").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(4).await;
+    send_all(&producer, 12).await;
+    let before = receive(&consumer, 12).await;
+    let txn = broker.new_txn().await;
+    let mut retried = 0u32;
+    for message in &before[..6] {
+        consumer
+            .ack_in(&txn, message)
+            .await
+            .expect("acked in the transaction");
+    }
+    for i in 0..4 {
+        producer
+            .send_in(&txn, OutgoingMessage::new(format!("t{i}")))
+            .await
+            .expect("sent in the transaction");
+    }
+    broker.admin.unload(&broker.topic).await.expect("unloaded");
+    // Whatever the broker sends again once the consumer is back: the six messages not yet
+    // acknowledged may come again; none of the six acknowledged in the open transaction, nor
+    // anything produced in it, may.
+    let again = receive_while_flowing(&consumer, Duration::from_secs(3), 100).await;
+    let again_payloads: Vec<String> = again.iter().map(payload_of).collect();
+    println!("txn-unload: after the unload the broker sent {again_payloads:?}");
+    for payload in &again_payloads {
+        let acked_in_txn = before[..6].iter().any(|m| &payload_of(m) == payload);
+        assert!(
+            !acked_in_txn && !payload.starts_with('t'),
+            "{payload} came while the transaction was open: {again_payloads:?}"
+        );
+    }
+    // The rest acknowledged in the transaction, through the copies when they came again.
+    for message in &before[6..] {
+        let latest = again
+            .iter()
+            .rev()
+            .find(|m| payload_of(m) == payload_of(message))
+            .unwrap_or(message);
+        loop {
+            match consumer.ack_in(&txn, latest).await {
+                Ok(()) => break,
+                Err(error) if error.is_retryable() && retried < 20 => {
+                    retried += 1;
+                    println!(
+                        "txn-unload: ack_in {}: {error} (retrying)",
+                        payload_of(latest)
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => panic!("ack_in {} after the unload: {error}", payload_of(latest)),
+            }
+        }
+    }
+    for i in 4..8 {
+        loop {
+            match producer
+                .send_in(&txn, OutgoingMessage::new(format!("t{i}")))
+                .await
+            {
+                Ok(_) => break,
+                Err(error) if error.is_retryable() && retried < 20 => {
+                    retried += 1;
+                    println!("txn-unload: send_in t{i}: {error} (retrying)");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => panic!("send_in t{i} after the unload: {error}"),
+            }
+        }
+    }
+    txn.commit()
+        .await
+        .expect("the transaction commits after the unload");
+    assert_eq!(txn.state(), TxnState::Committed);
+    // Everything produced in it arrives; nothing acknowledged in it comes again.
+    let after = receive_while_flowing(&consumer, Duration::from_secs(5), 100).await;
+    let after_payloads: Vec<String> = after.iter().map(payload_of).collect();
+    println!("txn-unload: after the commit {after_payloads:?} ({retried} retries)");
+    let mut produced: Vec<String> = after_payloads
+        .iter()
+        .filter(|p| p.starts_with('t'))
+        .cloned()
+        .collect();
+    produced.sort();
+    produced.dedup();
+    assert_eq!(
+        produced,
+        (0..8).map(|i| format!("t{i}")).collect::<Vec<_>>(),
+        "{after_payloads:?}"
+    );
+    assert!(
+        after_payloads.iter().all(|p| p.starts_with('t')),
+        "a message acknowledged in the committed transaction came again: {after_payloads:?}"
+    );
+    for message in &after {
+        consumer.ack(message).await.expect("acked");
+    }
+    consumer.flush_acks().await;
+    broker.assert_drained().await;
+    assert!(producer.reconnects() >= 1, "the producer never reconnected");
+    assert!(
+        consumer.stats().reconnects >= 1,
+        "the consumer never reconnected"
+    );
+    producer.close().await.expect("producer closed");
+    consumer.close().await.expect("consumer closed");
+    broker.done();
+}
+
 /// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
 fn process_cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
