@@ -48,7 +48,8 @@ impl ItemOptions {
 /// transport ([`Flush`]) when it reaches `max_items`, when `max_delay` has passed since its
 /// first item, before the earliest item deadline minus a margin, on [`Batcher::flush`] /
 /// [`Batcher::flush_all`], or on [`Batcher::close`]. The transport answers per item; retryable
-/// failures are retried one item at a time after a backoff, without holding up anything else.
+/// failures are retried after a backoff, those of one key that fall due together in one batch,
+/// without holding up anything else.
 ///
 /// # Guarantees
 /// - Every accepted item resolves exactly once: success, failure, or

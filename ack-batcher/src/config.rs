@@ -141,6 +141,7 @@ pub(crate) struct Settings {
     pub(crate) backpressure: Backpressure,
     pub(crate) retry: RetryPolicy,
     pub(crate) drop_timeout: Duration,
+    pub(crate) flush_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -154,6 +155,7 @@ impl Default for Settings {
             backpressure: Backpressure::Wait,
             retry: RetryPolicy::default(),
             drop_timeout: Duration::from_secs(10),
+            flush_timeout: None,
         }
     }
 }
@@ -190,6 +192,9 @@ impl Settings {
             ));
         }
         check_duration("drop_timeout", self.drop_timeout)?;
+        if let Some(timeout) = self.flush_timeout {
+            check_duration("flush_timeout", timeout)?;
+        }
         self.retry.validate()
     }
 }
@@ -249,6 +254,15 @@ where
     /// The most items in one batch (default 1,024). A batch that reaches it is flushed at once.
     pub fn max_items(mut self, max_items: usize) -> Self {
         self.settings.max_items = max_items;
+        self
+    }
+
+    /// The longest one flush may take (default: no limit). A flush still running then is
+    /// dropped (the transport's future is cancelled, see [`Flush`]'s `# Cancellation`) and
+    /// its items count as answered without a result ([`crate::ItemReply::Missing`]): they are
+    /// retried within the retry policy and resolve to [`Error::Missing`] once it runs out.
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.flush_timeout = Some(timeout);
         self
     }
 

@@ -23,6 +23,8 @@ pub trait Retryable {
 /// - [`Error::Failed`]: the transport said no; retry later only if
 ///   [`Retryable::is_retryable`] says so (the batcher already retried it within its policy).
 /// - [`Error::Missing`]: retryable: the server's answer had no result for the item.
+/// - [`Error::Panicked`]: the transport panicked on the item's batch; unknown outcome, not
+///   retried (fix the transport).
 /// - [`Error::Abandoned`]: unknown outcome; the item may have been processed.
 /// - [`Error::Closed`], [`Error::Full`]: the item was never sent; it is handed back.
 /// - [`Error::InvalidConfig`], [`Error::NoRuntime`]: programming errors; fix the setup.
@@ -47,6 +49,21 @@ pub enum Error<E, T = ()> {
     )]
     Missing {
         /// How many times the item was sent.
+        attempts: u32,
+    },
+    /// The transport panicked while sending this item's batch. A panic is a bug in the
+    /// transport, so the whole batch fails this way at once and is not retried; whether the
+    /// server processed the items is unknown. (A flush that runs past the builder's
+    /// `flush_timeout` is not a panic: it counts as an answer without results, see
+    /// [`Error::Missing`].)
+    #[error(
+        "the transport panicked while sending this item's batch (attempt {attempts}): \
+         {message}; the item was not retried and may or may not have been processed"
+    )]
+    Panicked {
+        /// The panic's message (its payload when that is a string).
+        message: String,
+        /// How many times the item was sent, the panicking attempt included.
         attempts: u32,
     },
     /// The batcher stopped before this item's outcome was known: `close` ran out of time, or
@@ -102,6 +119,11 @@ impl<E: fmt::Debug, T> fmt::Debug for Error<E, T> {
                 .debug_struct("Missing")
                 .field("attempts", attempts)
                 .finish(),
+            Self::Panicked { message, attempts } => f
+                .debug_struct("Panicked")
+                .field("message", message)
+                .field("attempts", attempts)
+                .finish(),
             Self::Abandoned => f.write_str("Abandoned"),
             Self::Closed(_) => f.write_str("Closed(..)"),
             Self::Full { limit, .. } => f
@@ -135,9 +157,11 @@ impl<E, T> Error<E, T> {
         match self {
             Self::Failed { source, .. } => source.is_retryable(),
             Self::Missing { .. } | Self::Full { .. } => true,
-            Self::Abandoned | Self::Closed(_) | Self::InvalidConfig { .. } | Self::NoRuntime => {
-                false
-            }
+            Self::Panicked { .. }
+            | Self::Abandoned
+            | Self::Closed(_)
+            | Self::InvalidConfig { .. }
+            | Self::NoRuntime => false,
         }
     }
 
@@ -156,6 +180,7 @@ impl<E> Error<E, ()> {
         match self {
             Self::Failed { source, attempts } => Error::Failed { source, attempts },
             Self::Missing { attempts } => Error::Missing { attempts },
+            Self::Panicked { message, attempts } => Error::Panicked { message, attempts },
             Self::InvalidConfig { setting, reason } => Error::InvalidConfig { setting, reason },
             Self::NoRuntime => Error::NoRuntime,
             Self::Abandoned | Self::Closed(()) | Self::Full { .. } => Error::Abandoned,

@@ -31,6 +31,25 @@ pub type FlushResult<O, E> = Result<Vec<ItemReply<O, E>>, E>;
 /// than `max_items` items. Several batches of the same key may be in flight at once, up to
 /// `max_in_flight_per_key`. Items are borrowed, so retries never need to clone them.
 ///
+/// A whole-batch `Err` reaches every item of the batch: a retryable one
+/// ([`Retryable::is_retryable`]) sends them again after the backoff (together, with the
+/// other retries of the key that fall due then), a terminal one fails them at once. An item
+/// whose next attempt would start after its deadline is not sent again: it resolves to its
+/// last failure ([`crate::Error::Failed`] or [`crate::Error::Missing`]).
+///
+/// # Panics
+/// A panic inside `flush` (or while creating its future) is caught: every item of that
+/// batch fails with [`crate::Error::Panicked`] and is not retried, the key's other batches go
+/// on, and [`crate::Stats::flush_panics`] counts it. Nothing else is affected.
+///
+/// # Cancellation
+/// The returned future may be dropped before it completes: when it runs past the builder's
+/// `flush_timeout` (its items then count as [`ItemReply::Missing`]) and when
+/// [`crate::Batcher::close`] runs out of time (its items resolve to
+/// [`crate::Error::Abandoned`]). Close does not wait even for a future that never yields;
+/// whatever such a flush returns later is ignored. A transport must therefore cope with a
+/// request whose answer nobody reads: for acks, sending one again is harmless.
+///
 /// ```
 /// use ack_batcher::{Flush, FlushResult, ItemReply, Retryable};
 ///
@@ -80,7 +99,7 @@ pub enum FlushReason {
     Close,
     /// An item sent on the immediate path, as a batch of one.
     Immediate,
-    /// An item retried individually after a retryable failure.
+    /// Items retried after a retryable failure (those of one key that fell due together).
     Retry,
 }
 

@@ -10,8 +10,12 @@
 //!   transport answers per item ([`ItemReply`]) or fails the whole batch, which reaches every
 //!   item. [`Matched`] maps a response carrying ids back onto the items.
 //! - **Retries without head-of-line blocking.** Retryable failures ([`Retryable`]) and missing
-//!   replies are retried one item at a time after a backoff ([`RetryPolicy`]), bounded by
-//!   attempts and the item's deadline. Other items and keys never wait for them.
+//!   replies are retried after a backoff ([`RetryPolicy`]), bounded by attempts and the
+//!   item's deadline; the retries of one key that fall due together go out as one batch.
+//!   Fresh items and other keys never wait for them.
+//! - **A broken transport breaks nothing else.** A panic in [`Flush::flush`] fails that
+//!   batch's items ([`Error::Panicked`]); an optional flush timeout turns a hang into missing
+//!   replies; [`Batcher::close`] returns within its timeout whatever the transport does.
 //! - **Nothing lost.** Every accepted item resolves exactly once. [`Batcher::close`] stops
 //!   intake, flushes, waits within a timeout and reports ([`CloseReport`]); dropping the
 //!   batcher closes it in the background.

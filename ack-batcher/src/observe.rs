@@ -64,6 +64,12 @@ pub trait Observer<K, T, O, E>: Send + Sync + 'static {
         let _ = (key, batch, items);
     }
 
+    /// The transport panicked on `batch`; its `items` fail with
+    /// [`crate::Error::Panicked`] carrying `message` and are not retried.
+    fn on_panicked(&self, key: &K, batch: &BatchInfo, items: &[T], message: &str) {
+        let _ = (key, batch, items, message);
+    }
+
     /// Called when `count` items of `key` were abandoned by a `close` that ran out of time.
     fn on_abandoned(&self, key: &K, count: usize) {
         let _ = (key, count);
@@ -121,6 +127,12 @@ pub struct Stats {
     pub missing_replies: u64,
     /// Replies beyond the batch's length, ignored.
     pub extra_replies: u64,
+    /// Flushes during which the transport panicked (their items failed with
+    /// [`crate::Error::Panicked`]).
+    pub flush_panics: u64,
+    /// Flushes that ran past the builder's `flush_timeout` (their items counted as missing
+    /// replies and were retried within the policy).
+    pub flush_timeouts: u64,
     /// Items accepted and not yet resolved (open batches, queued, in flight, awaiting retry).
     pub pending: usize,
     /// Batches being flushed right now.

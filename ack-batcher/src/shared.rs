@@ -1,7 +1,11 @@
 //! The running parts: flushing tasks, the timer driver, close and abandonment.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
@@ -16,6 +20,35 @@ use crate::{
     BatchInfo, CloseReport, Error, Flush, FlushReason, FlushResult, ItemReply, ItemView, Next,
     Retryable, Stats,
 };
+
+/// How one flush ended (short of being cancelled by close).
+enum Answer<O, E> {
+    /// The transport answered.
+    Replied(FlushResult<O, E>),
+    /// The transport panicked, with this message.
+    Panicked(String),
+    /// The flush ran past `flush_timeout`.
+    TimedOut,
+}
+
+impl<O, E> From<Result<FlushResult<O, E>, Box<dyn Any + Send>>> for Answer<O, E> {
+    fn from(caught: Result<FlushResult<O, E>, Box<dyn Any + Send>>) -> Self {
+        match caught {
+            Ok(result) => Self::Replied(result),
+            Err(payload) => Self::Panicked(panic_message(payload.as_ref())),
+        }
+    }
+}
+
+/// A panic payload as text: the message of `panic!("...")` and `panic!("{x}")`, else a
+/// placeholder.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".to_owned())
+}
 
 type StateOf<K, T, F> = State<K, T, <F as Flush<K, T>>::Output, <F as Flush<K, T>>::Error>;
 type SlotOf<K, T, F> = Slot<<F as Flush<K, T>>::Output, <F as Flush<K, T>>::Error>;
@@ -121,15 +154,61 @@ where
         if let Some(observer) = &self.observer {
             observer.before_flush(&key, &info, &items);
         }
-        let result = tokio::select! {
+        // The call itself runs inside the guarded future, so a transport that panics before
+        // returning its future is caught too.
+        let flush =
+            AssertUnwindSafe(async { self.flusher.flush(&key, &items).await }).catch_unwind();
+        let answer = async {
+            match self.settings.flush_timeout {
+                Some(limit) => tokio::time::timeout(limit, flush)
+                    .await
+                    .map_or(Answer::TimedOut, Answer::from),
+                None => Answer::from(flush.await),
+            }
+        };
+        let answer = tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
-            result = self.flusher.flush(&key, &items) => Some(result),
+            answer = answer => Some(answer),
         };
-        match result {
-            Some(result) => self.complete(&info, key, items, result),
+        match answer {
+            Some(Answer::Replied(result)) => self.complete(&info, key, items, result, false),
+            Some(Answer::TimedOut) => {
+                tracing::warn!(
+                    batch = id,
+                    len = items.len(),
+                    "flush timed out; its items count as missing replies"
+                );
+                self.complete(&info, key, items, Ok(Vec::new()), true);
+            }
+            Some(Answer::Panicked(message)) => self.fail_panicked(&info, key, &items, message),
             None => self.abandon_in_flight(id, key),
         }
+    }
+
+    /// A flush whose transport panicked: every item of the batch fails with
+    /// [`Error::Panicked`], without retries.
+    fn fail_panicked(self: &Arc<Self>, info: &BatchInfo, key: K, items: &[T], message: String) {
+        let Some(slots) = self.state.lock().take_in_flight(info.id) else {
+            return; // abandoned by close meanwhile
+        };
+        tracing::error!(batch = info.id, len = items.len(), %message, "the transport panicked; the batch fails");
+        if let Some(observer) = &self.observer {
+            observer.on_panicked(&key, info, items, &message);
+        }
+        let tally = Tally {
+            failed: slots.len() as u64,
+            terminal: slots.len() as u64,
+            panicked: true,
+            ..Tally::default()
+        };
+        for slot in slots {
+            let _ = slot.reply.send(Err(Error::Panicked {
+                message: message.clone(),
+                attempts: slot.attempts,
+            }));
+        }
+        self.finish(info.id, &key, tally, Vec::new());
     }
 
     /// Delivers each item's reply, or schedules its retry.
@@ -139,12 +218,16 @@ where
         key: K,
         items: Vec<T>,
         result: FlushResult<F::Output, F::Error>,
+        timed_out: bool,
     ) {
         let Some(slots) = self.state.lock().take_in_flight(info.id) else {
             return; // abandoned by close while the transport was answering
         };
         let len = items.len();
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            timed_out,
+            ..Tally::default()
+        };
         let replies = match result {
             Ok(mut replies) => {
                 if replies.len() > len {
@@ -359,14 +442,21 @@ where
                 "close timed out; abandoning what is left"
             );
             self.cancel.cancel();
-            for (key, slots) in taken {
+            // Flushes still running are not waited for: a transport that never yields (or
+            // ignores cancellation) must not hold close past its timeout. Their items are
+            // abandoned now; whatever those flushes return later finds nothing to resolve.
+            let in_flight = self.state.lock().abandon_in_flight();
+            let count = count
+                + in_flight
+                    .iter()
+                    .map(|(_, slots)| slots.len())
+                    .sum::<usize>();
+            for (key, slots) in taken.into_iter().chain(in_flight) {
                 self.resolve_abandoned(&key, slots);
             }
             self.room.add_permits(count);
             self.drained.notify_waiters();
             self.wake_driver.notify_one();
-            // Cancelled flushes abandon their own items at their next poll.
-            self.wait_drained().await;
         }
         let after = self.state.lock().book.counters.clone();
         CloseReport {

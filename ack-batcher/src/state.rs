@@ -105,7 +105,7 @@ pub(crate) struct Book<K, T, O, E> {
     timers: BTreeMap<(Instant, u64), K>,
     retries: BTreeMap<(Instant, u64), RetryEntry<K, T, O, E>>,
     /// The slots of batches being flushed, by batch id.
-    in_flight: HashMap<u64, Vec<Slot<O, E>>>,
+    in_flight: HashMap<u64, (K, Vec<Slot<O, E>>)>,
     next_id: u64,
     pub(crate) closed: bool,
     /// Set when close ran out of time: nothing new is scheduled, everything left is abandoned.
@@ -165,7 +165,7 @@ impl<K, T, O, E> Book<K, T, O, E> {
             slot.attempts += 1;
         }
         ks.in_flight += 1;
-        self.in_flight.insert(id, slots);
+        self.in_flight.insert(id, (key.clone(), slots));
         Launch {
             id,
             reason,
@@ -266,6 +266,9 @@ pub(crate) struct Pushed<K, T> {
 }
 
 /// Items taken out of the state to be resolved as abandoned, grouped by key.
+/// The due retries of one key, in the order they became due.
+type RetriesOf<K, T, O, E> = Vec<RetryEntry<K, T, O, E>>;
+
 pub(crate) type AbandonedSlots<K, O, E> = Vec<(K, Vec<Slot<O, E>>)>;
 
 /// What completing a batch asks the caller to do once the lock is released.
@@ -285,6 +288,10 @@ pub(crate) struct Tally {
     pub(crate) abandoned: u64,
     pub(crate) missing: u64,
     pub(crate) extra: u64,
+    /// The transport panicked on the batch.
+    pub(crate) panicked: bool,
+    /// The flush ran past `flush_timeout`.
+    pub(crate) timed_out: bool,
 }
 
 impl Tally {
@@ -424,23 +431,42 @@ where
             // The timer entry is already gone; `seal` removing it again is a no-op.
             launches.extend(self.book.seal(ks, key, reason, limit));
         }
+        // Retries of one key that are due together go out together, up to `max_items` per
+        // batch, in the order they became due: a failing server sees one request per failed
+        // batch and attempt, not one per item.
+        let mut due_retries: Vec<(K, RetriesOf<K, T, O, E>)> = Vec::new();
+        let mut by_key: HashMap<K, usize> = HashMap::new();
         while let Some(entry) = self.book.retries.first_entry() {
             if entry.key().0 > now {
                 break;
             }
             let retry = entry.remove();
-            let book = &mut self.book;
-            let sealed = Sealed {
-                id: book.new_id(),
-                reason: FlushReason::Retry,
-                items: vec![retry.item],
-                slots: vec![retry.slot],
-            };
-            let ks = self
-                .keys
-                .entry(retry.key.clone())
-                .or_insert_with(KeyState::new);
-            launches.extend(book.dispatch(ks, retry.key, sealed, limit));
+            match by_key.get(&retry.key) {
+                Some(&at) => due_retries[at].1.push(retry),
+                None => {
+                    by_key.insert(retry.key.clone(), due_retries.len());
+                    due_retries.push((retry.key.clone(), vec![retry]));
+                }
+            }
+        }
+        for (key, retries) in due_retries {
+            let mut retries = retries.into_iter().peekable();
+            while retries.peek().is_some() {
+                let (items, slots): (Vec<T>, Vec<Slot<O, E>>) = retries
+                    .by_ref()
+                    .take(s.max_items)
+                    .map(|retry| (retry.item, retry.slot))
+                    .unzip();
+                let book = &mut self.book;
+                let sealed = Sealed {
+                    id: book.new_id(),
+                    reason: FlushReason::Retry,
+                    items,
+                    slots,
+                };
+                let ks = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+                launches.extend(book.dispatch(ks, key.clone(), sealed, limit));
+            }
         }
         let next_timer = self.book.timers.first_key_value().map(|((at, _), _)| *at);
         let next_retry = self.book.retries.first_key_value().map(|((at, _), _)| *at);
@@ -454,7 +480,27 @@ where
 
     /// Takes an in-flight batch's slots for resolution; `None` if it was abandoned meanwhile.
     pub(crate) fn take_in_flight(&mut self, id: u64) -> Option<Vec<Slot<O, E>>> {
-        self.book.in_flight.remove(&id)
+        self.book.in_flight.remove(&id).map(|(_, slots)| slots)
+    }
+
+    /// Takes the items of every batch still being flushed (close ran out of time): they are
+    /// counted as abandoned here, and the flushes, whenever they end, find nothing to resolve.
+    pub(crate) fn abandon_in_flight(&mut self) -> AbandonedSlots<K, O, E> {
+        let book = &mut self.book;
+        let mut taken: AbandonedSlots<K, O, E> = Vec::new();
+        for (id, (key, slots)) in book.in_flight.drain() {
+            if let Some(ks) = self.keys.get_mut(&key) {
+                ks.in_flight -= 1;
+                ks.outstanding.remove(&id);
+                ks.wake_waiters();
+            }
+            taken.push((key, slots));
+        }
+        let count: usize = taken.iter().map(|(_, slots)| slots.len()).sum();
+        book.pending -= count;
+        book.counters.items_abandoned += count as u64;
+        self.keys.retain(|_, ks| !ks.is_idle());
+        taken
     }
 
     /// Books the end of an in-flight batch: counters, retries to schedule, the key's next
@@ -474,6 +520,8 @@ where
         c.items_abandoned += tally.abandoned;
         c.missing_replies += tally.missing;
         c.extra_replies += tally.extra;
+        c.flush_panics += u64::from(tally.panicked);
+        c.flush_timeouts += u64::from(tally.timed_out);
         book.pending -= tally.resolved();
         let mut wake = false;
         let mut abandoned = Vec::new();

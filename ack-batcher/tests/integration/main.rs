@@ -1,5 +1,6 @@
 //! Integration tests of ack-batcher, on virtual time.
 
+mod faults;
 mod lifecycle;
 mod properties;
 mod results;

@@ -75,8 +75,8 @@ async fn missing_results_are_retried_and_then_reported_missing() {
     assert_eq!(a.unwrap(), 10);
     assert_eq!(b.unwrap(), 20, "a missing reply is retryable");
     assert!(matches!(c, Err(Error::Missing { attempts: 3 })), "{c:?}");
-    // Item 2 is retried once; item 3 twice, then reported missing.
-    assert_eq!(script.sizes(), [3, 1, 1, 1]);
+    // Items 2 and 3 are retried together once; then item 3 alone, then reported missing.
+    assert_eq!(script.sizes(), [3, 2, 1]);
     let stats = batcher.stats();
     assert_eq!(stats.missing_replies, 4);
     assert_eq!(stats.items_failed, 1);

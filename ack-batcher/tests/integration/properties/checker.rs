@@ -139,7 +139,7 @@ pub(super) fn check_log(
                     FlushReason::Immediate => {
                         items.len() == 1 && all_first && submitted[&items[0]].immediate
                     }
-                    FlushReason::Retry => items.len() == 1 && first_attempts == 0,
+                    FlushReason::Retry => first_attempts == 0,
                     FlushReason::Close => all_first && closing,
                     FlushReason::Deadline => {
                         all_first && items.iter().any(|id| submitted[id].deadline.is_some())
