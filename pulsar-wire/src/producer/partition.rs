@@ -64,6 +64,9 @@ impl PartitionSet {
 /// The wait for an entry's receipt.
 type Receipt = std::pin::Pin<Box<dyn Future<Output = Result<pb::MessageIdData, Error>> + Send>>;
 
+/// The wait for the end of a registration, set up before `PRODUCER` is sent.
+type Ending = std::pin::Pin<Box<dyn Future<Output = ProducerGone> + Send>>;
+
 /// Where a partition producer is registered now.
 #[derive(Debug, Clone)]
 struct Link {
@@ -179,7 +182,7 @@ impl PartitionProducer {
     /// Looks the topic up and registers a producer on its broker.
     pub(crate) async fn create(client: &Client, spec: PartitionSpec) -> Result<Arc<Self>, Error> {
         let user_named = spec.name.is_some();
-        let (connection, producer_id, success) = register(
+        let (connection, producer_id, success, ending) = register(
             client,
             &spec.topic,
             spec.name.clone(),
@@ -226,7 +229,7 @@ impl PartitionProducer {
             state: spec.link,
         });
         producer.state.attach();
-        producer.watch(&link);
+        producer.watch(&link, ending);
         Ok(producer)
     }
 
@@ -235,9 +238,8 @@ impl PartitionProducer {
         self.link.read().up
     }
 
-    /// Reconnects once `link` is gone.
-    fn watch(self: &Arc<Self>, link: &Link) {
-        let gone = link.connection.watch_producer(link.producer_id);
+    /// Reconnects once `link` is gone (`gone` resolves).
+    fn watch(self: &Arc<Self>, link: &Link, gone: Ending) {
         let generation = link.generation;
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -292,7 +294,7 @@ impl PartitionProducer {
             self.txn_enabled,
         )
         .await;
-        let (connection, producer_id, _) = match registered {
+        let (connection, producer_id, _, ending) = match registered {
             Ok(registered) => registered,
             Err(error) if error.may_link_again(ServerError::ProducerBusy) => {
                 return Ok(Again::NotYet(error));
@@ -318,7 +320,7 @@ impl PartitionProducer {
         }
         let resent = sequencer.awaiting.len();
         drop(sequencer);
-        self.watch(&link);
+        self.watch(&link, ending);
         self.reconnects.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(topic = %self.topic, producer = %self.name, epoch, resent, "producer reconnected");
         Ok(Again::Linked)
@@ -860,7 +862,9 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
 }
 
 /// Looks `topic` up and registers a producer on its broker (`PRODUCER`); returns the
-/// connection, the producer id on it and the broker's answer.
+/// connection, the producer id on it, the broker's answer and the wait for the end of the
+/// registration. That wait is set up before `PRODUCER` goes out: a `CLOSE_PRODUCER` that
+/// follows `PRODUCER_SUCCESS` at once (an unload meanwhile) is not missed.
 async fn register(
     client: &Client,
     topic: &str,
@@ -868,9 +872,39 @@ async fn register(
     user_named: bool,
     epoch: u64,
     txn_enabled: bool,
-) -> Result<(Connection, u64, pb::CommandProducerSuccess), Error> {
+) -> Result<(Connection, u64, pb::CommandProducerSuccess, Ending), Error> {
     let connection = client.lookup(topic).await?;
     let producer_id = connection.next_id();
+    let ending: Ending = Box::pin(connection.watch_producer(producer_id));
+    let answered = registered(
+        &connection,
+        topic,
+        producer_id,
+        name,
+        user_named,
+        epoch,
+        txn_enabled,
+    )
+    .await;
+    match answered {
+        Ok(success) => Ok((connection, producer_id, success, ending)),
+        Err(error) => {
+            connection.forget_producer(producer_id);
+            Err(error)
+        }
+    }
+}
+
+/// `PRODUCER` for `producer_id` on `connection`, and the broker's success.
+async fn registered(
+    connection: &Connection,
+    topic: &str,
+    producer_id: u64,
+    name: Option<String>,
+    user_named: bool,
+    epoch: u64,
+    txn_enabled: bool,
+) -> Result<pb::CommandProducerSuccess, Error> {
     let answer = connection
         .request("PRODUCER", |request_id| {
             command_frame(Type::Producer, |c| {
@@ -887,13 +921,12 @@ async fn register(
             })
         })
         .await?;
-    let success = answer.producer_success.ok_or_else(|| {
+    answer.producer_success.ok_or_else(|| {
         Error::malformed(format!(
             "PRODUCER was answered by a frame of type {} instead of PRODUCER_SUCCESS",
             answer.r#type
         ))
-    })?;
-    Ok((connection, producer_id, success))
+    })
 }
 
 /// The key `of` every message, when all have the same one.
