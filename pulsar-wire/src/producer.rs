@@ -213,7 +213,8 @@ impl ProducerOptions {
     /// splits over its partitions; here it stays one limit however many partitions the topic
     /// has or gains). A message counts from [`Producer::send`] until it is receipted,
     /// refused, or fails (its send timeout included), also when the sender dropped its
-    /// future meanwhile, since the message still goes out. While the producer reconnects
+    /// future meanwhile, since the message still goes out (but for a chunked message, whose
+    /// chunks stop with its send's future). While the producer reconnects
     /// ([`Producer::state`]), sends pile up; when `limit` of them wait, the next send does
     /// what [`ProducerOptions::on_queue_full`] says. [`Producer::pending_messages`] counts
     /// them.

@@ -5,8 +5,9 @@
 //! it, in the batcher's item or the partition producer's entry, until the message is resolved
 //! (receipted, refused, timed out, failed with the producer): a send whose future is dropped
 //! while its message waits for its receipt still holds its place, since the message still
-//! goes out (again after a reconnection). The place is given back before the sender learns
-//! the result, so a sender that sends again at once finds it free.
+//! goes out (again after a reconnection). A chunked message's place stays with its send's
+//! future, which sends its chunks one after another. The place is given back before the
+//! sender learns the result, so a sender that sends again at once finds it free.
 
 use std::sync::Arc;
 use std::time::Duration;
