@@ -147,6 +147,24 @@ pub enum Error {
     /// The client, producer or consumer was closed.
     #[error("{0} is closed")]
     Closed(&'static str),
+    /// A producer's pending queue is full: [`crate::ProducerOptions::max_pending_messages`]
+    /// messages are sent and wait for their receipts (they pile up while the producer
+    /// reconnects, see [`crate::Producer::state`]). With [`crate::QueueFull::Fail`] the send
+    /// failed at once; with [`crate::QueueFull::Block`] no place came within the send
+    /// timeout (`waited`). The message was not sent. Retryable: send it again later, or raise
+    /// the limit.
+    #[error(
+        "the pending queue of the producer on {topic} is full: {limit} messages are sent and wait for their receipts (ProducerOptions::max_pending_messages); {}",
+        queue_full_hint(*waited)
+    )]
+    ProducerQueueFull {
+        /// The producer's topic.
+        topic: String,
+        /// The limit.
+        limit: usize,
+        /// How long the send waited for a place, with [`crate::QueueFull::Block`].
+        waited: Option<std::time::Duration>,
+    },
     /// A commit was refused before it was sent because an operation of the transaction had
     /// failed (the broker took nothing of it into the transaction, so committing would commit
     /// less than the application did). Not retryable: abort the transaction; its other
@@ -176,6 +194,19 @@ fn authentication_hint(token_sent: bool) -> &'static str {
     }
 }
 
+fn queue_full_hint(waited: Option<std::time::Duration>) -> String {
+    match waited {
+        None => "the message was not sent: send it again later, raise the limit, or have sends \
+                 wait for room with ProducerOptions::on_queue_full(QueueFull::Block)"
+            .into(),
+        Some(waited) => format!(
+            "no place came within {waited:?} (the send timeout) and the message was not sent: \
+             the broker may be unreachable (Producer::state tells); send it again later, or \
+             raise the limit or the send timeout"
+        ),
+    }
+}
+
 pub(crate) fn server_error_name(code: i32) -> &'static str {
     ServerError::try_from(code).map_or("UnknownServerError", |e| e.as_str_name())
 }
@@ -201,7 +232,10 @@ impl Error {
     /// lost).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::ConnectionLost { .. } | Self::Io(_) | Self::Timeout { .. } => true,
+            Self::ConnectionLost { .. }
+            | Self::Io(_)
+            | Self::Timeout { .. }
+            | Self::ProducerQueueFull { .. } => true,
             Self::Server { code, .. } => matches!(
                 ServerError::try_from(*code),
                 Ok(ServerError::ServiceNotReady

@@ -99,7 +99,8 @@
 //!   metadata.
 //! - [`Producer`]: single messages and batches (by count, bytes and delay, on `ack-batcher`;
 //!   each message's future resolves to its own [`MessageId`]), a [`PartitionRouter`] for
-//!   partitioned topics, transactional sends.
+//!   partitioned topics, transactional sends, a bounded pending queue
+//!   ([`ProducerOptions::max_pending_messages`], [`QueueFull`]).
 //! - [`Consumer`]: Exclusive, Shared, Failover and Key_Shared subscriptions (see
 //!   [Key_Shared](#key_shared)), flow permits refilled at half the receiver queue, batch
 //!   decoding (messages acknowledged before are skipped; a checksum mismatch is acknowledged
@@ -126,6 +127,45 @@
 //!   for one entry with [`ProducerOptions::chunking`] (not with batching).
 //! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
 //!   the generated protocol types ([`pb`]).
+//!
+//! # Reconnection
+//!
+//! Producers and consumers register (subscribe) again by themselves after a lost connection,
+//! a broker restart or an unload, with backoff ([`backoff`]): sends wait within
+//! [`ProducerOptions::send_timeout`] and go out again in order, `receive` waits for the
+//! messages. [`Producer::state`] and [`Consumer::state`] watch it happen: a
+//! [`tokio::sync::watch`] receiver of [`LinkStates`], a [`LinkState`] per partition
+//! (`Connected`, `Reconnecting { attempt, cause }`, `Closed`, `Failed { cause }`) with
+//! [`LinkStates::overall`] for the whole; every change is also logged (`tracing`, info, or
+//! warn for a failure). While a producer reconnects, sends pile up:
+//! [`ProducerOptions::max_pending_messages`] bounds them (no limit by default), and
+//! [`ProducerOptions::on_queue_full`] says whether the next send fails at once with
+//! [`Error::ProducerQueueFull`] ([`QueueFull::Fail`], the default) or waits for a place
+//! within the send timeout ([`QueueFull::Block`]).
+//!
+//! ```no_run
+//! use pulsar_wire::{Client, ConnectOptions, LinkState, ProducerOptions, QueueFull};
+//!
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! let producer = client
+//!     .create_producer(
+//!         "orders",
+//!         ProducerOptions::default()
+//!             .max_pending_messages(Some(10_000))
+//!             .on_queue_full(QueueFull::Block),
+//!     )
+//!     .await?;
+//! let mut state = producer.state();
+//! tokio::spawn(async move {
+//!     while state.changed().await.is_ok() {
+//!         if let LinkState::Reconnecting { attempt, cause } = state.borrow().overall() {
+//!             eprintln!("orders: reconnecting (attempt {attempt}): {cause}");
+//!         }
+//!     }
+//! });
+//! # Ok(()) }
+//! ```
 //!
 //! # Key_Shared
 //!
@@ -212,6 +252,7 @@ mod compression;
 mod connection;
 mod consumer;
 mod error;
+mod link;
 
 #[cfg(feature = "emulator")]
 pub mod emulator;
@@ -245,9 +286,10 @@ pub use consumer::{
     ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
+pub use link::{LinkState, LinkStates};
 pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MessageId, OutgoingMessage,
-    PartitionRouter, Producer, ProducerOptions, RoundRobin, key_partition,
+    PartitionRouter, Producer, ProducerOptions, QueueFull, RoundRobin, key_partition,
 };
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};

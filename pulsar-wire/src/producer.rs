@@ -3,6 +3,7 @@
 
 mod batching;
 mod partition;
+mod queue;
 mod router;
 
 use std::fmt;
@@ -15,10 +16,13 @@ use bytes::Bytes;
 pub use batching::BatchingOptions;
 use batching::ProducerBatcher;
 use partition::{PartitionProducer, PartitionSet, PartitionSpec};
+use queue::PendingQueue;
+pub use queue::QueueFull;
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
+use crate::link::LinkHub;
 use crate::pb::KeyValue;
-use crate::{Client, Compression, Error, Transaction};
+use crate::{Client, Compression, Error, LinkStates, Transaction};
 
 /// Where a message was stored: its entry, partition and place in the entry's batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,6 +164,8 @@ pub struct ProducerOptions {
     chunking: bool,
     chunk_size: Option<usize>,
     send_timeout: Duration,
+    max_pending_messages: Option<usize>,
+    on_queue_full: QueueFull,
 }
 
 /// How long a send waits for its receipt by default, reconnections included (the Java
@@ -173,7 +179,8 @@ pub const DEFAULT_PARTITIONS_REFRESH: Duration = Duration::from_secs(60);
 impl Default for ProducerOptions {
     /// A broker-assigned name, batching with [`BatchingOptions::default`], the
     /// [`RoundRobin`] router, not transactional, partitions re-read every
-    /// [`DEFAULT_PARTITIONS_REFRESH`], no compression.
+    /// [`DEFAULT_PARTITIONS_REFRESH`], no compression, sends waiting at most
+    /// [`DEFAULT_SEND_TIMEOUT`], no limit on pending messages.
     fn default() -> Self {
         Self {
             name: None,
@@ -185,6 +192,8 @@ impl Default for ProducerOptions {
             chunking: false,
             chunk_size: None,
             send_timeout: DEFAULT_SEND_TIMEOUT,
+            max_pending_messages: None,
+            on_queue_full: QueueFull::Fail,
         }
     }
 }
@@ -196,6 +205,41 @@ impl ProducerOptions {
     /// entry may still be persisted if it was on the wire).
     pub fn send_timeout(mut self, timeout: Duration) -> Self {
         self.send_timeout = timeout;
+        self
+    }
+
+    /// The most messages the producer holds sent and not receipted yet, over all its
+    /// partitions (the Java client's `maxPendingMessages`, which a partitioned producer there
+    /// splits over its partitions; here it stays one limit however many partitions the topic
+    /// has or gains). A message counts from [`Producer::send`] until it is receipted,
+    /// refused, or fails (its send timeout included), also when the sender dropped its
+    /// future meanwhile, since the message still goes out (but for a chunked message, whose
+    /// chunks stop with its send's future). While the producer reconnects
+    /// ([`Producer::state`]), sends pile up; when `limit` of them wait, the next send does
+    /// what [`ProducerOptions::on_queue_full`] says. [`Producer::pending_messages`] counts
+    /// them.
+    ///
+    /// Default `None`: no limit of the producer's own, as the Java client 4.x
+    /// (`maxPendingMessages = 0`): every send is already bounded in time by the send
+    /// timeout, so what a producer holds is bounded by its send rate times the timeout; and
+    /// the right limit depends on the messages' size and the application's concurrency,
+    /// which only the application knows, while a default limit that fails sends would turn a
+    /// short reconnection into errors for applications that never asked for one. (A batching
+    /// producer's batcher still holds at most the larger of 65,536 messages and 64 batches,
+    /// and makes further sends wait for room.) `Some(0)` is refused by
+    /// [`Client::create_producer`] with [`Error::Invalid`].
+    pub fn max_pending_messages(mut self, limit: Option<usize>) -> Self {
+        self.max_pending_messages = limit;
+        self
+    }
+
+    /// What a send does when the pending queue is full
+    /// ([`ProducerOptions::max_pending_messages`]): fail at once with
+    /// [`Error::ProducerQueueFull`] ([`QueueFull::Fail`], the default, as the Java client's
+    /// `blockIfQueueFull(false)`), or wait for a place within the send timeout
+    /// ([`QueueFull::Block`]). Without a limit it never applies.
+    pub fn on_queue_full(mut self, when_full: QueueFull) -> Self {
+        self.on_queue_full = when_full;
         self
     }
 
@@ -307,6 +351,10 @@ struct ProducerInner {
     partitioned: bool,
     router: Arc<dyn PartitionRouter>,
     batcher: Option<ProducerBatcher>,
+    /// A place per message sent and not receipted yet.
+    queue: PendingQueue,
+    /// The link state of every partition producer.
+    links: Arc<LinkHub>,
     closed: AtomicBool,
     /// Serialises partition refreshes, so that a partition is attached once.
     refresh: tokio::sync::Mutex<()>,
@@ -350,6 +398,13 @@ impl Producer {
         let chunk_size = options
             .chunking
             .then(|| options.chunk_size.unwrap_or(usize::MAX));
+        let queue = PendingQueue::new(
+            &topic,
+            options.max_pending_messages,
+            options.on_queue_full,
+            options.send_timeout,
+        )?;
+        let links = LinkHub::new("producer");
         let topics = client.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let mut partitions = Vec::with_capacity(topics.len());
@@ -367,6 +422,7 @@ impl Producer {
                         compression: options.compression,
                         chunk_size,
                         send_timeout: options.send_timeout,
+                        link: links.slot(partition),
                     },
                 )
                 .await?,
@@ -375,7 +431,7 @@ impl Producer {
         let partitions = Arc::new(PartitionSet::new(partitions));
         let batcher = options
             .batching
-            .map(|batching| ProducerBatcher::new(Arc::clone(&partitions), batching))
+            .map(|batching| ProducerBatcher::new(Arc::clone(&partitions), batching, queue.limit()))
             .transpose()?;
         let inner = Arc::new(ProducerInner {
             client: client.clone(),
@@ -389,6 +445,8 @@ impl Producer {
             partitioned,
             router: options.router,
             batcher,
+            queue,
+            links,
             closed: AtomicBool::new(false),
             refresh: tokio::sync::Mutex::new(()),
         });
@@ -431,6 +489,7 @@ impl Producer {
                     compression: inner.compression,
                     chunk_size: inner.chunk_size,
                     send_timeout: inner.send_timeout,
+                    link: inner.links.slot(index as i32),
                 },
             )
             .await
@@ -464,6 +523,28 @@ impl Producer {
             .all(|producer| producer.is_connected())
     }
 
+    /// The link state of every partition producer, as a [`tokio::sync::watch`] receiver:
+    /// [`LinkStates::partitions`] by partition (one entry for a topic that is not
+    /// partitioned; more as [`Producer::refresh_partitions`] attaches new ones),
+    /// [`LinkStates::overall`] for the producer as a whole.
+    /// [`tokio::sync::watch::Receiver::changed`] and
+    /// [`tokio::sync::watch::Receiver::wait_for`] wait for a change (a watcher that looks
+    /// less often than the state changes sees the latest state, not every one; every change
+    /// is also logged, at info, or warn for [`crate::LinkState::Failed`]). The states go
+    /// [`crate::LinkState::Connected`] → [`crate::LinkState::Reconnecting`] (one attempt
+    /// after another) → `Connected` across a lost connection or an unload, and end
+    /// [`crate::LinkState::Closed`] with [`Producer::close`] (or `Failed` when the broker
+    /// refuses the producer for good). The sender is dropped with the producer.
+    pub fn state(&self) -> tokio::sync::watch::Receiver<LinkStates> {
+        self.inner.links.subscribe()
+    }
+
+    /// How many messages are sent and not receipted yet, over every partition (the messages
+    /// [`ProducerOptions::max_pending_messages`] counts).
+    pub fn pending_messages(&self) -> usize {
+        self.inner.queue.pending()
+    }
+
     /// How many times a partition producer registered again after its connection was lost
     /// or the broker closed it.
     pub fn reconnects(&self) -> u64 {
@@ -489,8 +570,11 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::Invalid`] for a message larger than the broker's `max_message_size`;
-    /// [`Error::Server`] for a `SEND_ERROR`; [`Error::Closed`] after [`Producer::close`];
-    /// [`Error::Timeout`] and connection errors.
+    /// [`Error::ProducerQueueFull`] when [`ProducerOptions::max_pending_messages`] messages
+    /// wait for their receipts (at once, or after waiting for a place within the send
+    /// timeout, per [`ProducerOptions::on_queue_full`]); [`Error::Server`] for a
+    /// `SEND_ERROR`; [`Error::Closed`] after [`Producer::close`] (also for a send waiting
+    /// for a place); [`Error::Timeout`] and connection errors.
     pub async fn send(&self, message: OutgoingMessage) -> Result<MessageId, Error> {
         self.send_with(None, message).await
     }
@@ -521,6 +605,8 @@ impl Producer {
         }
         let (index, producer) = self.route(&message)?;
         producer.check_size(&message)?;
+        // Held by the message until it is resolved, given back before its result is known.
+        let slot = self.inner.queue.admit().await?;
         if let Some(txn) = txn {
             txn.add_partition(&producer.topic).await?;
         }
@@ -528,9 +614,9 @@ impl Producer {
         match &self.inner.batcher {
             Some(batcher) => {
                 let key = batcher.key(index, txn, &message);
-                batcher.send(key, message).await
+                batcher.send(key, message, slot).await
             }
-            None => producer.send_single(&message, txn).await,
+            None => producer.send_single(&message, txn, slot).await,
         }
     }
 
@@ -558,6 +644,9 @@ impl Producer {
     }
 
     /// Sends what is batched, then closes the producer on the broker (`CLOSE_PRODUCER`).
+    /// Sends waiting for a place in the pending queue fail at once with [`Error::Closed`],
+    /// as do sends still waiting for their receipts once the batches are out; every link
+    /// state becomes [`crate::LinkState::Closed`].
     ///
     /// # Errors
     /// The first `CLOSE_PRODUCER` failure; every partition is closed anyway.
@@ -565,6 +654,7 @@ impl Producer {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.inner.queue.close();
         if let Some(batcher) = &self.inner.batcher {
             let report = batcher.close().await;
             if report.abandoned > 0 {
@@ -583,6 +673,7 @@ impl Producer {
                 result = Err(error);
             }
         }
+        self.inner.links.close_all(&self.inner.topic);
         result
     }
 }

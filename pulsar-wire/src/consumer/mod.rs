@@ -32,7 +32,8 @@ use partition::PartitionList;
 use partition::Undecodable;
 pub(crate) use partition::{ConsumerLink, Delivery, Ledger, PartitionConsumer};
 
-use crate::{Client, Connection, Error, MessageId, Transaction};
+use crate::link::LinkHub;
+use crate::{Client, Connection, Error, LinkStates, MessageId, Transaction};
 
 /// The subscription type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -398,6 +399,8 @@ pub struct Consumer {
     refresh: tokio::sync::Mutex<()>,
     /// The dead-letter topic and its producer, with a policy.
     dead_letters: Option<DeadLetters>,
+    /// The link state of every partition consumer.
+    links: Arc<LinkHub>,
 }
 
 /// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
@@ -436,19 +439,19 @@ impl Consumer {
         let topic = crate::client::topic_name(topic)?;
         let topics = client.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
+        let links = LinkHub::new("consumer");
         let mut partitions = Vec::with_capacity(topics.len());
         let mut receivers = Vec::with_capacity(topics.len());
         for (index, partition_topic) in topics.into_iter().enumerate() {
             let partition = if partitioned { index as i32 } else { -1 };
-            let (queue_size, paused) = sizing(index as u32);
             match PartitionConsumer::subscribe(
                 client,
                 partition_topic,
                 partition,
                 subscription,
                 &options,
-                queue_size,
-                paused,
+                sizing(index as u32),
+                links.slot(partition),
             )
             .await
             {
@@ -518,6 +521,7 @@ impl Consumer {
             tasks: Mutex::new(tasks),
             refresh: tokio::sync::Mutex::new(()),
             dead_letters,
+            links,
         })
     }
 
@@ -587,15 +591,14 @@ impl Consumer {
             let Some(tx) = self.delivery_sender.upgrade() else {
                 return Err(Error::Closed("the consumer (its deliveries ended)"));
             };
-            let (queue_size, paused) = sizing(index as u32);
             let (consumer, events) = PartitionConsumer::subscribe(
                 &self.client,
                 crate::client::partition_topic(&self.topic, index as u32),
                 index as i32,
                 &self.subscription,
                 &self.options,
-                queue_size,
-                paused,
+                sizing(index as u32),
+                self.links.slot(index as i32),
             )
             .await?;
             let consumer = Arc::new(consumer);
@@ -660,6 +663,23 @@ impl Consumer {
     /// The subscription's name.
     pub fn subscription(&self) -> &str {
         &self.subscription
+    }
+
+    /// The link state of every partition consumer, as a [`tokio::sync::watch`] receiver:
+    /// [`LinkStates::partitions`] by partition (one entry for a topic that is not
+    /// partitioned; more as [`Consumer::refresh_partitions`] subscribes new ones),
+    /// [`LinkStates::overall`] for the consumer as a whole.
+    /// [`tokio::sync::watch::Receiver::changed`] and
+    /// [`tokio::sync::watch::Receiver::wait_for`] wait for a change (a watcher that looks
+    /// less often than the state changes sees the latest state, not every one; every change
+    /// is also logged, at info, or warn for [`crate::LinkState::Failed`]). The states go
+    /// [`crate::LinkState::Connected`] → [`crate::LinkState::Reconnecting`] (one attempt
+    /// after another) → `Connected` across a lost connection or an unload (`receive` waits
+    /// meanwhile), and end [`crate::LinkState::Closed`] with [`Consumer::close`] (or
+    /// `Failed` when the broker refuses the subscription for good, which
+    /// [`Consumer::receive`] reports once). The sender is dropped with the consumer.
+    pub fn state(&self) -> tokio::sync::watch::Receiver<LinkStates> {
+        self.links.subscribe()
     }
 
     /// Waits for the next message.
@@ -1201,6 +1221,7 @@ impl Consumer {
         for task in self.tasks.lock().iter() {
             task.abort();
         }
+        self.links.close_all(&self.topic);
         result
     }
 }

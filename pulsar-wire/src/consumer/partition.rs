@@ -16,6 +16,7 @@ use super::chunks::{Added, Assembler, Chunk};
 use super::message::{Origin, assembled, decode};
 use super::{ConsumerOptions, Counters, Message};
 use crate::backoff::Retries;
+use crate::link::{LinkSlot, LinkState};
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
 use crate::pb::{self, ServerError, command_subscribe};
@@ -243,20 +244,22 @@ pub(crate) struct PartitionConsumer {
     /// The other entries of undecodable chunked messages handed to the application, by the
     /// entry of their id: acknowledged or redelivered with it.
     chunk_groups: Mutex<HashMap<EntryId, Vec<MessagePosition>>>,
+    /// Its entry in the consumer's link states.
+    state: LinkSlot,
 }
 
 impl PartitionConsumer {
     /// Looks the topic up, subscribes and grants the first `queue_size` permits (or, when
-    /// `paused`, owes them until [`PartitionConsumer::resume`]). Returns the consumer and the
-    /// receiver of its frames.
+    /// `paused`, owes them until [`PartitionConsumer::resume`]); its link state appears in
+    /// `state`'s hub once subscribed. Returns the consumer and the receiver of its frames.
     pub(crate) async fn subscribe(
         client: &Client,
         topic: String,
         partition: i32,
         subscription: &str,
         options: &ConsumerOptions,
-        queue_size: u32,
-        paused: bool,
+        (queue_size, paused): (u32, bool),
+        state: LinkSlot,
     ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
         let (connection, consumer_id, events) =
@@ -294,10 +297,12 @@ impl PartitionConsumer {
             chunks: Mutex::new(Assembler::new(options.chunk_limits)),
             max_chunked: options.chunk_limits.max_bytes,
             chunk_groups: Mutex::new(HashMap::new()),
+            state,
         };
         if !paused {
             consumer.flow(queue_size)?;
         }
+        consumer.state.attach();
         Ok((consumer, events))
     }
 
@@ -678,13 +683,22 @@ impl PartitionConsumer {
 ///
 /// A link that ended soon after it was made counts as a failed attempt
 /// ([`Retries`]), so a broker that closes the consumer right after each subscription is not
-/// asked again in a tight loop.
+/// asked again in a tight loop. The link state says each attempt, starting with `cause`, the
+/// reason the link ended.
 async fn resubscribe(
     consumer: &PartitionConsumer,
     counters: &Counters,
     deliveries: &mpsc::Sender<Delivery>,
     retries: &mut Retries,
+    cause: Error,
 ) -> Option<mpsc::UnboundedReceiver<ConsumerEvent>> {
+    if consumer.closing.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut attempt = 1u32;
+    consumer
+        .state
+        .set(&consumer.topic, LinkState::Reconnecting { attempt, cause });
     tokio::time::sleep(retries.after_loss()).await;
     loop {
         if consumer.closing.load(Ordering::Acquire) || deliveries.is_closed() {
@@ -692,17 +706,31 @@ async fn resubscribe(
         }
         match consumer.subscribe_again(counters).await {
             Ok(events) => {
-                tracing::info!(topic = %consumer.topic, "consumer subscribed again");
+                tracing::debug!(topic = %consumer.topic, "consumer subscribed again");
+                consumer.state.set(&consumer.topic, LinkState::Connected);
                 retries.linked();
                 return Some(events);
             }
             Err(error) if error.may_link_again(ServerError::ConsumerBusy) => {
                 let delay = retries.next_delay();
                 tracing::debug!(topic = %consumer.topic, %error, ?delay, "subscribing again failed for now");
+                attempt = attempt.saturating_add(1);
+                consumer.state.set(
+                    &consumer.topic,
+                    LinkState::Reconnecting {
+                        attempt,
+                        cause: error,
+                    },
+                );
                 tokio::time::sleep(delay).await;
             }
             Err(error) => {
-                tracing::warn!(topic = %consumer.topic, %error, "the consumer cannot subscribe again");
+                consumer.state.set(
+                    &consumer.topic,
+                    LinkState::Failed {
+                        cause: error.clone(),
+                    },
+                );
                 let _ = deliveries.send(Delivery::Lost(error)).await;
                 return None;
             }
@@ -773,7 +801,8 @@ pub(crate) async fn pump(
                 if consumer.closing.load(Ordering::Acquire) {
                     return;
                 }
-                match resubscribe(&consumer, &counters, &deliveries, &mut retries).await {
+                let cause = consumer.link().connection.lost_error();
+                match resubscribe(&consumer, &counters, &deliveries, &mut retries, cause).await {
                     Some(more) => {
                         events = more;
                         continue;
@@ -805,11 +834,17 @@ pub(crate) async fn pump(
                 return;
             }
             ConsumerEvent::Closed | ConsumerEvent::ConnectionLost(_) => {
-                if matches!(event, ConsumerEvent::Closed) {
-                    counters.closed_by_broker.store(true, Ordering::Relaxed);
-                }
-                tracing::info!(topic = %consumer.topic, ?event, "consumer disconnected: subscribing again");
-                match resubscribe(&consumer, &counters, &deliveries, &mut retries).await {
+                let cause = match event {
+                    ConsumerEvent::ConnectionLost(error) => error,
+                    _ => {
+                        counters.closed_by_broker.store(true, Ordering::Relaxed);
+                        Error::Closed(
+                            "the consumer's subscription (CLOSE_CONSUMER from the broker)",
+                        )
+                    }
+                };
+                tracing::debug!(topic = %consumer.topic, %cause, "consumer disconnected: subscribing again");
+                match resubscribe(&consumer, &counters, &deliveries, &mut retries, cause).await {
                     Some(more) => {
                         events = more;
                         continue;

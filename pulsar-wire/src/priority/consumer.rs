@@ -338,6 +338,11 @@ impl PriorityConsumer {
         self.inner.consumer.stats()
     }
 
+    /// The link state of every partition's consumer, by partition (see [`Consumer::state`]).
+    pub fn state(&self) -> tokio::sync::watch::Receiver<crate::LinkStates> {
+        self.inner.consumer.state()
+    }
+
     /// Closes every partition's consumer (sending pending acks first); buffered messages are
     /// dropped and redelivered by the broker to the next consumer.
     ///

@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use txn_ack::TxnId;
 
 use super::partition::PartitionSet;
+use super::queue::Slot;
 use super::{MessageId, OutgoingMessage};
 use crate::Error;
 
@@ -147,6 +148,9 @@ pub(crate) struct Pending {
     message: OutgoingMessage,
     /// Which open batch of its key the accounting put it in.
     epoch: u64,
+    /// Its place in the producer's pending queue: given back once its batch is answered,
+    /// before the batcher hands the result to the sender.
+    slot: Mutex<Option<Slot>>,
 }
 
 /// Where sealed batches go: the partition producers (or, in tests, a recorder).
@@ -203,11 +207,14 @@ impl<S: BatchSink> Flush<BatchKey, Pending> for BatchSender<S> {
             self.open.lock().seal(key, first.epoch);
         }
         let messages: Vec<&OutgoingMessage> = items.iter().map(|p| &p.message).collect();
-        let ids = self
+        let sent = self
             .sink
             .send_batch(key.partition, &messages, key.txn)
-            .await?;
-        Ok(ids.into_iter().map(ItemReply::Ok).collect())
+            .await;
+        for item in items {
+            drop(item.slot.lock().take());
+        }
+        Ok(sent?.into_iter().map(ItemReply::Ok).collect())
     }
 }
 
@@ -267,7 +274,14 @@ pub(crate) struct ProducerBatcher<S: BatchSink = PartitionSet> {
 pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl<S: BatchSink> ProducerBatcher<S> {
-    pub(crate) fn new(sink: Arc<S>, mut options: BatchingOptions) -> Result<Self, Error> {
+    /// A batcher sending to `sink`; with a limit on the producer's pending messages, the
+    /// batcher's own bound is raised to it, so that the producer's limit is the one that
+    /// applies.
+    pub(crate) fn new(
+        sink: Arc<S>,
+        mut options: BatchingOptions,
+        max_pending_messages: Option<usize>,
+    ) -> Result<Self, Error> {
         options.validate()?;
         let smallest = sink.max_message_size();
         options.max_bytes = options.max_bytes.min(smallest / 2).max(1);
@@ -277,7 +291,11 @@ impl<S: BatchSink> ProducerBatcher<S> {
             .max_delay(options.max_delay)
             // Keeps each key's batches in order on the wire.
             .max_in_flight_per_key(1)
-            .max_pending((options.max_messages * 64).max(65_536))
+            .max_pending(
+                (options.max_messages * 64)
+                    .max(65_536)
+                    .max(max_pending_messages.unwrap_or(0)),
+            )
             // A SEND that failed may still have been written: never send it twice.
             .retry(RetryPolicy::never())
             .build(BatchSender {
@@ -311,11 +329,13 @@ impl<S: BatchSink> ProducerBatcher<S> {
         }
     }
 
-    /// Adds a message to its key's batch and waits for its id.
+    /// Adds a message to its key's batch and waits for its id; the message holds `slot`
+    /// until its batch is answered.
     pub(crate) async fn send(
         &self,
         key: BatchKey,
         message: OutgoingMessage,
+        slot: Slot,
     ) -> Result<MessageId, Error> {
         let size = message.encoded_size();
         let epoch = {
@@ -340,7 +360,15 @@ impl<S: BatchSink> ProducerBatcher<S> {
         };
         let ticket = self
             .batcher
-            .enqueue(key, Pending { message, epoch }, ItemOptions::new())
+            .enqueue(
+                key,
+                Pending {
+                    message,
+                    epoch,
+                    slot: Mutex::new(Some(slot)),
+                },
+                ItemOptions::new(),
+            )
             .await
             .map_err(|e| crate::producer::batcher_error(e, "the producer"))?;
         ticket
@@ -437,10 +465,17 @@ mod tests {
             .expect("a runtime");
         runtime.block_on(async move {
             let recorder = Arc::new(Recorder::default());
-            let batcher = ProducerBatcher::new(Arc::clone(&recorder), options).expect("valid");
+            let batcher =
+                ProducerBatcher::new(Arc::clone(&recorder), options, None).expect("valid");
+            let queue = crate::producer::queue::PendingQueue::unbounded();
             let sends = messages.into_iter().map(|message| {
                 let key = batcher.key(0, None, &message);
-                batcher.send(key, message)
+                let queue = &queue;
+                let batcher = &batcher;
+                async move {
+                    let slot = queue.admit().await?;
+                    batcher.send(key, message, slot).await
+                }
             });
             let ids = futures_util::future::join_all(sends)
                 .await
@@ -448,6 +483,7 @@ mod tests {
                 .collect::<Result<Vec<_>, Error>>()
                 .expect("every send succeeds");
             let open = batcher.open.lock().len();
+            assert_eq!(queue.pending(), 0, "every message gave its place back");
             batcher.close().await;
             let batches = std::mem::take(&mut *recorder.batches.lock());
             (batches, ids, open)

@@ -11,10 +11,12 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::oneshot;
 use txn_ack::TxnId;
 
+use super::queue::Slot;
 use super::{MessageId, OutgoingMessage};
 use crate::backoff::Retries;
 use crate::batch::{BatchedMessage, encode_batch};
 use crate::connection::ProducerGone;
+use crate::link::{LinkSlot, LinkState};
 use crate::pb::ServerError;
 use crate::pb::base_command::Type;
 use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
@@ -62,6 +64,9 @@ impl PartitionSet {
 /// The wait for an entry's receipt.
 type Receipt = std::pin::Pin<Box<dyn Future<Output = Result<pb::MessageIdData, Error>> + Send>>;
 
+/// The wait for the end of a registration, set up before `PRODUCER` is sent.
+type Ending = std::pin::Pin<Box<dyn Future<Output = ProducerGone> + Send>>;
+
 /// Where a partition producer is registered now.
 #[derive(Debug, Clone)]
 struct Link {
@@ -86,6 +91,28 @@ struct Sequencer {
 struct Awaiting {
     frame: Frame,
     done: oneshot::Sender<Result<pb::MessageIdData, Error>>,
+    /// The message's place in the producer's pending queue (none for a batch, whose
+    /// messages' places the batcher holds, or a chunk, whose message's place its send
+    /// holds).
+    slot: Option<Slot>,
+}
+
+impl Awaiting {
+    /// Gives the place back, then completes the wait: a sender that sends again at once
+    /// finds the place free.
+    fn resolve(self, result: Result<pb::MessageIdData, Error>) {
+        drop(self.slot);
+        let _ = self.done.send(result);
+    }
+}
+
+/// Why a registration ended.
+#[derive(Debug)]
+enum Gone {
+    /// The connection ended or the broker closed the producer.
+    Link(ProducerGone),
+    /// The broker refused a send in a way that registering again repairs.
+    Refused(Error),
 }
 
 /// A producer attached to one topic (or one partition of a partitioned topic).
@@ -133,6 +160,8 @@ pub(crate) struct PartitionProducer {
     pub(crate) reconnects: AtomicU64,
     /// The backoff of registering again.
     retries: Mutex<Retries>,
+    /// Its entry in the producer's link states.
+    state: LinkSlot,
 }
 
 /// What a partition producer is created with.
@@ -145,13 +174,15 @@ pub(crate) struct PartitionSpec {
     pub(crate) compression: Compression,
     pub(crate) chunk_size: Option<usize>,
     pub(crate) send_timeout: Duration,
+    /// Its entry in the producer's link states, attached once registered.
+    pub(crate) link: LinkSlot,
 }
 
 impl PartitionProducer {
     /// Looks the topic up and registers a producer on its broker.
     pub(crate) async fn create(client: &Client, spec: PartitionSpec) -> Result<Arc<Self>, Error> {
         let user_named = spec.name.is_some();
-        let (connection, producer_id, success) = register(
+        let (connection, producer_id, success, ending) = register(
             client,
             &spec.topic,
             spec.name.clone(),
@@ -195,8 +226,10 @@ impl PartitionProducer {
             failed: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             retries: Mutex::new(Retries::new()),
+            state: spec.link,
         });
-        producer.watch(&link);
+        producer.state.attach();
+        producer.watch(&link, ending);
         Ok(producer)
     }
 
@@ -205,38 +238,46 @@ impl PartitionProducer {
         self.link.read().up
     }
 
-    /// Reconnects once `link` is gone.
-    fn watch(self: &Arc<Self>, link: &Link) {
-        let gone = link.connection.watch_producer(link.producer_id);
+    /// Reconnects once `link` is gone (`gone` resolves).
+    fn watch(self: &Arc<Self>, link: &Link, gone: Ending) {
         let generation = link.generation;
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             let why = gone.await;
             if let Some(this) = weak.upgrade() {
-                this.gone(generation, why);
+                this.gone(generation, Gone::Link(why));
             }
         });
     }
 
     /// The registration of `generation` is gone: registers again in the background.
-    fn gone(self: &Arc<Self>, generation: u64, why: ProducerGone) {
+    fn gone(self: &Arc<Self>, generation: u64, why: Gone) {
         if self.closing.load(Ordering::Acquire) {
             return;
         }
-        {
+        let cause = {
             let mut link = self.link.write();
             if link.generation != generation || !link.up {
                 return;
             }
             link.up = false;
-        }
-        tracing::info!(topic = %self.topic, producer = %self.name, ?why, "producer disconnected: reconnecting");
+            match why {
+                Gone::Link(ProducerGone::Lost) => link.connection.lost_error(),
+                Gone::Link(ProducerGone::Closed) => {
+                    Error::Closed("the producer's registration (CLOSE_PRODUCER from the broker)")
+                }
+                Gone::Refused(error) => error,
+            }
+        };
+        tracing::debug!(topic = %self.topic, producer = %self.name, %cause, "producer disconnected: reconnecting");
+        self.state
+            .set(&self.topic, LinkState::Reconnecting { attempt: 1, cause });
         tokio::spawn(reconnect(Arc::downgrade(self)));
     }
 
     /// Registers again and sends what has no receipt; `Err` when the registration was
     /// refused for good.
-    async fn register_again(self: &Arc<Self>) -> Result<bool, Error> {
+    async fn register_again(self: &Arc<Self>) -> Result<Again, Error> {
         // A registration the broker still has (the producer gave it up after a refused
         // send) is closed first, or registering the name again would be `ProducerBusy`.
         let old = self.link.read().clone();
@@ -253,11 +294,10 @@ impl PartitionProducer {
             self.txn_enabled,
         )
         .await;
-        let (connection, producer_id, _) = match registered {
+        let (connection, producer_id, _, ending) = match registered {
             Ok(registered) => registered,
             Err(error) if error.may_link_again(ServerError::ProducerBusy) => {
-                tracing::debug!(topic = %self.topic, %error, "registering the producer again failed for now");
-                return Ok(false);
+                return Ok(Again::NotYet(error));
             }
             Err(error) => return Err(error),
         };
@@ -271,6 +311,8 @@ impl PartitionProducer {
                 generation: link.generation + 1,
                 up: true,
             };
+            // Under the link's lock, so that a loss of the new link is told after it.
+            self.state.set(&self.topic, LinkState::Connected);
             link.clone()
         };
         for (first, awaiting) in &sequencer.awaiting {
@@ -278,20 +320,22 @@ impl PartitionProducer {
         }
         let resent = sequencer.awaiting.len();
         drop(sequencer);
-        self.watch(&link);
+        self.watch(&link, ending);
         self.reconnects.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(topic = %self.topic, producer = %self.name, epoch, resent, "producer reconnected");
-        Ok(true)
+        tracing::debug!(topic = %self.topic, producer = %self.name, epoch, resent, "producer reconnected");
+        Ok(Again::Linked)
     }
 
     /// Refused for good: every waiting send and every later one fails with `error`.
     fn fail(&self, error: Error) {
-        tracing::warn!(topic = %self.topic, producer = %self.name, %error, "the producer cannot register again");
         let mut sequencer = self.sequencer.lock();
         *self.failed.lock() = Some(error.clone());
         for (_, awaiting) in std::mem::take(&mut sequencer.awaiting) {
-            let _ = awaiting.done.send(Err(error.clone()));
+            awaiting.resolve(Err(error.clone()));
         }
+        drop(sequencer);
+        self.state
+            .set(&self.topic, LinkState::Failed { cause: error });
     }
 
     /// Writes `frame` on `link` and completes its wait when the receipt comes; when the
@@ -339,19 +383,19 @@ impl PartitionProducer {
             // Refused because the broker closed this registration (a SEND written after
             // `CLOSE_PRODUCER` crossed it): sent again on the next one.
             tracing::debug!(topic = %self.topic, %error, "a send refused by a closed registration: sending it again");
-            self.gone(generation, ProducerGone::Closed);
+            self.gone(generation, Gone::Link(ProducerGone::Closed));
             return;
         }
         if let Err(error @ Error::Server { .. }) = &result
             && error.is_retryable()
         {
             tracing::info!(topic = %self.topic, %error, "a send refused for now: registering again to send it again");
-            self.gone(generation, ProducerGone::Closed);
+            self.gone(generation, Gone::Refused(error.clone()));
             return;
         }
         let awaiting = self.sequencer.lock().awaiting.remove(&first);
         if let Some(awaiting) = awaiting {
-            let _ = awaiting.done.send(result);
+            awaiting.resolve(result);
         }
     }
 
@@ -365,12 +409,13 @@ impl PartitionProducer {
     }
 
     /// Queues `frame`, numbered from `first`, under the sequencer's lock; returns the wait
-    /// for its receipt, within the send timeout.
+    /// for its receipt, within the send timeout. The entry holds `slot` until it is resolved.
     fn submit(
         self: &Arc<Self>,
         sequencer: &mut Sequencer,
         first: u64,
         frame: Frame,
+        slot: Option<Slot>,
     ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + use<>, Error> {
         if let Some(error) = self.failed.lock().clone() {
             return Err(error);
@@ -385,7 +430,9 @@ impl PartitionProducer {
                 self.transmit(&link, first, frame.clone());
             }
         }
-        sequencer.awaiting.insert(first, Awaiting { frame, done });
+        sequencer
+            .awaiting
+            .insert(first, Awaiting { frame, done, slot });
         let weak = Arc::downgrade(self);
         let timeout = self.send_timeout;
         Ok(async move {
@@ -394,7 +441,8 @@ impl PartitionProducer {
                 Ok(Err(_)) => Err(Error::Closed("the producer")),
                 Err(_) => {
                     if let Some(this) = weak.upgrade() {
-                        this.sequencer.lock().awaiting.remove(&first);
+                        // Gives its place back.
+                        drop(this.sequencer.lock().awaiting.remove(&first));
                     }
                     Err(Error::Timeout {
                         operation: "SEND",
@@ -427,18 +475,22 @@ impl PartitionProducer {
     }
 
     /// Sends one message that is not in a batch (no `num_messages_in_batch`); with chunking,
-    /// in chunks when it is too large for one entry.
+    /// in chunks when it is too large for one entry. The message holds `slot` until it is
+    /// resolved.
     pub(crate) async fn send_single(
         self: &Arc<Self>,
         message: &OutgoingMessage,
         txn: Option<TxnId>,
+        slot: Slot,
     ) -> Result<MessageId, Error> {
         if let Some(chunk_size) = self.chunk_size {
-            return self.send_chunked(message, txn, chunk_size).await;
+            let sent = self.send_chunked(message, txn, chunk_size).await;
+            drop(slot);
+            return sent;
         }
         let (data, compression, uncompressed_size) =
             self.compressed(&message.payload, "message")?;
-        let sent = self.write(1, |sequence_id| {
+        let sent = self.write(1, Some(slot), |sequence_id| {
             let metadata =
                 self.single_metadata(message, sequence_id, txn, compression, uncompressed_size);
             Ok(self.send_frame(sequence_id, None, txn, metadata, data, false))
@@ -477,7 +529,7 @@ impl PartitionProducer {
         let room = chunk_size.saturating_sub(overhead).max(1);
         if data.len() <= room {
             let frame = self.send_frame(sequence_id, None, txn, metadata, data, false);
-            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame)?;
+            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame, None)?;
             drop(order);
             return Ok(self.id_of(receipt.await?));
         }
@@ -504,7 +556,7 @@ impl PartitionProducer {
             };
             let frame = self.send_frame(sequence_id, None, txn, chunk, piece, true);
             // The chunks share the sequence id: one receipt at a time.
-            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame)?;
+            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame, None)?;
             last = Some(receipt.await?);
         }
         drop(order);
@@ -540,7 +592,7 @@ impl PartitionProducer {
                 ),
             })?;
         let id = self
-            .write(messages.len() as u64, |first| {
+            .write(messages.len() as u64, None, |first| {
                 self.batch_frame(messages, count, first, txn)
             })?
             .await?;
@@ -558,16 +610,18 @@ impl PartitionProducer {
     /// Numbers `count` messages from the next sequence id, has `build` make the frame of
     /// their entry (given the first id) and queues it on the connection, all under the
     /// sequence lock: the frames of one producer reach the wire in sequence-id order, however
-    /// many tasks send at once. The ids are used up only when the frame is queued.
+    /// many tasks send at once. The ids are used up only when the frame is queued. The entry
+    /// holds `slot` until it is resolved.
     fn write(
         self: &Arc<Self>,
         count: u64,
+        slot: Option<Slot>,
         build: impl FnOnce(u64) -> Result<Frame, Error>,
     ) -> Result<Receipt, Error> {
         let mut sequencer = self.sequencer.lock();
         let first = sequencer.next;
         let frame = build(first)?;
-        let receipt = self.submit(&mut sequencer, first, frame)?;
+        let receipt = self.submit(&mut sequencer, first, frame, slot)?;
         sequencer.next = first + count;
         Ok(Box::pin(receipt))
     }
@@ -738,7 +792,7 @@ impl PartitionProducer {
         let link = self.link.read().clone();
         link.connection.forget_producer(link.producer_id);
         for (_, awaiting) in std::mem::take(&mut self.sequencer.lock().awaiting) {
-            let _ = awaiting.done.send(Err(Error::Closed("the producer")));
+            awaiting.resolve(Err(Error::Closed("the producer")));
         }
         if !link.up {
             return Ok(());
@@ -763,6 +817,14 @@ async fn close_on(link: &Link) -> Result<(), Error> {
         .map(drop)
 }
 
+/// How an attempt to register again went, when not refused for good.
+#[derive(Debug)]
+enum Again {
+    Linked,
+    /// Failed in a way that may succeed later.
+    NotYet(Error),
+}
+
 /// Registers again (in the background) until registered, refused for good, or the producer
 /// is gone or closing.
 async fn reconnect(weak: Weak<PartitionProducer>) {
@@ -770,6 +832,7 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
         return;
     };
     tokio::time::sleep(first).await;
+    let mut attempt = 1u32;
     loop {
         let Some(this) = weak.upgrade() else {
             return;
@@ -778,11 +841,15 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
             return;
         }
         match this.register_again().await {
-            Ok(true) => {
+            Ok(Again::Linked) => {
                 this.retries.lock().linked();
                 return;
             }
-            Ok(false) => {}
+            Ok(Again::NotYet(cause)) => {
+                attempt = attempt.saturating_add(1);
+                this.state
+                    .set(&this.topic, LinkState::Reconnecting { attempt, cause });
+            }
             Err(error) => {
                 this.fail(error);
                 return;
@@ -795,7 +862,9 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
 }
 
 /// Looks `topic` up and registers a producer on its broker (`PRODUCER`); returns the
-/// connection, the producer id on it and the broker's answer.
+/// connection, the producer id on it, the broker's answer and the wait for the end of the
+/// registration. That wait is set up before `PRODUCER` goes out: a `CLOSE_PRODUCER` that
+/// follows `PRODUCER_SUCCESS` at once (an unload meanwhile) is not missed.
 async fn register(
     client: &Client,
     topic: &str,
@@ -803,9 +872,39 @@ async fn register(
     user_named: bool,
     epoch: u64,
     txn_enabled: bool,
-) -> Result<(Connection, u64, pb::CommandProducerSuccess), Error> {
+) -> Result<(Connection, u64, pb::CommandProducerSuccess, Ending), Error> {
     let connection = client.lookup(topic).await?;
     let producer_id = connection.next_id();
+    let ending: Ending = Box::pin(connection.watch_producer(producer_id));
+    let answered = registered(
+        &connection,
+        topic,
+        producer_id,
+        name,
+        user_named,
+        epoch,
+        txn_enabled,
+    )
+    .await;
+    match answered {
+        Ok(success) => Ok((connection, producer_id, success, ending)),
+        Err(error) => {
+            connection.forget_producer(producer_id);
+            Err(error)
+        }
+    }
+}
+
+/// `PRODUCER` for `producer_id` on `connection`, and the broker's success.
+async fn registered(
+    connection: &Connection,
+    topic: &str,
+    producer_id: u64,
+    name: Option<String>,
+    user_named: bool,
+    epoch: u64,
+    txn_enabled: bool,
+) -> Result<pb::CommandProducerSuccess, Error> {
     let answer = connection
         .request("PRODUCER", |request_id| {
             command_frame(Type::Producer, |c| {
@@ -822,13 +921,12 @@ async fn register(
             })
         })
         .await?;
-    let success = answer.producer_success.ok_or_else(|| {
+    answer.producer_success.ok_or_else(|| {
         Error::malformed(format!(
             "PRODUCER was answered by a frame of type {} instead of PRODUCER_SUCCESS",
             answer.r#type
         ))
-    })?;
-    Ok((connection, producer_id, success))
+    })
 }
 
 /// The key `of` every message, when all have the same one.

@@ -139,6 +139,7 @@ async fn high_messages_overtake_the_low_backlog_and_survive_partition_growth() {
         consumer.queue_sizes(),
         [QUEUE, QUEUE / 2, QUEUE / 2, QUEUE / 2]
     );
+    assert_eq!(consumer.state().borrow().partitions().len(), 4);
     let producer = priority_producer(&setup, topic).await;
 
     send(&producer, false, 0, LOW).await;
@@ -197,6 +198,13 @@ async fn high_messages_overtake_the_low_backlog_and_survive_partition_growth() {
         payloads.push(String::from_utf8_lossy(m.payload()).into_owned());
     }
     assert_eq!(consumer.partitions(), 8);
+    let states = consumer.state();
+    assert_eq!(
+        states.borrow().partitions().len(),
+        8,
+        "a link state per partition"
+    );
+    assert!(states.borrow().is_connected());
     assert!(
         new_partitions.len() >= 2,
         "the new partitions got no traffic: {new_partitions:?}"
