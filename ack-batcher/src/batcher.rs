@@ -28,7 +28,11 @@ impl ItemOptions {
     }
 
     /// The item must be flushed before `deadline` (minus the batcher's deadline margin), and is
-    /// not retried past it. A receipt handle's expiry is a typical deadline.
+    /// not retried past it: an attempt that would start after it is not made, and the item
+    /// resolves to its last failure. A receipt handle's expiry is a typical deadline.
+    ///
+    /// `deadline` is a [`tokio::time::Instant`] (not [`std::time::Instant`]), so that it
+    /// follows Tokio's clock, paused time in tests included.
     pub fn deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::observe::SharedObserver;
-use crate::{Batcher, Error, Flush, Observer};
+use crate::{Batcher, Error, Flush, Observer, RetryBudget};
 
 /// What happens when a new item arrives while the batcher already holds `max_pending` items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,6 +142,7 @@ pub(crate) struct Settings {
     pub(crate) retry: RetryPolicy,
     pub(crate) drop_timeout: Duration,
     pub(crate) flush_timeout: Option<Duration>,
+    pub(crate) retry_budget: RetryBudget,
 }
 
 impl Default for Settings {
@@ -156,6 +157,7 @@ impl Default for Settings {
             retry: RetryPolicy::default(),
             drop_timeout: Duration::from_secs(10),
             flush_timeout: None,
+            retry_budget: RetryBudget::default(),
         }
     }
 }
@@ -195,6 +197,7 @@ impl Settings {
         if let Some(timeout) = self.flush_timeout {
             check_duration("flush_timeout", timeout)?;
         }
+        self.retry_budget.validate()?;
         self.retry.validate()
     }
 }
@@ -303,6 +306,14 @@ where
     /// How retryable failures are retried (default [`RetryPolicy::default`]).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.settings.retry = retry;
+        self
+    }
+
+    /// Limits retries to a share of recent first attempts plus a floor (default
+    /// [`RetryBudget::default`]: over 10 s, 20 % of first-attempt batches plus 10 per second);
+    /// [`RetryBudget::unlimited`] turns it off.
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.settings.retry_budget = budget;
         self
     }
 

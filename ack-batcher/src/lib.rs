@@ -65,6 +65,7 @@
 //! ```
 
 mod batcher;
+mod budget;
 mod config;
 mod error;
 mod flush;
@@ -75,6 +76,7 @@ mod state;
 mod ticket;
 
 pub use batcher::{Batcher, ItemOptions};
+pub use budget::RetryBudget;
 pub use config::{Backpressure, Builder, RetryPolicy};
 pub use error::{Error, Retryable};
 pub use flush::{Flush, FlushReason, FlushResult, ItemReply};

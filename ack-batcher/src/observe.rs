@@ -64,6 +64,13 @@ pub trait Observer<K, T, O, E>: Send + Sync + 'static {
         let _ = (key, batch, items);
     }
 
+    /// The retry budget ([`crate::RetryBudget`]) held these `items` of `key` back until their
+    /// next attempt would have started after their deadline; they resolve to their last
+    /// failure.
+    fn on_given_up(&self, key: &K, items: &[T]) {
+        let _ = (key, items);
+    }
+
     /// The transport panicked on `batch`; its `items` fail with
     /// [`crate::Error::Panicked`] carrying `message` and are not retried.
     fn on_panicked(&self, key: &K, batch: &BatchInfo, items: &[T], message: &str) {
@@ -130,6 +137,9 @@ pub struct Stats {
     /// Flushes during which the transport panicked (their items failed with
     /// [`crate::Error::Panicked`]).
     pub flush_panics: u64,
+    /// Retry entries the retry budget held back for another backoff (an item held back
+    /// twice counts twice).
+    pub retries_deferred: u64,
     /// Flushes that ran past the builder's `flush_timeout` (their items counted as missing
     /// replies and were retried within the policy).
     pub flush_timeouts: u64,
@@ -156,6 +166,50 @@ impl Stats {
     /// Batches flushed for any reason.
     pub fn total_batches(&self) -> u64 {
         self.batches_by_reason.iter().sum()
+    }
+}
+
+/// One line: the batches by reason (by name, nonzero ones only), then the item counts.
+///
+/// ```
+/// let stats = ack_batcher::Stats::default();
+/// assert_eq!(
+///     stats.to_string(),
+///     "batches: none; items: 0 submitted, 0 succeeded, 0 failed, 0 abandoned, 0 retries, 0 pending"
+/// );
+/// ```
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("batches: ")?;
+        let mut any = false;
+        for reason in FlushReason::ALL {
+            let count = self.batches(reason);
+            if count > 0 {
+                write!(f, "{}{reason} {count}", if any { ", " } else { "" })?;
+                any = true;
+            }
+        }
+        if !any {
+            f.write_str("none")?;
+        }
+        write!(
+            f,
+            "; items: {} submitted, {} succeeded, {} failed, {} abandoned, {} retries, {} pending",
+            self.items_submitted,
+            self.items_succeeded,
+            self.items_failed,
+            self.items_abandoned,
+            self.retries,
+            self.pending
+        )?;
+        if self.flush_panics + self.flush_timeouts + self.retries_deferred > 0 {
+            write!(
+                f,
+                "; {} flush panics, {} flush timeouts, {} retries deferred by the budget",
+                self.flush_panics, self.flush_timeouts, self.retries_deferred
+            )?;
+        }
+        Ok(())
     }
 }
 

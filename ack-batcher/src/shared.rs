@@ -80,12 +80,13 @@ where
         observer: Option<SharedObserver<K, T, F>>,
         runtime: Handle,
     ) -> Arc<Self> {
+        let budget = settings.retry_budget.clone();
         let shared = Arc::new(Self {
             flusher,
             room: Semaphore::new(settings.max_pending),
             settings,
             observer,
-            state: Mutex::new(State::new()),
+            state: Mutex::new(State::new(budget)),
             wake_driver: Notify::new(),
             drained: Notify::new(),
             cancel: CancellationToken::new(),
@@ -292,12 +293,19 @@ where
                     Ok(output)
                 }
                 (reply, Next::Retry { after }) => {
-                    tally.missing += u64::from(matches!(reply, ItemReply::Missing));
+                    let last = match reply {
+                        ItemReply::Err(error) => Some(error),
+                        _ => {
+                            tally.missing += 1;
+                            None
+                        }
+                    };
                     retries.push(RetryEntry {
                         due: now + after,
                         key: key.clone(),
                         item,
                         slot,
+                        last,
                     });
                     continue;
                 }
@@ -365,17 +373,53 @@ where
         }
     }
 
+    /// Resolves retries the budget held back past their deadline to their last failure (the
+    /// state already counted them as failed).
+    fn give_up(&self, given_up: Vec<RetryEntry<K, T, F::Output, F::Error>>) {
+        let count = given_up.len();
+        tracing::warn!(
+            count,
+            "retries held back by the retry budget until their deadline; giving up"
+        );
+        let mut by_key: Vec<(K, Vec<T>)> = Vec::new();
+        for retry in given_up {
+            let attempts = retry.slot.attempts;
+            let outcome = match retry.last {
+                Some(source) => Err(Error::Failed { source, attempts }),
+                None => Err(Error::Missing { attempts }),
+            };
+            let _ = retry.slot.reply.send(outcome);
+            match by_key.iter_mut().find(|(key, _)| *key == retry.key) {
+                Some((_, items)) => items.push(retry.item),
+                None => by_key.push((retry.key, vec![retry.item])),
+            }
+        }
+        if let Some(observer) = &self.observer {
+            for (key, items) in &by_key {
+                observer.on_given_up(key, items);
+            }
+        }
+        self.room.add_permits(count);
+    }
+
     /// The timer loop: seals batches whose time has come and starts due retries. Ends once
     /// the batcher is closed and holds nothing.
     async fn drive(self: Arc<Self>) {
         loop {
-            let (launches, next, done) = {
+            let (due, done, drained) = {
                 let mut state = self.state.lock();
-                let (launches, next) = state.due(Instant::now(), &self.settings);
-                let done = state.book.closed && state.book.pending == 0;
-                (launches, next, done)
+                let due = state.due(Instant::now(), &self.settings);
+                let drained = state.book.pending == 0;
+                (due, state.book.closed && drained, drained)
             };
-            self.spawn_all(launches);
+            let next = due.next;
+            self.spawn_all(due.launches);
+            if !due.given_up.is_empty() {
+                self.give_up(due.given_up);
+                if drained {
+                    self.drained.notify_waiters();
+                }
+            }
             if done {
                 return;
             }

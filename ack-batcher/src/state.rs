@@ -10,6 +10,7 @@ use std::hash::Hash;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::budget::{RetryBudget, Spending};
 use crate::config::Settings;
 use crate::ticket::Reply;
 use crate::{FlushReason, Stats};
@@ -57,6 +58,9 @@ pub(crate) struct RetryEntry<K, T, O, E> {
     pub(crate) key: K,
     pub(crate) item: T,
     pub(crate) slot: Slot<O, E>,
+    /// The failure that asked for this retry (`None`: a missing reply), what the item
+    /// resolves to if the retry budget holds it back past its deadline.
+    pub(crate) last: Option<E>,
 }
 
 struct KeyState<T, O, E> {
@@ -115,6 +119,8 @@ pub(crate) struct Book<K, T, O, E> {
     /// When the driver will wake next; `None` while it waits for a nudge.
     pub(crate) driver_at: Option<Instant>,
     pub(crate) counters: Stats,
+    budget: RetryBudget,
+    spending: Spending,
 }
 
 impl<K, T, O, E> Book<K, T, O, E> {
@@ -139,6 +145,9 @@ impl<K, T, O, E> Book<K, T, O, E> {
     where
         K: Clone,
     {
+        if sealed.reason != FlushReason::Retry {
+            self.spending.first_attempt(Instant::now(), &self.budget);
+        }
         self.counters.batches_by_reason[sealed.reason.index()] += 1;
         self.counters.batch_sizes.record(sealed.items.len());
         ks.outstanding.insert(sealed.id);
@@ -266,6 +275,15 @@ pub(crate) struct Pushed<K, T> {
 }
 
 /// Items taken out of the state to be resolved as abandoned, grouped by key.
+/// What [`State::due`] found: batches to start, when to look again, and retries the budget
+/// held back until their deadline passed (already counted as failed; their items still
+/// need their outcome).
+pub(crate) struct Due<K, T, O, E> {
+    pub(crate) launches: Vec<Launch<K, T>>,
+    pub(crate) next: Option<Instant>,
+    pub(crate) given_up: Vec<RetryEntry<K, T, O, E>>,
+}
+
 /// The due retries of one key, in the order they became due.
 type RetriesOf<K, T, O, E> = Vec<RetryEntry<K, T, O, E>>;
 
@@ -310,7 +328,7 @@ impl<K, T, O, E> State<K, T, O, E>
 where
     K: Clone + Eq + Hash,
 {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(budget: RetryBudget) -> Self {
         Self {
             keys: HashMap::new(),
             book: Book {
@@ -324,6 +342,8 @@ where
                 queued: 0,
                 driver_at: None,
                 counters: Stats::default(),
+                budget,
+                spending: Spending::default(),
             },
         }
     }
@@ -408,12 +428,9 @@ where
 
     /// Seals the batches whose flush time has come and turns due retries into batches of
     /// one. Returns the launches and the next time the driver must wake.
-    pub(crate) fn due(
-        &mut self,
-        now: Instant,
-        s: &Settings,
-    ) -> (Vec<Launch<K, T>>, Option<Instant>) {
+    pub(crate) fn due(&mut self, now: Instant, s: &Settings) -> Due<K, T, O, E> {
         let mut launches = Vec::new();
+        let mut given_up = Vec::new();
         let limit = s.max_in_flight_per_key;
         while let Some(entry) = self.book.timers.first_entry() {
             if entry.key().0 > now {
@@ -452,12 +469,27 @@ where
         for (key, retries) in due_retries {
             let mut retries = retries.into_iter().peekable();
             while retries.peek().is_some() {
-                let (items, slots): (Vec<T>, Vec<Slot<O, E>>) = retries
-                    .by_ref()
-                    .take(s.max_items)
+                let chunk: Vec<_> = retries.by_ref().take(s.max_items).collect();
+                let book = &mut self.book;
+                if !book.spending.try_retry(now, &book.budget) {
+                    // Over the budget: wait another backoff, or give up at the deadline.
+                    book.counters.retries_deferred += chunk.len() as u64;
+                    for mut retry in chunk {
+                        let due = now + s.retry.delay_for(retry.slot.attempts);
+                        if retry.slot.deadline.is_some_and(|deadline| due >= deadline) {
+                            given_up.push(retry);
+                        } else {
+                            retry.due = due;
+                            let id = book.new_id();
+                            book.retries.insert((due, id), retry);
+                        }
+                    }
+                    continue;
+                }
+                let (items, slots): (Vec<T>, Vec<Slot<O, E>>) = chunk
+                    .into_iter()
                     .map(|retry| (retry.item, retry.slot))
                     .unzip();
-                let book = &mut self.book;
                 let sealed = Sealed {
                     id: book.new_id(),
                     reason: FlushReason::Retry,
@@ -475,7 +507,14 @@ where
             (a, b) => a.or(b),
         };
         self.book.driver_at = next;
-        (launches, next)
+        let count = given_up.len();
+        self.book.pending -= count;
+        self.book.counters.items_failed += count as u64;
+        Due {
+            launches,
+            next,
+            given_up,
+        }
     }
 
     /// Takes an in-flight batch's slots for resolution; `None` if it was abandoned meanwhile.

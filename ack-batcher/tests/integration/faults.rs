@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ack_batcher::{
-    BatchInfo, Batcher, Error, Flush, FlushResult, ItemOptions, ItemReply, Observer, RetryPolicy,
+    BatchInfo, Batcher, Error, Flush, FlushReason, FlushResult, ItemOptions, ItemReply, Observer,
+    RetryBudget, RetryPolicy,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -220,6 +221,108 @@ async fn a_flush_timeout_is_checked_when_the_batcher_is_built() {
             built,
             Err(Error::InvalidConfig {
                 setting: "flush_timeout",
+                ..
+            })
+        ),
+        "{built:?}"
+    );
+}
+
+/// Runs 30 s of virtual time in which the transport fails every batch retryably, then
+/// accepts everything: 2,308 items at one per 13 ms under one key (100 ms batches), each
+/// with a 60 s deadline, retried every 50 ms up to 10,000 times (the shape of RocketMQ acks
+/// during a proxy restart). Returns the flush calls made during the outage, the first-attempt
+/// batches among them, and whether every item then succeeded.
+async fn outage_with(budget: RetryBudget) -> (usize, u64, bool) {
+    let t0 = Instant::now();
+    let outage = Duration::from_secs(30);
+    let script = Script::new(move |_, items, _| {
+        if Instant::now() < t0 + outage {
+            Err(Failure { retryable: true })
+        } else {
+            Ok(items.iter().map(|i| ItemReply::Ok(*i)).collect())
+        }
+    });
+    let batcher = Batcher::builder()
+        .max_items(1024)
+        .max_delay(Duration::from_millis(100))
+        .deadline_margin(Duration::from_millis(100))
+        .retry(
+            RetryPolicy::default()
+                .backoff(Duration::from_millis(50))
+                .max_attempts(10_000),
+        )
+        .retry_budget(budget)
+        .build(Transport(script.clone()))
+        .unwrap();
+    let mut tickets = Vec::new();
+    let mut i = 0;
+    while Instant::now() < t0 + outage {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        tickets.push(
+            batcher
+                .enqueue(key("topic"), i, ItemOptions::new().deadline(deadline))
+                .await
+                .unwrap(),
+        );
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(13)).await;
+    }
+    let mut all_ok = true;
+    for ticket in tickets {
+        all_ok &= ticket.await.is_ok();
+    }
+    let during = script
+        .calls()
+        .iter()
+        .filter(|call| call.at < t0 + outage)
+        .count();
+    let first = batcher.stats().total_batches() - batcher.stats().batches(FlushReason::Retry);
+    batcher.close(Duration::from_secs(1)).await;
+    (during, first, all_ok)
+}
+
+/// The bound: the first attempts, plus what the default budget allows over the outage and
+/// one window before it: 20 % of the first attempts and 10 per second.
+fn budget_bound(first_attempts: u64, outage: Duration) -> usize {
+    let window = Duration::from_secs(10);
+    (first_attempts as f64 * 1.2 + 10.0 * (outage + window).as_secs_f64()) as usize
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_cannot_multiply_the_requests() {
+    let (during, first, all_ok) = outage_with(RetryBudget::default()).await;
+    let bound = budget_bound(first, Duration::from_secs(30));
+    println!(
+        "with the budget: {during} flushes in the outage, {first} first attempts, bound {bound}"
+    );
+    assert!(
+        during <= bound,
+        "{during} flushes during the outage, bound {bound}"
+    );
+    assert!(all_ok, "every item succeeds once the server is back");
+
+    // Without the budget the same outage makes many times as many requests: the test can
+    // fail.
+    let (unlimited, first, all_ok) = outage_with(RetryBudget::unlimited()).await;
+    println!("without: {unlimited} flushes in the outage, {first} first attempts");
+    assert!(
+        unlimited > 5 * bound,
+        "{unlimited} flushes without a budget"
+    );
+    assert!(all_ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_budget_is_checked_when_the_batcher_is_built() {
+    let built = Batcher::<String, u32, _>::builder()
+        .retry_budget(RetryBudget::default().ratio(f64::NAN))
+        .build(Transport(Script::ok()));
+    assert!(
+        matches!(
+            built,
+            Err(Error::InvalidConfig {
+                setting: "retry_budget.ratio",
                 ..
             })
         ),

@@ -70,6 +70,9 @@ pub(super) fn check_log(
     // unless batches are ordered too).
     let mut last_sent: HashMap<u8, u64> = HashMap::new();
     let mut abandoned_reported: HashMap<u8, usize> = HashMap::new();
+    // Items the retry budget held back until their deadline (they resolve to their last
+    // failure although their last view asked for a retry).
+    let mut given_up: HashSet<u64> = HashSet::new();
 
     for (index, event) in events.iter().enumerate() {
         let previous = index.checked_sub(1).map(|i| &events[i]);
@@ -253,6 +256,15 @@ pub(super) fn check_log(
                 ensure!(closing, "{count} items of key {key} abandoned before close");
                 *abandoned_reported.entry(*key).or_default() += count;
             }
+            Event::GivenUp { key, items } => {
+                for id in items {
+                    ensure!(
+                        submitted.get(id).is_some_and(|s| s.deadline.is_some()),
+                        "item {id} of key {key} given up by the budget without a deadline"
+                    );
+                    ensure!(given_up.insert(*id), "item {id} given up twice");
+                }
+            }
             Event::CloseStart => closing = true,
         }
     }
@@ -289,7 +301,12 @@ pub(super) fn check_log(
                 ));
             }
             (outcome, Some(view)) => {
-                let consistent = view.next == Next::Resolved
+                let expected_next = if given_up.contains(id) {
+                    matches!(view.next, Next::Retry { .. })
+                } else {
+                    view.next == Next::Resolved
+                };
+                let consistent = expected_next
                     && match (outcome, &view.reply) {
                         (Outcome::Ok(out), ItemReply::Ok(reply)) => {
                             out == reply && *out == (*id, view.attempt)

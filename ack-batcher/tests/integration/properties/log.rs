@@ -59,6 +59,8 @@ pub(super) enum Event {
     },
     /// `Observer::on_abandoned`.
     Abandoned { key: u8, count: usize },
+    /// `Observer::on_given_up`: the retry budget held these items back past their deadline.
+    GivenUp { key: u8, items: Vec<u64> },
     /// The test is about to call `close`.
     CloseStart,
 }
@@ -199,5 +201,12 @@ impl Observer<u8, u64, Out, Fault> for Recorder {
         lock(&self.log)
             .events
             .push(Event::Abandoned { key: *key, count });
+    }
+
+    fn on_given_up(&self, key: &u8, items: &[u64]) {
+        lock(&self.log).events.push(Event::GivenUp {
+            key: *key,
+            items: items.to_vec(),
+        });
     }
 }
