@@ -116,7 +116,11 @@
 //! receives such an entry gets them in the MESSAGE's `ack_set` and is not charged for them, as
 //! on the broker. Transactional pending acks of a consumer that went stay in its model
 //! (redeliveries go back to the consumer whose model holds them whenever it is still
-//! connected). A topic's limit
+//! connected). Those pending acks are kept per consumer, not in one pending-ack store per
+//! subscription as on the broker: the indexes of one batch acknowledged in a transaction
+//! partly through a consumer that went (disconnected, unloaded, restarted) and partly
+//! through its successor are committed in two accountings, neither of which sees the whole
+//! batch acknowledged, so the entry is not deleted at commit. A topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).

@@ -130,7 +130,10 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, ep
     let (tx, rx) = mpsc::unbounded_channel();
     let token = shared.shutdown.child_token();
     // A connection accepted just before the broker went down is closed at once.
-    let conn = shared.broker.lock().register(tx, token.clone(), peer, epoch);
+    let conn = shared
+        .broker
+        .lock()
+        .register(tx, token.clone(), peer, epoch);
     let (read, write) = stream.into_split();
     let mut reader = FramedRead::new(read, PulsarCodec::new(shared.max_frame_size));
     let writer = FramedWrite::new(write, ServerEncoder);

@@ -973,5 +973,8 @@ async fn a_restart_keeps_the_data_and_forgets_the_connections() {
     assert_eq!(stats.transactions.open, 0);
     assert_eq!(stats.subscription("rs", "s").unwrap().retired_consumers, 0);
     let subscription = stats.subscription("rs", "s").unwrap();
-    assert_eq!((subscription.acks_of_deleted, subscription.conflicts), (0, 1));
+    assert_eq!(
+        (subscription.acks_of_deleted, subscription.conflicts),
+        (0, 1)
+    );
 }
