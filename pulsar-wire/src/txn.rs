@@ -365,8 +365,9 @@ impl Transaction {
     ///
     /// # Errors
     /// [`Error::TransactionFailed`], naming the first failed operation, when a transactional
-    /// ack of it was refused by the broker (nothing is sent; the transaction stays open for
-    /// [`Transaction::abort`]); [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
+    /// ack or send of it failed (refused by the broker, or lost with a connection or timed
+    /// out, so that the broker may or may not hold it; nothing is sent, the transaction stays
+    /// open for [`Transaction::abort`]); [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
     /// coordinator refuses (for example `TransactionNotFound` after a timeout, or
     /// `InvalidTxnStatus`); connection errors. After an error the transaction is left as the
     /// coordinator has it: abort it or let it time out.
