@@ -9,6 +9,7 @@ mod faults;
 mod key_shared;
 mod outages;
 mod priority;
+mod restarts;
 mod scripted;
 mod support;
 mod txn;
