@@ -985,6 +985,7 @@ impl Consumer {
                 }
             }
             txn.watch(&partition.ledger);
+            let error = refused_txn_ack(error, message, txn);
             txn.failed(format!("the ack of message {}: {error}", message.id()));
             return Err(error);
         }
@@ -1022,6 +1023,7 @@ impl Consumer {
         partition.ledger.lock().txn_in_flight -= 1;
         partition.maybe_resync(&self.counters, false);
         if let Err(error) = answer {
+            let error = refused_txn_ack(error, message, txn);
             let error = refused_txn_ack(error, message, txn);
             txn.failed(format!("the ack of message {}: {error}", message.id()));
             return Err(error);
@@ -1275,6 +1277,16 @@ fn refused_txn_ack(error: Error, message: &Message, txn: &Transaction) -> Error 
                 "{reason} (message {} in transaction {}; the broker took nothing of this ack \
                  into the transaction, which can now only be aborted: abort it and \
                  acknowledge its messages again after their redelivery)",
+                message.id(),
+                txn.id()
+            ),
+        },
+        Error::ConnectionLost { addr, reason } => Error::ConnectionLost {
+            addr,
+            reason: format!(
+                "{reason} (message {} in transaction {}: the broker may or may not have taken \
+                 this ack into the transaction, which now refuses to commit: abort it, and \
+                 the message comes again)",
                 message.id(),
                 txn.id()
             ),

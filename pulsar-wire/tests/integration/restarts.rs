@@ -247,6 +247,10 @@ async fn commit_while_down(then_commit: bool) {
     setup.emulator.take_down().await;
     let error = txn.commit().await.expect_err("the broker is down");
     assert!(error.is_retryable(), "not retryable: {error}");
+    assert!(
+        error.to_string().contains("stays open"),
+        "the error says what became of the transaction: {error}"
+    );
     assert_eq!(txn.state(), TxnState::Open, "{error}");
     let stats = setup.stats();
     assert_eq!(stats.transactions.open, 1, "the coordinator keeps it");
@@ -487,6 +491,13 @@ impl Run {
                         self.model
                             .violations
                             .push(format!("not retryable: {failure}"));
+                    }
+                    if matches!(error, Error::ConnectionLost { .. })
+                        && !error.to_string().contains("abort it")
+                    {
+                        self.model
+                            .violations
+                            .push(format!("does not say to abort: {failure}"));
                     }
                     self.model.failures.push(failure);
                 }
