@@ -211,6 +211,11 @@ impl Client {
         Consumer::subscribe(self, topic, subscription, options).await
     }
 
+    /// How long a request waits for its answer (and a lookup for a broker that is not ready).
+    pub(crate) fn operation_timeout(&self) -> std::time::Duration {
+        self.inner.options.operation_timeout
+    }
+
     /// The client of the transaction coordinators (every one the cluster runs; transactions
     /// are spread over them), connected on first use.
     ///

@@ -585,14 +585,24 @@ impl Producer {
     ///
     /// # Errors
     /// As [`Producer::send`]; [`Error::Invalid`] when the transaction is not open;
-    /// [`Error::Server`] when the coordinator refuses the partition.
+    /// [`Error::Server`] when the coordinator refuses the partition. After any failure (a
+    /// send that timed out or whose connection was lost may still have been stored in the
+    /// transaction) the transaction refuses to commit ([`Error::TransactionFailed`]) and
+    /// must be aborted.
     pub async fn send_in(
         &self,
         txn: &Transaction,
         message: OutgoingMessage,
     ) -> Result<MessageId, Error> {
         let _op = txn.start_op()?;
-        self.send_with(Some(txn), message).await
+        let sent = self.send_with(Some(txn), message).await;
+        if let Err(error) = &sent {
+            // The broker may have stored it in the transaction (a receipt lost with the
+            // connection, a timeout): committing would publish a message the application
+            // was told failed. One rule for every failure: the transaction must be aborted.
+            txn.failed(format!("a send to {}: {error}", self.inner.topic));
+        }
+        sent
     }
 
     async fn send_with(

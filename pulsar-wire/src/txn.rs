@@ -190,6 +190,31 @@ impl TransactionCoordinator {
     }
 }
 
+/// A lost connection to the coordinator, said in terms of the transaction: whether
+/// `END_TXN` may have reached it, and what to do (the error stays retryable).
+fn outcome_unknown(error: Error, id: TxnId, action: TxnAction, sent: bool) -> Error {
+    let Error::ConnectionLost { addr, reason } = error else {
+        return error;
+    };
+    let verb = match action {
+        TxnAction::Commit => "commit",
+        TxnAction::Abort => "abort",
+    };
+    let reached = if sent {
+        "END_TXN may or may not have reached the coordinator"
+    } else {
+        "END_TXN was not sent"
+    };
+    Error::ConnectionLost {
+        addr,
+        reason: format!(
+            "{reason} (the {verb} of transaction {id}: {reached}; the transaction stays open \
+             here: commit or abort it again once the coordinator is reachable; if it already \
+             ended, the coordinator answers InvalidTxnStatus or TransactionNotFound)"
+        ),
+    }
+}
+
 /// Where a transaction stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxnState {
@@ -365,11 +390,15 @@ impl Transaction {
     ///
     /// # Errors
     /// [`Error::TransactionFailed`], naming the first failed operation, when a transactional
-    /// ack of it was refused by the broker (nothing is sent; the transaction stays open for
-    /// [`Transaction::abort`]); [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
+    /// ack or send of it failed (refused by the broker, or lost with a connection or timed
+    /// out, so that the broker may or may not hold it; nothing is sent, the transaction stays
+    /// open for [`Transaction::abort`]); [`Error::Invalid`] unless the transaction is open; [`Error::Server`] when the
     /// coordinator refuses (for example `TransactionNotFound` after a timeout, or
-    /// `InvalidTxnStatus`); connection errors. After an error the transaction is left as the
-    /// coordinator has it: abort it or let it time out.
+    /// `InvalidTxnStatus`); connection errors ([`Error::ConnectionLost`], retryable, saying
+    /// whether `END_TXN` may have reached the coordinator). After an error the transaction is
+    /// left open in the client: commit or abort it again (a commit that went through before
+    /// its answer was lost makes a later abort fail with `InvalidTxnStatus`), or let it time
+    /// out.
     pub async fn commit(&self) -> Result<(), Error> {
         self.end(TxnAction::Commit).await
     }
@@ -413,7 +442,7 @@ impl Transaction {
             Ok(connection) => connection,
             Err(error) => {
                 *self.inner.state.lock() = TxnState::Open;
-                return Err(error);
+                return Err(outcome_unknown(error, id, action, false));
             }
         }
         .request("END_TXN", |request_id| {
@@ -430,7 +459,7 @@ impl Transaction {
         let mut state = self.inner.state.lock();
         if let Err(error) = result {
             *state = TxnState::Open;
-            return Err(error);
+            return Err(outcome_unknown(error, id, action, true));
         }
         let trackers: Vec<_> = self.inner.trackers.lock().drain(..).collect();
         for tracker in trackers.iter().filter_map(Weak::upgrade) {

@@ -17,7 +17,7 @@ use ack_batcher::{Batcher, ItemOptions};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches};
+use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches, TxnAck};
 
 use acks::{AckFlusher, AckKey};
 pub use chunks::ChunkLimits;
@@ -934,11 +934,16 @@ impl Consumer {
             return Ok(None);
         };
         let key = AckKey { slot, cumulative };
+        let entry = ack.id.entry;
+        partition.ack_queued(entry);
         self.acks
             .enqueue(key, ack.id, ItemOptions::new())
             .await
             .map(Some)
-            .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))
+            .map_err(|e| {
+                partition.acks_flushed(&[entry]);
+                crate::producer::batcher_error(e, "the consumer's acks")
+            })
     }
 
     /// Acknowledges a message in a transaction: an independent set with the batch size (from
@@ -952,7 +957,13 @@ impl Consumer {
     /// ([`Error::TransactionFailed`]) and must be aborted;
     /// [`Error::Ack`] when the message is already acknowledged in this or another open or
     /// committed transaction (the broker would answer `TransactionConflict`);
-    /// [`Error::Invalid`] when the transaction is not open; connection errors.
+    /// [`Error::Invalid`] when the transaction is not open; connection errors (retryable:
+    /// the ack may or may not have reached the broker). After any error the transaction
+    /// refuses to commit and must be aborted; after the abort the message is delivered again,
+    /// as every message acknowledged in an aborted transaction (when the broker did not get
+    /// the ack, the consumer's resync of a quiet link has it sent again). A transactional ack
+    /// waits for the consumer's new registration while it subscribes again after a lost
+    /// connection or an unload (up to the operation timeout).
     pub async fn ack_in(&self, txn: &Transaction, message: &Message) -> Result<(), Error> {
         self.txn_ack(txn, AckKind::Individual, message).await
     }
@@ -980,8 +991,24 @@ impl Consumer {
         self.check_open()?;
         let partition = self.partition(message)?;
         let _op = txn.start_op()?;
-        txn.add_subscription(&partition.topic, &self.subscription)
-            .await?;
+        if let Err(error) = txn
+            .add_subscription(&partition.topic, &self.subscription)
+            .await
+        {
+            // Nothing of the ack was sent; the transaction refuses to commit all the same,
+            // and the message counts as acknowledged in it, so that every failed operation
+            // means the same thing: abort it, and its messages come again.
+            {
+                let mut ledger = partition.ledger.lock();
+                for position in message.chunks.iter().chain([message.position()]) {
+                    ledger.deliveries.acked(position, Some(txn.id()));
+                }
+            }
+            txn.watch(&partition.ledger);
+            let error = refused_txn_ack(error, message, txn);
+            txn.failed(format!("the ack of message {}: {error}", message.id()));
+            return Err(error);
+        }
         if kind == AckKind::Individual && !message.chunks.is_empty() {
             // A chunked message: every chunk's entry in the transaction.
             let acks = message
@@ -1012,24 +1039,54 @@ impl Consumer {
             ack
         };
         txn.watch(&partition.ledger);
-        let ConsumerLink {
-            connection,
-            consumer_id,
-        } = partition.link();
-        let answer = connection
-            .request("ACK", |request_id| {
-                acks::txn_ack_frame(consumer_id, &ack, request_id)
-            })
-            .await;
+        let answer = Self::send_txn_ack(partition, &ack).await;
         partition.ledger.lock().txn_in_flight -= 1;
         partition.maybe_resync(&self.counters, false);
         if let Err(error) = answer {
+            let error = refused_txn_ack(error, message, txn);
             let error = refused_txn_ack(error, message, txn);
             txn.failed(format!("the ack of message {}: {error}", message.id()));
             return Err(error);
         }
         self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Sends a transactional ack and waits for the broker's answer. While the consumer is
+    /// subscribing again (its connection was lost, or the broker closed it: an unload, a
+    /// restart), the ack waits for the new link, up to the operation timeout, instead of
+    /// going out on the old one: there it would be lost with the connection, or refused
+    /// with `ConsumerNotFound`, and either would leave the transaction unable to commit.
+    /// A `ConsumerNotFound` answer (the broker took nothing) is sent again on the new link.
+    async fn send_txn_ack(
+        partition: &PartitionConsumer,
+        ack: &TxnAck,
+    ) -> Result<crate::pb::BaseCommand, Error> {
+        let mut refused = 0;
+        loop {
+            let (link, generation) = partition.link_and_generation();
+            if link.connection.is_closed()
+                && let Some(_relinked) = partition.relinked(generation).await
+            {
+                continue;
+            }
+            let ConsumerLink {
+                connection,
+                consumer_id,
+            } = link;
+            let answer = connection
+                .request("ACK", |request_id| {
+                    acks::txn_ack_frame(consumer_id, ack, request_id)
+                })
+                .await;
+            let not_found = matches!(&answer, Err(error)
+                if error.server_error() == Some(crate::pb::ServerError::ConsumerNotFound));
+            if not_found && refused < 3 && partition.relinked(generation).await.is_some() {
+                refused += 1;
+                continue;
+            }
+            return answer;
+        }
     }
 
     /// Asks the broker to deliver this message's entry again
@@ -1241,6 +1298,16 @@ fn refused_txn_ack(error: Error, message: &Message, txn: &Transaction) -> Error 
                 "{reason} (message {} in transaction {}; the broker took nothing of this ack \
                  into the transaction, which can now only be aborted: abort it and \
                  acknowledge its messages again after their redelivery)",
+                message.id(),
+                txn.id()
+            ),
+        },
+        Error::ConnectionLost { addr, reason } => Error::ConnectionLost {
+            addr,
+            reason: format!(
+                "{reason} (message {} in transaction {}: the broker may or may not have taken \
+                 this ack into the transaction, which now refuses to commit: abort it, and \
+                 the message comes again)",
                 message.id(),
                 txn.id()
             ),

@@ -117,6 +117,8 @@ pub(super) struct Broker {
     unmodelled: BTreeMap<i32, u64>,
     out: Vec<Outgoing>,
     closing: Vec<u64>,
+    /// Bumped by every restart: connections accepted in an earlier epoch are refused.
+    epoch: u64,
 }
 
 type Refusal = (ServerError, String);
@@ -159,28 +161,36 @@ impl Broker {
             sent: BTreeMap::new(),
             out: Vec::new(),
             closing: Vec::new(),
+            epoch: 0,
         }
     }
 
     // ----- connections -------------------------------------------------------------------
 
+    /// Registers a connection accepted in `epoch`. One accepted before the last restart
+    /// (its task ran late) is closed at once: the broker that accepted it is gone.
     pub(super) fn register(
         &mut self,
         tx: mpsc::UnboundedSender<Out>,
         token: CancellationToken,
         peer: SocketAddr,
+        epoch: u64,
     ) -> u64 {
         self.next_conn += 1;
         let id = self.next_conn;
+        let current = epoch == self.epoch;
+        if !current {
+            token.cancel();
+        }
         self.conns.insert(
             id,
             Conn {
-                tx: Some(tx),
+                tx: current.then_some(tx),
                 token,
                 stats: ConnectionStats {
                     id,
                     peer,
-                    open: true,
+                    open: current,
                     connected: false,
                     frames_received: 0,
                     frames_sent: 0,
@@ -188,6 +198,44 @@ impl Broker {
             },
         );
         id
+    }
+
+    /// The epoch new connections are accepted in.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The broker process stops, keeping what a real broker keeps on disk: every
+    /// connection is closed at once (nothing more is read from it; no CLOSE_PRODUCER or
+    /// CLOSE_CONSUMER is sent), its producers and consumers go as on a lost connection (what
+    /// the consumers had not acknowledged goes back to the subscriptions, to be delivered to
+    /// whichever consumer comes next), and the state that lives only in the broker's memory
+    /// is forgotten: permits (with the consumers), redelivery counts. Topics and their
+    /// entries (those of open transactions included), subscriptions with their cursors
+    /// (mark-delete, individually deleted entries, batch-deleted indexes), the pending acks
+    /// of open transactions (the pending-ack store) and the coordinator's transactions stay.
+    /// Returns how many connections were closed.
+    pub(super) fn restart(&mut self) -> usize {
+        self.epoch += 1;
+        let open: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.stats.open)
+            .map(|(id, _)| *id)
+            .collect();
+        for &conn in &open {
+            if let Some(c) = self.conns.get(&conn) {
+                c.token.cancel();
+            }
+            self.disconnect(conn);
+        }
+        for topic in self.topics.values_mut() {
+            for subscription in topic.subscriptions.values_mut() {
+                subscription.restarted();
+            }
+        }
+        self.fault_stats.restarts += 1;
+        open.len()
     }
 
     /// The connection is gone: its producers and consumers go with it; what its consumers

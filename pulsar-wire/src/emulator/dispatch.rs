@@ -220,6 +220,11 @@ pub(super) struct Subscription {
     /// Key_Shared: entries read but not sent yet, waiting for their key's consumer (no
     /// permits, blocked, or no consumer covers the key's hash).
     held: BTreeSet<u64>,
+    /// Message ids acknowledged (plainly or in a transaction) whose entry the cursor had
+    /// already deleted, over the subscription's life.
+    acks_of_deleted: u64,
+    /// Transactional acks refused as conflicts, over the subscription's life.
+    conflicts: u64,
 }
 
 impl Subscription {
@@ -240,7 +245,19 @@ impl Subscription {
             round_robin: 0,
             key_shared: None,
             held: BTreeSet::new(),
+            acks_of_deleted: 0,
+            conflicts: 0,
         }
+    }
+
+    /// The broker restarted (its consumers already removed): what it kept only in memory is
+    /// forgotten. The dispatcher's redelivery counts (`InMemoryRedeliveryTracker`) start
+    /// again from 0; the cursor, the entries queued to be sent again, the Key_Shared entries
+    /// waiting for their key's consumer and the closed consumers' open transactional acks
+    /// (the pending-ack store) stay.
+    pub(super) fn restarted(&mut self) {
+        self.redelivery_counts.clear();
+        self.round_robin = 0;
     }
 
     /// Whether a Key_Shared consumer with `policy` and `ranges` may join, as the broker
@@ -842,9 +859,12 @@ impl Subscription {
     }
 
     fn apply(&mut self, acker: usize, wire: &WireAck, result: &mut AckResult) {
+        let index = wire.entry.entry_id;
+        if self.is_deleted(index) {
+            self.acks_of_deleted += 1;
+        }
         let owner = self.owner(acker, &wire.entry);
         let outcome = owner.model.ack(wire);
-        let index = wire.entry.entry_id;
         match outcome {
             Ok(AckOutcome::Acked(effect)) => {
                 self.consumers[acker].counters.acked_messages -= effect.unacked_delta;
@@ -854,6 +874,7 @@ impl Subscription {
             }
             Ok(AckOutcome::Ignored(_)) => {}
             Ok(AckOutcome::Conflict(conflict)) => {
+                self.conflicts += 1;
                 let counters = &mut self.consumers[acker].counters;
                 counters.conflicts += 1;
                 counters.acked_messages -= conflict.effect.unacked_delta;
@@ -963,6 +984,8 @@ impl Subscription {
                 })
                 .collect(),
             retired_consumers: self.retired.len(),
+            acks_of_deleted: self.acks_of_deleted,
+            conflicts: self.conflicts,
         }
     }
 }

@@ -90,6 +90,11 @@
 //!   a request id that it does not model (AUTH_RESPONSE, commands only a broker sends, type
 //!   numbers the proto subset does not know) are logged and counted in
 //!   [`Stats::unmodelled_commands`]; the connection stays open.
+//! - **Restarts** ([`Emulator::restart`], or [`Emulator::take_down`] and
+//!   [`Emulator::bring_up`]): the listener closes (connects are refused) and every connection
+//!   drops; the same address serves the same data again. Topics, entries, cursors, open
+//!   transactions with their sends and pending acks survive; producers, consumers, permits
+//!   and redelivery counts do not (see [`Emulator::take_down`]).
 //! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
 //!   delayed, MESSAGE checksums corrupted at a rate, from a seeded SplitMix64 generator.
 //! - **Stats** ([`Stats`]): per consumer unacked (0 on Exclusive and Failover, where the
@@ -98,7 +103,7 @@
 //!   frames per command type; frames per connection.
 //!
 //! # What is not modelled
-//! Persistence, BookKeeper ledgers rolling over, schemas, compression checks (compressed and
+//! Persistence on disk (a restart keeps the state in memory), BookKeeper ledgers rolling over, schemas, compression checks (compressed and
 //! chunked entries are stored and dispatched as sent), encryption, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
@@ -111,7 +116,11 @@
 //! receives such an entry gets them in the MESSAGE's `ack_set` and is not charged for them, as
 //! on the broker. Transactional pending acks of a consumer that went stay in its model
 //! (redeliveries go back to the consumer whose model holds them whenever it is still
-//! connected). A topic's limit
+//! connected). Those pending acks are kept per consumer, not in one pending-ack store per
+//! subscription as on the broker: the indexes of one batch acknowledged in a transaction
+//! partly through a consumer that went (disconnected, unloaded, restarted) and partly
+//! through its successor are committed in two accountings, neither of which sees the whole
+//! batch acknowledged, so the entry is not deleted at commit. A topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).
@@ -145,7 +154,7 @@ pub use txn_ack::model::ConflictEffects;
 
 use crate::Error;
 use broker::Broker;
-use server::Shared;
+use server::{AcceptLoop, Shared};
 
 /// How the emulator behaves. Build it from [`EmulatorConfig::default`] with the methods
 /// below.
@@ -317,10 +326,10 @@ impl Emulator {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             max_frame_size,
+            accepting: tokio::sync::Mutex::new(None),
         });
-        shared
-            .tasks
-            .spawn(server::accept_loop(listener, shared.clone()));
+        let accepting = AcceptLoop::spawn(listener, &shared, 0);
+        *shared.accepting.lock().await = Some(accepting);
         Ok(Self {
             shared,
             addr,
@@ -401,6 +410,82 @@ impl Emulator {
     /// Closes every open connection abruptly; returns how many.
     pub fn disconnect_all(&self) -> usize {
         self.shared.broker.lock().disconnect_all()
+    }
+
+    /// Stops the broker as a crash or `pulsar-broker` stop does, keeping its data: the
+    /// listener is closed (a client's connect is refused until [`Emulator::bring_up`]) and
+    /// every connection is dropped at once, without CLOSE_PRODUCER or CLOSE_CONSUMER.
+    /// Returns how many connections were dropped. Does nothing more when already down.
+    ///
+    /// What survives, as on a real 4.0.x broker that recovers its managed ledgers, cursors,
+    /// transaction buffer, pending-ack store and transaction coordinator log: topics and
+    /// every entry (those of open transactions too, still unreadable until they commit),
+    /// subscriptions with their cursors (mark-delete, individually deleted entries,
+    /// batch-deleted indexes), what committed and aborted transactions did, open
+    /// transactions (they can still be committed or aborted, and their timeouts still run),
+    /// their sends and their pending acks, topic policies and partition counts. What does
+    /// not: producers, consumers, permits, the unacked counts and blocked state of
+    /// consumers, redelivery counts: every message not acknowledged (nor pending in an open
+    /// transaction) is delivered again to the next consumer of its subscription. Non-durable
+    /// subscriptions go with their consumers. Stats keep counting through restarts
+    /// ([`FaultStats::restarts`]).
+    pub async fn take_down(&self) -> usize {
+        let mut accepting = self.shared.accepting.lock().await;
+        let Some(running) = accepting.take() else {
+            return 0;
+        };
+        running.stop().await;
+        self.shared.broker.lock().restart()
+    }
+
+    /// Starts the broker again on the same address and data after [`Emulator::take_down`];
+    /// does nothing when it is up.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the address cannot be bound again (another process took the
+    /// port); [`Error::Closed`] after the emulator was shut down.
+    pub async fn bring_up(&self) -> Result<(), Error> {
+        let mut accepting = self.shared.accepting.lock().await;
+        if accepting.is_some() {
+            return Ok(());
+        }
+        if self.shared.shutdown.is_cancelled() {
+            return Err(Error::Closed("the emulator"));
+        }
+        // SO_REUSEADDR (tokio sets it) lets the port be bound again at once despite the
+        // connections in TIME_WAIT; a bind can still race with the old socket's release, so
+        // try a few times.
+        let mut attempt = 0;
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                Err(error) if attempt < 50 => {
+                    tracing::debug!(%error, "binding the emulator's address again");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
+        let epoch = self.shared.broker.lock().epoch();
+        *accepting = Some(AcceptLoop::spawn(listener, &self.shared, epoch));
+        Ok(())
+    }
+
+    /// Restarts the broker on the same address and data: [`Emulator::take_down`], `down` of
+    /// (tokio) time during which connects are refused, then [`Emulator::bring_up`]. Returns
+    /// how many connections were dropped.
+    ///
+    /// # Errors
+    /// As [`Emulator::bring_up`]; [`Error::Closed`] when the emulator is shut down meanwhile.
+    pub async fn restart(&self, down: Duration) -> Result<usize, Error> {
+        let dropped = self.take_down().await;
+        tokio::select! {
+            () = tokio::time::sleep(down) => {}
+            () = self.shared.shutdown.cancelled() => return Err(Error::Closed("the emulator")),
+        }
+        self.bring_up().await?;
+        Ok(dropped)
     }
 
     /// Stops accepting, closes every connection and waits for the emulator's tasks to end.

@@ -1,5 +1,8 @@
 //! The accept loop and the per-connection tasks: a reader that hands frames to the broker,
 //! a writer that drains the connection's queue, keep-alive pings and transaction timeouts.
+//! The accept loop can be stopped (the listener closed) and started again on the same
+//! address, for [`Emulator::take_down`](super::Emulator::take_down) and
+//! [`Emulator::bring_up`](super::Emulator::bring_up).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +15,7 @@ use prost::Message;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::codec::{Encoder, FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -30,6 +34,33 @@ pub(super) struct Shared {
     /// The largest frame accepted.
     pub(super) max_frame_size: usize,
     pub(super) keep_alive: Option<Duration>,
+    /// The running accept loop; `None` while the broker is down. The async lock also keeps
+    /// two restarts from interleaving.
+    pub(super) accepting: tokio::sync::Mutex<Option<AcceptLoop>>,
+}
+
+/// An accept loop and the token that stops it.
+#[derive(Debug)]
+pub(super) struct AcceptLoop {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl AcceptLoop {
+    /// Starts accepting on `listener`; connections are registered in `epoch`.
+    pub(super) fn spawn(listener: TcpListener, shared: &Arc<Shared>, epoch: u64) -> Self {
+        let stop = shared.shutdown.child_token();
+        let task = shared
+            .tasks
+            .spawn(accept_loop(listener, shared.clone(), stop.clone(), epoch));
+        Self { stop, task }
+    }
+
+    /// Stops accepting and waits until the listener is closed.
+    pub(super) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
 }
 
 /// A frame to write, with a wrong checksum if `corrupt`.
@@ -62,14 +93,19 @@ impl Encoder<Outbound> for ServerEncoder {
     }
 }
 
-pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    epoch: u64,
+) {
     loop {
         tokio::select! {
-            () = shared.shutdown.cancelled() => break,
+            () = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    shared.tasks.spawn(connection(shared.clone(), stream, peer));
+                    shared.tasks.spawn(connection(shared.clone(), stream, peer, epoch));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "the emulator failed to accept a connection");
@@ -90,10 +126,14 @@ async fn tick(interval: &mut Option<Interval>) {
     }
 }
 
-async fn connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+async fn connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, epoch: u64) {
     let (tx, rx) = mpsc::unbounded_channel();
     let token = shared.shutdown.child_token();
-    let conn = shared.broker.lock().register(tx, token.clone(), peer);
+    // A connection accepted just before the broker went down is closed at once.
+    let conn = shared
+        .broker
+        .lock()
+        .register(tx, token.clone(), peer, epoch);
     let (read, write) = stream.into_split();
     let mut reader = FramedRead::new(read, PulsarCodec::new(shared.max_frame_size));
     let writer = FramedWrite::new(write, ServerEncoder);

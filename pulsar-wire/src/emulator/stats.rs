@@ -139,6 +139,12 @@ pub struct SubscriptionStats {
     pub consumers: Vec<ConsumerStats>,
     /// Closed consumers kept because transactions still hold acks in their accounting.
     pub retired_consumers: usize,
+    /// Message ids acknowledged (plainly or in a transaction) whose entry the cursor had
+    /// already deleted, counted over the subscription's life (through consumers that came
+    /// and went, and restarts): a client that acknowledges nothing twice keeps it at 0.
+    pub acks_of_deleted: u64,
+    /// Transactional acks refused as `TransactionConflict`, over the subscription's life.
+    pub conflicts: u64,
 }
 
 /// One consumer.
@@ -234,4 +240,7 @@ pub struct FaultStats {
     pub delayed_responses: u64,
     /// Connections closed because a frame was malformed.
     pub malformed_frames: u64,
+    /// Restarts ([`Emulator::take_down`](super::Emulator::take_down) or
+    /// [`Emulator::restart`](super::Emulator::restart)).
+    pub restarts: u64,
 }

@@ -866,3 +866,115 @@ async fn a_reader_starts_at_its_start_message_id() {
         assert_eq!(entries, expected, "reader {consumer_id}");
     }
 }
+
+/// A restart keeps topics, entries, cursors, open transactions with their sends and pending
+/// acks, and the coordinator's transactions; it drops connections (connects are refused
+/// while down), consumers, producers, permits and redelivery counts; the same address
+/// serves again.
+#[tokio::test]
+async fn a_restart_keeps_the_data_and_forgets_the_connections() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let mut client = Client::connect(&emulator).await;
+    client.producer("rs", 1).await;
+    client.subscribe("rs", "s", SubType::Shared, 1).await;
+    client.flow(1, 100).await;
+    for sequence in 0..6 {
+        client.send_batch(1, sequence, 1, None).await;
+    }
+    let delivered = client.sync().await;
+    assert_eq!(delivered.len(), 6);
+    let ids: Vec<MessageIdData> = delivered.iter().map(entry_of).collect();
+    // Entries 0 and 1 acked; 2 acked in an open transaction; 3 in one that commits, 4 in one
+    // that aborts, before the restart; 5 not acked. A send of an open transaction.
+    client
+        .ack(1, AckType::Individual, ids[..2].to_vec(), None, true)
+        .await;
+    let open = client.new_txn(600_000).await;
+    let (committed, aborted) = (client.new_txn(0).await, client.new_txn(0).await);
+    for (id, txn) in [(&ids[2], open), (&ids[3], committed), (&ids[4], aborted)] {
+        let mut id = id.clone();
+        id.batch_size = Some(1);
+        let error = client
+            .ack(1, AckType::Individual, vec![id], Some(txn), true)
+            .await;
+        assert_eq!(error, None);
+    }
+    assert_eq!(client.end_txn(committed, TxnAction::Commit).await, None);
+    assert_eq!(client.end_txn(aborted, TxnAction::Abort).await, None);
+    // The abort sent 4 again (redelivery count 1).
+    let again = client.sync().await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(entry_of(&again[0]).entry_id, ids[4].entry_id);
+    client.send_batch(1, 10, 2, Some(open)).await;
+    client.sync().await;
+
+    let dropped = emulator.take_down().await;
+    assert_eq!(dropped, 1);
+    assert!(client.next().await.is_none(), "the connection is dropped");
+    assert!(
+        TcpStream::connect(emulator.addr()).await.is_err(),
+        "connects are refused while down"
+    );
+    let stats = emulator.stats();
+    assert_eq!(stats.faults.restarts, 1);
+    assert_eq!(stats.consumers().count(), 0);
+    assert_eq!(stats.topic("rs").unwrap().producers, 0);
+    assert_eq!(stats.topic("rs").unwrap().pending_txn_entries, 1);
+    assert_eq!(stats.transactions.open, 1);
+    emulator.bring_up().await.unwrap();
+    emulator.bring_up().await.unwrap();
+
+    // The same address; what was not acknowledged (4, 5) comes to the next consumer, with
+    // the redelivery count forgotten; 0, 1 and 3 are deleted; 2 is pending in `open`.
+    let mut client = Client::connect(&emulator).await;
+    client.subscribe("rs", "s", SubType::Shared, 7).await;
+    client.flow(7, 100).await;
+    let after: Vec<(u64, Option<u32>)> = client
+        .sync()
+        .await
+        .iter()
+        .map(|m| {
+            let message = m.command.message.as_ref().unwrap();
+            (message.message_id.entry_id, message.redelivery_count)
+        })
+        .collect();
+    assert_eq!(
+        after,
+        [(ids[4].entry_id, Some(0)), (ids[5].entry_id, Some(0))]
+    );
+    // The open transaction survived: a second ack of 2 in another transaction conflicts, and
+    // its commit deletes 2 and makes its send readable.
+    let other = client.new_txn(0).await;
+    let mut two = ids[2].clone();
+    two.batch_size = Some(1);
+    assert_eq!(
+        client
+            .ack(7, AckType::Individual, vec![two], Some(other), true)
+            .await,
+        Some(ServerError::TransactionConflict as i32),
+        "the pending-ack store survived the restart"
+    );
+    assert_eq!(client.end_txn(other, TxnAction::Abort).await, None);
+    assert_eq!(client.end_txn(open, TxnAction::Commit).await, None);
+    let committed_send = client.sync().await;
+    assert_eq!(committed_send.len(), 1);
+    let readable = entry_of(&committed_send[0]);
+    client
+        .ack(
+            7,
+            AckType::Individual,
+            vec![ids[4].clone(), ids[5].clone(), readable],
+            None,
+            true,
+        )
+        .await;
+    let stats = emulator.stats();
+    assert_eq!(stats.backlog("rs"), 0, "{stats:#?}");
+    assert_eq!(stats.transactions.open, 0);
+    assert_eq!(stats.subscription("rs", "s").unwrap().retired_consumers, 0);
+    let subscription = stats.subscription("rs", "s").unwrap();
+    assert_eq!(
+        (subscription.acks_of_deleted, subscription.conflicts),
+        (0, 1)
+    );
+}

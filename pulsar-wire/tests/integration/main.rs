@@ -11,6 +11,7 @@ mod link_state;
 mod outages;
 mod pending;
 mod priority;
+mod restarts;
 mod scripted;
 mod support;
 mod txn;

@@ -25,7 +25,8 @@ impl Broker {
         let mut effects = Effects::default();
         let ty = frame.command.r#type;
         *self.received.entry(ty).or_default() += 1;
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn).filter(|c| c.tx.is_some()) else {
+            // Unknown, or closed by a restart while this frame was on its way in.
             effects.close_now = true;
             return effects;
         };
