@@ -232,6 +232,20 @@ pub async fn run(
     }
     let _ = producing.await;
     let _ = faulting.await;
+    // Whatever still comes (a peer streaming on the same topic may still be sending): received
+    // and acknowledged until 2 s pass without a delivery, so that the subscription can settle.
+    while Instant::now() < deadline {
+        let Ok(Ok(message)) =
+            tokio::time::timeout(Duration::from_secs(2), consumer.receive()).await
+        else {
+            break;
+        };
+        let payload = String::from_utf8_lossy(message.payload()).into_owned();
+        if is_ours(&payload) && !seen.insert(payload) {
+            report.lock().copies += 1;
+        }
+        let _ = consumer.ack(&message).await;
+    }
     consumer.flush_acks().await;
     let (unacked, backlog) = settled_counts(admin, topic, "sub", Duration::from_secs(15)).await;
     let stats = consumer.stats();

@@ -9,7 +9,7 @@ use ack_batcher::{Batcher, Flush, FlushResult, ItemReply, RetryPolicy};
 use txn_ack::{AckId, AckKind, EntryId, TxnAck};
 
 use super::Counters;
-use super::partition::{PartitionConsumer, PartitionList};
+use super::partition::PartitionList;
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::AckType;
 use crate::pb::{self, MessageIdData};
@@ -31,18 +31,6 @@ pub(crate) struct AckFlusher {
     pub(crate) counters: Arc<Counters>,
 }
 
-/// Tells the partition consumer, however a flush ends, that its acks left the group.
-struct LeftTheGroup<'a> {
-    consumer: &'a PartitionConsumer,
-    entries: Vec<EntryId>,
-}
-
-impl Drop for LeftTheGroup<'_> {
-    fn drop(&mut self) {
-        self.consumer.acks_flushed(&self.entries);
-    }
-}
-
 impl Flush<AckKey, AckId> for AckFlusher {
     type Output = ();
     type Error = Error;
@@ -52,10 +40,6 @@ impl Flush<AckKey, AckId> for AckFlusher {
             .partitions
             .get(key.slot)
             .ok_or(Error::Closed("the consumer's partition"))?;
-        let left = LeftTheGroup {
-            consumer: &consumer,
-            entries: items.iter().map(|item| item.entry).collect(),
-        };
         let (ack_type, ids) = if key.cumulative {
             // Cumulative acks only move forward: the last one covers the others.
             let last = items.last().map(wire_id).into_iter().collect();
@@ -64,7 +48,7 @@ impl Flush<AckKey, AckId> for AckFlusher {
             (AckType::Individual, merge(items))
         };
         let count = ids.len() as u64;
-        let (link, generation) = consumer.link_and_generation();
+        let link = consumer.link();
         let ack = |request_id: Option<u64>| {
             command_frame(Type::Ack, |c| {
                 c.ack = Some(pb::CommandAck {
@@ -83,7 +67,6 @@ impl Flush<AckKey, AckId> for AckFlusher {
         } else {
             link.connection.send(ack(None))?;
         }
-        consumer.acks_sent(generation, &left.entries);
         self.counters.ack_frames.fetch_add(1, Ordering::Relaxed);
         self.counters.acked_ids.fetch_add(count, Ordering::Relaxed);
         Ok(vec![ItemReply::Ok(()); items.len()])

@@ -934,16 +934,11 @@ impl Consumer {
             return Ok(None);
         };
         let key = AckKey { slot, cumulative };
-        let entry = ack.id.entry;
-        partition.ack_queued(entry);
         self.acks
             .enqueue(key, ack.id, ItemOptions::new())
             .await
             .map(Some)
-            .map_err(|e| {
-                partition.acks_flushed(&[entry]);
-                crate::producer::batcher_error(e, "the consumer's acks")
-            })
+            .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))
     }
 
     /// Acknowledges a message in a transaction: an independent set with the batch size (from

@@ -1,7 +1,7 @@
 //! One consumer on one topic or partition: `SUBSCRIBE`, flow permits, and the task that
 //! turns its `MESSAGE` frames into deliveries.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -250,20 +250,7 @@ pub(crate) struct PartitionConsumer {
     /// request that found its link gone can wait for the next one
     /// ([`PartitionConsumer::relinked`]).
     generation: tokio::sync::watch::Sender<u64>,
-    /// Ordinary acks queued for the ack group and not sent yet, by entry: a redelivered copy
-    /// of such a message is not acknowledged again by [`PartitionConsumer::ack_again`] (the
-    /// group goes out on the current link anyway), so that no message is acknowledged twice.
-    unflushed_acks: Mutex<HashMap<EntryId, usize>>,
-    /// Entries whose ordinary ack went out on the current link (forgotten when it is
-    /// replaced, and all at once beyond [`MAX_ACKED_ON_LINK`]): the broker reads the link's
-    /// frames in order, so a copy that arrives after such an ack crossed it and is not
-    /// acknowledged again; only an ack sent on an earlier link may have been lost.
-    acked_on_link: Mutex<HashSet<EntryId>>,
 }
-
-/// The most entries remembered in `acked_on_link`; beyond, a copy that crossed its ack may
-/// be acknowledged again (the broker ignores the second ack).
-const MAX_ACKED_ON_LINK: usize = 100_000;
 
 impl PartitionConsumer {
     /// Looks the topic up, subscribes and grants the first `queue_size` permits (or, when
@@ -316,8 +303,6 @@ impl PartitionConsumer {
             chunk_groups: Mutex::new(HashMap::new()),
             state,
             generation: tokio::sync::watch::Sender::new(0),
-            unflushed_acks: Mutex::new(HashMap::new()),
-            acked_on_link: Mutex::new(HashSet::new()),
         };
         if !paused {
             consumer.flow(queue_size)?;
@@ -475,15 +460,9 @@ impl PartitionConsumer {
             return;
         }
         let ids: Vec<pb::MessageIdData> = {
-            let unflushed = self.unflushed_acks.lock();
-            let on_link = self.acked_on_link.lock();
             let tracker = self.acks.lock();
             positions
                 .iter()
-                .filter(|position| {
-                    !unflushed.contains_key(&position.entry())
-                        && !on_link.contains(&position.entry())
-                })
                 .filter_map(|position| tracker.acked_again(position))
                 .map(|ack| super::acks::wire_id(&ack.id))
                 .collect()
@@ -511,38 +490,6 @@ impl PartitionConsumer {
     /// Where it is subscribed now.
     pub(crate) fn link(&self) -> ConsumerLink {
         self.link.read().clone()
-    }
-
-    /// An ordinary ack of `entry` joined the ack group.
-    pub(crate) fn ack_queued(&self, entry: EntryId) {
-        *self.unflushed_acks.lock().entry(entry).or_default() += 1;
-    }
-
-    /// Ordinary acks of these entries went out on the link of `generation` (remembered if
-    /// it is still the current one).
-    pub(crate) fn acks_sent(&self, generation: u64, entries: &[EntryId]) {
-        let _link = self.link.read();
-        if *self.generation.borrow() != generation {
-            return;
-        }
-        let mut on_link = self.acked_on_link.lock();
-        if on_link.len() + entries.len() > MAX_ACKED_ON_LINK {
-            on_link.clear();
-        }
-        on_link.extend(entries.iter().copied());
-    }
-
-    /// Ordinary acks of these entries left the ack group (sent, or failed).
-    pub(crate) fn acks_flushed(&self, entries: &[EntryId]) {
-        let mut unflushed = self.unflushed_acks.lock();
-        for entry in entries {
-            if let Some(count) = unflushed.get_mut(entry) {
-                *count -= 1;
-                if *count == 0 {
-                    unflushed.remove(entry);
-                }
-            }
-        }
     }
 
     /// Where it is subscribed now, with the generation of that link.
@@ -606,7 +553,6 @@ impl PartitionConsumer {
                 consumer_id,
             };
             self.generation.send_modify(|generation| *generation += 1);
-            self.acked_on_link.lock().clear();
         }
         self.ledger.lock().deliveries.resynced();
         let grant = {
