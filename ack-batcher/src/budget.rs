@@ -157,7 +157,10 @@ impl Spending {
         if (retries + 1) as f64 > allowed {
             return false;
         }
-        self.bucket(now, budget).retries += 1;
+        // The window was rolled and the current bucket made above.
+        if let Some(bucket) = self.buckets.back_mut() {
+            bucket.retries += 1;
+        }
         true
     }
 }

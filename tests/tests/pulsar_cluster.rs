@@ -237,6 +237,21 @@ impl Cluster {
             .expect("subscribed")
     }
 
+    /// A producer on `topic` batching 10 messages or 10 ms.
+    async fn batching_producer(&self, topic: &str) -> Producer {
+        self.client
+            .create_producer(
+                topic,
+                ProducerOptions::default().batching(
+                    BatchingOptions::default()
+                        .max_messages(10)
+                        .max_delay(Duration::from_millis(10)),
+                ),
+            )
+            .await
+            .expect("producer created")
+    }
+
     /// Waits until `sub` on `topic` has no backlog and nothing unacked.
     async fn assert_drained(&self, topic: &str, sub: &str) {
         self.admin
@@ -342,18 +357,7 @@ async fn a_topic_owned_by_b_is_produced_and_consumed_through_a() {
     };
     let topic = cluster.topic_on(Broker::B, "t").await;
     let consumer = cluster.shared(&topic, "sub").await;
-    let producer = cluster
-        .client
-        .create_producer(
-            &topic,
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(10)
-                    .max_delay(Duration::from_millis(10)),
-            ),
-        )
-        .await
-        .expect("producer created");
+    let producer = cluster.batching_producer(&topic).await;
     send_all(&producer, "b", 200).await;
     let (seen, copies) = receive_distinct(&consumer, 200).await;
     assert_eq!(seen, payloads("b", 200), "{} of 200", seen.len());
@@ -430,18 +434,7 @@ async fn a_partitioned_topic_over_both_brokers() {
         "{owners:?}"
     );
     let consumer = cluster.shared(&topic, "sub").await;
-    let producer = cluster
-        .client
-        .create_producer(
-            &topic,
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(10)
-                    .max_delay(Duration::from_millis(10)),
-            ),
-        )
-        .await
-        .expect("producer created");
+    let producer = cluster.batching_producer(&topic).await;
     send_all(&producer, "p", 800).await;
     let (seen, copies) = receive_distinct(&consumer, 800).await;
     assert_eq!(seen, payloads("p", 800), "{} of 800", seen.len());
