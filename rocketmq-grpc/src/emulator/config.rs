@@ -41,6 +41,14 @@ pub(crate) struct Config {
     pub(crate) max_receive_batch: usize,
     /// Consumer `RetryPolicy.max_attempts` pushed in telemetry settings (17: 16 retries).
     pub(crate) max_delivery_attempts: i32,
+    /// `grpcClientProducerMaxAttempts` (3), pushed to producers in telemetry settings.
+    pub(crate) producer_max_attempts: i32,
+    /// `grpcClientProducerBackoffInitialMillis` (10 ms).
+    pub(crate) producer_backoff_initial: Duration,
+    /// `grpcClientProducerBackoffMaxMillis` (1 s).
+    pub(crate) producer_backoff_max: Duration,
+    /// `grpcClientProducerBackoffMultiplier` (2).
+    pub(crate) producer_backoff_multiplier: f32,
     /// After NotifyClientTermination, the client's auto-renewed messages become visible after
     /// this long.
     pub(crate) release_on_termination: Duration,
@@ -70,6 +78,10 @@ impl Default for Config {
             receive_batch_size: 32,
             max_receive_batch: 32,
             max_delivery_attempts: 17,
+            producer_max_attempts: 3,
+            producer_backoff_initial: Duration::from_millis(10),
+            producer_backoff_max: Duration::from_secs(1),
+            producer_backoff_multiplier: 2.0,
             release_on_termination: Duration::from_secs(1),
             credentials: HashMap::new(),
             max_inbound_message_size: 130 * 1024 * 1024,

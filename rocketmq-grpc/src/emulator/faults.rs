@@ -118,6 +118,18 @@ impl FaultConfig {
     }
 }
 
+/// A failure scripted with [`Emulator::fail_next`](super::Emulator::fail_next): the next
+/// calls of one RPC fail this way, whatever the rates of [`FaultConfig`] say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ScriptedFailure {
+    /// The call is aborted with the gRPC status `UNAVAILABLE` (a dropped connection).
+    Unavailable,
+    /// The call is answered with this top-level code and nothing is processed (for example
+    /// `INTERNAL_SERVER_ERROR` as the proxy answers when the broker it forwards to is down).
+    Code(Code),
+}
+
 /// splitmix64: a small, fast, seedable generator (Steele, Lea and Flood, 2014).
 #[derive(Debug, Clone)]
 pub(crate) struct Prng {
@@ -177,6 +189,8 @@ impl Prng {
 pub(crate) struct FaultState {
     pub(crate) config: FaultConfig,
     pub(crate) prng: Prng,
+    /// Scripted failures per RPC, consumed one per call, in order.
+    pub(crate) scripted: Vec<(Rpc, ScriptedFailure)>,
 }
 
 impl FaultState {
@@ -184,7 +198,14 @@ impl FaultState {
         Self {
             config,
             prng: Prng::new(seed),
+            scripted: Vec::new(),
         }
+    }
+
+    /// Takes the next scripted failure of `rpc`, if any.
+    pub(crate) fn take_scripted(&mut self, rpc: Rpc) -> Option<ScriptedFailure> {
+        let index = self.scripted.iter().position(|(r, _)| *r == rpc)?;
+        Some(self.scripted.remove(index).1)
     }
 
     /// Rolls the fault for a rate read from the current configuration.

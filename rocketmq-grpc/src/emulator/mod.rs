@@ -44,7 +44,17 @@
 //!   above 4 MiB (configurable) → `MESSAGE_BODY_TOO_LARGE`, blank message id →
 //!   `ILLEGAL_MESSAGE_ID`, message type not matching the topic (a FIFO topic needs a message
 //!   group, a normal topic must not have one) → `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`.
-//!   Success: one `SendResultEntry` per message with its id and queue offset.
+//!   Success: like the proxy, which hands the request to the broker as one (batch) message
+//!   and converts the single `SendResult`, **one** `SendResultEntry` for the whole request,
+//!   whose message id is the request's ids joined by commas (just the id for one message) and
+//!   whose offset is the first message's queue offset.
+//! - **Telemetry settings.** A producer's settings come back with the proxy's producer retry
+//!   policy (`backoff_policy`: 3 attempts, exponential 10 ms to 1 s, multiplier 2, as
+//!   `GrpcClientSettingsManager.mergeProducerData` sets from `ProxyConfig`), `max_body_size`
+//!   and `validate_message_type`; a consumer's with `fifo`, `receive_batch_size` 32, the
+//!   group's customized redelivery back-off and `long_polling_timeout` = the long-polling
+//!   maximum, 20 s (`grpcClientConsumerMaxLongPollingTimeoutMillis`: the proxy pushes that
+//!   value, not the 30 s of the Java client or the 40 s default of the official Rust client).
 //! - **Receive.** An OK status frame then one frame per message, or a single
 //!   `MESSAGE_NOT_FOUND` after long polling. Long polling is clamped to 5–20 s (configurable)
 //!   and to the `grpc-timeout` deadline; `auto_renew` receives get the proxy's 60 s invisible
@@ -62,6 +72,10 @@
 //!   fails the whole request with no entries and results come expired first, then the rest.
 //!   For auto-renewed deliveries the client that received the message can ack with its
 //!   original handle after 60 s (the proxy maps it to the renewed one).
+//! - **Outages.** [`Emulator::stop_serving`] takes the service down (connections refused, a
+//!   proxy's forgotten client settings) and [`Emulator::resume_serving`] brings it back on the
+//!   same port; [`Emulator::fail_next`] scripts failures of the next calls of one RPC, and
+//!   [`Emulator::send_log`] shows which queue each `SendMessage` asked for.
 //! - **Time.** Deadlines use tokio time (paused test time works) plus a manual offset moved
 //!   by [`Emulator::advance`], which also wakes long polls, so redelivery tests need no real
 //!   waiting.
@@ -98,7 +112,8 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use counters::{InjectedFaults, Rpc, Stats};
-pub use faults::FaultConfig;
+pub use faults::{FaultConfig, ScriptedFailure};
+pub use service::SendRecord;
 pub use state::{MessageRecord, TopicKind};
 
 use config::Config;
@@ -384,6 +399,23 @@ impl EmulatorBuilder {
         self
     }
 
+    /// The producer retry policy pushed in telemetry settings (default: the proxy's 3
+    /// attempts, exponential back-off from 10 ms to 1 s with multiplier 2).
+    #[must_use]
+    pub fn producer_backoff(
+        mut self,
+        max_attempts: i32,
+        initial: Duration,
+        max: Duration,
+        multiplier: f32,
+    ) -> Self {
+        self.config.producer_max_attempts = max_attempts;
+        self.config.producer_backoff_initial = initial;
+        self.config.producer_backoff_max = max.max(initial);
+        self.config.producer_backoff_multiplier = multiplier;
+        self
+    }
+
     /// Seed of the fault-injection PRNG.
     #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
@@ -510,7 +542,7 @@ fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), Error> {
 
 async fn serve(shared: Arc<Shared>, listener: TcpListener) -> Result<(), tonic::transport::Error> {
     let max_inbound = shared.config.max_inbound_message_size;
-    let signal = shared.shutdown.clone().cancelled_owned();
+    let signal = shared.serving().cancelled_owned();
     let svc = MessagingServiceServer::new(Service { shared })
         .max_decoding_message_size(max_inbound)
         .max_encoding_message_size(usize::MAX);
@@ -722,6 +754,68 @@ impl Emulator {
     /// The emulator's clock: time since start plus every [`advance`](Self::advance).
     pub fn now(&self) -> Duration {
         Duration::from_millis(self.shared.clock.now_ms())
+    }
+
+    /// Scripts failures: the next `times` calls of `rpc` fail with `failure`, before any
+    /// processing and whatever the [`FaultConfig`] rates say (then calls behave normally
+    /// again). Calls several times to queue different failures; they are used in order.
+    pub fn fail_next(&self, rpc: Rpc, times: usize, failure: ScriptedFailure) {
+        let mut faults = self.shared.faults.lock();
+        faults
+            .scripted
+            .extend(std::iter::repeat_n((rpc, failure), times));
+    }
+
+    /// The most recent `SendMessage` calls (at most 10,000), oldest first: the message ids,
+    /// the queue the client chose and the answer's code.
+    pub fn send_log(&self) -> Vec<SendRecord> {
+        self.shared.send_log.lock().iter().cloned().collect()
+    }
+
+    /// Takes the service down, as a proxy that stops: the listener closes (new connections are
+    /// refused), open connections are closed after their calls end, long polls end with
+    /// `MESSAGE_NOT_FOUND`, telemetry streams end, and, as a restarted proxy forgets them, the
+    /// clients' channels and settings are dropped (clients must announce their settings
+    /// again). Topics, messages and groups are kept (they live in the broker). Waits up to 5 s
+    /// for the server to finish. Bring it back with [`resume_serving`](Self::resume_serving);
+    /// a no-op when already down.
+    pub async fn stop_serving(&mut self) -> Result<(), Error> {
+        let Some(mut task) = self.task.take() else {
+            return Ok(());
+        };
+        self.shared.serving().cancel();
+        self.shared.wake_all();
+        let result = finish(&mut task).await;
+        self.shared.clients.lock().clear();
+        self.shared.settings_seen.lock().clear();
+        result
+    }
+
+    /// Serves again on the same address after [`stop_serving`](Self::stop_serving); a no-op
+    /// when serving.
+    ///
+    /// # Errors
+    /// [`Error::EmulatorBind`] if the address cannot be bound again.
+    pub async fn resume_serving(&mut self) -> Result<(), Error> {
+        if self.task.is_some() {
+            return Ok(());
+        }
+        let listener =
+            TcpListener::bind(self.addr)
+                .await
+                .map_err(|source| Error::EmulatorBind {
+                    addr: self.addr,
+                    source: Arc::new(source),
+                })?;
+        *self.shared.serving.lock() = self.shared.shutdown.child_token();
+        self.task = Some(tokio::spawn(serve(self.shared.clone(), listener)));
+        Ok(())
+    }
+
+    /// Whether the service is up (started and not taken down with
+    /// [`stop_serving`](Self::stop_serving)).
+    pub fn is_serving(&self) -> bool {
+        self.task.is_some()
     }
 
     /// Stops accepting calls, ends long polls (`MESSAGE_NOT_FOUND`) and telemetry streams,

@@ -25,7 +25,7 @@ use super::auth;
 use super::clock::{Clock, duration_ms, ms_to_proto, proto_duration_ms};
 use super::config::Config;
 use super::counters::{Counters, Rpc, add, inc};
-use super::faults::{FaultConfig, FaultState};
+use super::faults::{FaultConfig, FaultState, ScriptedFailure};
 use super::handle::ReceiptHandle;
 use super::state::{
     AckApplied, ChangeApplied, Delivery, PopRequest, StoredMessage, TopicInner, TopicKind, Verdict,
@@ -81,8 +81,29 @@ pub(crate) struct Shared {
     pub(crate) seq: AtomicU64,
     message_ids: AtomicU64,
     pub(crate) shutdown: CancellationToken,
+    /// The token of the current serving period (a child of `shutdown`), cancelled when the
+    /// service is taken down with [`Emulator::stop_serving`](super::Emulator::stop_serving).
+    pub(crate) serving: Mutex<CancellationToken>,
+    /// What clients asked of `SendMessage` (most recent last, at most [`SEND_LOG_MAX`]).
+    pub(crate) send_log: Mutex<std::collections::VecDeque<SendRecord>>,
     /// The address routes advertise; set once the listener is bound.
     pub(crate) advertised: OnceLock<SocketAddr>,
+}
+
+/// The most `SendMessage` calls [`Emulator::send_log`](super::Emulator::send_log) keeps.
+pub(crate) const SEND_LOG_MAX: usize = 10_000;
+
+/// One `SendMessage` call as the emulator saw it ([`Emulator::send_log`](super::Emulator::send_log)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SendRecord {
+    /// The message ids of the request, in order.
+    pub message_ids: Vec<String>,
+    /// The queue the client chose (`SystemProperties.queue_id` of the first message). Like the
+    /// open-source proxy, the emulator picks the queue itself; this is what the client asked.
+    pub queue_id: i32,
+    /// The answer's top-level code (`UNSPECIFIED` for a call aborted at the gRPC level).
+    pub code: Code,
 }
 
 /// Outcome of storing messages.
@@ -94,6 +115,7 @@ pub(crate) struct Stored {
 
 impl Shared {
     pub(crate) fn new(config: Config, faults: FaultConfig, seed: u64) -> Self {
+        let shutdown = CancellationToken::new();
         Self {
             config,
             clock: Clock::new(),
@@ -105,9 +127,24 @@ impl Shared {
             faults: Mutex::new(FaultState::new(faults, seed)),
             seq: AtomicU64::new(0),
             message_ids: AtomicU64::new(0),
-            shutdown: CancellationToken::new(),
+            serving: Mutex::new(shutdown.child_token()),
+            shutdown,
+            send_log: Mutex::new(std::collections::VecDeque::new()),
             advertised: OnceLock::new(),
         }
+    }
+
+    /// The token of the current serving period.
+    pub(crate) fn serving(&self) -> CancellationToken {
+        self.serving.lock().clone()
+    }
+
+    fn log_send(&self, record: SendRecord) {
+        let mut log = self.send_log.lock();
+        if log.len() >= SEND_LOG_MAX {
+            log.pop_front();
+        }
+        log.push_back(record);
     }
 
     pub(crate) fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -386,6 +423,19 @@ impl Service {
     async fn admit(&self, md: &MetadataMap, rpc: Rpc) -> Result<Ctx, Reject> {
         let s = &self.shared;
         s.counters.call(rpc);
+        let scripted = s.faults.lock().take_scripted(rpc);
+        match scripted {
+            Some(ScriptedFailure::Unavailable) => {
+                inc(&s.counters.injected_unavailable);
+                return Err(Reject::Grpc(tonic::Status::unavailable(
+                    "injected fault: connection dropped",
+                )));
+            }
+            Some(ScriptedFailure::Code(code)) => {
+                return Err(Reject::Code(status(code, "injected fault")));
+            }
+            None => {}
+        }
         let (drop, delay, too_many) = {
             let mut f = s.faults.lock();
             if f.config.applies_to(rpc) {
@@ -421,9 +471,10 @@ impl Service {
         };
         if let Some(d) = delay {
             inc(&s.counters.injected_delays);
+            let serving = s.serving();
             tokio::select! {
                 () = tokio::time::sleep(d) => {}
-                () = s.shutdown.cancelled() => {}
+                () = serving.cancelled() => {}
             }
         }
         if too_many {
@@ -572,16 +623,18 @@ impl Service {
         }
         let ids: Vec<String> = msgs.iter().map(|m| m.message_id.clone()).collect();
         let stored = s.store(&topic, None, msgs);
-        let entries: Vec<pb::SendResultEntry> = ids
-            .into_iter()
-            .zip(stored.offsets)
-            .map(|(message_id, offset)| pb::SendResultEntry {
-                status: Some(ok()),
-                message_id,
-                transaction_id: String::new(),
-                offset: i64::try_from(offset).unwrap_or(i64::MAX),
-            })
-            .collect();
+        // The proxy hands the whole request to the broker as one (batch) message and converts
+        // the one `SendResult` it gets back: one entry whose message id is the ids joined by
+        // commas and whose offset is the queue offset of the first message.
+        let entries = vec![pb::SendResultEntry {
+            status: Some(ok()),
+            message_id: ids.join(","),
+            transaction_id: String::new(),
+            offset: stored
+                .offsets
+                .first()
+                .map_or(0, |o| i64::try_from(*o).unwrap_or(i64::MAX)),
+        }];
         let st = top_level(
             entries.iter().filter_map(|e| e.status.as_ref()),
             "send status is empty",
@@ -655,6 +708,7 @@ impl Service {
     ) -> Result<(pb::Resource, TopicKind, Vec<Delivery>), pb::Status> {
         let s = &self.shared;
         let cfg = &s.config;
+        let serving = s.serving();
         let polling = self.polling_ms(ctx, req)?;
         let group = name(req.group.as_ref());
         let mq = req.message_queue.clone().unwrap_or_default();
@@ -719,7 +773,7 @@ impl Service {
             if !out.deliveries.is_empty() {
                 return Ok((topic_res, topic.kind, out.deliveries));
             }
-            if now_ms >= end_ms || s.shutdown.is_cancelled() {
+            if now_ms >= end_ms || serving.is_cancelled() {
                 inc(&s.counters.receives_empty);
                 return Err(status(Code::MessageNotFound, "no new message"));
             }
@@ -728,7 +782,7 @@ impl Service {
             tokio::select! {
                 () = &mut notified => {}
                 () = tokio::time::sleep(wait) => {}
-                () = s.shutdown.cancelled() => {}
+                () = serving.cancelled() => {}
             }
         }
     }
@@ -995,6 +1049,7 @@ impl Service {
             Some(settings::PubSub::Publishing(p)) => {
                 p.max_body_size = i32::try_from(cfg.max_body_size).unwrap_or(i32::MAX);
                 p.validate_message_type = true;
+                settings.backoff_policy = Some(producer_backoff(cfg));
             }
             None => {}
         }
@@ -1037,6 +1092,24 @@ fn check_invisible(ms: Option<i64>, min: u64, max: u64) -> Result<u64, pb::Statu
         ));
     }
     Ok(v)
+}
+
+/// The proxy's producer retry policy (`grpcClientProducerMaxAttempts` 3,
+/// `grpcClientProducerBackoffInitialMillis` 10, `...MaxMillis` 1000, `...Multiplier` 2 by
+/// default), which `GrpcClientSettingsManager.mergeProducerData` puts in every producer's
+/// settings.
+fn producer_backoff(cfg: &Config) -> pb::RetryPolicy {
+    let duration = |d: Duration| prost_types::Duration::try_from(d).unwrap_or_default();
+    pb::RetryPolicy {
+        max_attempts: cfg.producer_max_attempts,
+        strategy: Some(retry_policy::Strategy::ExponentialBackoff(
+            pb::ExponentialBackoff {
+                initial: Some(duration(cfg.producer_backoff_initial)),
+                max: Some(duration(cfg.producer_backoff_max)),
+                multiplier: cfg.producer_backoff_multiplier,
+            },
+        )),
+    }
 }
 
 /// The broker's default consumer retry schedule (the customized back-off of the proto comment).
@@ -1101,10 +1174,41 @@ impl MessagingService for Service {
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, tonic::Status> {
         let (md, _, req) = request.into_parts();
+        let requested: Vec<(String, i32)> = req
+            .messages
+            .iter()
+            .map(|m| {
+                let sp = m.system_properties.as_ref();
+                (
+                    sp.map(|p| p.message_id.clone()).unwrap_or_default(),
+                    sp.map_or(0, |p| p.queue_id),
+                )
+            })
+            .collect();
+        let log = |code: Code| {
+            self.shared.log_send(SendRecord {
+                message_ids: requested.iter().map(|(id, _)| id.clone()).collect(),
+                queue_id: requested.first().map_or(0, |(_, q)| *q),
+                code,
+            });
+        };
         if let Err(r) = self.admit(&md, Rpc::SendMessage).await {
+            log(match &r {
+                Reject::Code(st) => Code::try_from(st.code).unwrap_or(Code::Unspecified),
+                Reject::Grpc(_) => Code::Unspecified,
+            });
             return reject_unary(r);
         }
-        unary(self.send_inner(req))
+        let result = self.send_inner(req);
+        log(match &result {
+            Ok(r) => r
+                .status
+                .as_ref()
+                .and_then(|st| Code::try_from(st.code).ok())
+                .unwrap_or(Code::Unspecified),
+            Err(st) => Code::try_from(st.code).unwrap_or(Code::Unspecified),
+        });
+        unary(result)
     }
 
     async fn query_assignment(
@@ -1169,10 +1273,11 @@ impl MessagingService for Service {
         };
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
+        let serving = shared.serving();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    () = shared.shutdown.cancelled() => break,
+                    () = serving.cancelled() => break,
                     msg = inbound.message() => match msg {
                         Ok(Some(cmd)) => {
                             let reply = Self::telemetry_reply(&shared, &ctx.client_id, cmd);

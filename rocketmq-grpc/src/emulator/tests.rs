@@ -281,7 +281,9 @@ async fn send_receive_ack_ok() {
         .iter()
         .map(|e| (e.message_id.as_str(), e.offset))
         .collect();
-    assert_eq!(ids, [("m1", 0), ("m2", 1)]);
+    // As the real proxy: one entry for the request (the batch), the ids joined by commas and
+    // the first message's offset.
+    assert_eq!(ids, [("m1,m2", 0)]);
 
     let (st, msgs) = c.receive(receive_req(TOPIC, GROUP, true, None)).await;
     assert_eq!(code(Some(&st)), Code::Ok);
@@ -317,6 +319,15 @@ async fn send_receive_ack_ok() {
     let (st, msgs) = c.receive(receive_req(TOPIC, GROUP, true, None)).await;
     assert_eq!(code(Some(&st)), Code::MessageNotFound);
     assert!(msgs.is_empty());
+
+    // One message: its own id and offset (round robin put it in the other, empty queue).
+    let single = c.send(vec![message(TOPIC, "m3", None)]).await;
+    let ids: Vec<(&str, i64)> = single
+        .entries
+        .iter()
+        .map(|e| (e.message_id.as_str(), e.offset))
+        .collect();
+    assert_eq!(ids, [("m3", 0)]);
     emu.shutdown().await.unwrap();
 }
 
@@ -1264,4 +1275,217 @@ async fn heartbeat_needs_the_clients_settings_first() {
         status.message,
         "cannot find client settings for this client"
     );
+}
+
+#[tokio::test]
+async fn producer_settings_come_back_with_the_proxys_retry_policy() {
+    let emu = start().await;
+    let c = Client::connect(&emu, "producer-1").await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = c
+        .rpc
+        .clone()
+        .telemetry(c.req(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(pb::TelemetryCommand {
+        status: None,
+        command: Some(telemetry_command::Command::Settings(pb::Settings {
+            client_type: Some(pb::ClientType::Producer as i32),
+            pub_sub: Some(settings::PubSub::Publishing(pb::Publishing {
+                topics: vec![res(TOPIC)],
+                ..Default::default()
+            })),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let reply = replies.message().await.unwrap().expect("a reply");
+    let Some(telemetry_command::Command::Settings(s)) = reply.command else {
+        panic!("settings expected")
+    };
+    let policy = s.backoff_policy.expect("a producer retry policy");
+    assert_eq!(policy.max_attempts, 3);
+    let Some(pb::retry_policy::Strategy::ExponentialBackoff(e)) = policy.strategy else {
+        panic!("exponential back-off expected")
+    };
+    assert_eq!(e.initial, Some(clock::ms_to_proto(10)));
+    assert_eq!(e.max, Some(clock::ms_to_proto(1_000)));
+    assert!((e.multiplier - 2.0).abs() < f32::EPSILON);
+    let Some(settings::PubSub::Publishing(p)) = s.pub_sub else {
+        panic!("publishing expected")
+    };
+    assert_eq!(p.max_body_size, 4 * 1024 * 1024);
+    assert!(p.validate_message_type);
+}
+
+#[tokio::test]
+async fn consumer_settings_carry_the_proxys_long_polling_maximum() {
+    // The proxy pushes grpcClientConsumerMaxLongPollingTimeoutMillis: 20 s by default.
+    let emu = builder()
+        .long_polling_range(Duration::from_secs(5), Duration::from_secs(20))
+        .start()
+        .await
+        .unwrap();
+    let c = Client::connect(&emu, "consumer-1").await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = c
+        .rpc
+        .clone()
+        .telemetry(c.req(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(pb::TelemetryCommand {
+        status: None,
+        command: Some(telemetry_command::Command::Settings(pb::Settings {
+            client_type: Some(pb::ClientType::PushConsumer as i32),
+            pub_sub: Some(settings::PubSub::Subscription(pb::Subscription {
+                group: Some(res(GROUP)),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let reply = replies.message().await.unwrap().expect("a reply");
+    let Some(telemetry_command::Command::Settings(s)) = reply.command else {
+        panic!("settings expected")
+    };
+    let Some(settings::PubSub::Subscription(sub)) = s.pub_sub else {
+        panic!("subscription expected")
+    };
+    assert_eq!(sub.long_polling_timeout, Some(clock::ms_to_proto(20_000)));
+    assert!(matches!(
+        s.backoff_policy.and_then(|p| p.strategy),
+        Some(pb::retry_policy::Strategy::CustomizedBackoff(_))
+    ));
+}
+
+#[tokio::test]
+async fn scripted_failures_hit_the_next_calls_and_the_send_log_shows_them() {
+    let emu = start().await;
+    let mut c = Client::connect(&emu, "p").await;
+    emu.fail_next(
+        Rpc::SendMessage,
+        1,
+        ScriptedFailure::Code(Code::InternalServerError),
+    );
+    emu.fail_next(Rpc::SendMessage, 1, ScriptedFailure::Unavailable);
+    let mut with_queue = |id: &str, queue_id: i32| {
+        let mut m = message(TOPIC, id, None);
+        if let Some(sp) = m.system_properties.as_mut() {
+            sp.queue_id = queue_id;
+        }
+        m
+    };
+    let first = c.send(vec![with_queue("a", 1)]).await;
+    assert_eq!(code(first.status.as_ref()), Code::InternalServerError);
+    assert!(first.entries.is_empty());
+    let second = c
+        .rpc
+        .send_message(c.req(pb::SendMessageRequest {
+            messages: vec![with_queue("a", 0)],
+        }))
+        .await;
+    assert_eq!(second.unwrap_err().code(), tonic::Code::Unavailable);
+    let third = c.send(vec![with_queue("a", 1)]).await;
+    assert_eq!(code(third.status.as_ref()), Code::Ok);
+    let log: Vec<(Vec<String>, i32, Code)> = emu
+        .send_log()
+        .into_iter()
+        .map(|r| (r.message_ids, r.queue_id, r.code))
+        .collect();
+    let a = || vec!["a".to_owned()];
+    assert_eq!(
+        log,
+        [
+            (a(), 1, Code::InternalServerError),
+            (a(), 0, Code::Unspecified),
+            (a(), 1, Code::Ok)
+        ]
+    );
+    assert_eq!(emu.stats().messages_stored, 1);
+}
+
+#[tokio::test]
+async fn the_service_goes_down_and_comes_back_on_the_same_port() {
+    let mut emu = builder()
+        .require_client_settings(true)
+        .start()
+        .await
+        .unwrap();
+    let endpoint = emu.endpoint();
+    let mut c = Client::connect(&emu, "p").await;
+    assert_eq!(
+        code(
+            c.send(vec![message(TOPIC, "before", None)])
+                .await
+                .status
+                .as_ref()
+        ),
+        Code::Ok
+    );
+    // A producer's settings, so that the emulator knows the client.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = c
+        .rpc
+        .clone()
+        .telemetry(c.req(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(pb::TelemetryCommand {
+        status: None,
+        command: Some(telemetry_command::Command::Settings(pb::Settings {
+            client_type: Some(pb::ClientType::Producer as i32),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    assert!(replies.message().await.unwrap().is_some());
+    assert_eq!(emu.clients(), ["p"]);
+
+    emu.stop_serving().await.unwrap();
+    assert!(!emu.is_serving());
+    // The telemetry stream ended, new calls fail at the transport level, and the restarted
+    // proxy forgot the client.
+    assert!(matches!(replies.message().await, Ok(None) | Err(_)));
+    let down = c
+        .rpc
+        .send_message(c.req(pb::SendMessageRequest {
+            messages: vec![message(TOPIC, "during", None)],
+        }))
+        .await;
+    assert!(down.is_err());
+    assert!(emu.clients().is_empty());
+
+    emu.resume_serving().await.unwrap();
+    assert!(emu.is_serving());
+    assert_eq!(emu.endpoint(), endpoint);
+    let mut c = Client::connect(&emu, "p").await;
+    assert_eq!(
+        code(
+            c.send(vec![message(TOPIC, "after", None)])
+                .await
+                .status
+                .as_ref()
+        ),
+        Code::Ok
+    );
+    assert_eq!(
+        code(Some(&c.heartbeat().await)),
+        Code::UnrecognizedClientType
+    );
+    assert_eq!(
+        emu.stats().messages_stored,
+        2,
+        "messages survive the restart"
+    );
+    emu.resume_serving().await.unwrap();
+    emu.shutdown().await.unwrap();
 }
