@@ -85,6 +85,18 @@ pub enum Error {
     #[cfg(feature = "emulator")]
     #[error("topic {0:?} does not exist in the emulator")]
     UnknownTopic(String),
+    /// A send failed after retrying: every attempt failed with a retryable error until the
+    /// producer's attempts and retry window were used up. Retryable when `last` is.
+    #[error("the send failed after {attempts} attempts in {elapsed:?}; the last error: {last}")]
+    SendFailed {
+        /// Attempts made.
+        attempts: u32,
+        /// Time from the first attempt to giving up.
+        elapsed: std::time::Duration,
+        /// The last attempt's error.
+        #[source]
+        last: Box<Error>,
+    },
 }
 
 /// The name of a RocketMQ status code, or "UNKNOWN" for a value this crate does not know.
@@ -93,10 +105,12 @@ pub(crate) fn code_name(code: i32) -> &'static str {
 }
 
 impl Error {
-    /// The RocketMQ status code, for [`Error::Server`].
+    /// The RocketMQ status code, for [`Error::Server`] (and for [`Error::SendFailed`], its
+    /// last error's).
     pub fn code(&self) -> Option<Code> {
         match self {
             Self::Server { code, .. } => Code::try_from(*code).ok(),
+            Self::SendFailed { last, .. } => last.code(),
             _ => None,
         }
     }
@@ -115,6 +129,7 @@ impl Error {
             | Self::EmulatorTask(_)
             | Self::AlreadyExists(_)
             | Self::UnknownTopic(_) => false,
+            Self::SendFailed { last, .. } => last.is_retryable(),
         }
     }
 

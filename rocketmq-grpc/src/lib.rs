@@ -34,7 +34,9 @@ pub use consumer::{
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};
-pub use producer::{DEFAULT_MAX_BODY, Producer, SendReceipt};
+pub use producer::{
+    Backoff, DEFAULT_MAX_BODY, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy,
+};
 pub use session::{ClientConfig, Credentials, Endpoint, Session, sign};
 
 /// Generated protocol types and the `MessagingService` client and server.

@@ -1375,7 +1375,7 @@ async fn scripted_failures_hit_the_next_calls_and_the_send_log_shows_them() {
         ScriptedFailure::Code(Code::InternalServerError),
     );
     emu.fail_next(Rpc::SendMessage, 1, ScriptedFailure::Unavailable);
-    let mut with_queue = |id: &str, queue_id: i32| {
+    let with_queue = |id: &str, queue_id: i32| {
         let mut m = message(TOPIC, id, None);
         if let Some(sp) = m.system_properties.as_mut() {
             sp.queue_id = queue_id;

@@ -1,18 +1,31 @@
-//! [`Producer`]: sends normal and FIFO messages.
+//! [`Producer`]: sends normal and FIFO messages, retrying retryable failures.
 
-use std::collections::HashMap;
+mod control;
+mod policy;
+mod routes;
+
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use policy::{Backoff, SendRetryPolicy};
 
 use crate::message::new_message_id;
-use crate::pb::{self, Code, MessageType};
+use crate::pb::{self, MessageType};
 use crate::{Endpoint, Error, OutgoingMessage, Session};
+use routes::Routes;
 
 /// The body size limit the proxy applies by default (4 MiB).
 pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// The default [`Producer::retry_window`]: 10 s.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 
 /// What the proxy returned for a sent message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,127 +36,331 @@ pub struct SendReceipt {
     pub offset: i64,
 }
 
-/// Sends messages, routing each to a writable queue of its topic.
+/// Sends messages, routing each to a writable queue of its topic and retrying retryable
+/// failures.
+///
+/// - **Telemetry.** On its first send (or [`Producer::start`]) the producer opens the telemetry
+///   stream and announces its settings (client type `PRODUCER`, `Publishing` with the topics
+///   it sends to, request timeout, retry policy, user agent); the proxy answers with its
+///   producer retry policy (`Settings.backoff_policy`), which the producer then follows. The
+///   stream is kept open and reopened (settings first) with back-off and jitter after it
+///   breaks; the producer heartbeats every 10 s once the proxy has answered, as the Java
+///   client does.
+/// - **Retries.** A send that fails with a retryable error ([`Error::is_retryable`]: transport
+///   errors, and codes such as `INTERNAL_SERVER_ERROR`, `TOO_MANY_REQUESTS`, `PROXY_TIMEOUT`) is
+///   sent again, with the same message id, after the policy's back-off with jitter, to another
+///   queue (another broker when the route has one) for normal messages; FIFO messages keep
+///   their queue. The policy's attempts are always made; the retry window
+///   ([`Producer::retry_window`]) adds attempts until it has passed since the first one.
+/// - **Routes.** A failed send marks its topic's route stale; the next attempt queries it again
+///   (at most one `QueryRoute` in flight per topic, and at most one a second for a topic
+///   whose sends keep failing, the cached queues used meanwhile and kept when the query
+///   fails). Every cached route is also refreshed every 30 s, as by the Java client.
+///
+/// `Producer::new(session)` is enough: the telemetry stream opens on the first send. Call
+/// [`start`](Self::start) to open it beforehand and wait for the proxy's retry policy.
+/// Dropping the producer stops its background tasks.
 #[derive(Debug)]
 pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     session: Arc<Session>,
-    routes: Mutex<HashMap<String, Arc<Vec<pb::MessageQueue>>>>,
+    routes: Routes,
     next: AtomicUsize,
-    max_body: usize,
+    max_body: Mutex<usize>,
+    retry_window: Mutex<Duration>,
+    /// Attempts fixed by the application (kept when the proxy announces its policy).
+    max_attempts: Mutex<Option<u32>>,
+    /// The policy in force: the default, then what the proxy announced.
+    policy: Mutex<SendRetryPolicy>,
+    /// Topics announced in the settings.
+    topics: Mutex<BTreeSet<String>>,
+    topics_changed: Notify,
+    /// Woken on every settings answer.
+    settled: Notify,
+    settings_answers: AtomicU64,
+    started: AtomicBool,
+    stop: CancellationToken,
 }
 
 impl Producer {
-    /// A producer over `session`.
+    /// A producer over `session`, with the default retry policy (3 attempts, exponential
+    /// back-off from 10 ms to 1 s, until the proxy announces its own), a 10 s retry window and
+    /// a 4 MiB body limit. Nothing is sent until the first [`send`](Self::send) or
+    /// [`start`](Self::start).
     pub fn new(session: Arc<Session>) -> Self {
         Self {
-            session,
-            routes: Mutex::new(HashMap::new()),
-            next: AtomicUsize::new(0),
-            max_body: DEFAULT_MAX_BODY,
+            inner: Arc::new(Inner {
+                session,
+                routes: Routes::default(),
+                next: AtomicUsize::new(0),
+                max_body: Mutex::new(DEFAULT_MAX_BODY),
+                retry_window: Mutex::new(DEFAULT_RETRY_WINDOW),
+                max_attempts: Mutex::new(None),
+                policy: Mutex::new(SendRetryPolicy::default()),
+                topics: Mutex::new(BTreeSet::new()),
+                topics_changed: Notify::new(),
+                settled: Notify::new(),
+                settings_answers: AtomicU64::new(0),
+                started: AtomicBool::new(false),
+                stop: CancellationToken::new(),
+            }),
         }
     }
 
     /// Changes the body size limit checked before sending (default 4 MiB).
-    pub fn max_body(mut self, bytes: usize) -> Self {
-        self.max_body = bytes;
+    pub fn max_body(self, bytes: usize) -> Self {
+        *self.inner.max_body.lock() = bytes;
         self
     }
 
-    async fn route(&self, topic: &str) -> Result<Arc<Vec<pb::MessageQueue>>, Error> {
-        if let Some(route) = self.routes.lock().get(topic) {
-            return Ok(Arc::clone(route));
+    /// How long after a send's first attempt retryable failures keep being retried beyond
+    /// the policy's attempts, with capped exponential back-off (up to 2 s, or the policy's
+    /// maximum if larger) and jitter. Default [`DEFAULT_RETRY_WINDOW`] (10 s).
+    ///
+    /// The policy's attempts are always made (with the full request timeout each); the window
+    /// only adds attempts, each started before it ends and bounded by its end. A send during
+    /// an outage shorter than the window succeeds once the proxy is back; a longer one fails
+    /// with [`Error::SendFailed`]. `Duration::ZERO` gives the Java client's behaviour: it
+    /// fails after its attempts, which with the proxy's policy (3 attempts, 10 ms to 1 s)
+    /// span well under a second of back-off. 10 s is about the Java client's worst case for
+    /// one send (3 attempts × 3 s request timeout) and rides out connection resets, a broker
+    /// stop and the route refresh after it, or a proxy restart of a few seconds; set 60 s to
+    /// ride out a full proxy restart (about 30–40 s).
+    pub fn retry_window(self, window: Duration) -> Self {
+        *self.inner.retry_window.lock() = window;
+        self
+    }
+
+    /// Fixes the attempts of the retry policy (at least 1), instead of the proxy's
+    /// `max_attempts` (3 by default); the back-off still comes from the proxy.
+    pub fn max_attempts(self, attempts: u32) -> Self {
+        let attempts = attempts.max(1);
+        *self.inner.max_attempts.lock() = Some(attempts);
+        let mut policy = self.inner.policy.lock();
+        *policy = SendRetryPolicy::new(attempts, policy.backoff.clone());
+        drop(policy);
+        self
+    }
+
+    /// Announces `topic` in the producer's settings from the start (topics are otherwise
+    /// announced as they are first sent to).
+    pub fn topic(self, topic: impl Into<String>) -> Self {
+        self.inner.topics.lock().insert(topic.into());
+        self
+    }
+
+    /// The retry policy in force: the default until the proxy answered the settings, then
+    /// the proxy's (with the attempts of [`max_attempts`](Self::max_attempts) if set).
+    pub fn retry_policy(&self) -> SendRetryPolicy {
+        self.inner.policy.lock().clone()
+    }
+
+    /// Opens the telemetry stream, announces the settings and waits (up to the request
+    /// timeout) for the proxy's answer. Optional: the first send does the same without
+    /// waiting. The stream is kept open either way.
+    ///
+    /// # Errors
+    /// [`Error::Rpc`] (`DEADLINE_EXCEEDED`) if the proxy did not answer in time; the producer
+    /// keeps trying in the background and sends still work.
+    pub async fn start(&self) -> Result<(), Error> {
+        self.ensure_started();
+        let timeout = self.inner.session.config().request_timeout;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let settled = self.inner.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if self.inner.settings_answers.load(Ordering::Relaxed) > 0 {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return Err(Error::rpc(
+                    "Telemetry",
+                    tonic::Status::deadline_exceeded(format!(
+                        "the proxy did not answer the producer's settings within {timeout:?}"
+                    )),
+                ));
+            }
         }
-        let access = self.session.config().endpoint().clone();
-        let mut client = self.session.client(&access)?;
-        let request = pb::QueryRouteRequest {
-            topic: Some(self.session.resource(topic)),
-            endpoints: Some(access.to_pb()),
-        };
-        let timeout = self.session.config().request_timeout;
-        let response = client
-            .query_route(self.session.request(request, timeout))
-            .await
-            .map_err(|status| Error::rpc("QueryRoute", status))?
-            .into_inner();
-        Error::check("QueryRoute", response.status.as_ref())?;
-        let writable: Vec<_> = response
-            .message_queues
-            .into_iter()
-            .filter(|q| {
-                q.permission == pb::Permission::Write as i32
-                    || q.permission == pb::Permission::ReadWrite as i32
-            })
-            .collect();
-        if writable.is_empty() {
-            return Err(Error::Server {
-                rpc: "QueryRoute",
-                code: Code::TopicNotFound as i32,
-                message: format!("topic {topic:?} has no writable queue"),
-            });
+    }
+
+    /// How many settings answers the proxy sent (for tests and diagnostics).
+    #[doc(hidden)]
+    pub fn settings_answers(&self) -> u64 {
+        self.inner.settings_answers.load(Ordering::Relaxed)
+    }
+
+    /// How many `QueryRoute` calls completed (for tests and diagnostics).
+    #[doc(hidden)]
+    pub fn route_queries(&self) -> u64 {
+        self.inner.routes.queries.load(Ordering::Relaxed)
+    }
+
+    fn ensure_started(&self) {
+        if !self.inner.started.swap(true, Ordering::AcqRel) {
+            control::spawn(&self.inner);
         }
-        let route = Arc::new(writable);
-        self.routes
-            .lock()
-            .insert(topic.to_owned(), Arc::clone(&route));
-        Ok(route)
     }
 
     /// Sends one message and returns its id.
     ///
     /// FIFO messages (with a message group) of one group always go to the same queue.
+    /// Retryable failures are retried (see [`retry_window`](Self::retry_window)).
     ///
     /// # Errors
-    /// [`Error::MessageTooLarge`] before sending; [`Error::Server`] when the proxy refuses it
-    /// (unknown topic, wrong message type, …); [`Error::Rpc`] on transport failures.
+    /// [`Error::MessageTooLarge`] before sending; a terminal error of the first attempt as it
+    /// came ([`Error::Server`] when the proxy refuses the message: unknown topic, wrong
+    /// message type, …); [`Error::SendFailed`] with the attempts and the last error once
+    /// retries are used up or a retry met a terminal error.
     pub async fn send(&self, message: OutgoingMessage) -> Result<SendReceipt, Error> {
-        if message.body.len() > self.max_body {
+        let limit = *self.inner.max_body.lock();
+        if message.body.len() > limit {
             return Err(Error::MessageTooLarge {
                 size: message.body.len(),
-                limit: self.max_body,
+                limit,
             });
         }
-        let route = self.route(&message.topic).await?;
-        let index = match &message.message_group {
+        self.ensure_started();
+        self.announce(&message.topic);
+        let inner = &self.inner;
+        let started = Instant::now();
+        let window_end = started + *inner.retry_window.lock();
+        let request_timeout = inner.session.config().request_timeout;
+        let message_id = new_message_id();
+        let first_index = match &message.message_group {
             Some(group) => stable_hash(group),
-            None => self.next.fetch_add(1, Ordering::Relaxed),
-        } % route.len();
-        let queue = &route[index];
+            None => inner.next.fetch_add(1, Ordering::Relaxed),
+        };
+        let mut failed_brokers: HashSet<String> = HashSet::new();
+        let mut last_queue: Option<usize> = None;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let max_attempts = inner.policy.lock().max_attempts;
+            let within_policy = attempt <= max_attempts;
+            let timeout = if within_policy {
+                request_timeout
+            } else {
+                request_timeout.min(window_end.saturating_duration_since(Instant::now()))
+            };
+            let result = match inner.routes.get(&inner.session, &message.topic).await {
+                Ok(route) => {
+                    let index = pick_queue(
+                        &route,
+                        first_index,
+                        message.message_group.is_some(),
+                        last_queue,
+                        &failed_brokers,
+                    );
+                    last_queue = Some(index);
+                    let queue = &route[index];
+                    let outcome = self.send_once(&message, &message_id, queue, timeout).await;
+                    if let Err(error) = &outcome {
+                        if error.is_retryable() {
+                            inner.routes.mark_stale(&message.topic);
+                        }
+                        if let Some(broker) = &queue.broker {
+                            failed_brokers.insert(broker.name.clone());
+                        }
+                    }
+                    outcome
+                }
+                Err(error) => Err(error),
+            };
+            let error = match result {
+                Ok(receipt) => return Ok(receipt),
+                Err(error) => error,
+            };
+            let give_up = |error: Error| {
+                if attempt == 1 && !error.is_retryable() {
+                    error
+                } else {
+                    Error::SendFailed {
+                        attempts: attempt,
+                        elapsed: started.elapsed(),
+                        last: Box::new(error),
+                    }
+                }
+            };
+            if !error.is_retryable() {
+                return Err(give_up(error));
+            }
+            let delay = policy::jitter(inner.policy.lock().delay(attempt));
+            let next_within_policy = attempt < max_attempts;
+            if !next_within_policy && Instant::now() + delay >= window_end {
+                return Err(give_up(error));
+            }
+            tracing::debug!(
+                topic = %message.topic,
+                message_id,
+                attempt,
+                ?delay,
+                %error,
+                "send failed; retrying"
+            );
+            tokio::select! {
+                () = inner.stop.cancelled() => return Err(give_up(error)),
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// Adds `topic` to the announced settings (re-announcing them) if it is new.
+    fn announce(&self, topic: &str) {
+        let mut topics = self.inner.topics.lock();
+        if !topics.contains(topic) {
+            topics.insert(topic.to_owned());
+            drop(topics);
+            self.inner.topics_changed.notify_one();
+        }
+    }
+
+    async fn send_once(
+        &self,
+        message: &OutgoingMessage,
+        message_id: &str,
+        queue: &pb::MessageQueue,
+        timeout: Duration,
+    ) -> Result<SendReceipt, Error> {
+        let session = &self.inner.session;
         let endpoint = queue
             .broker
             .as_ref()
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
-            .unwrap_or_else(|| self.session.config().endpoint().clone());
-        let message_id = new_message_id();
+            .unwrap_or_else(|| session.config().endpoint().clone());
         let message_type = if message.message_group.is_some() {
             MessageType::Fifo
         } else {
             MessageType::Normal
         };
         let system = pb::SystemProperties {
-            tag: message.tag,
-            keys: message.keys,
-            message_id: message_id.clone(),
+            tag: message.tag.clone(),
+            keys: message.keys.clone(),
+            message_id: message_id.to_owned(),
             body_encoding: pb::Encoding::Identity as i32,
             message_type: message_type as i32,
             born_timestamp: Some(prost_types::Timestamp::from(SystemTime::now())),
             born_host: "rust-client".into(),
             queue_id: queue.id,
-            message_group: message.message_group,
+            message_group: message.message_group.clone(),
             ..pb::SystemProperties::default()
         };
         let request = pb::SendMessageRequest {
             messages: vec![pb::Message {
-                topic: Some(self.session.resource(&message.topic)),
-                user_properties: message.properties,
+                topic: Some(session.resource(&message.topic)),
+                user_properties: message.properties.clone(),
                 system_properties: Some(system),
-                body: message.body,
+                body: message.body.clone(),
             }],
         };
-        let mut client = self.session.client(&endpoint)?;
-        let timeout = self.session.config().request_timeout;
+        let mut client = session.client(&endpoint)?;
         let response = client
-            .send_message(self.session.request(request, timeout))
+            .send_message(session.request(request, timeout))
             .await
             .map_err(|status| Error::rpc("SendMessage", status))?
             .into_inner();
@@ -153,7 +370,7 @@ impl Producer {
                 Error::check("SendMessage", entry.status.as_ref())?;
                 Ok(SendReceipt {
                     message_id: if entry.message_id.is_empty() {
-                        message_id
+                        message_id.to_owned()
                     } else {
                         entry.message_id
                     },
@@ -163,12 +380,40 @@ impl Producer {
             None => {
                 Error::check("SendMessage", response.status.as_ref())?;
                 Ok(SendReceipt {
-                    message_id,
+                    message_id: message_id.to_owned(),
                     offset: -1,
                 })
             }
         }
     }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.inner.stop.cancel();
+    }
+}
+
+/// The queue of an attempt. FIFO messages always take `first % len` (their group's queue).
+/// A normal message's first attempt takes `first % len`; a retry takes the next queue after
+/// the last one tried whose broker has not failed this send, or just the next queue when every
+/// broker has.
+fn pick_queue(
+    route: &[pb::MessageQueue],
+    first: usize,
+    fifo: bool,
+    last: Option<usize>,
+    failed_brokers: &HashSet<String>,
+) -> usize {
+    let len = route.len().max(1);
+    let Some(last) = last.filter(|_| !fifo) else {
+        return first % len;
+    };
+    let broker = |i: usize| route[i].broker.as_ref().map(|b| b.name.as_str());
+    (1..=len)
+        .map(|step| (last + step) % len)
+        .find(|i| broker(*i).is_none_or(|name| !failed_brokers.contains(name)))
+        .unwrap_or((last + 1) % len)
 }
 
 /// FNV-1a: a stable hash so that a message group always maps to the same queue.
@@ -179,4 +424,46 @@ fn stable_hash(text: &str) -> usize {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(broker: &str, id: i32) -> pb::MessageQueue {
+        pb::MessageQueue {
+            id,
+            broker: Some(pb::Broker {
+                name: broker.into(),
+                ..pb::Broker::default()
+            }),
+            ..pb::MessageQueue::default()
+        }
+    }
+
+    #[test]
+    fn a_retry_goes_to_another_broker_when_there_is_one() {
+        let route = [queue("a", 0), queue("a", 1), queue("b", 0), queue("b", 1)];
+        let failed: HashSet<String> = ["a".to_owned()].into();
+        assert_eq!(pick_queue(&route, 0, false, None, &failed), 0);
+        // After queue 0 of broker a failed: not queue 1 (also broker a) but broker b.
+        assert_eq!(pick_queue(&route, 0, false, Some(0), &failed), 2);
+        assert_eq!(pick_queue(&route, 0, false, Some(3), &failed), 2);
+        // Every broker failed: the next queue.
+        let all: HashSet<String> = ["a".to_owned(), "b".to_owned()].into();
+        assert_eq!(pick_queue(&route, 0, false, Some(2), &all), 3);
+        // One broker: another queue of it.
+        let single = [queue("a", 0), queue("a", 1)];
+        assert_eq!(pick_queue(&single, 0, false, Some(0), &failed), 1);
+    }
+
+    #[test]
+    fn fifo_keeps_its_queue() {
+        let route = [queue("a", 0), queue("b", 0), queue("c", 0)];
+        let failed: HashSet<String> = ["b".to_owned()].into();
+        let first = stable_hash("group-1");
+        let home = first % 3;
+        assert_eq!(pick_queue(&route, first, true, None, &failed), home);
+        assert_eq!(pick_queue(&route, first, true, Some(home), &failed), home);
+    }
 }

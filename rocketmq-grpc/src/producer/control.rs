@@ -1,0 +1,206 @@
+//! The producer's control plane: its settings on the telemetry stream (and the retry policy
+//! the proxy answers with), heartbeats, and the periodic route refresh.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::Inner;
+use super::policy::{SendRetryPolicy, jitter};
+use super::routes::ROUTE_REFRESH_EVERY;
+use crate::Error;
+use crate::pb::{self, ClientType};
+
+/// Heartbeat period (the Java client's 10 s).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+/// First delay before reopening a broken telemetry stream; doubles up to the maximum.
+const REOPEN_INITIAL: Duration = Duration::from_millis(100);
+/// Longest delay before reopening a broken telemetry stream.
+const REOPEN_MAX: Duration = Duration::from_secs(5);
+
+/// Starts the background tasks: telemetry (with heartbeats) and route refresh.
+pub(super) fn spawn(inner: &Arc<Inner>) {
+    tokio::spawn(telemetry(Arc::clone(inner)));
+    tokio::spawn(refresh_routes(Arc::clone(inner)));
+}
+
+/// The settings this producer announces: its topics, request timeout, current retry policy
+/// and user agent.
+fn settings(inner: &Inner) -> pb::TelemetryCommand {
+    let topics = inner
+        .topics
+        .lock()
+        .iter()
+        .map(|t| inner.session.resource(t))
+        .collect();
+    pb::TelemetryCommand {
+        status: None,
+        command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
+            client_type: Some(ClientType::Producer as i32),
+            access_point: Some(inner.session.config().endpoint().to_pb()),
+            backoff_policy: Some(inner.policy.lock().to_pb()),
+            request_timeout: prost_types::Duration::try_from(
+                inner.session.config().request_timeout,
+            )
+            .ok(),
+            pub_sub: Some(pb::settings::PubSub::Publishing(pb::Publishing {
+                topics,
+                max_body_size: i32::try_from(*inner.max_body.lock()).unwrap_or(i32::MAX),
+                validate_message_type: false,
+            })),
+            user_agent: Some(pb::Ua {
+                language: pb::Language::Rust as i32,
+                version: env!("CARGO_PKG_VERSION").into(),
+                platform: std::env::consts::OS.into(),
+                hostname: String::new(),
+            }),
+        })),
+    }
+}
+
+/// Applies what the proxy answered: its retry policy (keeping the attempts the application
+/// fixed, if it did).
+pub(super) fn take_settings(inner: &Inner, command: pb::TelemetryCommand) {
+    if let Some(status) = &command.status
+        && let Err(error) = Error::check("Telemetry", Some(status))
+    {
+        tracing::warn!(%error, "the proxy refused the producer's settings");
+        return;
+    }
+    let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
+        return;
+    };
+    if let Some(announced) = settings
+        .backoff_policy
+        .as_ref()
+        .and_then(SendRetryPolicy::from_pb)
+    {
+        let mut policy = inner.policy.lock();
+        let max_attempts = inner.max_attempts.lock().unwrap_or(announced.max_attempts);
+        *policy = SendRetryPolicy::new(max_attempts, announced.backoff);
+    }
+    inner.settled.notify_waiters();
+    inner
+        .settings_answers
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+type Telemetry = (
+    tokio::sync::mpsc::Sender<pb::TelemetryCommand>,
+    tonic::Streaming<pb::TelemetryCommand>,
+);
+
+/// Opens the stream with the settings as its first command.
+async fn open(inner: &Inner) -> Result<Telemetry, Error> {
+    let access = inner.session.config().endpoint().clone();
+    let mut client = inner.session.client(&access)?;
+    let (outbound, rx) = tokio::sync::mpsc::channel(4);
+    let _ = outbound.send(settings(inner)).await;
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    inner.session.stamp(request.metadata_mut());
+    let timeout = inner.session.config().request_timeout;
+    let inbound = tokio::time::timeout(timeout, client.telemetry(request))
+        .await
+        .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
+        .map_err(|status| Error::rpc("Telemetry", status))?
+        .into_inner();
+    Ok((outbound, inbound))
+}
+
+async fn heartbeat(inner: &Inner) -> Result<(), Error> {
+    let access = inner.session.config().endpoint().clone();
+    let mut client = inner.session.client(&access)?;
+    let request = pb::HeartbeatRequest {
+        group: None,
+        client_type: ClientType::Producer as i32,
+    };
+    let timeout = inner.session.config().request_timeout;
+    let response = client
+        .heartbeat(inner.session.request(request, timeout))
+        .await
+        .map_err(|status| Error::rpc("Heartbeat", status))?
+        .into_inner();
+    Error::check("Heartbeat", response.status.as_ref())
+}
+
+/// Keeps the telemetry stream open: settings first, then the proxy's answers; the settings
+/// again when a new topic is used; heartbeats every 10 s once the proxy has answered; after
+/// the stream breaks, reopens it with exponential back-off and jitter.
+async fn telemetry(inner: Arc<Inner>) {
+    let mut reopen = REOPEN_INITIAL;
+    loop {
+        let (outbound, mut inbound) = match open(&inner).await {
+            Ok(open) => open,
+            Err(error) => {
+                tracing::debug!(%error, "the producer's telemetry stream could not be opened");
+                let delay = jitter(reopen);
+                reopen = (reopen * 2).min(REOPEN_MAX);
+                tokio::select! {
+                    () = inner.stop.cancelled() => return,
+                    () = tokio::time::sleep(delay) => continue,
+                }
+            }
+        };
+        let mut answered = false;
+        let mut heartbeats = tokio::time::interval(HEARTBEAT_EVERY);
+        heartbeats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = inner.stop.cancelled() => return,
+                () = inner.topics_changed.notified() => {
+                    if outbound.send(settings(&inner)).await.is_err() {
+                        break;
+                    }
+                }
+                _ = heartbeats.tick(), if answered => {
+                    if let Err(error) = heartbeat(&inner).await {
+                        tracing::debug!(%error, "producer heartbeat failed");
+                    }
+                }
+                command = inbound.message() => match command {
+                    Ok(Some(command)) => {
+                        take_settings(&inner, command);
+                        if !answered {
+                            answered = true;
+                            reopen = REOPEN_INITIAL;
+                            heartbeats.reset_immediately();
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(%status, "the producer's telemetry stream ended");
+                        break;
+                    }
+                },
+            }
+        }
+        drop(outbound);
+        let delay = jitter(reopen);
+        reopen = (reopen * 2).min(REOPEN_MAX);
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Refreshes every cached route every 30 s.
+async fn refresh_routes(inner: Arc<Inner>) {
+    let mut every = tokio::time::interval_at(
+        tokio::time::Instant::now() + ROUTE_REFRESH_EVERY,
+        ROUTE_REFRESH_EVERY,
+    );
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        for topic in inner.routes.topics() {
+            if let Err(error) = inner.routes.refresh(&inner.session, &topic, None).await {
+                tracing::debug!(topic, %error, "periodic QueryRoute failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! The producer against the emulator: retries to another queue, FIFO keeping its queue,
+//! terminal codes, outages shorter and longer than the retry window, the proxy's retry
+//! policy and route refreshes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketmq_grpc::emulator::{Emulator, Rpc, ScriptedFailure, TopicKind};
+use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::{Backoff, Error, OutgoingMessage, Producer, SendRetryPolicy, Session};
+
+use crate::support;
+
+const TOPIC: &str = "orders";
+const FIFO: &str = "fifo-orders";
+
+async fn emulator() -> Emulator {
+    Emulator::builder()
+        .topic(TOPIC, TopicKind::Normal, 4)
+        .topic(FIFO, TopicKind::Fifo, 4)
+        .start()
+        .await
+        .expect("the emulator starts")
+}
+
+fn producer(emulator: &Emulator) -> Producer {
+    Producer::new(Session::new(support::config(emulator)).expect("a session"))
+}
+
+/// (message ids, queue the client asked for, code) of every SendMessage the emulator saw.
+fn sends(emulator: &Emulator) -> Vec<(String, i32, Code)> {
+    emulator
+        .send_log()
+        .into_iter()
+        .map(|r| (r.message_ids.join(","), r.queue_id, r.code))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_retried_after_a_retryable_failure_goes_to_another_queue() {
+    let emulator = emulator().await;
+    let producer = producer(&emulator);
+    producer
+        .send(OutgoingMessage::new(TOPIC, "first"))
+        .await
+        .expect("sent");
+    assert_eq!(emulator.stats().calls(Rpc::QueryRoute), 1);
+    // A stale route is queried again at most once a second.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = emulator.send_log().len();
+    emulator.fail_next(
+        Rpc::SendMessage,
+        1,
+        ScriptedFailure::Code(Code::InternalServerError),
+    );
+    let receipt = producer
+        .send(OutgoingMessage::new(TOPIC, "hello"))
+        .await
+        .expect("the retry succeeds");
+    let log = sends(&emulator)[before..].to_vec();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log[0].2, Code::InternalServerError);
+    assert_eq!(log[1].2, Code::Ok);
+    assert_eq!(log[0].0, log[1].0, "the retry keeps the message id");
+    assert_eq!(log[1].0, receipt.message_id);
+    assert_ne!(log[0].1, log[1].1, "the retry goes to another queue");
+    // The failure marked the route stale: it was queried again before the retry.
+    assert_eq!(emulator.stats().calls(Rpc::QueryRoute), 2);
+    // Within a second of that query, another failure retries on the cached queues.
+    emulator.fail_next(Rpc::SendMessage, 1, ScriptedFailure::Unavailable);
+    producer
+        .send(OutgoingMessage::new(TOPIC, "third"))
+        .await
+        .expect("sent");
+    assert_eq!(emulator.stats().calls(Rpc::QueryRoute), 2);
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_retried_too() {
+    let emulator = emulator().await;
+    let producer = producer(&emulator);
+    emulator.fail_next(Rpc::SendMessage, 2, ScriptedFailure::Unavailable);
+    producer
+        .send(OutgoingMessage::new(TOPIC, "hello"))
+        .await
+        .expect("the third attempt succeeds");
+    let queues: Vec<i32> = sends(&emulator).iter().map(|s| s.1).collect();
+    assert_eq!(queues.len(), 3);
+    assert!(
+        queues[0] != queues[1] && queues[1] != queues[2],
+        "{queues:?}"
+    );
+}
+
+#[tokio::test]
+async fn fifo_messages_keep_their_queue() {
+    let emulator = emulator().await;
+    let producer = producer(&emulator);
+    emulator.fail_next(Rpc::SendMessage, 2, ScriptedFailure::Unavailable);
+    producer
+        .send(OutgoingMessage::new(FIFO, "first").message_group("g-1"))
+        .await
+        .expect("the third attempt succeeds");
+    producer
+        .send(OutgoingMessage::new(FIFO, "second").message_group("g-1"))
+        .await
+        .expect("sent");
+    let log = sends(&emulator);
+    assert_eq!(log.len(), 4);
+    assert!(log.iter().all(|s| s.1 == log[0].1), "{log:?}");
+}
+
+#[tokio::test]
+async fn terminal_codes_are_not_retried() {
+    // Retried or not as `Error::is_retryable` classifies the code; INVALID_RECEIPT_HANDLE is
+    // terminal in every classification, the others as the crate classifies them.
+    let emulator = emulator().await;
+    let producer = producer(&emulator);
+    for code in [
+        Code::InvalidReceiptHandle,
+        Code::Forbidden,
+        Code::BadRequest,
+        Code::TopicNotFound,
+        Code::MessageBodyTooLarge,
+        Code::IllegalMessageTag,
+        Code::TooManyRequests,
+    ] {
+        let terminal = !Error::Server {
+            rpc: "SendMessage",
+            code: code as i32,
+            message: String::new(),
+        }
+        .is_retryable();
+        let before = emulator.send_log().len();
+        emulator.fail_next(Rpc::SendMessage, 1, ScriptedFailure::Code(code));
+        let result = producer.send(OutgoingMessage::new(TOPIC, "m")).await;
+        let calls = emulator.send_log().len() - before;
+        if terminal {
+            let error = result.expect_err("a terminal code fails the send");
+            assert_eq!(error.code(), Some(code), "{error}");
+            assert_eq!(calls, 1, "{code:?} is not retried");
+        } else {
+            result.expect("a retryable code is retried");
+            assert_eq!(calls, 2, "{code:?} is retried once");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_during_an_outage_shorter_than_the_window_succeeds() {
+    let mut emulator = emulator().await;
+    let producer = Arc::new(producer(&emulator));
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    emulator.stop_serving().await.expect("down");
+    let started = tokio::time::Instant::now();
+    let send = tokio::spawn({
+        let producer = Arc::clone(&producer);
+        async move { producer.send(OutgoingMessage::new(TOPIC, "during")).await }
+    });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    emulator.resume_serving().await.expect("up again");
+    let receipt = send
+        .await
+        .expect("the task ends")
+        .expect("the send succeeds once the proxy is back");
+    assert!(started.elapsed() >= Duration::from_secs(4));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let log = sends(&emulator);
+    assert_eq!(
+        log.last().map(|s| (&s.0, s.2)),
+        Some((&receipt.message_id, Code::Ok))
+    );
+    assert_eq!(emulator.stats().messages_stored, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_longer_than_the_window_fails_with_the_attempts_and_the_last_error() {
+    let mut emulator = emulator().await;
+    let producer = producer(&emulator).retry_window(Duration::from_secs(5));
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    emulator.stop_serving().await.expect("down");
+    let started = tokio::time::Instant::now();
+    let error = producer
+        .send(OutgoingMessage::new(TOPIC, "during"))
+        .await
+        .expect_err("the outage outlasts the window");
+    let elapsed = started.elapsed();
+    let Error::SendFailed {
+        attempts, ref last, ..
+    } = error
+    else {
+        panic!("SendFailed expected, got {error}");
+    };
+    assert!(attempts > 3, "more than the policy's attempts: {attempts}");
+    assert!(last.is_retryable(), "{last}");
+    assert!(error.is_retryable());
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("after {attempts} attempts")),
+        "{text}"
+    );
+    assert!(
+        text.contains("SendMessage") || text.contains("QueryRoute"),
+        "{text}"
+    );
+    assert!(elapsed >= Duration::from_secs(3), "{elapsed:?}");
+    assert!(elapsed <= Duration::from_secs(6), "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_window_the_policys_attempts_are_all() {
+    let mut emulator = emulator().await;
+    let producer = producer(&emulator).retry_window(Duration::ZERO);
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    emulator.stop_serving().await.expect("down");
+    let error = producer
+        .send(OutgoingMessage::new(TOPIC, "during"))
+        .await
+        .expect_err("down");
+    assert!(
+        matches!(error, Error::SendFailed { attempts: 3, .. }),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn the_retry_policy_the_proxy_announces_is_taken() {
+    let emulator = Emulator::builder()
+        .topic(TOPIC, TopicKind::Normal, 4)
+        .producer_backoff(5, Duration::from_millis(50), Duration::from_secs(2), 3.0)
+        .start()
+        .await
+        .unwrap();
+    let session = Session::new(support::config(&emulator)).unwrap();
+    let producer = Producer::new(Arc::clone(&session));
+    assert_eq!(producer.retry_policy(), SendRetryPolicy::default());
+    producer.start().await.expect("the proxy answers");
+    let announced = SendRetryPolicy::new(
+        5,
+        Backoff::Exponential {
+            initial: Duration::from_millis(50),
+            max: Duration::from_secs(2),
+            multiplier: 3.0,
+        },
+    );
+    assert_eq!(producer.retry_policy(), announced);
+    assert!(emulator.clients().contains(&session.client_id().to_owned()));
+    // Attempts fixed by the application are kept; the back-off still comes from the proxy.
+    let fixed = Producer::new(Session::new(support::config(&emulator)).unwrap()).max_attempts(2);
+    fixed.start().await.unwrap();
+    assert_eq!(
+        fixed.retry_policy(),
+        SendRetryPolicy::new(2, announced.backoff)
+    );
+    // Five attempts: four scripted failures are retried through.
+    emulator.fail_next(Rpc::SendMessage, 4, ScriptedFailure::Unavailable);
+    producer
+        .send(OutgoingMessage::new(TOPIC, "m"))
+        .await
+        .expect("the fifth attempt succeeds");
+}
+
+#[tokio::test(start_paused = true)]
+async fn routes_are_refreshed_every_30_s_and_one_query_serves_concurrent_sends() {
+    let emulator = emulator().await;
+    let producer = Arc::new(producer(&emulator));
+    let sends: Vec<_> = (0..20)
+        .map(|i| {
+            let producer = Arc::clone(&producer);
+            tokio::spawn(async move {
+                producer
+                    .send(OutgoingMessage::new(TOPIC, format!("m{i}")))
+                    .await
+            })
+        })
+        .collect();
+    for send in sends {
+        send.await.unwrap().expect("sent");
+    }
+    assert_eq!(
+        emulator.stats().calls(Rpc::QueryRoute),
+        1,
+        "no thundering herd"
+    );
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(
+        emulator.stats().calls(Rpc::QueryRoute),
+        2,
+        "refreshed after 30 s"
+    );
+    // Concurrent failures mark the route stale once; the retries share one query.
+    emulator.fail_next(Rpc::SendMessage, 10, ScriptedFailure::Unavailable);
+    let sends: Vec<_> = (0..10)
+        .map(|i| {
+            let producer = Arc::clone(&producer);
+            tokio::spawn(async move {
+                producer
+                    .send(OutgoingMessage::new(TOPIC, format!("r{i}")))
+                    .await
+            })
+        })
+        .collect();
+    for send in sends {
+        send.await.unwrap().expect("sent");
+    }
+    let queries = emulator.stats().calls(Rpc::QueryRoute);
+    assert!((3..=4).contains(&queries), "{queries} QueryRoute calls");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_producer_announces_its_settings_again_after_a_proxy_restart() {
+    let mut emulator = emulator().await;
+    let session = Session::new(support::config(&emulator)).unwrap();
+    let producer = Producer::new(Arc::clone(&session));
+    producer.start().await.expect("answered");
+    let answers = producer.settings_answers();
+    emulator.stop_serving().await.unwrap();
+    assert!(emulator.clients().is_empty());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    emulator.resume_serving().await.unwrap();
+    let id = session.client_id().to_owned();
+    support::wait_for(
+        "the settings announced again",
+        Duration::from_secs(30),
+        || emulator.clients().contains(&id),
+    )
+    .await;
+    assert!(producer.settings_answers() > answers);
+    // Heartbeats follow (the proxy refuses them without settings).
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(emulator.stats().calls(Rpc::Heartbeat) >= 2);
+}
