@@ -6,7 +6,28 @@
 //! failed one message at a time, and never blocks one ack behind another.
 //!
 //! - [`Session`]: connections, the headers the proxy reads and HMAC-SHA1 request signing.
-//! - [`Producer`]: sends normal and FIFO messages.
+//! - [`Producer`]: sends normal and FIFO messages. It announces its settings on the telemetry
+//!   stream and follows the retry policy the proxy answers with ([`SendRetryPolicy`]; 3
+//!   attempts, exponential 10 ms to 1 s until then); retryable failures
+//!   ([`Error::is_retryable`]) are retried with jitter on another queue and broker (FIFO
+//!   messages keep their queue), and beyond the policy's attempts within
+//!   [`Producer::retry_window`] (default 10 s), so that a send outlives a short proxy outage;
+//!   then [`Error::SendFailed`] names the attempts and the last error. Routes are refreshed
+//!   after failures and every 30 s.
+//!
+//!   ```no_run
+//!   # async fn demo() -> Result<(), rocketmq_grpc::Error> {
+//!   use std::time::Duration;
+//!   use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+//!
+//!   let session = Session::new(ClientConfig::new("127.0.0.1:8081")?)?;
+//!   // Ride out a proxy restart of up to a minute.
+//!   let producer = Producer::new(session).retry_window(Duration::from_secs(60));
+//!   producer.start().await?; // optional: waits for the proxy's retry policy
+//!   let receipt = producer.send(OutgoingMessage::new("orders", "hello")).await?;
+//!   println!("sent {}", receipt.message_id);
+//!   # Ok(()) }
+//!   ```
 //! - [`PushConsumer`]: receives from every assigned queue, runs a [`MessageHandler`] with
 //!   bounded concurrency (FIFO messages in order), acknowledges through `ack-batcher` keyed by
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with

@@ -121,8 +121,9 @@ impl Producer {
     /// the policy's attempts, with capped exponential back-off (up to 2 s, or the policy's
     /// maximum if larger) and jitter. Default [`DEFAULT_RETRY_WINDOW`] (10 s).
     ///
-    /// The policy's attempts are always made (with the full request timeout each); the window
-    /// only adds attempts, each started before it ends and bounded by its end. A send during
+    /// The policy's attempts are always made; the window only adds attempts, each started
+    /// before it ends (with the full request timeout, so a send takes at most about the
+    /// window plus one request timeout, or the policy's attempts if longer). A send during
     /// an outage shorter than the window succeeds once the proxy is back; a longer one fails
     /// with [`Error::SendFailed`]. `Duration::ZERO` gives the Java client's behaviour: it
     /// fails after its attempts, which with the proxy's policy (3 attempts, 10 ms to 1 s)
@@ -241,12 +242,6 @@ impl Producer {
         loop {
             attempt += 1;
             let max_attempts = inner.policy.lock().max_attempts;
-            let within_policy = attempt <= max_attempts;
-            let timeout = if within_policy {
-                request_timeout
-            } else {
-                request_timeout.min(window_end.saturating_duration_since(Instant::now()))
-            };
             let result = match inner.routes.get(&inner.session, &message.topic).await {
                 Ok(route) => {
                     let index = pick_queue(
@@ -258,7 +253,9 @@ impl Producer {
                     );
                     last_queue = Some(index);
                     let queue = &route[index];
-                    let outcome = self.send_once(&message, &message_id, queue, timeout).await;
+                    let outcome = self
+                        .send_once(&message, &message_id, queue, request_timeout)
+                        .await;
                     if let Err(error) = &outcome {
                         if error.is_retryable() {
                             inner.routes.mark_stale(&message.topic);
