@@ -113,8 +113,12 @@ pub fn map_ack_response(
 }
 
 /// Whether an ack error means the receipt handle is no longer valid (never retried).
+///
+/// `INVALID_RECEIPT_HANDLE` "cannot find broker ..." is not: the proxy says that when its
+/// route to the broker named in the handle is missing (the broker restarts), and the handle
+/// may still be valid (see [`Error::is_retryable`]).
 pub fn is_invalid_receipt_handle(error: &Error) -> bool {
-    error.code() == Some(Code::InvalidReceiptHandle)
+    error.code() == Some(Code::InvalidReceiptHandle) && !error.is_retryable()
 }
 
 #[cfg(test)]
