@@ -35,7 +35,10 @@ pub use consumer::{
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{DEFAULT_MAX_BODY, Producer, SendReceipt};
-pub use session::{ClientConfig, Credentials, Endpoint, Session, sign};
+pub use session::{
+    ClientConfig, Credentials, DEFAULT_MAX_MESSAGE_SIZE, Endpoint, MESSAGE_OVERHEAD,
+    PROXY_MAX_INBOUND, Session, sign,
+};
 
 /// Generated protocol types and the `MessagingService` client and server.
 #[allow(
