@@ -3,5 +3,6 @@
 mod bad_input;
 mod batching;
 mod faults;
+mod recovery;
 mod results;
 mod support;
