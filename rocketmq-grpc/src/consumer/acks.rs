@@ -150,10 +150,14 @@ impl AckSettings {
 
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 const DEFAULT_MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+/// The random share of each ack retry's wait.
+const ACK_JITTER: f64 = 0.5;
 /// The ack batcher's largest `max_attempts`; deadlines end retries long before.
 const ACK_MAX_ATTEMPTS: u32 = 10_000;
 
-/// Exponential (×2) from `retry_backoff` to `max_retry_backoff`.
+/// Exponential (×2) from `retry_backoff` to `max_retry_backoff`, each wait shortened by a
+/// random share of up to half of itself (the ack batcher's jitter: the entries of one failed
+/// batch draw together, so their retries stay merged in one request).
 fn ack_retry_policy(settings: &AckSettings) -> Result<RetryPolicy, Error> {
     if settings.max_retry_backoff < settings.retry_backoff {
         return Err(Error::invalid(
@@ -168,6 +172,7 @@ fn ack_retry_policy(settings: &AckSettings) -> Result<RetryPolicy, Error> {
         .backoff(settings.retry_backoff)
         .multiplier(2.0)
         .max_backoff(settings.max_retry_backoff)
+        .jitter(ACK_JITTER)
         .max_attempts(ACK_MAX_ATTEMPTS))
 }
 
