@@ -169,6 +169,47 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_broker_route_is_retried_an_expired_handle_is_not() {
+        let entries = [entry("a"), entry("b"), entry("c")];
+        let with = |code: Code, message: &str, id: &str| pb::AckMessageResultEntry {
+            message_id: id.into(),
+            receipt_handle: String::new(),
+            status: Some(pb::Status {
+                code: code as i32,
+                message: message.into(),
+            }),
+        };
+        // Right after broker-a restarted on a two-broker cluster.
+        let replies = map_ack_response(
+            &entries,
+            pb::AckMessageResponse {
+                status: status(Code::MultipleResults),
+                entries: vec![
+                    with(
+                        Code::InvalidReceiptHandle,
+                        "cannot find broker broker-a",
+                        "a",
+                    ),
+                    with(
+                        Code::InternalServerError,
+                        "connect to 10.0.0.7:10911 failed",
+                        "b",
+                    ),
+                    with(Code::InvalidReceiptHandle, "receipt handle is expired", "c"),
+                ],
+            },
+        )
+        .unwrap();
+        let error = |i: usize| match &replies[i] {
+            ItemReply::Err(e) => e.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(error(0).is_retryable() && !is_invalid_receipt_handle(&error(0)));
+        assert!(error(1).is_retryable());
+        assert!(!error(2).is_retryable() && is_invalid_receipt_handle(&error(2)));
+    }
+
+    #[test]
     fn top_level_status_without_entries() {
         let entries = [entry("a"), entry("b")];
         let missing = map_ack_response(

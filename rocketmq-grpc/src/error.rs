@@ -108,7 +108,7 @@ impl Error {
     /// | what failed | retryable | why |
     /// |---|---|---|
     /// | transport ([`Error::Rpc`]): `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | yes | the connection or the proxy is (briefly) away |
-    /// | transport: `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` (e.g. a message over the decode limit), `UNIMPLEMENTED` | no | the same request fails the same way |
+    /// | transport: `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` (e.g. a message over the decode limit), `UNIMPLEMENTED`, and `RESOURCE_EXHAUSTED` "... exceeds maximum ..." (a request over the proxy's inbound limit) | no | the same request fails the same way |
     /// | [`Error::Unreachable`] | yes | |
     /// | `TOO_MANY_REQUESTS` 42900 ("flow limit") | yes | throttling |
     /// | `REQUEST_TIMEOUT` 40800, `PROXY_TIMEOUT` 50400, `MASTER_PERSISTENCE_TIMEOUT` 50401, `SLAVE_PERSISTENCE_TIMEOUT` 50402 | yes | timeouts |
@@ -130,7 +130,7 @@ impl Error {
     /// settings again first.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Rpc { source, .. } => grpc_code_is_retryable(source.code()),
+            Self::Rpc { source, .. } => grpc_status_is_retryable(source),
             Self::Unreachable { .. } => true,
             Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
             Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
@@ -177,8 +177,13 @@ impl Error {
 }
 
 /// Whether a gRPC-level failure may pass on a later attempt (see [`Error::is_retryable`]).
-fn grpc_code_is_retryable(code: tonic::Code) -> bool {
+fn grpc_status_is_retryable(status: &tonic::Status) -> bool {
     use tonic::Code as G;
+    let code = status.code();
+    // grpc-java's answer to a request over the server's inbound limit.
+    if code == G::ResourceExhausted && status.message().contains("exceeds maximum") {
+        return false;
+    }
     !matches!(
         code,
         G::InvalidArgument
@@ -399,6 +404,13 @@ mod tests {
             .is_retryable()
         );
         assert!(!rpc(tonic::Status::unauthenticated("no")).is_retryable());
+        assert!(rpc(tonic::Status::resource_exhausted("quota")).is_retryable());
+        assert!(
+            !rpc(tonic::Status::resource_exhausted(
+                "gRPC message exceeds maximum size 136314880: 140000000"
+            ))
+            .is_retryable()
+        );
         assert!(
             Error::Unreachable {
                 endpoint: "x:1".into(),

@@ -101,13 +101,13 @@ pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
         .await
         .map_err(|error| unreachable_if_down(inner, error))?;
     heartbeat(inner).await?;
+    inner.registration.state.send_replace(Some(1));
     for subscription in &inner.subscriptions {
         let assignments = query_assignment(inner, &subscription.topic)
             .await
             .map_err(|error| unreachable_if_down(inner, error))?;
         apply_assignments(inner, &subscription.topic, assignments);
     }
-    inner.registration.state.send_replace(Some(1));
     let tasks = &inner.tasks;
     tasks.spawn(telemetry(Arc::clone(inner), stream));
     tasks.spawn(control(Arc::clone(inner)));
