@@ -20,25 +20,34 @@ pub enum Backpressure {
 
 /// How items that failed retryably are sent again.
 ///
-/// Every retry is a batch of one, scheduled after a backoff; it never holds up other items or
-/// keys. An item stops being retried when it has been sent `max_attempts` times, or when the
-/// next attempt would start after the item's deadline.
+/// A retry waits a backoff that grows exponentially with the item's attempts, capped at
+/// `max_backoff`, and shortened by a random share of up to `jitter` of itself, so that clients
+/// that failed together do not come back together. Retries of one key that are due together
+/// go out as one batch (up to `max_items`); they never hold up fresh items or other keys. An
+/// item stops being retried when it has been sent `max_attempts` times, or when the next
+/// attempt would start after the item's deadline.
+///
+/// The items of one failed batch draw one jitter together, so their retries stay due together
+/// and are sent again as one batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
     pub(crate) backoff: Duration,
     pub(crate) multiplier: f64,
     pub(crate) max_backoff: Duration,
     pub(crate) max_attempts: u32,
+    pub(crate) jitter: f64,
 }
 
 impl Default for RetryPolicy {
-    /// 1 s constant backoff, at most 3 attempts in all.
+    /// Exponential backoff with jitter: 100 ms doubling per retry up to 10 s, each wait
+    /// shortened by a random share of up to half of itself; at most 3 attempts in all.
     fn default() -> Self {
         Self {
-            backoff: Duration::from_secs(1),
-            multiplier: 1.0,
-            max_backoff: Duration::from_secs(60),
+            backoff: Duration::from_millis(100),
+            multiplier: 2.0,
+            max_backoff: Duration::from_secs(10),
             max_attempts: 3,
+            jitter: 0.5,
         }
     }
 }
@@ -52,19 +61,19 @@ impl RetryPolicy {
         }
     }
 
-    /// The wait before the first retry (default 1 s).
+    /// The wait before the first retry, before jitter (default 100 ms).
     pub fn backoff(mut self, backoff: Duration) -> Self {
         self.backoff = backoff;
         self
     }
 
-    /// Growth of the backoff per retry (default 1.0: constant). 2.0 doubles it each time.
+    /// Growth of the backoff per retry (default 2.0: doubling). 1.0 keeps it constant.
     pub fn multiplier(mut self, multiplier: f64) -> Self {
         self.multiplier = multiplier;
         self
     }
 
-    /// The longest backoff that growth can reach (default 60 s).
+    /// The longest backoff that growth can reach (default 10 s).
     pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
         self.max_backoff = max_backoff;
         self
@@ -77,7 +86,16 @@ impl RetryPolicy {
         self
     }
 
-    /// The wait before retry number `retry` (1 for the first retry).
+    /// The share of each wait that is random, in `0.0..=1.0` (default 0.5): a wait of `d` becomes
+    /// a uniform draw from `d * (1 - jitter)` to `d`. 0.0 turns jitter off (every wait exactly
+    /// [`delay_for`](Self::delay_for)); 1.0 is "full jitter", from 0 to `d`.
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The longest wait before retry number `retry` (1 for the first retry): the backoff grown
+    /// by the multiplier and capped, before jitter shortens it.
     pub fn delay_for(&self, retry: u32) -> Duration {
         let exponent = retry.saturating_sub(1).min(64) as i32;
         let secs = self.backoff.as_secs_f64() * self.multiplier.powi(exponent);
@@ -88,7 +106,29 @@ impl RetryPolicy {
         }
     }
 
+    /// The wait before retry number `retry` for a jitter draw `unit` in `0.0..1.0`:
+    /// [`delay_for`](Self::delay_for) shortened by `jitter * unit` of itself.
+    pub fn jittered_delay(&self, retry: u32, unit: f64) -> Duration {
+        let cut = (self.jitter * unit.clamp(0.0, 1.0)).clamp(0.0, 1.0);
+        self.delay_for(retry).mul_f64(1.0 - cut)
+    }
+
+    /// A jitter draw for [`jittered_delay`](Self::jittered_delay): 0.0 when jitter is off.
+    pub(crate) fn draw(&self) -> f64 {
+        if self.jitter > 0.0 {
+            fastrand::f64()
+        } else {
+            0.0
+        }
+    }
+
     fn validate<E, T>(&self) -> Result<(), Error<E, T>> {
+        if !(self.jitter.is_finite() && (0.0..=1.0).contains(&self.jitter)) {
+            return Err(Error::invalid(
+                "retry.jitter",
+                format!("{} is not in 0.0..=1.0", self.jitter),
+            ));
+        }
         check_duration("retry.backoff", self.backoff)?;
         check_duration("retry.max_backoff", self.max_backoff)?;
         if !(self.multiplier.is_finite() && (1.0..=10.0).contains(&self.multiplier)) {
@@ -359,16 +399,35 @@ mod tests {
             .max_backoff(Duration::from_millis(500));
         let delays: Vec<_> = (1..=5).map(|r| p.delay_for(r).as_millis()).collect();
         assert_eq!(delays, [100, 200, 400, 500, 500]);
+        let default = RetryPolicy::default();
+        let delays: Vec<_> = (1..=9).map(|r| default.delay_for(r).as_millis()).collect();
         assert_eq!(
-            RetryPolicy::default().delay_for(7),
-            Duration::from_secs(1),
-            "the default backoff is constant"
+            delays,
+            [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000],
+            "the default backoff doubles from 100 ms up to 10 s"
         );
     }
 
     #[test]
+    fn jitter_shortens_each_wait_by_at_most_its_share() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.jittered_delay(3, 0.0), Duration::from_millis(400));
+        assert_eq!(p.jittered_delay(3, 0.5), Duration::from_millis(300));
+        assert_eq!(p.jittered_delay(3, 0.999_999).as_millis(), 200);
+        let off = p.clone().jitter(0.0);
+        assert_eq!(off.jittered_delay(3, 0.9), Duration::from_millis(400));
+        assert_eq!(off.draw(), 0.0);
+        let full = p.clone().jitter(1.0);
+        assert_eq!(full.jittered_delay(3, 0.5), Duration::from_millis(200));
+        let draws: Vec<f64> = (0..1000).map(|_| p.draw()).collect();
+        assert!(draws.iter().all(|u| (0.0..1.0).contains(u)));
+        let low = draws.iter().filter(|u| **u < 0.5).count();
+        assert!((350..650).contains(&low), "{low} of 1000 draws below 0.5");
+    }
+
+    #[test]
     fn invalid_settings_name_the_setting() {
-        let bad: [(Settings, &str); 7] = [
+        let bad: [(Settings, &str); 8] = [
             (
                 Settings {
                     max_items: 0,
@@ -417,6 +476,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "retry.multiplier",
+            ),
+            (
+                Settings {
+                    retry: RetryPolicy::default().jitter(1.5),
+                    ..Settings::default()
+                },
+                "retry.jitter",
             ),
         ];
         for (settings, expected) in bad {

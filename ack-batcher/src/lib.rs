@@ -10,8 +10,10 @@
 //!   transport answers per item ([`ItemReply`]) or fails the whole batch, which reaches every
 //!   item. [`Matched`] maps a response carrying ids back onto the items.
 //! - **Retries without head-of-line blocking.** Retryable failures ([`Retryable`]) and missing
-//!   replies are retried after a backoff ([`RetryPolicy`]), bounded by attempts and the
-//!   item's deadline; the retries of one key that fall due together go out as one batch.
+//!   replies are retried after an exponential backoff with jitter ([`RetryPolicy`]; by
+//!   default 100 ms doubling up to 10 s, each wait cut by up to half at random), bounded by
+//!   attempts and the item's deadline; the retries of one key that fall due together go out
+//!   as one batch.
 //!   Fresh items and other keys never wait for them.
 //! - **A broken transport breaks nothing else.** A panic in [`Flush::flush`] fails that
 //!   batch's items ([`Error::Panicked`]); an optional flush timeout turns a hang into missing

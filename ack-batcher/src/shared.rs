@@ -250,6 +250,8 @@ where
         };
         let now = Instant::now();
         let retry = &self.settings.retry;
+        // One draw for the whole batch: its retries stay due together and go out as one batch.
+        let unit = retry.draw();
         let next: Vec<Next> = replies
             .iter()
             .zip(&slots)
@@ -262,7 +264,7 @@ where
                 if !retryable || slot.attempts >= retry.max_attempts {
                     return Next::Resolved;
                 }
-                let after = retry.delay_for(slot.attempts);
+                let after = retry.jittered_delay(slot.attempts, unit);
                 if slot.deadline.is_none_or(|deadline| now + after < deadline) {
                     Next::Retry { after }
                 } else {

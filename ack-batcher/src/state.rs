@@ -474,8 +474,9 @@ where
                 if !book.spending.try_retry(now, &book.budget) {
                     // Over the budget: wait another backoff, or give up at the deadline.
                     book.counters.retries_deferred += chunk.len() as u64;
+                    let unit = s.retry.draw();
                     for mut retry in chunk {
-                        let due = now + s.retry.delay_for(retry.slot.attempts);
+                        let due = now + s.retry.jittered_delay(retry.slot.attempts, unit);
                         if retry.slot.deadline.is_some_and(|deadline| due >= deadline) {
                             given_up.push(retry);
                         } else {

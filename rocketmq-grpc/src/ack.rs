@@ -113,8 +113,12 @@ pub fn map_ack_response(
 }
 
 /// Whether an ack error means the receipt handle is no longer valid (never retried).
+///
+/// `INVALID_RECEIPT_HANDLE` "cannot find broker ..." is not: the proxy says that when its
+/// route to the broker named in the handle is missing (the broker restarts), and the handle
+/// may still be valid (see [`Error::is_retryable`]).
 pub fn is_invalid_receipt_handle(error: &Error) -> bool {
-    error.code() == Some(Code::InvalidReceiptHandle)
+    error.code() == Some(Code::InvalidReceiptHandle) && !error.is_retryable()
 }
 
 #[cfg(test)]
@@ -162,6 +166,47 @@ mod tests {
         );
         assert!(matches!(&replies[1], ItemReply::Missing));
         assert!(matches!(&replies[2], ItemReply::Err(e) if e.is_retryable()));
+    }
+
+    #[test]
+    fn a_missing_broker_route_is_retried_an_expired_handle_is_not() {
+        let entries = [entry("a"), entry("b"), entry("c")];
+        let with = |code: Code, message: &str, id: &str| pb::AckMessageResultEntry {
+            message_id: id.into(),
+            receipt_handle: String::new(),
+            status: Some(pb::Status {
+                code: code as i32,
+                message: message.into(),
+            }),
+        };
+        // Right after broker-a restarted on a two-broker cluster.
+        let replies = map_ack_response(
+            &entries,
+            pb::AckMessageResponse {
+                status: status(Code::MultipleResults),
+                entries: vec![
+                    with(
+                        Code::InvalidReceiptHandle,
+                        "cannot find broker broker-a",
+                        "a",
+                    ),
+                    with(
+                        Code::InternalServerError,
+                        "connect to 10.0.0.7:10911 failed",
+                        "b",
+                    ),
+                    with(Code::InvalidReceiptHandle, "receipt handle is expired", "c"),
+                ],
+            },
+        )
+        .unwrap();
+        let error = |i: usize| match &replies[i] {
+            ItemReply::Err(e) => e.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(error(0).is_retryable() && !is_invalid_receipt_handle(&error(0)));
+        assert!(error(1).is_retryable());
+        assert!(!error(2).is_retryable() && is_invalid_receipt_handle(&error(2)));
     }
 
     #[test]

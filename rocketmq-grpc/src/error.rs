@@ -115,12 +115,38 @@ impl Error {
         }
     }
 
-    /// Whether the same request may succeed later. An invalid receipt handle never will; nor
-    /// will invalid settings or an oversized message.
+    /// Whether the same request may succeed later, from the proxy's documented meaning of
+    /// each code. Acks are retried (with backoff, within the ack batcher's retry budget, until
+    /// the receipt handle's deadline) only when this is true; other failures are final at once.
+    ///
+    /// | what failed | retryable | why |
+    /// |---|---|---|
+    /// | transport ([`Error::Rpc`]): `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | yes | the connection or the proxy is (briefly) away |
+    /// | transport: `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` (e.g. a message over the decode limit), `UNIMPLEMENTED`, and `RESOURCE_EXHAUSTED` "... exceeds maximum ..." (a request over the proxy's inbound limit) | no | the same request fails the same way |
+    /// | [`Error::Unreachable`] | yes | |
+    /// | `TOO_MANY_REQUESTS` 42900 ("flow limit") | yes | throttling |
+    /// | `REQUEST_TIMEOUT` 40800, `PROXY_TIMEOUT` 50400, `MASTER_PERSISTENCE_TIMEOUT` 50401, `SLAVE_PERSISTENCE_TIMEOUT` 50402 | yes | timeouts |
+    /// | `INTERNAL_ERROR` 50000, `INTERNAL_SERVER_ERROR` 50001, `HA_NOT_AVAILABLE` 50002 | yes | what the proxy answers for a broker that is restarting ("connect to ... failed"), a broker-side non-OK ack, or any unexpected exception |
+    /// | `CODE_UNSPECIFIED` 0 (no status), `MULTIPLE_RESULTS` 30000 (without per-entry results) | yes | the answer is missing |
+    /// | `INVALID_RECEIPT_HANDLE` 40013 or `BAD_REQUEST` 40000 whose message starts with "cannot find broker" | **yes** | the proxy could not resolve the broker named in the receipt handle: its route to that broker is missing while the broker restarts (the proxy's `resolveBrokerAddrInReceiptHandle` reports it as `INVALID_RECEIPT_HANDLE`); the handle itself may still be valid |
+    /// | `INVALID_RECEIPT_HANDLE` 40013 otherwise ("receipt handle is expired", superseded) | no | the handle will never be valid again |
+    /// | `BAD_REQUEST` 40000 otherwise and the `ILLEGAL_*` / `INVALID_*` / `*_REQUIRED` family 40001–40021 (`ILLEGAL_TOPIC`, `ILLEGAL_CONSUMER_GROUP`, `ILLEGAL_INVISIBLE_TIME`, `CLIENT_ID_REQUIRED`, `UNRECOGNIZED_CLIENT_TYPE`, ...) | no | the request is malformed |
+    /// | `UNAUTHORIZED` 40100, `PAYMENT_REQUIRED` 40200, `FORBIDDEN` 40300 | no | credentials or permissions |
+    /// | `NOT_FOUND` 40400 family: `MESSAGE_NOT_FOUND`, `TOPIC_NOT_FOUND`, `CONSUMER_GROUP_NOT_FOUND`, `OFFSET_NOT_FOUND` | no | the resource does not exist |
+    /// | `PAYLOAD_TOO_LARGE` 41300 family, `REQUEST_HEADER_FIELDS_TOO_LARGE` 43100 family, `PRECONDITION_FAILED` 42800 | no | |
+    /// | `NOT_IMPLEMENTED` 50100, `UNSUPPORTED` 50500 family, `FAILED_TO_CONSUME_MESSAGE` 60000 | no | |
+    /// | a code this crate does not know | yes for 5xxxx and 429xx, no for other 4xxxx | by class |
+    /// | [`Error::InvalidConfig`], [`Error::MessageTooLarge`], [`Error::ShutDown`] | no | |
+    ///
+    /// The consumer's control plane (telemetry, heartbeats, assignments) and receive loops keep
+    /// trying whatever this says, with backoff: a terminal answer there (`TOPIC_NOT_FOUND`
+    /// right after a proxy restart, "settings is null") makes the consumer announce its
+    /// settings again first.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Rpc { .. } | Self::Unreachable { .. } => true,
-            Self::Server { code, .. } => *code != Code::InvalidReceiptHandle as i32,
+            Self::Rpc { source, .. } => grpc_status_is_retryable(source),
+            Self::Unreachable { .. } => true,
+            Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
             Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
             #[cfg(feature = "emulator")]
             Self::EmulatorBind { .. } => true,
@@ -165,8 +191,248 @@ impl Error {
     }
 }
 
+/// Whether a gRPC-level failure may pass on a later attempt (see [`Error::is_retryable`]).
+fn grpc_status_is_retryable(status: &tonic::Status) -> bool {
+    use tonic::Code as G;
+    let code = status.code();
+    // grpc-java's answer to a request over the server's inbound limit.
+    if code == G::ResourceExhausted && status.message().contains("exceeds maximum") {
+        return false;
+    }
+    !matches!(
+        code,
+        G::InvalidArgument
+            | G::NotFound
+            | G::AlreadyExists
+            | G::PermissionDenied
+            | G::Unauthenticated
+            | G::FailedPrecondition
+            | G::OutOfRange
+            | G::Unimplemented
+    )
+}
+
+/// The proxy's message when the broker named in a receipt handle has no route (yet).
+fn cannot_find_broker(message: &str) -> bool {
+    message.trim_start().starts_with("cannot find broker")
+}
+
+/// Whether a RocketMQ status code may pass on a later attempt (see [`Error::is_retryable`]).
+fn server_code_is_retryable(code: i32, message: &str) -> bool {
+    let Ok(known) = Code::try_from(code) else {
+        // By class: server errors and throttling may pass, other client errors will not.
+        return code >= 50_000 || (42_900..43_000).contains(&code) || code < 40_000;
+    };
+    match known {
+        Code::Unspecified
+        | Code::MultipleResults
+        | Code::TooManyRequests
+        | Code::RequestTimeout
+        | Code::InternalError
+        | Code::InternalServerError
+        | Code::HaNotAvailable
+        | Code::ProxyTimeout
+        | Code::MasterPersistenceTimeout
+        | Code::SlavePersistenceTimeout => true,
+        Code::InvalidReceiptHandle | Code::BadRequest => cannot_find_broker(message),
+        Code::Ok
+        | Code::IllegalAccessPoint
+        | Code::IllegalTopic
+        | Code::IllegalConsumerGroup
+        | Code::IllegalMessageTag
+        | Code::IllegalMessageKey
+        | Code::IllegalMessageGroup
+        | Code::IllegalMessagePropertyKey
+        | Code::InvalidTransactionId
+        | Code::IllegalMessageId
+        | Code::IllegalFilterExpression
+        | Code::IllegalInvisibleTime
+        | Code::IllegalDeliveryTime
+        | Code::MessagePropertyConflictWithType
+        | Code::UnrecognizedClientType
+        | Code::MessageCorrupted
+        | Code::ClientIdRequired
+        | Code::IllegalPollingTime
+        | Code::IllegalOffset
+        | Code::Unauthorized
+        | Code::PaymentRequired
+        | Code::Forbidden
+        | Code::NotFound
+        | Code::MessageNotFound
+        | Code::TopicNotFound
+        | Code::ConsumerGroupNotFound
+        | Code::OffsetNotFound
+        | Code::PayloadTooLarge
+        | Code::MessageBodyTooLarge
+        | Code::MessageBodyEmpty
+        | Code::PreconditionFailed
+        | Code::RequestHeaderFieldsTooLarge
+        | Code::MessagePropertiesTooLarge
+        | Code::NotImplemented
+        | Code::Unsupported
+        | Code::VersionUnsupported
+        | Code::VerifyFifoMessageUnsupported
+        | Code::FailedToConsumeMessage => false,
+    }
+}
+
 impl ack_batcher::Retryable for Error {
     fn is_retryable(&self) -> bool {
         Error::is_retryable(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: Code, message: &str) -> Error {
+        Error::Server {
+            rpc: "AckMessage",
+            code: code as i32,
+            message: message.into(),
+        }
+    }
+
+    fn retryable(code: Code) -> bool {
+        server(code, code.as_str_name()).is_retryable()
+    }
+
+    #[test]
+    fn throttling_timeouts_and_server_errors_are_retryable() {
+        for code in [
+            Code::TooManyRequests,
+            Code::RequestTimeout,
+            Code::ProxyTimeout,
+            Code::MasterPersistenceTimeout,
+            Code::SlavePersistenceTimeout,
+            Code::HaNotAvailable,
+            Code::InternalError,
+            Code::InternalServerError,
+            Code::Unspecified,
+            Code::MultipleResults,
+        ] {
+            assert!(retryable(code), "{code:?}");
+        }
+        // What a proxy answers while a broker of a two-broker cluster restarts.
+        assert!(
+            server(
+                Code::InternalServerError,
+                "connect to 192.168.0.7:10911 failed"
+            )
+            .is_retryable()
+        );
+    }
+
+    #[test]
+    fn bad_requests_and_illegal_values_are_terminal() {
+        for code in [
+            Code::BadRequest,
+            Code::IllegalAccessPoint,
+            Code::IllegalTopic,
+            Code::IllegalConsumerGroup,
+            Code::IllegalMessageId,
+            Code::IllegalInvisibleTime,
+            Code::IllegalFilterExpression,
+            Code::IllegalPollingTime,
+            Code::UnrecognizedClientType,
+            Code::ClientIdRequired,
+            Code::MessageCorrupted,
+            Code::PreconditionFailed,
+        ] {
+            assert!(!retryable(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn auth_failures_are_terminal() {
+        for code in [Code::Unauthorized, Code::PaymentRequired, Code::Forbidden] {
+            assert!(!retryable(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn missing_resources_are_terminal() {
+        for code in [
+            Code::NotFound,
+            Code::MessageNotFound,
+            Code::TopicNotFound,
+            Code::ConsumerGroupNotFound,
+            Code::OffsetNotFound,
+        ] {
+            assert!(!retryable(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn oversized_and_unsupported_requests_are_terminal() {
+        for code in [
+            Code::PayloadTooLarge,
+            Code::MessageBodyTooLarge,
+            Code::MessageBodyEmpty,
+            Code::RequestHeaderFieldsTooLarge,
+            Code::MessagePropertiesTooLarge,
+            Code::NotImplemented,
+            Code::Unsupported,
+            Code::VersionUnsupported,
+            Code::FailedToConsumeMessage,
+        ] {
+            assert!(!retryable(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_receipt_handles_are_terminal_unless_the_broker_route_is_missing() {
+        assert!(!server(Code::InvalidReceiptHandle, "receipt handle is expired").is_retryable());
+        assert!(!retryable(Code::InvalidReceiptHandle));
+        // The proxy's resolveBrokerAddrInReceiptHandle after a broker restart: 40013 with
+        // this message; the same lookup elsewhere is BAD_REQUEST (INVALID_BROKER_NAME).
+        assert!(server(Code::InvalidReceiptHandle, "cannot find broker broker-a").is_retryable());
+        assert!(server(Code::BadRequest, "cannot find broker broker-b").is_retryable());
+    }
+
+    #[test]
+    fn unknown_codes_are_classified_by_class() {
+        let unknown = |code: i32| Error::Server {
+            rpc: "AckMessage",
+            code,
+            message: String::new(),
+        };
+        assert!(unknown(50_003).is_retryable());
+        assert!(unknown(42_901).is_retryable(), "quota-style throttling");
+        assert!(!unknown(40_021).is_retryable(), "INVALID_CLIENT_PROPERTIES");
+        assert!(!unknown(40_499).is_retryable());
+    }
+
+    #[test]
+    fn transport_failures_by_grpc_code() {
+        let rpc = |status: tonic::Status| Error::rpc("AckMessage", status);
+        assert!(rpc(tonic::Status::unavailable("connection refused")).is_retryable());
+        assert!(rpc(tonic::Status::deadline_exceeded("timeout")).is_retryable());
+        assert!(rpc(tonic::Status::unknown("h2 protocol error")).is_retryable());
+        assert!(rpc(tonic::Status::internal("stream reset")).is_retryable());
+        assert!(!rpc(tonic::Status::unimplemented("no such method")).is_retryable());
+        assert!(
+            !rpc(tonic::Status::out_of_range(
+                "decoded message length too large"
+            ))
+            .is_retryable()
+        );
+        assert!(!rpc(tonic::Status::unauthenticated("no")).is_retryable());
+        assert!(rpc(tonic::Status::resource_exhausted("quota")).is_retryable());
+        assert!(
+            !rpc(tonic::Status::resource_exhausted(
+                "gRPC message exceeds maximum size 136314880: 140000000"
+            ))
+            .is_retryable()
+        );
+        assert!(
+            Error::Unreachable {
+                endpoint: "x:1".into(),
+                reason: String::new()
+            }
+            .is_retryable()
+        );
+        assert!(!Error::ShutDown.is_retryable());
     }
 }

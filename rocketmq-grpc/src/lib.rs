@@ -35,6 +35,28 @@
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`map_ack_response`] applying the proxy's result rules.
 //!
+//! # Failures and recovery
+//! - **Retries.** [`Error::is_retryable`] classifies every proxy code by its documented
+//!   meaning (the table is in its docs): throttling, timeouts and server errors are retried,
+//!   bad requests, authorisation failures, missing resources and expired receipt handles are
+//!   not. Acks are retried with exponential backoff (100 ms doubling to 5 s, with jitter;
+//!   [`AckSettings::retry_backoff`], [`AckSettings::max_retry_backoff`]) under the ack
+//!   batcher's retry budget until the receipt handle's deadline; nacks likewise.
+//! - **Large messages.** Every message the proxy accepts can be received: the client decodes
+//!   gRPC messages up to [`ClientConfig::max_message_size`] (default the proxy's 4 MiB body
+//!   limit plus 1 MiB for properties and handles).
+//! - **Proxy restarts.** The proxy refuses heartbeats, assignment queries and receives of a
+//!   client whose settings it has not seen on a telemetry stream, and a restarted proxy has
+//!   forgotten them. The consumer reopens the stream and announces its settings first, then
+//!   heartbeats and queries its assignment; telemetry, heartbeats, assignments and receives
+//!   back off exponentially with jitter (capped) while they fail.
+//! - **Drop.** A [`PushConsumer`] dropped without [`PushConsumer::shutdown`] stops receiving
+//!   at once and, in the background, waits for its handlers, flushes its pending acks and
+//!   tells the proxy it left (10 s each at most).
+//! - **Shutdown report.** [`ShutdownReport::unacknowledged`] lists the messages whose ack
+//!   failed for good and that no later delivery acknowledged: at most the 10,000 most recent,
+//!   with [`ShutdownReport::unacknowledged_dropped`] counting the others.
+//!
 //! # Feature flags
 //! - `emulator` (off by default): an embedded in-memory proxy emulator for examples and tests.
 //! - `tls` (off by default): TLS connections to the proxy.
@@ -58,7 +80,10 @@ pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{
     Backoff, DEFAULT_MAX_BODY, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy,
 };
-pub use session::{ClientConfig, Credentials, Endpoint, Session, sign};
+pub use session::{
+    ClientConfig, Credentials, DEFAULT_MAX_MESSAGE_SIZE, Endpoint, MESSAGE_OVERHEAD,
+    PROXY_MAX_INBOUND, Session, sign,
+};
 
 /// Generated protocol types and the `MessagingService` client and server.
 #[allow(

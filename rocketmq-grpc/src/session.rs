@@ -120,6 +120,24 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// Room in a gRPC message for what comes with a body: one received message carries its
+/// system properties (ids, receipt handle, timestamps, hosts) and user properties next to
+/// the body. The broker caps the properties of a message at 32 KiB (`Short.MAX_VALUE`
+/// characters) and the rest is a few hundred bytes (223 bytes for a 4 MiB body from a 5.3.3
+/// proxy); 1 MiB leaves a wide margin and keeps the limit a round number.
+pub const MESSAGE_OVERHEAD: usize = 1024 * 1024;
+
+/// The default [`ClientConfig::max_message_size`]: the proxy's default body limit
+/// ([`DEFAULT_MAX_BODY`](crate::DEFAULT_MAX_BODY), 4 MiB) plus [`MESSAGE_OVERHEAD`].
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = crate::DEFAULT_MAX_BODY + MESSAGE_OVERHEAD;
+
+/// The proxy's `grpcMaxInboundMessageSize` (130 MiB): the largest request it reads, hence
+/// the largest the client encodes (unless `max_message_size` is larger).
+pub const PROXY_MAX_INBOUND: usize = 130 * 1024 * 1024;
+
+const MIN_MESSAGE_SIZE: usize = 64 * 1024;
+const MAX_MESSAGE_SIZE: usize = 1024 * 1024 * 1024;
+
 /// How to reach and talk to the proxy.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -128,6 +146,7 @@ pub struct ClientConfig {
     pub(crate) credentials: Option<Credentials>,
     pub(crate) request_timeout: Duration,
     pub(crate) tls: bool,
+    pub(crate) max_message_size: usize,
 }
 
 impl ClientConfig {
@@ -143,6 +162,7 @@ impl ClientConfig {
             credentials: None,
             request_timeout: Duration::from_secs(3),
             tls: false,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
         })
     }
 
@@ -170,6 +190,17 @@ impl ClientConfig {
         self
     }
 
+    /// The largest gRPC message the client decodes (default [`DEFAULT_MAX_MESSAGE_SIZE`],
+    /// 5 MiB; 64 KiB to 1 GiB). Every message the proxy delivers must fit: a receive whose
+    /// frame is larger fails as a whole (its other messages stay invisible until their
+    /// invisibility ends), and again on every redelivery. Set it to the proxy's
+    /// `maxMessageSize` plus [`MESSAGE_OVERHEAD`] when that was raised. Requests are encoded
+    /// up to the larger of this and the proxy's inbound limit, [`PROXY_MAX_INBOUND`].
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
     /// The proxy's address.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
@@ -180,6 +211,16 @@ impl ClientConfig {
             return Err(Error::invalid(
                 "request_timeout",
                 format!("{:?} is not between 1 ns and 1 h", self.request_timeout),
+            ));
+        }
+        if !(MIN_MESSAGE_SIZE..=MAX_MESSAGE_SIZE).contains(&self.max_message_size) {
+            return Err(Error::invalid(
+                "max_message_size",
+                format!(
+                    "{} bytes is not between 64 KiB and 1 GiB; messages of the default 4 MiB \
+                     body limit need {DEFAULT_MAX_MESSAGE_SIZE}",
+                    self.max_message_size
+                ),
             ));
         }
         if self.tls && !cfg!(feature = "tls") {
@@ -259,7 +300,7 @@ impl Session {
     pub fn client(&self, endpoint: &Endpoint) -> Result<MessagingServiceClient<Channel>, Error> {
         let mut channels = self.channels.lock();
         if let Some(channel) = channels.get(endpoint) {
-            return Ok(MessagingServiceClient::new(channel.clone()));
+            return Ok(self.limits(MessagingServiceClient::new(channel.clone())));
         }
         let unreachable = |reason: String| Error::Unreachable {
             endpoint: endpoint.to_string(),
@@ -278,7 +319,16 @@ impl Session {
         builder = builder.keep_alive_while_idle(true);
         let channel = builder.connect_lazy();
         channels.insert(endpoint.clone(), channel.clone());
-        Ok(MessagingServiceClient::new(channel))
+        Ok(self.limits(MessagingServiceClient::new(channel)))
+    }
+
+    /// Applies the message size limits to a client (tonic's defaults would refuse to decode
+    /// more than 4 MiB, less than a message with a 4 MiB body).
+    fn limits(&self, client: MessagingServiceClient<Channel>) -> MessagingServiceClient<Channel> {
+        let max = self.config.max_message_size;
+        client
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max.max(PROXY_MAX_INBOUND))
     }
 
     /// Wraps `message` with the proxy's headers, the signature and a deadline of `timeout`.
@@ -413,6 +463,18 @@ mod tests {
             let error = Endpoint::parse(bad).unwrap_err();
             assert!(error.to_string().contains("host:port"), "{error}");
         }
+    }
+
+    #[test]
+    fn the_message_size_limit_fits_the_proxys_largest_message_and_is_validated() {
+        let config = ClientConfig::new("127.0.0.1:1").unwrap();
+        assert_eq!(config.max_message_size, 5 * 1024 * 1024);
+        assert!(config.max_message_size > crate::DEFAULT_MAX_BODY + 4096);
+        for bad in [0, 1024, usize::MAX] {
+            let error = Session::new(config.clone().max_message_size(bad)).unwrap_err();
+            assert!(error.to_string().contains("max_message_size"), "{error}");
+        }
+        assert!(Session::new(config.max_message_size(17 * 1024 * 1024)).is_ok());
     }
 
     #[tokio::test]

@@ -7,10 +7,12 @@
 //! partitions, per-topic `maxUnackedMessagesOnConsumer`, topic stats); the examples that run
 //! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too. [`outage`]: a
 //! steady stream through broker faults (unloads, restarts), counted by payload; [`peer_stream`]:
-//! the official Python client streaming beside it through the same faults.
+//! the official Python client streaming beside it through the same faults; [`rocketmq_stream`]:
+//! the same for RocketMQ, through proxy restarts and broker stops.
 
 pub mod conformance;
 pub mod outage;
 pub mod peer_stream;
 pub mod pulsar_admin;
+pub mod rocketmq_stream;
 pub mod txn_steady;

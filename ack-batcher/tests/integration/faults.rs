@@ -187,6 +187,8 @@ async fn a_flush_timeout_turns_a_hang_into_missing_replies_retried_within_the_po
         .retry(
             RetryPolicy::default()
                 .backoff(Duration::from_secs(1))
+                .multiplier(1.0)
+                .jitter(0.0)
                 .max_attempts(3),
         )
         .build(Transport(script.clone()))
@@ -230,7 +232,7 @@ async fn a_flush_timeout_is_checked_when_the_batcher_is_built() {
 
 /// Runs 30 s of virtual time in which the transport fails every batch retryably, then
 /// accepts everything: 2,308 items at one per 13 ms under one key (100 ms batches), each
-/// with a 60 s deadline, retried every 50 ms up to 10,000 times (the shape of RocketMQ acks
+/// with a 60 s deadline, retried every 25 to 50 ms (jittered) up to 10,000 times (the shape of RocketMQ acks
 /// during a proxy restart). Returns the flush calls made during the outage, the first-attempt
 /// batches among them, and whether every item then succeeded.
 async fn outage_with(budget: RetryBudget) -> (usize, u64, bool) {
@@ -248,8 +250,10 @@ async fn outage_with(budget: RetryBudget) -> (usize, u64, bool) {
         .max_delay(Duration::from_millis(100))
         .deadline_margin(Duration::from_millis(100))
         .retry(
+            // A constant backoff, as the consumer's acks had: the budget alone must bound it.
             RetryPolicy::default()
                 .backoff(Duration::from_millis(50))
+                .multiplier(1.0)
                 .max_attempts(10_000),
         )
         .retry_budget(budget)

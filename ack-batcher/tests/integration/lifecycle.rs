@@ -256,6 +256,11 @@ async fn observers_see_every_item_with_its_own_reply() {
     let seen = Arc::new(Seen::default());
     let batcher = Batcher::builder()
         .max_items(2)
+        .retry(
+            RetryPolicy::default()
+                .backoff(Duration::from_secs(1))
+                .jitter(0.0),
+        )
         .observer(seen.clone())
         .build(Transport(script))
         .unwrap();

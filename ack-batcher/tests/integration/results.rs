@@ -152,6 +152,7 @@ async fn retries_are_individual_and_follow_the_backoff_and_attempt_cap() {
             RetryPolicy::default()
                 .backoff(Duration::from_millis(100))
                 .multiplier(2.0)
+                .jitter(0.0)
                 .max_attempts(4),
         )
         .build(Transport(script.clone()))
@@ -191,7 +192,13 @@ async fn retries_are_individual_and_follow_the_backoff_and_attempt_cap() {
 async fn retries_stop_at_the_items_deadline() {
     let script = Script::new(|_, items, _| Ok(vec![ItemReply::Err(RETRYABLE); items.len()]));
     let batcher = Batcher::builder()
-        .retry(RetryPolicy::default().max_attempts(100))
+        .retry(
+            RetryPolicy::default()
+                .backoff(Duration::from_secs(1))
+                .multiplier(1.0)
+                .jitter(0.0)
+                .max_attempts(100),
+        )
         .deadline_margin(Duration::ZERO)
         .build(Transport(script.clone()))
         .unwrap();
@@ -234,7 +241,11 @@ async fn a_retrying_item_does_not_block_others() {
     let batcher = Batcher::builder()
         .max_items(1)
         .max_in_flight_per_key(1)
-        .retry(RetryPolicy::default().backoff(Duration::from_secs(10)))
+        .retry(
+            RetryPolicy::default()
+                .backoff(Duration::from_secs(10))
+                .jitter(0.0),
+        )
         .build(Transport(script))
         .unwrap();
     let t0 = Instant::now();

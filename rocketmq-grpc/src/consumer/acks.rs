@@ -8,6 +8,8 @@ use ack_batcher::{
 };
 use parking_lot::Mutex;
 
+use super::backoff::Backoff;
+use super::unacked::Unacked;
 use super::{AckObserver, Counters, Inner};
 use crate::pb;
 use crate::{AckEntry, AckFlusher, AckKey, Error, ReceivedMessage};
@@ -21,6 +23,7 @@ pub struct AckSettings {
     pub(crate) late_after: Duration,
     pub(crate) deadline_margin: Duration,
     pub(crate) retry_backoff: Duration,
+    pub(crate) max_retry_backoff: Duration,
     pub(crate) observer: Option<AckObserver>,
 }
 
@@ -33,6 +36,7 @@ impl std::fmt::Debug for AckSettings {
             .field("late_after", &self.late_after)
             .field("deadline_margin", &self.deadline_margin)
             .field("retry_backoff", &self.retry_backoff)
+            .field("max_retry_backoff", &self.max_retry_backoff)
             .field("observer", &self.observer.is_some())
             .finish()
     }
@@ -40,8 +44,10 @@ impl std::fmt::Debug for AckSettings {
 
 impl Default for AckSettings {
     /// Batched per (endpoint, topic): 1,024 entries or 5 s; messages consumed more than 25 s
-    /// after receipt and FIFO messages are acknowledged at once; failures retried after 1 s
-    /// until the receipt handle's invisibility ends.
+    /// after receipt and FIFO messages are acknowledged at once; retryable failures (see
+    /// [`Error::is_retryable`]) retried with exponential backoff from 100 ms doubling to 5 s,
+    /// with jitter, within the ack batcher's retry budget, until the receipt handle's
+    /// invisibility ends.
     fn default() -> Self {
         Self {
             batching: true,
@@ -49,7 +55,8 @@ impl Default for AckSettings {
             max_delay: Duration::from_secs(5),
             late_after: Duration::from_secs(25),
             deadline_margin: Duration::from_secs(1),
-            retry_backoff: Duration::from_secs(1),
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+            max_retry_backoff: DEFAULT_MAX_RETRY_BACKOFF,
             observer: None,
         }
     }
@@ -90,9 +97,18 @@ impl AckSettings {
         self
     }
 
-    /// The wait before an ack is retried (default 1 s).
+    /// The wait before the first retry of an ack or a nack (default 100 ms). Each further
+    /// retry of the same message waits twice as long, up to
+    /// [`max_retry_backoff`](Self::max_retry_backoff), with jitter; retries stop at the
+    /// receipt handle's deadline.
     pub fn retry_backoff(mut self, backoff: Duration) -> Self {
         self.retry_backoff = backoff;
+        self
+    }
+
+    /// The longest wait between two retries of one ack or nack (default 5 s).
+    pub fn max_retry_backoff(mut self, backoff: Duration) -> Self {
+        self.max_retry_backoff = backoff;
         self
     }
 
@@ -106,7 +122,7 @@ impl AckSettings {
         &self,
         flusher: AckFlusher,
         counters: Arc<Counters>,
-        unacknowledged: Arc<Mutex<Vec<String>>>,
+        unacknowledged: Arc<Mutex<Unacked>>,
     ) -> Result<Batcher<AckKey, AckEntry, AckFlusher>, Error> {
         let observer = Counting {
             counters,
@@ -121,23 +137,51 @@ impl AckSettings {
             // Immediate acks (one entry per request) are not limited per topic, as in the
             // official clients; batches keep a few in flight per (endpoint, topic).
             .max_in_flight_per_key(if self.batching { 4 } else { 1024 })
-            // Acks retry until the receipt handle's deadline passes (the item's deadline).
-            .retry(
-                RetryPolicy::default()
-                    .backoff(self.retry_backoff)
-                    .max_attempts(10_000),
-            )
+            // Acks retry until the receipt handle's deadline passes (the item's deadline):
+            // the attempt cap is the batcher's largest, never reached before the deadline
+            // with a growing backoff (a 60 s handle allows about 17 attempts). The batcher's
+            // retry budget (on by default) bounds the retries of all acks together.
+            .retry(ack_retry_policy(self)?)
             .observer(Arc::new(observer))
             .build(flusher)
             .map_err(|error| Error::invalid("acks", error.to_string()))
     }
 }
 
-/// Counts final ack outcomes and remembers the messages that could not be acknowledged, then
-/// forwards to the user's observer.
+const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+const DEFAULT_MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+/// The random share of each ack retry's wait.
+const ACK_JITTER: f64 = 0.5;
+/// The ack batcher's largest `max_attempts`; deadlines end retries long before.
+const ACK_MAX_ATTEMPTS: u32 = 10_000;
+
+/// Exponential (×2) from `retry_backoff` to `max_retry_backoff`, each wait shortened by a
+/// random share of up to half of itself (the ack batcher's jitter: the entries of one failed
+/// batch draw together, so their retries stay merged in one request).
+fn ack_retry_policy(settings: &AckSettings) -> Result<RetryPolicy, Error> {
+    if settings.max_retry_backoff < settings.retry_backoff {
+        return Err(Error::invalid(
+            "acks.max_retry_backoff",
+            format!(
+                "{:?} is shorter than retry_backoff {:?}",
+                settings.max_retry_backoff, settings.retry_backoff
+            ),
+        ));
+    }
+    Ok(RetryPolicy::default()
+        .backoff(settings.retry_backoff)
+        .multiplier(2.0)
+        .max_backoff(settings.max_retry_backoff)
+        .jitter(ACK_JITTER)
+        .max_attempts(ACK_MAX_ATTEMPTS))
+}
+
+/// Counts final ack outcomes and remembers the messages that could not be acknowledged
+/// (forgetting them again when a later delivery is acknowledged), then forwards to the user's
+/// observer.
 struct Counting {
     counters: Arc<Counters>,
-    unacknowledged: Arc<Mutex<Vec<String>>>,
+    unacknowledged: Arc<Mutex<Unacked>>,
     user: Option<AckObserver>,
 }
 
@@ -158,11 +202,13 @@ impl Observer<AckKey, AckEntry, (), Error> for Counting {
         for view in items.iter().filter(|view| view.next == Next::Resolved) {
             if matches!(view.reply, ItemReply::Ok(())) {
                 acked += 1;
+                // A redelivered copy of a message whose earlier ack failed.
+                self.unacknowledged.lock().remove(&view.item.message_id);
             } else {
                 Counters::add(&self.counters.ack_failed, 1);
                 self.unacknowledged
                     .lock()
-                    .push(view.item.message_id.clone());
+                    .insert(view.item.message_id.clone());
             }
         }
         Counters::add(&self.counters.acked, acked);
@@ -209,14 +255,16 @@ impl Inner {
                 tracing::warn!(error = %refused, "ack refused (consumer shutting down)");
                 Counters::add(&self.counters.ack_abandoned, 1);
                 if let Some(entry) = refused.into_item() {
-                    self.unacknowledged.lock().push(entry.message_id);
+                    self.unacknowledged.lock().insert(entry.message_id);
                 }
             }
         }
     }
 
     /// Makes a failed message visible again after the retry delay for its attempt, retrying
-    /// the request every second until its invisibility ends.
+    /// retryable failures with exponential backoff and jitter (from
+    /// [`AckSettings::retry_backoff`] to [`AckSettings::max_retry_backoff`]) while the
+    /// message is still invisible.
     pub(super) async fn nack(&self, message: &ReceivedMessage) {
         let delay = nack_delay(self.backoff.lock().as_ref(), message.delivery_attempt);
         let request = pb::ChangeInvisibleDurationRequest {
@@ -227,6 +275,10 @@ impl Inner {
             message_id: message.message_id.clone(),
         };
         let timeout = self.session.config().request_timeout;
+        let mut backoff = Backoff::new(
+            self.ack_settings.retry_backoff,
+            self.ack_settings.max_retry_backoff,
+        );
         loop {
             let result = async {
                 let mut client = self.session.client(&message.endpoint)?;
@@ -238,24 +290,26 @@ impl Inner {
                 Error::check("ChangeInvisibleDuration", response.status.as_ref())
             }
             .await;
-            match result {
+            let error = match result {
                 Ok(()) => {
                     Counters::add(&self.counters.nacked, 1);
                     return;
                 }
-                Err(error)
-                    if error.is_retryable()
-                        && tokio::time::Instant::now() + self.ack_settings.retry_backoff
-                            < message.invisible_until =>
-                {
-                    tracing::debug!(message_id = %message.message_id, %error, "nack failed; retrying");
-                    tokio::time::sleep(self.ack_settings.retry_backoff).await;
+                Err(error) => error,
+            };
+            let wait = backoff.next_delay();
+            if error.is_retryable() && tokio::time::Instant::now() + wait < message.invisible_until
+            {
+                tracing::debug!(message_id = %message.message_id, %error, ?wait, "nack failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    // A stopped consumer leaves the message to its invisibility.
+                    () = self.stop.cancelled() => return,
                 }
-                Err(error) => {
-                    // The message becomes visible again when its invisibility ends anyway.
-                    tracing::warn!(message_id = %message.message_id, %error, "nack failed; the proxy redelivers after the invisibility ends");
-                    return;
-                }
+            } else {
+                // The message becomes visible again when its invisibility ends anyway.
+                tracing::warn!(message_id = %message.message_id, %error, "nack failed; the proxy redelivers after the invisibility ends");
+                return;
             }
         }
     }

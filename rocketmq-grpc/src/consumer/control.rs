@@ -1,38 +1,116 @@
 //! The consumer's control plane: start-up checks, telemetry settings, heartbeats and queue
 //! assignment.
+//!
+//! The proxy refuses heartbeats ("cannot find client settings"), assignments (`"settings" is
+//! null`, `TOPIC_NOT_FOUND`) and auto-renewed receives ("client is disconnected") from a
+//! client whose settings it has not seen on a telemetry stream, and a restarted proxy has
+//! forgotten them. So the telemetry task owns the registration: heartbeats and assignment
+//! queries wait until a stream is open and its settings answered, go out at once (heartbeat
+//! first) after every new registration, and an answer saying the proxy lost the settings
+//! makes the telemetry task open a new stream and announce them again. Every failing loop
+//! backs off exponentially with jitter, capped.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::Inner;
+use super::backoff::Backoff;
 use super::receive::{self, QueueKey};
 use crate::pb::{self, ClientType, Code};
 use crate::{Endpoint, Error};
 
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 const ASSIGNMENT_EVERY: Duration = Duration::from_secs(5);
+/// Backoff of failing heartbeats and assignment queries.
+const CONTROL_BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+/// Backoff of telemetry reconnection.
+const TELEMETRY_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(200), Duration::from_secs(10));
+/// A telemetry stream that stayed up this long resets the reconnection backoff.
+const STABLE_STREAM: Duration = Duration::from_secs(30);
+
+/// Whether the proxy holds the consumer's settings: `Some(generation)` while a telemetry
+/// stream is open and its settings were answered (the generation counts the streams), `None`
+/// while the consumer is (re)connecting.
+#[derive(Debug)]
+pub(super) struct Registration {
+    state: watch::Sender<Option<u64>>,
+}
+
+impl Registration {
+    pub(super) fn new() -> Self {
+        Self {
+            state: watch::Sender::new(None),
+        }
+    }
+
+    /// Watches the registration.
+    pub(super) fn subscribe(&self) -> watch::Receiver<Option<u64>> {
+        self.state.subscribe()
+    }
+
+    /// The current generation, if registered.
+    pub(super) fn current(&self) -> Option<u64> {
+        *self.state.borrow()
+    }
+
+    /// The proxy answered a request made under registration `generation` as if it did not
+    /// know the consumer: the telemetry task announces the settings again on a new stream
+    /// before anything else. A generation already replaced is left alone (the answer came
+    /// from before the new registration).
+    pub(super) fn lost(&self, generation: u64) {
+        self.state.send_if_modified(|state| {
+            let current = *state == Some(generation);
+            if current {
+                *state = None;
+            }
+            current
+        });
+    }
+}
+
+/// Whether an error of a heartbeat, an assignment query or a receive means the proxy lost
+/// (or never had) the consumer's settings or channel, or the connection is gone: the
+/// settings must be announced again.
+pub(super) fn registration_lost(error: &Error) -> bool {
+    match error {
+        Error::Unreachable { .. } => true,
+        Error::Rpc { source, .. } => source.code() == tonic::Code::Unavailable,
+        Error::Server { code, message, .. } => match Code::try_from(*code) {
+            Ok(
+                Code::UnrecognizedClientType | Code::TopicNotFound | Code::ConsumerGroupNotFound,
+            ) => true,
+            Ok(Code::InternalServerError) => message.contains("settings"),
+            Ok(Code::MessageNotFound) => message.contains("disconnected"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
 
 /// Announces the client's settings on the telemetry stream (the proxy refuses heartbeats and
-/// receives from clients whose settings it has not seen), checks every subscription, then
-/// starts the background loops.
+/// receives from clients whose settings it has not seen), heartbeats, checks every
+/// subscription, then starts the background loops.
 pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
     let stream = open_telemetry(inner)
         .await
         .map_err(|error| unreachable_if_down(inner, error))?;
+    heartbeat(inner).await?;
+    inner.registration.state.send_replace(Some(1));
     for subscription in &inner.subscriptions {
         let assignments = query_assignment(inner, &subscription.topic)
             .await
             .map_err(|error| unreachable_if_down(inner, error))?;
         apply_assignments(inner, &subscription.topic, assignments);
     }
-    heartbeat(inner).await?;
     let tasks = &inner.tasks;
     tasks.spawn(telemetry(Arc::clone(inner), stream));
-    tasks.spawn(heartbeats(Arc::clone(inner)));
-    tasks.spawn(assignments(Arc::clone(inner)));
+    tasks.spawn(control(Arc::clone(inner)));
     Ok(())
 }
 
@@ -109,23 +187,6 @@ fn apply_assignments(inner: &Arc<Inner>, topic: &str, assignments: Vec<pb::Assig
     });
 }
 
-async fn assignments(inner: Arc<Inner>) {
-    loop {
-        tokio::select! {
-            () = inner.stop.cancelled() => return,
-            () = tokio::time::sleep(ASSIGNMENT_EVERY) => {}
-        }
-        for subscription in &inner.subscriptions {
-            match query_assignment(&inner, &subscription.topic).await {
-                Ok(assignments) => apply_assignments(&inner, &subscription.topic, assignments),
-                Err(error) => {
-                    tracing::warn!(topic = %subscription.topic, %error, "QueryAssignment failed; keeping the current queues")
-                }
-            }
-        }
-    }
-}
-
 async fn heartbeat(inner: &Inner) -> Result<(), Error> {
     let access = inner.session.config().endpoint().clone();
     let mut client = inner.session.client(&access)?;
@@ -142,15 +203,83 @@ async fn heartbeat(inner: &Inner) -> Result<(), Error> {
     Error::check("Heartbeat", response.status.as_ref())
 }
 
-async fn heartbeats(inner: Arc<Inner>) {
+/// Heartbeats every 10 s and queries assignments every 5 s while the consumer is
+/// registered; both at once (heartbeat first) after every new registration; failures back
+/// off, and those that say the registration is lost ask for a new one first.
+async fn control(inner: Arc<Inner>) {
+    let mut registered = inner.registration.subscribe();
+    let mut seen = 1;
+    let now = Instant::now();
+    let mut next_heartbeat = now + HEARTBEAT_EVERY;
+    let mut next_assignment = now + ASSIGNMENT_EVERY;
+    let mut heartbeat_backoff = Backoff::new(CONTROL_BACKOFF.0, CONTROL_BACKOFF.1);
+    let mut assignment_backoff = Backoff::new(CONTROL_BACKOFF.0, CONTROL_BACKOFF.1);
     loop {
+        let generation = tokio::select! {
+            () = inner.stop.cancelled() => return,
+            state = registered.wait_for(Option::is_some) => match state {
+                Ok(state) => state.unwrap_or(seen),
+                Err(_) => return,
+            },
+        };
+        if generation != seen {
+            // Settings announced again: heartbeat, then assignments, now.
+            seen = generation;
+            let now = Instant::now();
+            next_heartbeat = now;
+            next_assignment = now;
+            heartbeat_backoff.reset();
+            assignment_backoff.reset();
+        }
         tokio::select! {
             () = inner.stop.cancelled() => return,
-            () = tokio::time::sleep(HEARTBEAT_EVERY) => {}
+            () = tokio::time::sleep_until(next_heartbeat.min(next_assignment)) => {}
+            // Lost or renewed while waiting: look again.
+            _ = registered.changed() => continue,
         }
-        if let Err(error) = heartbeat(&inner).await {
-            tracing::warn!(%error, "heartbeat failed");
+        if next_heartbeat <= Instant::now() {
+            match heartbeat(&inner).await {
+                Ok(()) => {
+                    heartbeat_backoff.reset();
+                    next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+                }
+                Err(error) => {
+                    let wait = heartbeat_backoff.next_delay();
+                    tracing::warn!(%error, ?wait, "heartbeat failed");
+                    if registration_lost(&error) {
+                        inner.registration.lost(seen);
+                    }
+                    next_heartbeat = Instant::now() + wait;
+                }
+            }
+            continue;
         }
+        let mut failed = None;
+        for subscription in &inner.subscriptions {
+            match query_assignment(&inner, &subscription.topic).await {
+                Ok(assignments) => apply_assignments(&inner, &subscription.topic, assignments),
+                Err(error) => {
+                    tracing::warn!(topic = %subscription.topic, %error, "QueryAssignment failed; keeping the current queues");
+                    let lost = registration_lost(&error);
+                    failed = Some(lost);
+                    if lost {
+                        break;
+                    }
+                }
+            }
+        }
+        next_assignment = match failed {
+            None => {
+                assignment_backoff.reset();
+                Instant::now() + ASSIGNMENT_EVERY
+            }
+            Some(lost) => {
+                if lost {
+                    inner.registration.lost(seen);
+                }
+                Instant::now() + assignment_backoff.next_delay()
+            }
+        };
     }
 }
 
@@ -260,26 +389,49 @@ fn take_settings(inner: &Inner, command: pb::TelemetryCommand) {
     }
 }
 
-/// Keeps the telemetry stream open, reopening it when it ends, and takes the server's settings.
+/// Keeps the telemetry stream open, and takes the server's settings. When the stream ends,
+/// or the control plane finds the registration lost, it opens a new stream and announces the
+/// settings again, backing off (with jitter, capped) while that fails; each accepted stream
+/// is a new registration generation.
 async fn telemetry(inner: Arc<Inner>, first: Telemetry) {
     let mut stream = Some(first);
+    let mut generation = 1;
+    let mut backoff = Backoff::new(TELEMETRY_BACKOFF.0, TELEMETRY_BACKOFF.1);
+    let mut registered = inner.registration.subscribe();
     loop {
         let (outbound, mut inbound) = match stream.take() {
             Some(open) => open,
-            None => match open_telemetry(&inner).await {
-                Ok(open) => open,
-                Err(error) => {
-                    tracing::debug!(%error, "telemetry stream could not be reopened");
-                    tokio::select! {
-                        () = inner.stop.cancelled() => return,
-                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+            None => {
+                tokio::select! {
+                    () = inner.stop.cancelled() => return,
+                    () = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+                match open_telemetry(&inner).await {
+                    Ok(open) => {
+                        generation += 1;
+                        inner.registration.state.send_replace(Some(generation));
+                        tracing::debug!(generation, "settings announced again");
+                        open
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "telemetry stream could not be reopened");
+                        continue;
                     }
                 }
-            },
+            }
         };
+        let opened = Instant::now();
+        registered.mark_unchanged();
         loop {
             let command = tokio::select! {
                 () = inner.stop.cancelled() => return,
+                changed = registered.changed() => {
+                    if changed.is_err() || registered.borrow_and_update().is_none() {
+                        tracing::debug!("the proxy lost the consumer's settings; announcing them again");
+                        break;
+                    }
+                    continue;
+                }
                 command = inbound.message() => command,
             };
             match command {
@@ -291,10 +443,16 @@ async fn telemetry(inner: Arc<Inner>, first: Telemetry) {
                 }
             }
         }
+        inner.registration.state.send_if_modified(|state| {
+            let live = *state == Some(generation);
+            if live {
+                *state = None;
+            }
+            live
+        });
         drop(outbound);
-        tokio::select! {
-            () = inner.stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        if opened.elapsed() >= STABLE_STREAM {
+            backoff.reset();
         }
     }
 }

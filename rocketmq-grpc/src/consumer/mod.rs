@@ -3,8 +3,10 @@
 //! `ChangeInvisibleDuration`.
 
 mod acks;
+mod backoff;
 mod control;
 mod receive;
+mod unacked;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::pb::{self, FilterType};
 use crate::{AckEntry, AckFlusher, AckKey, ClientConfig, Error, ReceivedMessage, Session};
+use unacked::Unacked;
 
 pub use acks::AckSettings;
 
@@ -79,9 +82,15 @@ pub struct ShutdownReport {
     pub handlers_finished: bool,
     /// What happened to the acks pending at shutdown.
     pub acks: CloseReport,
-    /// Messages consumed successfully whose ack failed or was abandoned: the proxy will
-    /// redeliver them.
+    /// Ids of messages consumed successfully whose ack failed for good or was refused at
+    /// shutdown, and that no later delivery of the same message acknowledged: the proxy
+    /// will redeliver them. Oldest first; at most the 10,000 most recent such ids (see
+    /// `unacknowledged_dropped`). An id whose ack failed and whose redelivery was acked later
+    /// is not listed.
     pub unacknowledged: Vec<String>,
+    /// How many ids left the `unacknowledged` list because it was full (some of them may
+    /// have been acknowledged later on redelivery; the list cannot tell any more).
+    pub unacknowledged_dropped: u64,
 }
 
 /// One topic subscription with its filter.
@@ -200,7 +209,7 @@ impl PushConsumerBuilder {
         self.validate()?;
         let session = Session::new(self.config.clone())?;
         let counters = Arc::new(Counters::default());
-        let unacknowledged = Arc::new(Mutex::new(Vec::new()));
+        let unacknowledged = Arc::new(Mutex::new(Unacked::new(unacked::UNACKED_CAP)));
         let acks = self.acks.build(
             AckFlusher::new(Arc::clone(&session), &self.group),
             Arc::clone(&counters),
@@ -218,13 +227,20 @@ impl PushConsumerBuilder {
             receive_batch_size: self.receive_batch_size,
             long_polling: Mutex::new(self.long_polling),
             backoff: Mutex::new(None),
+            registration: control::Registration::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             counters,
             unacknowledged,
             queues: Mutex::new(Default::default()),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         });
-        control::start(&inner).await?;
+        if let Err(error) = control::start(&inner).await {
+            // Receive loops of the queues assigned before the failure stop too.
+            inner.stop.cancel();
+            inner.tasks.close();
+            return Err(error);
+        }
         Ok(PushConsumer { inner })
     }
 }
@@ -260,14 +276,26 @@ struct Inner {
     long_polling: Mutex<Duration>,
     /// The redelivery backoff the server announced on the telemetry stream.
     backoff: Mutex<Option<pb::RetryPolicy>>,
+    /// Whether the proxy has the consumer's settings (telemetry stream open and answered).
+    registration: control::Registration,
     stop: CancellationToken,
     tasks: TaskTracker,
     counters: Arc<Counters>,
-    unacknowledged: Arc<Mutex<Vec<String>>>,
+    unacknowledged: Arc<Mutex<Unacked>>,
     queues: Mutex<std::collections::HashMap<receive::QueueKey, CancellationToken>>,
+    /// Set by `shutdown` or `drop`, whichever comes first.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 /// A running push consumer.
+///
+/// Stop it with [`shutdown`](Self::shutdown), which waits for handlers and acks and reports
+/// what could not be acknowledged. Dropping it without `shutdown` stops it too: receiving
+/// stops at once (in-flight long polls are cancelled; no new messages reach the handler),
+/// and a background task (when a Tokio runtime is still running) waits up to 10 s for the
+/// running handlers, flushes the pending acks (up to another 10 s, the ack batcher's
+/// `drop_timeout` behaviour) and tells the proxy the client left. What it cannot
+/// acknowledge in time is redelivered by the proxy; nothing reports it.
 pub struct PushConsumer {
     inner: Arc<Inner>,
 }
@@ -321,6 +349,7 @@ impl PushConsumer {
     /// shutdown takes at most about `timeout` (handlers first, then acks with what is left).
     pub async fn shutdown(self, timeout: Duration) -> ShutdownReport {
         let inner = &self.inner;
+        inner.shut_down.store(true, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + timeout;
         inner.stop.cancel();
         inner.tasks.close();
@@ -333,10 +362,37 @@ impl PushConsumer {
             .close(remaining.max(Duration::from_millis(100)))
             .await;
         control::notify_termination(inner).await;
+        let (unacknowledged, unacknowledged_dropped) = inner.unacknowledged.lock().take();
         ShutdownReport {
             handlers_finished,
             acks,
-            unacknowledged: std::mem::take(&mut *inner.unacknowledged.lock()),
+            unacknowledged,
+            unacknowledged_dropped,
+        }
+    }
+}
+
+/// How long a dropped consumer's background task waits for running handlers, then for the
+/// pending acks.
+const DROP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Drop for PushConsumer {
+    /// Stops receiving at once; waits for handlers, flushes acks and notifies the proxy in
+    /// the background (see [`PushConsumer`]).
+    fn drop(&mut self) {
+        if self.inner.shut_down.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let inner = Arc::clone(&self.inner);
+        inner.stop.cancel();
+        inner.tasks.close();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(DROP_TIMEOUT, inner.tasks.wait()).await;
+                let report = inner.acks.close(DROP_TIMEOUT).await;
+                control::notify_termination(&inner).await;
+                tracing::debug!(?report, "a dropped consumer stopped");
+            });
         }
     }
 }

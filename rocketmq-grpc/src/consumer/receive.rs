@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{ConsumeResult, Counters, Inner};
+use super::backoff::Backoff;
+use super::{ConsumeResult, Counters, Inner, control};
 use crate::pb::{self, Code};
 use crate::{Endpoint, Error, ReceivedMessage};
 
@@ -17,7 +18,9 @@ pub(super) struct QueueKey {
     pub(super) queue_id: i32,
 }
 
-const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+/// Backoff of a failing receive loop: from 200 ms doubling to 10 s, with jitter; a new
+/// registration (settings announced again after a reconnect) ends the wait early.
+const RECEIVE_BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(10));
 
 /// Receives from one queue until `stop`: long-polls for up to `receive_batch_size` messages
 /// while the consumer has room, and hands each to the handler.
@@ -33,6 +36,8 @@ pub(super) async fn run(
         return;
     };
     let filter = subscription.filter.clone();
+    let mut backoff = Backoff::new(RECEIVE_BACKOFF.0, RECEIVE_BACKOFF.1);
+    let mut registered = inner.registration.subscribe();
     let mut attempt = 0u64;
     let mut idle = true;
     while !stop.is_cancelled() {
@@ -57,6 +62,7 @@ pub(super) async fn run(
         };
         attempt += 1;
         let long_polling = *inner.long_polling.lock();
+        let generation = inner.registration.current();
         let request = pb::ReceiveMessageRequest {
             group: Some(inner.session.resource(&inner.group)),
             message_queue: Some(queue.clone()),
@@ -77,12 +83,30 @@ pub(super) async fn run(
         };
         idle = !matches!(&received, Ok(messages) if !messages.is_empty());
         let messages = match received {
-            Ok(messages) => messages,
+            Ok(messages) => {
+                backoff.reset();
+                messages
+            }
             Err(error) => {
-                tracing::warn!(topic = %key.topic, queue = key.queue_id, %error, "receive failed; retrying in 1 s");
+                drop(permits);
+                let wait = backoff.next_delay();
+                tracing::warn!(topic = %key.topic, queue = key.queue_id, %error, ?wait, "receive failed; retrying");
+                if let Some(generation) = generation
+                    && control::registration_lost(&error)
+                {
+                    inner.registration.lost(generation);
+                }
+                registered.mark_unchanged();
+                let renewed = async {
+                    // Until a registration newer than the one this receive was made under.
+                    let _ = registered
+                        .wait_for(|state| state.is_some() && *state != generation)
+                        .await;
+                };
                 tokio::select! {
                     () = stop.cancelled() => return,
-                    () = tokio::time::sleep(RETRY_AFTER_FAILURE) => continue,
+                    () = tokio::time::sleep(wait) => continue,
+                    () = renewed => continue,
                 }
             }
         };
@@ -130,7 +154,12 @@ async fn receive(
         match frame.content {
             Some(pb::receive_message_response::Content::Status(status)) => {
                 let code = status.code;
-                if code != Code::Ok as i32 && code != Code::MessageNotFound as i32 {
+                // MESSAGE_NOT_FOUND ends a long poll that found nothing, but also says "The
+                // client [...] is disconnected." when the proxy lost the client's channel: an
+                // error, or the loop would spin without long polling.
+                let nothing_new = code == Code::MessageNotFound as i32
+                    && !status.message.contains("disconnected");
+                if code != Code::Ok as i32 && !nothing_new {
                     Error::check("ReceiveMessage", Some(&status))?;
                 }
             }

@@ -100,7 +100,7 @@ mod state;
 mod tests;
 mod validate;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -726,6 +726,45 @@ impl Emulator {
         let mut inner = t.inner.lock();
         inner.reap_group(group, self.shared.clock.now_ms(), &self.shared.counters);
         inner.ledger(group)
+    }
+
+    /// Forgets every client, as a restarted proxy does: their settings (announced on the
+    /// telemetry stream) and their channels. Until a client announces its settings again,
+    /// its `Heartbeat` is answered `UNRECOGNIZED_CLIENT_TYPE`, its `QueryAssignment`
+    /// `INTERNAL_SERVER_ERROR` `"settings" is null` and its auto-renewed receives
+    /// `MESSAGE_NOT_FOUND` "The client [...] is disconnected.". With `end_streams` the open
+    /// telemetry streams end too (a restart); without, they stay open (a proxy that lost its
+    /// client table without the client noticing). Messages and their deliveries are kept.
+    /// From then on, [`control_log`](Self::control_log) records each forgotten client's
+    /// control-plane calls.
+    pub fn forget_clients(&self, end_streams: bool) {
+        let s = &self.shared;
+        let clients: BTreeSet<String> = std::mem::take(&mut *s.clients.lock())
+            .into_iter()
+            .chain(std::mem::take(&mut *s.settings_seen.lock()))
+            .collect();
+        let mut forgotten = s.forgotten.lock();
+        for client in &clients {
+            forgotten.log.insert(client.clone(), Vec::new());
+        }
+        forgotten.without_settings.extend(clients);
+        if end_streams {
+            std::mem::take(&mut forgotten.streams).cancel();
+        }
+    }
+
+    /// The control-plane calls of `client_id` since [`forget_clients`](Self::forget_clients)
+    /// forgot it, in order (at most 256): `Telemetry` for a settings command, `Heartbeat`,
+    /// `QueryAssignment`, each with whether it was answered OK. Empty for a client never
+    /// forgotten.
+    pub fn control_log(&self, client_id: &str) -> Vec<(Rpc, bool)> {
+        self.shared
+            .forgotten
+            .lock()
+            .log
+            .get(client_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// A snapshot of the counters.

@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub(crate) clients: Mutex<BTreeSet<String>>,
     /// Clients that announced their settings on the telemetry stream.
     pub(crate) settings_seen: Mutex<BTreeSet<String>>,
+    /// What [`Emulator::forget_clients`](super::Emulator::forget_clients) left behind.
+    pub(crate) forgotten: Mutex<Forgotten>,
     pub(crate) counters: Counters,
     pub(crate) faults: Mutex<FaultState>,
     pub(crate) seq: AtomicU64,
@@ -106,6 +108,36 @@ pub struct SendRecord {
     pub code: Code,
 }
 
+/// The clients forgotten by [`Emulator::forget_clients`](super::Emulator::forget_clients)
+/// (as a restarted proxy forgets them), and what each did since.
+#[derive(Debug, Default)]
+pub(crate) struct Forgotten {
+    /// Forgotten clients that have not announced their settings again: their
+    /// `QueryAssignment` is answered `INTERNAL_SERVER_ERROR` `"settings" is null`, as the
+    /// proxy's `ClusterTopicRouteService` after a restart.
+    pub(crate) without_settings: BTreeSet<String>,
+    /// Per forgotten client, its control-plane calls since (at most [`CONTROL_LOG_CAP`]):
+    /// the RPC and whether it was answered OK.
+    pub(crate) log: HashMap<String, Vec<(Rpc, bool)>>,
+    /// Cancelled to end the telemetry streams open at the time.
+    pub(crate) streams: CancellationToken,
+}
+
+/// The most calls [`Forgotten::log`] keeps per client.
+pub(crate) const CONTROL_LOG_CAP: usize = 256;
+
+impl Shared {
+    /// Logs a control-plane call of a forgotten client.
+    fn log_control(&self, client_id: &str, rpc: Rpc, ok: bool) {
+        let mut forgotten = self.forgotten.lock();
+        if let Some(log) = forgotten.log.get_mut(client_id)
+            && log.len() < CONTROL_LOG_CAP
+        {
+            log.push((rpc, ok));
+        }
+    }
+}
+
 /// Outcome of storing messages.
 #[derive(Debug)]
 pub(crate) struct Stored {
@@ -123,6 +155,7 @@ impl Shared {
             groups: RwLock::new(HashMap::new()),
             clients: Mutex::new(BTreeSet::new()),
             settings_seen: Mutex::new(BTreeSet::new()),
+            forgotten: Mutex::new(Forgotten::default()),
             counters: Counters::default(),
             faults: Mutex::new(FaultState::new(faults, seed)),
             seq: AtomicU64::new(0),
@@ -1032,6 +1065,8 @@ impl Service {
         };
         shared.register_client(client_id);
         shared.settings_seen.lock().insert(client_id.to_owned());
+        shared.forgotten.lock().without_settings.remove(client_id);
+        shared.log_control(client_id, Rpc::Telemetry, true);
         let cfg = &shared.config;
         match &mut settings.pub_sub {
             Some(settings::PubSub::Subscription(sub)) => {
@@ -1158,6 +1193,8 @@ impl MessagingService for Service {
         if self.shared.config.require_client_settings
             && !self.shared.settings_seen.lock().contains(&ctx.client_id)
         {
+            self.shared
+                .log_control(&ctx.client_id, Rpc::Heartbeat, false);
             return unary(Ok(pb::HeartbeatResponse {
                 status: Some(pb::Status {
                     code: pb::Code::UnrecognizedClientType as i32,
@@ -1166,6 +1203,8 @@ impl MessagingService for Service {
             }));
         }
         self.shared.register_client(&ctx.client_id);
+        self.shared
+            .log_control(&ctx.client_id, Rpc::Heartbeat, true);
         unary(Ok(pb::HeartbeatResponse { status: Some(ok()) }))
     }
 
@@ -1216,10 +1255,24 @@ impl MessagingService for Service {
         request: Request<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, tonic::Status> {
         let (md, _, req) = request.into_parts();
-        if let Err(r) = self.admit(&md, Rpc::QueryAssignment).await {
-            return reject_unary(r);
-        }
-        unary(self.query_assignment_inner(&req))
+        let ctx = match self.admit(&md, Rpc::QueryAssignment).await {
+            Ok(ctx) => ctx,
+            Err(r) => return reject_unary(r),
+        };
+        let answer = if self
+            .shared
+            .forgotten
+            .lock()
+            .without_settings
+            .contains(&ctx.client_id)
+        {
+            Err(status(Code::InternalServerError, "\"settings\" is null"))
+        } else {
+            self.query_assignment_inner(&req)
+        };
+        self.shared
+            .log_control(&ctx.client_id, Rpc::QueryAssignment, answer.is_ok());
+        unary(answer)
     }
 
     type ReceiveMessageStream = BoxStream<pb::ReceiveMessageResponse>;
@@ -1274,10 +1327,12 @@ impl MessagingService for Service {
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
         let serving = shared.serving();
+        let forgotten = shared.forgotten.lock().streams.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     () = serving.cancelled() => break,
+                    () = forgotten.cancelled() => break,
                     msg = inbound.message() => match msg {
                         Ok(Some(cmd)) => {
                             let reply = Self::telemetry_reply(&shared, &ctx.client_id, cmd);

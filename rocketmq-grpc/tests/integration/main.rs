@@ -4,5 +4,6 @@ mod bad_input;
 mod batching;
 mod faults;
 mod producer;
+mod recovery;
 mod results;
 mod support;

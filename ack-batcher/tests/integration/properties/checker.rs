@@ -209,6 +209,7 @@ pub(super) fn check_log(
                     ));
                 };
                 let (call_key, items, attempts) = open_calls.remove(call).expect("checked");
+                check_one_jitter_draw(*batch, batch_views, limits)?;
                 ensure!(
                     call_key == *key
                         && batch_views.iter().map(|v| v.id).eq(items.iter().copied())
@@ -231,14 +232,7 @@ pub(super) fn check_log(
                         view.reply
                     );
                     let deadline = submitted[&view.id].deadline;
-                    let next = expected_next(&view.reply, view.attempt, deadline, *at, limits);
-                    ensure!(
-                        view.next == next,
-                        "item {} attempt {}: next is {:?}, the retry policy says {next:?}",
-                        view.id,
-                        view.attempt,
-                        view.next
-                    );
+                    check_next(view, deadline, *at, limits)?;
                     let earlier = views.entry(view.id).or_default();
                     if let Some((_, last)) = earlier.last() {
                         ensure!(
@@ -368,26 +362,64 @@ fn check_batch(
     Ok(())
 }
 
-/// What the retry policy says an item's reply leads to (see `RetryPolicy`).
-fn expected_next(
-    reply: &ItemReply<Out, Fault>,
-    attempt: u32,
+/// Whether an item's next step is one the retry policy allows (see `RetryPolicy`): a retry
+/// only of a retryable reply with attempts left, after a wait between the jittered minimum
+/// and the policy's `delay_for`, starting before the deadline; resolution otherwise. A
+/// retryable item may be resolved for its deadline only if the longest wait passes it (the
+/// jittered wait is at most that long; the draw itself is not visible here).
+fn check_next(
+    view: &View,
     deadline: Option<Instant>,
     now: Instant,
     limits: &Limits,
-) -> Next {
-    let retryable = match reply {
+) -> Result<(), String> {
+    let retryable = match &view.reply {
         ItemReply::Ok(_) => false,
         ItemReply::Err(error) => error.is_retryable(),
         ItemReply::Missing => true,
     };
-    let after = limits.retry.delay_for(attempt);
-    let in_time = deadline.is_none_or(|deadline| now + after < deadline);
-    if retryable && attempt < limits.max_attempts && in_time {
-        Next::Retry { after }
-    } else {
-        Next::Resolved
+    let retry = &limits.retry;
+    let longest = retry.delay_for(view.attempt);
+    let shortest = retry.jittered_delay(view.attempt, 1.0);
+    let may_retry = retryable && view.attempt < limits.max_attempts;
+    match view.next {
+        Next::Retry { after } => ensure!(
+            may_retry
+                && (shortest..=longest).contains(&after)
+                && deadline.is_none_or(|deadline| now + after < deadline),
+            "item {} attempt {}: retry after {after:?}, the retry policy allows {} \
+             (between {shortest:?} and {longest:?}, before the deadline {deadline:?}, now {now:?})",
+            view.id,
+            view.attempt,
+            if may_retry { "a retry" } else { "no retry" }
+        ),
+        Next::Resolved => ensure!(
+            !may_retry || deadline.is_some_and(|deadline| now + longest >= deadline),
+            "item {} attempt {}: resolved, the retry policy says retry after at most {longest:?}",
+            view.id,
+            view.attempt
+        ),
+        other => return Err(format!("item {}: unknown next step {other:?}", view.id)),
     }
+    Ok(())
+}
+
+/// The retries of one batch share one jitter draw: each wait is the same share of its longest.
+fn check_one_jitter_draw(batch: u64, views: &[View], limits: &Limits) -> Result<(), String> {
+    let shares: Vec<f64> = views
+        .iter()
+        .filter_map(|view| match view.next {
+            Next::Retry { after } => {
+                Some(after.as_secs_f64() / limits.retry.delay_for(view.attempt).as_secs_f64())
+            }
+            _ => None,
+        })
+        .collect();
+    ensure!(
+        shares.windows(2).all(|w| (w[0] - w[1]).abs() < 1e-6),
+        "batch {batch}: its retries drew different jitters: {shares:?}"
+    );
+    Ok(())
 }
 
 /// The batcher's counters against what the observer and the transport saw.

@@ -1,5 +1,7 @@
 //! A counting HTTP/2 (gRPC) forwarder: every request goes unchanged to the real proxy, and the
-//! forwarder counts requests per method and the entries of each `AckMessage` request.
+//! forwarder counts requests per method and the entries of each `AckMessage` request. It
+//! outlives proxy restarts: requests made while the proxy is down are answered `UNAVAILABLE`
+//! and counted, so a client's request rate during an outage can be measured.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,6 +28,8 @@ pub(crate) struct GrpcCounts {
     pub(crate) requests: BTreeMap<String, u64>,
     /// Entries of all `AckMessage` requests.
     pub(crate) ack_entries: u64,
+    /// Requests per method answered `UNAVAILABLE` because the proxy could not be reached.
+    pub(crate) unavailable: BTreeMap<String, u64>,
 }
 
 impl GrpcCounts {
@@ -62,16 +66,17 @@ async fn forward_connection(
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     client.set_nodelay(true)?;
     let own_port = client.local_addr()?.port();
-    let server = TcpStream::connect(upstream).await?;
-    server.set_nodelay(true)?;
-    let (sender, connection) = hyper::client::conn::http2::handshake::<_, _, Body>(
-        TokioExecutor::new(),
-        TokioIo::new(server),
-    )
-    .await?;
-    tokio::spawn(connection);
+    let upstream = Arc::new(Upstream {
+        address: upstream,
+        sender: tokio::sync::Mutex::new(None),
+    });
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        handle(sender.clone(), Arc::clone(&counts), own_port, request)
+        handle(
+            Arc::clone(&upstream),
+            Arc::clone(&counts),
+            own_port,
+            request,
+        )
     });
     hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .serve_connection(TokioIo::new(client), service)
@@ -79,8 +84,58 @@ async fn forward_connection(
     Ok(())
 }
 
+/// The proxy side of one client connection, connected on demand: when the proxy restarts,
+/// the client's connection to the forwarder stays up, its requests in the meantime are
+/// answered `UNAVAILABLE` (and counted), and the next request after the proxy is back
+/// connects again.
+struct Upstream {
+    address: SocketAddr,
+    sender: tokio::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<Body>>>,
+}
+
+impl Upstream {
+    async fn sender(&self) -> Result<hyper::client::conn::http2::SendRequest<Body>, BoxError> {
+        let mut sender = self.sender.lock().await;
+        if let Some(open) = sender.as_ref().filter(|open| !open.is_closed()) {
+            return Ok(open.clone());
+        }
+        let connect = TcpStream::connect(self.address);
+        let server = tokio::time::timeout(std::time::Duration::from_secs(1), connect)
+            .await
+            .map_err(|_| "connecting to the proxy timed out")??;
+        server.set_nodelay(true)?;
+        let (open, connection) = hyper::client::conn::http2::handshake::<_, _, Body>(
+            TokioExecutor::new(),
+            TokioIo::new(server),
+        )
+        .await?;
+        tokio::spawn(connection);
+        *sender = Some(open.clone());
+        Ok(open)
+    }
+}
+
+/// A trailers-only gRPC answer `UNAVAILABLE`, as a client gets when it cannot connect.
+fn unavailable(reason: &str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", hyper::header::HeaderValue::from_static("14"));
+    if let Ok(message) = hyper::header::HeaderValue::from_str(reason) {
+        headers.insert("grpc-message", message);
+    }
+    response
+}
+
 async fn handle(
-    mut sender: hyper::client::conn::http2::SendRequest<Body>,
+    upstream: Arc<Upstream>,
     counts: Arc<Mutex<GrpcCounts>>,
     own_port: u16,
     request: Request<Incoming>,
@@ -93,11 +148,23 @@ async fn handle(
     } else {
         None
     };
-    let request = count(request, &counts).await?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| Box::new(e) as BoxError)?;
+    let (method, request) = count(request, &counts).await?;
+    let sent = match upstream.sender().await {
+        Ok(mut sender) => sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(error) => Err(error.to_string()),
+    };
+    let response = match sent {
+        Ok(response) => response,
+        Err(reason) => {
+            *counts.lock().unavailable.entry(method).or_default() += 1;
+            return Ok(unavailable(&format!(
+                "the forwarder cannot reach the proxy: {reason}"
+            )));
+        }
+    };
     let Some(answer) = names_endpoints else {
         return Ok(response.map(|body| body.map_err(|e| Box::new(e) as BoxError).boxed()));
     };
@@ -162,7 +229,7 @@ fn redirect(answer: Answer, message: &[u8], port: u16) -> Option<Bytes> {
 async fn count(
     request: Request<Incoming>,
     counts: &Mutex<GrpcCounts>,
-) -> Result<Request<Body>, BoxError> {
+) -> Result<(String, Request<Body>), BoxError> {
     let method = request
         .uri()
         .path()
@@ -172,7 +239,8 @@ async fn count(
         .to_owned();
     *counts.lock().requests.entry(method.clone()).or_default() += 1;
     if method != "AckMessage" {
-        return Ok(request.map(|body| body.map_err(|e| Box::new(e) as BoxError).boxed()));
+        let request = request.map(|body| body.map_err(|e| Box::new(e) as BoxError).boxed());
+        return Ok((method, request));
     }
     let (parts, body) = request.into_parts();
     let bytes = body
@@ -186,8 +254,9 @@ async fn count(
     {
         counts.lock().ack_entries += ack.entries.len() as u64;
     }
-    Ok(Request::from_parts(
+    let request = Request::from_parts(
         parts,
         Full::new(bytes).map_err(|never| match never {}).boxed(),
-    ))
+    );
+    Ok((method, request))
 }
