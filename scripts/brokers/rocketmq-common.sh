@@ -72,13 +72,43 @@ mqadmin() {
     -cp "$LIB/*" org.apache.rocketmq.tools.command.MQAdminStartup "$@" 2>&1
 }
 
-# admin_until_success WHAT ARGS...: mqadmin exits 0 even on failure; look for "success".
-admin_until_success() {
-  local what=$1 end=$((SECONDS + 60)) out; shift
-  until out=$(mqadmin "$@") && grep -q success <<<"$out"; do
-    ((SECONDS < end)) || { echo "$out" >&2; die "mqadmin could not $what"; }
+# mqadmin_until TIMEOUT_S CHECK ARGS...: runs mqadmin ARGS, again and again (1 s apart) until
+# CHECK FILE (a command; FILE holds the output so far) succeeds or TIMEOUT_S pass. An mqadmin
+# JVM prints its answer in 1-2 s and then spends 3-5 s in its own shutdown (its remoting
+# clients' event threads poll every 3 s): once CHECK succeeds the JVM is killed (by its PID; it
+# has nothing to keep). On a timeout the last output goes to stderr.
+mqadmin_until() {
+  local timeout=$1 check=$2 end out pid; shift 2
+  end=$((SECONDS + timeout))
+  out=$(mktemp "${TMPDIR:-/tmp}/mqadmin.XXXXXX")
+  while :; do
+    "$JAVA" -Xmx256m "${JVM_COMMON[@]}" -Drmq.logback.configurationFile=rmq.tools.logback.xml \
+      -cp "$LIB/*" org.apache.rocketmq.tools.command.MQAdminStartup "$@" > "$out" 2>&1 < /dev/null &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      if "$check" "$out"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        rm -f "$out"
+        return 0
+      fi
+      sleep 0.1
+    done
+    wait "$pid" 2>/dev/null || true
+    if "$check" "$out"; then rm -f "$out"; return 0; fi
+    if ((SECONDS >= end)); then cat "$out" >&2; rm -f "$out"; return 1; fi
     sleep 1
   done
+}
+
+# says_success FILE: mqadmin's updateTopic / updateSubGroup line "... success".
+says_success() { grep -q success "$1"; }
+
+# admin_until_success WHAT ARGS...: mqadmin exits 0 even on failure; look for "success", for
+# up to 60 s.
+admin_until_success() {
+  local what=$1; shift
+  mqadmin_until 60 says_success "$@" || die "mqadmin could not $what"
 }
 
 # rmq_launch PIDFILE OUTFILE JVM_FLAGS_AND_CLASS_AND_ARGS...: one JVM in its own session, its
@@ -117,26 +147,41 @@ registered_brokers() {
   mqadmin clusterList -n "$1" | awk 'NR > 1 && $1 != "" && $1 !~ /^#/ { print $2 }' | sort -u
 }
 
-# wait_registered NAMESRV BROKER TIMEOUT_S: clusterList shows BROKER (its registration with the
-# name server, with its topics).
-wait_registered() {
-  local end=$((SECONDS + $3))
-  until registered_brokers "$1" | grep -qx -- "$2"; do
-    ((SECONDS < end)) || return 1
-    sleep 1
+# The brokers lists_wanted and routes_wanted look for.
+WANTED=()
+
+# lists_wanted FILE: clusterList output that names every broker in WANTED.
+lists_wanted() {
+  local b
+  for b in "${WANTED[@]}"; do
+    awk -v b="$b" 'NR > 1 && $2 == b { found = 1 } END { exit !found }' "$1" || return 1
   done
+}
+
+# routes_wanted FILE: topicRoute output whose JSON is complete and names every broker in WANTED
+# in its queue data.
+routes_wanted() {
+  local b
+  grep -q '"queueDatas"' "$1" || return 1
+  for b in "${WANTED[@]}"; do
+    grep -q "\"brokerName\" *: *\"$b\"" "$1" || return 1
+  done
+}
+
+# wait_registered NAMESRV BROKER... TIMEOUT_S: clusterList shows every BROKER (registered with
+# the name server, with its topics).
+wait_registered() {
+  local ns=$1 args=("${@:2}")
+  local timeout=${args[-1]}
+  unset 'args[-1]'
+  WANTED=("${args[@]}")
+  mqadmin_until "$timeout" lists_wanted clusterList -n "$ns" > /dev/null 2>&1
 }
 
 # wait_route NAMESRV TOPIC TIMEOUT_S BROKER...: topicRoute of TOPIC names every BROKER (so it was
 # registered with its queues: what a proxy's route lookup sees).
 wait_route() {
-  local ns=$1 topic=$2 end=$((SECONDS + $3)) out b missing; shift 3
-  while :; do
-    out=$(mqadmin topicRoute -n "$ns" -t "$topic")
-    missing=0
-    for b in "$@"; do grep -q "\"brokerName\" *: *\"$b\"" <<<"$out" || missing=1; done
-    ((missing == 0)) && return 0
-    ((SECONDS < end)) || { echo "$out" >&2; return 1; }
-    sleep 1
-  done
+  local ns=$1 topic=$2 timeout=$3; shift 3
+  WANTED=("$@")
+  mqadmin_until "$timeout" routes_wanted topicRoute -n "$ns" -t "$topic"
 }

@@ -45,17 +45,30 @@ import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
  * 5.0.8 client's shaded logging binds to no backend, so it logs nothing), the first and last
  * send failure (Unix ms) and the latency of the failed sends (min, median, max ms, from the
  * send call to the failure: the time the retries took), send_errors (the final failures by
- * exception and message), received
- * (deliveries), unique, duplicates (received - unique), lost (sent but never received),
+ * exception and message), received (deliveries), unique, duplicates (received - unique),
+ * redelivered (deliveries whose delivery attempt is above 1), lost (sent but never received),
  * received_not_acked_send (received although the send reported a failure), the longest gap
  * between two send acknowledgements and between two deliveries (start, end in Unix ms, and
- * length), the first send failure, and cpu_ms of the whole JVM (see Cpu.java). Exits 0.
+ * length), and cpu_ms of the whole JVM (see Cpu.java). Exits 0. With RESTART_STREAM_TRACE=FILE
+ * it also writes one line per send result and per delivery there ("sent MS PAYLOAD MSGID",
+ * "send-failed MS PAYLOAD ERROR", "recv MS PAYLOAD attempt=N id=MSGID [duplicate]").
  */
 public final class RocketMqRestartStream {
     private static final Set<String> SENT = ConcurrentHashMap.newKeySet();
     private static final Set<String> FAILED = ConcurrentHashMap.newKeySet();
     private static final Set<String> SEEN = ConcurrentHashMap.newKeySet();
     private static final AtomicInteger RECEIVED = new AtomicInteger();
+    private static final AtomicInteger REDELIVERED = new AtomicInteger();
+    private static java.io.PrintStream traceOut;
+
+    /** One line of the optional trace (RESTART_STREAM_TRACE=FILE). */
+    private static void trace(String what, long ms, String payload, String detail) {
+        if (traceOut != null) {
+            synchronized (traceOut) {
+                traceOut.println(what + " " + ms + " " + payload + " " + detail);
+            }
+        }
+    }
     private static final Map<String, Integer> SEND_ERRORS = new TreeMap<>();
     private static final List<Long> FAILURE_LATENCIES = new ArrayList<>();
 
@@ -93,6 +106,10 @@ public final class RocketMqRestartStream {
         int drain = args.length > 5 ? Integer.parseInt(args[5]) : 60;
         String group = args.length > 6 ? args[6] : "restart-stream";
 
+        String tracePath = System.getenv("RESTART_STREAM_TRACE");
+        if (tracePath != null && !tracePath.isEmpty()) {
+            traceOut = new java.io.PrintStream(new java.io.FileOutputStream(tracePath), false, "UTF-8");
+        }
         var provider = ClientServiceProvider.loadService();
         var config = ClientConfiguration.newBuilder().setEndpoints(endpoint).enableSsl(false).build();
         Gaps sendGaps = new Gaps();
@@ -112,9 +129,15 @@ public final class RocketMqRestartStream {
                         warm.incrementAndGet();
                         return ConsumeResult.SUCCESS;
                     }
-                    recvGaps.event(System.currentTimeMillis());
+                    long now = System.currentTimeMillis();
+                    recvGaps.event(now);
                     RECEIVED.incrementAndGet();
-                    SEEN.add(body);
+                    if (message.getDeliveryAttempt() > 1) {
+                        REDELIVERED.incrementAndGet();
+                    }
+                    boolean first = SEEN.add(body);
+                    trace("recv", now, body, "attempt=" + message.getDeliveryAttempt()
+                            + " id=" + message.getMessageId() + (first ? "" : " duplicate"));
                     return ConsumeResult.SUCCESS;
                 })
                 .build();
@@ -168,7 +191,9 @@ public final class RocketMqRestartStream {
                 if (error == null) {
                     SENT.add(payload);
                     sendGaps.event(now);
+                    trace("sent", now, payload, receipt.getMessageId().toString());
                 } else {
+                    trace("send-failed", now, payload, String.valueOf(error.getMessage()).replace('\n', ' '));
                     FAILED.add(payload);
                     firstFailure.compareAndSet(0, now);
                     lastFailure.accumulateAndGet(now, Math::max);
@@ -201,6 +226,9 @@ public final class RocketMqRestartStream {
         producer.close();
         consumer.close();
         long cpuMs = Cpu.millis() - cpu;
+        if (traceOut != null) {
+            traceOut.flush();
+        }
         long[] latencies;
         synchronized (FAILURE_LATENCIES) {
             latencies = FAILURE_LATENCIES.stream().mapToLong(Long::longValue).sorted().toArray();
@@ -240,7 +268,8 @@ public final class RocketMqRestartStream {
                 + ",\"last_send_failure_ms\":" + lastFailure.get()
                 + ",\"send_failure_latency_ms\":" + failLatency
                 + ",\"received\":" + RECEIVED.get() + ",\"unique\":" + SEEN.size()
-                + ",\"duplicates\":" + (RECEIVED.get() - SEEN.size()) + ",\"lost\":" + lost.size()
+                + ",\"duplicates\":" + (RECEIVED.get() - SEEN.size()) + ",\"redelivered\":" + REDELIVERED.get()
+                + ",\"lost\":" + lost.size()
                 + ",\"received_not_acked_send\":" + receivedFailed
                 + "," + sendGaps.json("send_ack") + "," + recvGaps.json("receive")
                 + ",\"send_errors\":" + errors + ",\"cpu_ms\":" + cpuMs + "}");
