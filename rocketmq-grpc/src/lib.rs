@@ -62,6 +62,7 @@
 //! - `tls` (off by default): TLS connections to the proxy.
 
 mod ack;
+mod backoff;
 mod consumer;
 #[cfg(feature = "emulator")]
 pub mod emulator;

@@ -66,6 +66,11 @@ pub struct Report {
     pub ack_requests: u64,
     /// Acks the proxy confirmed.
     pub acked: u64,
+    /// Acks that failed for good, and per distinct error (its first 120 characters): how
+    /// many, the first time (from the first send) and the attempts it took.
+    pub ack_failures: u64,
+    /// See [`Report::ack_failures`].
+    pub ack_errors: Vec<(String, u64, Duration, u32)>,
     /// The fault window, from the first send.
     pub fault_window: (Duration, Duration),
     /// From the end of the fault window to the first ack the proxy confirmed after it.
@@ -147,6 +152,8 @@ struct AckClock {
     started: Instant,
     flushes: Mutex<Vec<Duration>>,
     confirmed: Mutex<Vec<(Duration, String)>>,
+    /// Final ack failures: when, after how many attempts, and the error.
+    failed: Mutex<Vec<(Duration, u32, String)>>,
 }
 
 impl Observer<AckKey, AckEntry, (), Error> for AckClock {
@@ -157,9 +164,18 @@ impl Observer<AckKey, AckEntry, (), Error> for AckClock {
     fn after_flush(&self, _: &AckKey, _: &BatchInfo, items: &[ItemView<'_, AckEntry, (), Error>]) {
         let at = self.started.elapsed();
         let mut confirmed = self.confirmed.lock();
-        for view in items {
-            if view.next == Next::Resolved && matches!(view.reply, ItemReply::Ok(())) {
-                confirmed.push((at, view.item.message_id.clone()));
+        for view in items.iter().filter(|view| view.next == Next::Resolved) {
+            match view.reply {
+                ItemReply::Ok(()) => confirmed.push((at, view.item.message_id.clone())),
+                ItemReply::Err(error) => {
+                    self.failed
+                        .lock()
+                        .push((at, view.attempt, error.to_string()));
+                }
+                _ => self
+                    .failed
+                    .lock()
+                    .push((at, view.attempt, "no result".into())),
             }
         }
     }
@@ -184,6 +200,7 @@ pub async fn run(
         started,
         flushes: Mutex::new(Vec::new()),
         confirmed: Mutex::new(Vec::new()),
+        failed: Mutex::new(Vec::new()),
     });
     let consumer = PushConsumer::builder(config, group)
         .subscribe(topic, "*")
@@ -272,6 +289,15 @@ pub async fn run(
     let sent = sent.lock();
     let failures = failures.lock();
     let in_window = |at: &Duration| *at >= from && *at < to;
+    let failed = clock.failed.lock();
+    let mut ack_errors: Vec<(String, u64, Duration, u32)> = Vec::new();
+    for (at, attempt, error) in failed.iter() {
+        let short: String = error.chars().take(120).collect();
+        match ack_errors.iter_mut().find(|e| e.0 == short) {
+            Some(entry) => entry.1 += 1,
+            None => ack_errors.push((short, 1, *at, *attempt)),
+        }
+    }
     Report {
         sent: sent.len() as u64,
         send_failures: failures.len() as u64,
@@ -291,6 +317,8 @@ pub async fn run(
         ack_requests_during_fault: flushes.iter().filter(|at| in_window(at)).count() as u64,
         ack_requests: flushes.len() as u64,
         acked: confirmed.len() as u64,
+        ack_failures: failed.len() as u64,
+        ack_errors,
         fault_window: (from, to),
         first_ack_after_fault: confirmed
             .iter()

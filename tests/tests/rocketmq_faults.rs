@@ -46,7 +46,7 @@ fn print(what: &str, report: &Report) {
         "{what}: sent {} (failed {}, {} during the fault, longest send {:?}), received {}, \
          lost {}, copies {}, copies of messages acked before the fault {}, AckMessage \
          requests {} ({} during the fault window {:?}), acked {}, first ack {:?} after the \
-         fault, shutdown report {:?}\nconsumer: {}",
+         fault, shutdown report {:?}\nack failures {}: {:?}\nconsumer: {}",
         report.sent,
         report.send_failures,
         report.sent_during_fault,
@@ -61,6 +61,8 @@ fn print(what: &str, report: &Report) {
         report.acked,
         report.first_ack_after_fault,
         report.shutdown,
+        report.ack_failures,
+        report.ack_errors,
         report.consumer,
     );
 }
@@ -76,7 +78,11 @@ async fn the_stream_survives_a_proxy_restart(kill: bool) {
         return;
     };
     let config = ClientConfig::new(&endpoint).unwrap();
-    let producer = Arc::new(Producer::new(Session::new(config.clone()).unwrap()));
+    // The proxy is down 30 s, plus its stop (up to 13 s) and start (up to 15 s), plus up to
+    // 21 s until the broker's routes are back: a retry window of 2 min covers it.
+    let producer =
+        Producer::new(Session::new(config.clone()).unwrap()).retry_window(Duration::from_secs(120));
+    let producer = Arc::new(producer);
     let mut stop = vec!["stop-proxy"];
     if kill {
         stop.push("--kill");

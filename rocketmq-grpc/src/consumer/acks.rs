@@ -8,11 +8,11 @@ use ack_batcher::{
 };
 use parking_lot::Mutex;
 
-use super::backoff::Backoff;
 use super::unacked::Unacked;
 use super::{AckObserver, Counters, Inner};
+use crate::backoff::Backoff;
 use crate::pb;
-use crate::{AckEntry, AckFlusher, AckKey, Error, ReceivedMessage};
+use crate::{AckEntry, AckFlusher, AckKey, Error, ReceivedMessage, SendRetryPolicy};
 
 /// How a consumer acknowledges.
 #[derive(Clone)]
@@ -319,31 +319,14 @@ impl Inner {
 /// (announced on the telemetry stream) when it sent one, else exponential from 1 s, capped at
 /// 60 s.
 fn nack_delay(policy: Option<&pb::RetryPolicy>, delivery_attempt: i32) -> Duration {
-    let attempt = delivery_attempt.max(1);
-    let from_policy = policy.and_then(|policy| match &policy.strategy {
-        Some(pb::retry_policy::Strategy::ExponentialBackoff(backoff)) => {
-            let initial = Duration::try_from(backoff.initial?).ok()?;
-            let max = Duration::try_from(backoff.max?).ok()?;
-            let multiplier = f64::from(backoff.multiplier).max(1.0);
-            let secs = initial.as_secs_f64() * multiplier.powi(attempt.min(64) - 1);
-            Some(if secs.is_finite() && secs < max.as_secs_f64() {
-                Duration::from_secs_f64(secs)
-            } else {
-                max
-            })
-        }
-        Some(pb::retry_policy::Strategy::CustomizedBackoff(backoff)) => {
-            let index = usize::try_from(attempt - 1)
-                .ok()?
-                .min(backoff.next.len().checked_sub(1)?);
-            Duration::try_from(backoff.next[index]).ok()
-        }
-        None => None,
-    });
-    from_policy.unwrap_or_else(|| {
-        let exponent = attempt.clamp(1, 7) - 1;
-        Duration::from_secs(1 << exponent).min(Duration::from_secs(60))
-    })
+    let attempt = u32::try_from(delivery_attempt.max(1)).unwrap_or(1);
+    policy
+        .and_then(SendRetryPolicy::from_pb)
+        .map(|policy| policy.backoff_delay(attempt))
+        .unwrap_or_else(|| {
+            let exponent = attempt.clamp(1, 7) - 1;
+            Duration::from_secs(1 << exponent).min(Duration::from_secs(60))
+        })
 }
 
 #[cfg(test)]

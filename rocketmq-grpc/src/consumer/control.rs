@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::Inner;
-use super::backoff::Backoff;
 use super::receive::{self, QueueKey};
+use crate::backoff::Backoff;
 use crate::pb::{self, ClientType, Code};
 use crate::{Endpoint, Error};
 

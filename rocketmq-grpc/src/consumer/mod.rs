@@ -3,7 +3,6 @@
 //! `ChangeInvisibleDuration`.
 
 mod acks;
-mod backoff;
 mod control;
 mod receive;
 mod unacked;

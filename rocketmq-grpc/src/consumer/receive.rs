@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
 use super::{ConsumeResult, Counters, Inner, control};
+use crate::backoff::Backoff;
 use crate::pb::{self, Code};
 use crate::{Endpoint, Error, ReceivedMessage};
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::Inner;
-use super::policy::{SendRetryPolicy, jitter};
+use super::policy::SendRetryPolicy;
 use super::routes::ROUTE_REFRESH_EVERY;
 use crate::Error;
+use crate::backoff::Backoff;
 use crate::pb::{self, ClientType};
 
 /// Heartbeat period (the Java client's 10 s).
@@ -128,14 +129,13 @@ async fn heartbeat(inner: &Inner) -> Result<(), Error> {
 /// again when a new topic is used; heartbeats every 10 s once the proxy has answered; after
 /// the stream breaks, reopens it with exponential back-off and jitter.
 async fn telemetry(inner: Arc<Inner>) {
-    let mut reopen = REOPEN_INITIAL;
+    let mut reopen = Backoff::new(REOPEN_INITIAL, REOPEN_MAX);
     loop {
         let (outbound, mut inbound) = match open(&inner).await {
             Ok(open) => open,
             Err(error) => {
                 tracing::debug!(%error, "the producer's telemetry stream could not be opened");
-                let delay = jitter(reopen);
-                reopen = (reopen * 2).min(REOPEN_MAX);
+                let delay = reopen.next_delay();
                 tokio::select! {
                     () = inner.stop.cancelled() => return,
                     () = tokio::time::sleep(delay) => continue,
@@ -163,7 +163,7 @@ async fn telemetry(inner: Arc<Inner>) {
                         take_settings(&inner, command);
                         if !answered {
                             answered = true;
-                            reopen = REOPEN_INITIAL;
+                            reopen.reset();
                             heartbeats.reset_immediately();
                         }
                     }
@@ -176,8 +176,7 @@ async fn telemetry(inner: Arc<Inner>) {
             }
         }
         drop(outbound);
-        let delay = jitter(reopen);
-        reopen = (reopen * 2).min(REOPEN_MAX);
+        let delay = reopen.next_delay();
         tokio::select! {
             () = inner.stop.cancelled() => return,
             () = tokio::time::sleep(delay) => {}

@@ -286,7 +286,7 @@ impl Producer {
             if !error.is_retryable() {
                 return Err(give_up(error));
             }
-            let delay = policy::jitter(inner.policy.lock().delay(attempt));
+            let delay = crate::backoff::jitter(inner.policy.lock().delay(attempt));
             let next_within_policy = attempt < max_attempts;
             if !next_within_policy && Instant::now() + delay >= window_end {
                 return Err(give_up(error));

@@ -1,7 +1,6 @@
 //! The send retry policy: what the proxy announces on the telemetry stream, and the delays
 //! between attempts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::pb;
@@ -131,19 +130,31 @@ impl SendRetryPolicy {
     /// policy's attempts it follows the back-off; past them (in the retry window) it keeps
     /// growing up to the larger of the policy's maximum and [`OUTAGE_BACKOFF_MAX`].
     pub(crate) fn delay(&self, attempt: u32) -> Duration {
+        let floor = if attempt.max(1) >= self.max_attempts {
+            OUTAGE_BACKOFF_MAX
+        } else {
+            Duration::ZERO
+        };
+        self.grown(attempt, floor)
+    }
+
+    /// The policy's own delay after failed attempt `attempt` (1-based), capped at its maximum;
+    /// also the consumer's redelivery delay for a delivery attempt, from the policy the proxy
+    /// announces to consumers.
+    pub(crate) fn backoff_delay(&self, attempt: u32) -> Duration {
+        self.grown(attempt, Duration::ZERO)
+    }
+
+    /// The back-off after `attempt`, its cap raised to at least `cap_floor`.
+    fn grown(&self, attempt: u32, cap_floor: Duration) -> Duration {
         let attempt = attempt.max(1);
-        let beyond = attempt >= self.max_attempts;
         match &self.backoff {
             Backoff::Exponential {
                 initial,
                 max,
                 multiplier,
             } => {
-                let cap = if beyond {
-                    (*max).max(OUTAGE_BACKOFF_MAX)
-                } else {
-                    *max
-                };
+                let cap = (*max).max(cap_floor);
                 let factor = f64::from(multiplier.max(1.0))
                     .powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX).min(1_000));
                 let nanos = initial.as_secs_f64() * factor;
@@ -161,35 +172,6 @@ impl SendRetryPolicy {
             }
         }
     }
-}
-
-/// "Equal jitter": a delay drawn uniformly from `[delay / 2, delay]`, so that sends that
-/// failed together do not come back together.
-pub(crate) fn jitter(delay: Duration) -> Duration {
-    let half = delay / 2;
-    let span = u64::try_from((delay - half).as_nanos()).unwrap_or(u64::MAX);
-    if span == 0 {
-        return delay;
-    }
-    half + Duration::from_nanos(random() % (span + 1))
-}
-
-/// A splitmix64 step over a process-wide counter seeded from the clock: enough randomness to
-/// spread retries, no dependency.
-fn random() -> u64 {
-    static STATE: AtomicU64 = AtomicU64::new(0);
-    let mut seed = STATE.load(Ordering::Relaxed);
-    if seed == 0 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        let _ = STATE.compare_exchange(0, nanos | 1, Ordering::Relaxed, Ordering::Relaxed);
-    }
-    seed = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -272,14 +254,5 @@ mod tests {
         };
         let policy = SendRetryPolicy::from_pb(&nan).unwrap();
         assert_eq!(policy.delay(1), Duration::ZERO);
-    }
-
-    #[test]
-    fn jitter_stays_between_half_and_all() {
-        for _ in 0..1_000 {
-            let d = jitter(ms(100));
-            assert!(d >= ms(50) && d <= ms(100), "{d:?}");
-        }
-        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
     }
 }

@@ -1,63 +1,46 @@
-//! Exponential backoff with jitter for the consumer's loops (control plane, receives, nacks).
+//! Exponential backoff with jitter, for every retry loop of the crate: the consumer's control
+//! plane, receives and nacks, and the producer's telemetry stream and send retries.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Doubles from `initial` up to `max`; every wait is drawn uniformly from the upper half of
-/// the current step ("equal jitter"), so that clients that failed together (a proxy restart)
-/// do not come back together, and no wait is shorter than half a step.
+/// the current step ("equal jitter", [`jitter`]), so that clients that failed together (a
+/// proxy restart) do not come back together, and no wait is shorter than half a step.
 #[derive(Debug, Clone)]
-pub(super) struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     step: Duration,
-    rng: u64,
 }
 
-static SEEDS: AtomicU64 = AtomicU64::new(0);
-
 impl Backoff {
-    pub(super) fn new(initial: Duration, max: Duration) -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let seed = u64::from(nanos) ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         let initial = initial.max(Duration::from_millis(1));
         Self {
             initial,
             max: max.max(initial),
             step: initial,
-            rng: seed,
         }
     }
 
     /// The wait before the next attempt; each call doubles the step (up to `max`).
-    pub(super) fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let step = self.step;
         self.step = (self.step * 2).min(self.max);
-        let half = step / 2;
-        half + half.mul_f64(self.uniform())
+        jitter(step)
     }
 
     /// Back to `initial` after a success.
-    pub(super) fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.step = self.initial;
-    }
-
-    /// splitmix64, as a uniform float in `[0, 1)`.
-    fn uniform(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        // 53 random bits; the conversion is exact.
-        #[allow(clippy::cast_precision_loss)]
-        let v = (z >> 11) as f64;
-        v / (1u64 << 53) as f64
     }
 }
 
+/// "Equal jitter": a delay drawn uniformly from `[delay / 2, delay]`.
+pub(crate) fn jitter(delay: Duration) -> Duration {
+    let half = delay / 2;
+    half + (delay - half).mul_f64(fastrand::f64())
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +60,16 @@ mod tests {
         assert_eq!(steps[9], Duration::from_secs(5));
         backoff.reset();
         assert!(backoff.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn jitter_stays_between_half_and_all() {
+        let ms = Duration::from_millis;
+        for _ in 0..1_000 {
+            let d = jitter(ms(100));
+            assert!(d >= ms(50) && d <= ms(100), "{d:?}");
+        }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
