@@ -128,7 +128,7 @@ impl Error {
     /// | `REQUEST_TIMEOUT` 40800, `PROXY_TIMEOUT` 50400, `MASTER_PERSISTENCE_TIMEOUT` 50401, `SLAVE_PERSISTENCE_TIMEOUT` 50402 | yes | timeouts |
     /// | `INTERNAL_ERROR` 50000, `INTERNAL_SERVER_ERROR` 50001, `HA_NOT_AVAILABLE` 50002 | yes | what the proxy answers for a broker that is restarting ("connect to ... failed"), a broker-side non-OK ack, or any unexpected exception |
     /// | `CODE_UNSPECIFIED` 0 (no status), `MULTIPLE_RESULTS` 30000 (without per-entry results) | yes | the answer is missing |
-    /// | `INVALID_RECEIPT_HANDLE` 40013 or `BAD_REQUEST` 40000 whose message starts with "cannot find broker" | **yes** | the proxy could not resolve the broker named in the receipt handle: its route to that broker is missing while the broker restarts (the proxy's `resolveBrokerAddrInReceiptHandle` reports it as `INVALID_RECEIPT_HANDLE`); the handle itself may still be valid |
+    /// | `INVALID_RECEIPT_HANDLE` 40013 or `BAD_REQUEST` 40000 whose message contains "cannot find broker" | **yes** | the proxy could not resolve the broker named in the receipt handle: its route to that broker is missing while the broker restarts (the proxy's `resolveBrokerAddrInReceiptHandle` reports it as `INVALID_RECEIPT_HANDLE`); the handle itself may still be valid |
     /// | `INVALID_RECEIPT_HANDLE` 40013 otherwise ("receipt handle is expired", superseded) | no | the handle will never be valid again |
     /// | `BAD_REQUEST` 40000 otherwise and the `ILLEGAL_*` / `INVALID_*` / `*_REQUIRED` family 40001–40021 (`ILLEGAL_TOPIC`, `ILLEGAL_CONSUMER_GROUP`, `ILLEGAL_INVISIBLE_TIME`, `CLIENT_ID_REQUIRED`, `UNRECOGNIZED_CLIENT_TYPE`, ...) | no | the request is malformed |
     /// | `UNAUTHORIZED` 40100, `PAYMENT_REQUIRED` 40200, `FORBIDDEN` 40300 | no | credentials or permissions |
@@ -212,9 +212,12 @@ fn grpc_status_is_retryable(status: &tonic::Status) -> bool {
     )
 }
 
-/// The proxy's message when the broker named in a receipt handle has no route (yet).
+/// The proxy's message when the broker named in a receipt handle has no route (yet). The real
+/// 5.3.3 proxy in cluster mode sends it wrapped in its exception's name
+/// (`org.apache.rocketmq.proxy.common.ProxyException: cannot find broker ...`), seen in an
+/// ack answer one second after a broker was killed.
 fn cannot_find_broker(message: &str) -> bool {
-    message.trim_start().starts_with("cannot find broker")
+    message.contains("cannot find broker")
 }
 
 /// Whether a RocketMQ status code may pass on a later attempt (see [`Error::is_retryable`]).
@@ -389,6 +392,14 @@ mod tests {
         // this message; the same lookup elsewhere is BAD_REQUEST (INVALID_BROKER_NAME).
         assert!(server(Code::InvalidReceiptHandle, "cannot find broker broker-a").is_retryable());
         assert!(server(Code::BadRequest, "cannot find broker broker-b").is_retryable());
+        // As the real proxy sends it: wrapped in the exception's name.
+        assert!(
+            server(
+                Code::InvalidReceiptHandle,
+                "org.apache.rocketmq.proxy.common.ProxyException: cannot find broker broker-a"
+            )
+            .is_retryable()
+        );
     }
 
     #[test]

@@ -69,7 +69,8 @@ fn print(what: &str, report: &Report) {
 
 /// The proxy (with its broker: local mode) stopped for 30 s and started again on its data
 /// under a steady stream of 100 msg/s: nothing is lost, no message acknowledged before the
-/// outage is handled again, at most 100 `AckMessage` requests go out during the outage (a
+/// outage is handled again (after TERM; -9 may lose the broker's last seconds of consume
+/// progress), at most 100 `AckMessage` requests go out during the outage (a
 /// constant 1 s backoff made 56,028 of a 34 s restart), every send made during the outage is
 /// retried until the proxy is back and succeeds, and the shutdown report lists nothing.
 async fn the_stream_survives_a_proxy_restart(kill: bool) {
@@ -117,6 +118,12 @@ async fn the_stream_survives_a_proxy_restart(kill: bool) {
     .await;
     print(&format!("proxy restart ({tag})"), &report);
     assert!(report.shortfalls().is_empty(), "{:?}", report.shortfalls());
+    if !kill {
+        assert_eq!(
+            report.copies_of_acked, 0,
+            "messages acknowledged before the outage were handled again"
+        );
+    }
     assert!(
         report.ack_requests_during_fault <= 100,
         "{} AckMessage requests during the outage",
@@ -140,7 +147,9 @@ async fn a_stream_survives_a_30_s_proxy_outage_after_kill_9() {
 
 /// One broker of the two stopped (TERM, or killed with -9) mid-stream for 20 s and started
 /// again: sends are retried on the other broker and none fails, no ack is given up while its
-/// receipt handle is valid, nothing is lost.
+/// receipt handle is valid, nothing is lost. After TERM no acknowledged message comes back;
+/// after -9 some do (the broker loses the consume progress of its last seconds; counted and
+/// printed, not asserted).
 async fn the_stream_survives_a_broker_stop(kill: bool) {
     let Some(endpoint) = var("ROCKETMQ_CLUSTER_ENDPOINT") else {
         eprintln!("ROCKETMQ_CLUSTER_ENDPOINT is not set; skipping");
@@ -182,6 +191,12 @@ async fn the_stream_survives_a_broker_stop(kill: bool) {
     .await;
     print(&format!("broker-a stopped ({tag})"), &report);
     assert!(report.shortfalls().is_empty(), "{:?}", report.shortfalls());
+    if !kill {
+        assert_eq!(
+            report.copies_of_acked, 0,
+            "messages acknowledged before the stop were handled again"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
