@@ -165,6 +165,53 @@ impl Spending {
     }
 }
 
+/// A [`RetryBudget`] being spent, for retry loops outside a batcher that should keep to the
+/// same rule (a client's send retries, say): count every first attempt with
+/// [`first_attempt`](Self::first_attempt) and ask [`try_retry`](Self::try_retry) before each
+/// retry. Time is [`tokio::time::Instant`], so tests can pause it. Shared by reference; the
+/// lock is held only to count.
+#[derive(Debug)]
+pub struct RetryAccount {
+    budget: RetryBudget,
+    spending: parking_lot::Mutex<Spending>,
+}
+
+impl Default for RetryAccount {
+    /// An account of the default budget (10 s, 0.2, 10 per second).
+    fn default() -> Self {
+        Self {
+            budget: RetryBudget::default(),
+            spending: parking_lot::Mutex::new(Spending::default()),
+        }
+    }
+}
+
+impl RetryAccount {
+    /// An account of `budget`, with nothing spent.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when the budget's settings are out of range.
+    pub fn new<E, T>(budget: RetryBudget) -> Result<Self, Error<E, T>> {
+        budget.validate()?;
+        Ok(Self {
+            budget,
+            spending: parking_lot::Mutex::new(Spending::default()),
+        })
+    }
+
+    /// Counts a first attempt (it earns the budget's `ratio` of a retry).
+    pub fn first_attempt(&self) {
+        self.spending
+            .lock()
+            .first_attempt(Instant::now(), &self.budget);
+    }
+
+    /// Whether one more retry fits the budget now; counts it if so.
+    pub fn try_retry(&self) -> bool {
+        self.spending.lock().try_retry(Instant::now(), &self.budget)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +238,20 @@ mod tests {
             .filter(|_| spending.try_retry(later, &budget))
             .count();
         assert_eq!(granted, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_account_keeps_to_its_budget() {
+        let budget = RetryBudget::default().ratio(0.5).floor_per_second(1.0);
+        let account = RetryAccount::new::<(), ()>(budget).unwrap();
+        for _ in 0..10 {
+            account.first_attempt();
+        }
+        assert_eq!((0..100).filter(|_| account.try_retry()).count(), 15);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!((0..100).filter(|_| account.try_retry()).count(), 10);
+        let bad = RetryAccount::new::<(), ()>(RetryBudget::default().ratio(-1.0));
+        assert!(matches!(bad, Err(Error::InvalidConfig { .. })));
     }
 
     #[tokio::test(start_paused = true)]

@@ -78,7 +78,7 @@ mod state;
 mod ticket;
 
 pub use batcher::{Batcher, ItemOptions};
-pub use budget::RetryBudget;
+pub use budget::{RetryAccount, RetryBudget};
 pub use config::{Backpressure, Builder, RetryPolicy};
 pub use error::{Error, Retryable};
 pub use flush::{Flush, FlushReason, FlushResult, ItemReply};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use ack_batcher::{RetryAccount, RetryBudget};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -84,6 +85,17 @@ struct Inner {
     settings_answers: AtomicU64,
     started: AtomicBool,
     stop: CancellationToken,
+    /// Send retries keep to a retry budget (ack-batcher's rule: a share of recent first
+    /// attempts plus a floor), so that an outage cannot multiply the requests.
+    budget: Mutex<Arc<RetryAccount>>,
+    /// Retries over the budget wait for their next back-off or for this: woken when a send
+    /// succeeds while some wait (the proxy answers again, so they go at once).
+    answered: Notify,
+    deferred: AtomicUsize,
+    /// Retries the budget deferred, for [`Producer::retries_deferred`].
+    retries_deferred: AtomicU64,
+    /// `SendMessage` requests made, retries included, for [`Producer::send_attempts`].
+    attempts: AtomicU64,
 }
 
 impl Producer {
@@ -107,6 +119,11 @@ impl Producer {
                 settings_answers: AtomicU64::new(0),
                 started: AtomicBool::new(false),
                 stop: CancellationToken::new(),
+                budget: Mutex::new(Arc::new(RetryAccount::default())),
+                answered: Notify::new(),
+                deferred: AtomicUsize::new(0),
+                retries_deferred: AtomicU64::new(0),
+                attempts: AtomicU64::new(0),
             }),
         }
     }
@@ -134,6 +151,22 @@ impl Producer {
     pub fn retry_window(self, window: Duration) -> Self {
         *self.inner.retry_window.lock() = window;
         self
+    }
+
+    /// The retry budget of sends (default [`RetryBudget::default`]: over the last 10 s, retries
+    /// up to 20 % of the first attempts plus 10 a second). A retry over the budget sends
+    /// nothing: it waits another back-off, or until some send succeeds (the proxy answers
+    /// again), and gives up at the end of the retry window. So during an outage the proxy
+    /// sees at most about 1.2 requests per send plus 10 a second, and once it is back every
+    /// waiting send goes at once. [`RetryBudget::unlimited`] turns it off.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when the budget's settings are out of range.
+    pub fn retry_budget(self, budget: RetryBudget) -> Result<Self, Error> {
+        let account = RetryAccount::new::<String, ()>(budget)
+            .map_err(|error| Error::invalid("retry_budget", error.to_string()))?;
+        *self.inner.budget.lock() = Arc::new(account);
+        Ok(self)
     }
 
     /// Fixes the attempts of the retry policy (at least 1), instead of the proxy's
@@ -239,6 +272,8 @@ impl Producer {
         let mut failed_brokers: HashSet<String> = HashSet::new();
         let mut last_queue: Option<usize> = None;
         let mut attempt: u32 = 0;
+        let budget = Arc::clone(&inner.budget.lock());
+        budget.first_attempt();
         loop {
             attempt += 1;
             let max_attempts = inner.policy.lock().max_attempts;
@@ -253,6 +288,7 @@ impl Producer {
                     );
                     last_queue = Some(index);
                     let queue = &route[index];
+                    inner.attempts.fetch_add(1, Ordering::Relaxed);
                     let outcome = self
                         .send_once(&message, &message_id, queue, request_timeout)
                         .await;
@@ -269,7 +305,12 @@ impl Producer {
                 Err(error) => Err(error),
             };
             let error = match result {
-                Ok(receipt) => return Ok(receipt),
+                Ok(receipt) => {
+                    if inner.deferred.load(Ordering::Relaxed) > 0 {
+                        inner.answered.notify_waiters();
+                    }
+                    return Ok(receipt);
+                }
                 Err(error) => error,
             };
             let give_up = |error: Error| {
@@ -303,7 +344,45 @@ impl Producer {
                 () = inner.stop.cancelled() => return Err(give_up(error)),
                 () = tokio::time::sleep(delay) => {}
             }
+            // Over the budget: no request; wait another back-off, or until a send succeeds.
+            let mut waits = crate::backoff::Backoff::new(
+                inner.policy.lock().delay(attempt),
+                policy::OUTAGE_BACKOFF_MAX,
+            );
+            while !budget.try_retry() {
+                inner.retries_deferred.fetch_add(1, Ordering::Relaxed);
+                let wait = waits.next_delay();
+                if Instant::now() + wait >= window_end {
+                    return Err(give_up(error));
+                }
+                let answered = inner.answered.notified();
+                inner.deferred.fetch_add(1, Ordering::Relaxed);
+                let woken = tokio::select! {
+                    () = inner.stop.cancelled() => None,
+                    () = answered => Some(true),
+                    () = tokio::time::sleep(wait) => Some(false),
+                };
+                inner.deferred.fetch_sub(1, Ordering::Relaxed);
+                match woken {
+                    None => return Err(give_up(error)),
+                    // The proxy answers again: this retry goes, budget or not.
+                    Some(true) => break,
+                    Some(false) => {}
+                }
+            }
         }
+    }
+
+    /// Send retries the retry budget held back (each waited another back-off or until a send
+    /// succeeded, instead of a request): how much an outage was kept from multiplying the
+    /// requests.
+    pub fn retries_deferred(&self) -> u64 {
+        self.inner.retries_deferred.load(Ordering::Relaxed)
+    }
+
+    /// `SendMessage` requests made so far, retries included.
+    pub fn send_attempts(&self) -> u64 {
+        self.inner.attempts.load(Ordering::Relaxed)
     }
 
     /// Adds `topic` to the announced settings (re-announcing them) if it is new.

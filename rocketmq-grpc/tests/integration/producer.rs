@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ack_batcher::RetryBudget;
 use rocketmq_grpc::emulator::{Emulator, Rpc, ScriptedFailure, TopicKind};
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{Backoff, Error, OutgoingMessage, Producer, SendRetryPolicy, Session};
@@ -338,4 +339,71 @@ async fn the_producer_announces_its_settings_again_after_a_proxy_restart() {
     // Heartbeats follow (the proxy refuses them without settings).
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert!(emulator.stats().calls(Rpc::Heartbeat) >= 2);
+}
+
+/// 100 sends a second for 30 s with the proxy down from 5 s to 15 s, a 60 s retry window,
+/// with `budget`: how many sends failed, the `SendMessage` attempts, the retries deferred.
+async fn steady_stream_through_an_outage(budget: RetryBudget) -> (usize, u64, u64) {
+    let mut emulator = emulator().await;
+    let producer = producer(&emulator)
+        .retry_window(Duration::from_secs(60))
+        .retry_budget(budget)
+        .expect("a valid budget");
+    let producer = Arc::new(producer);
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    let started = tokio::time::Instant::now();
+    let mut sends = Vec::new();
+    for i in 0..3_000u32 {
+        tokio::time::sleep_until(started + Duration::from_millis(10) * i).await;
+        if i == 500 {
+            emulator.stop_serving().await.expect("down");
+        }
+        if i == 1_500 {
+            emulator.resume_serving().await.expect("up again");
+        }
+        let producer = Arc::clone(&producer);
+        sends.push(tokio::spawn(async move {
+            producer
+                .send(OutgoingMessage::new(TOPIC, format!("m{i}")))
+                .await
+        }));
+    }
+    let mut failed = 0;
+    for send in sends {
+        failed += usize::from(send.await.expect("the task ends").is_err());
+    }
+    assert_eq!(emulator.stats().messages_stored as usize, 3_001 - failed);
+    (
+        failed,
+        producer.send_attempts() - 1,
+        producer.retries_deferred(),
+    )
+}
+
+/// Through a 10 s outage under 100 sends a second, every send succeeds once the proxy is
+/// back, and the retries keep to the budget. The bound on `SendMessage` requests: the 3,000
+/// first attempts, plus the budget over the 30 s and one window before (20 % of 3,000 plus 10
+/// a second for 40 s: 1,000), plus one retry each for the 1,000 sends waiting when the proxy
+/// returns (woken by the first success, they go past the budget): 5,000. Without the budget
+/// every send of the outage retries on its own back-off, up to every 2 s.
+#[tokio::test(start_paused = true)]
+async fn an_outage_under_a_steady_stream_keeps_to_the_retry_budget() {
+    let (failed, attempts, deferred) =
+        steady_stream_through_an_outage(RetryBudget::default()).await;
+    println!(
+        "with the budget: {attempts} SendMessage attempts for 3000 sends, {deferred} retries deferred"
+    );
+    assert_eq!(failed, 0, "every send succeeds once the proxy is back");
+    assert!(attempts <= 5_000, "{attempts} attempts");
+    assert!(deferred > 0);
+    let (failed, unlimited, _) = steady_stream_through_an_outage(RetryBudget::unlimited()).await;
+    println!("without: {unlimited} SendMessage attempts");
+    assert_eq!(failed, 0);
+    assert!(
+        unlimited > 2 * attempts,
+        "{unlimited} attempts without the budget"
+    );
 }
