@@ -46,7 +46,7 @@ for run in $(seq 1 "$RUNS"); do
     done
     topic=peer-batched
     target/release/rocketmq_restart_stream --endpoint "${forward[ours]}" --topic "$topic" \
-      --group "restart-ours-$tag" --rate "$RATE" --seconds "$SECONDS_PER_RUN" --patience 90 \
+      --group "restart-ours-$tag" --rate "$RATE" --seconds "$SECONDS_PER_RUN" --patience 90 --prefix "rs-$tag-" \
       > "$LOGS/$tag-ours.log" 2> "$LOGS/$tag-ours.err" &
     ours=$!
     RESTART_STREAM_TRACE="$LOGS/$tag-java.trace" scripts/java-peers/run RocketMqRestartStream \

@@ -5,10 +5,13 @@
 //!
 //! ```text
 //! cargo run --release -p examples --bin rocketmq_restart_stream -- \
-//!     --endpoint 127.0.0.1:8081 --topic T --group G [--rate 100] [--seconds 60] [--patience 60]
+//!     --endpoint 127.0.0.1:8081 --topic T --group G [--rate 100] [--seconds 60] [--patience 60] \
+//!     [--prefix P]
 //! ```
 //!
-//! It prints one line per event, with the Unix time in milliseconds: `ready` once consuming,
+//! Payloads are `PREFIX` (default `m`) and a sequence number; deliveries of other payloads
+//! (older runs on the topic: a new group starts at the topic's first message) are acknowledged
+//! and not printed. It prints one line per event, with the Unix time in milliseconds: `ready` once consuming,
 //! `sent MS PAYLOAD` when a send has its receipt, `send-error MS PAYLOAD ERROR`, `recv MS
 //! PAYLOAD` for every delivery (each is acknowledged), `acked MS N` when the proxy confirmed N
 //! acks, and at the end `report unacknowledged=N ack_failed=N` from the shutdown report and
@@ -33,11 +36,13 @@ struct Args {
     rate: u32,
     seconds: u64,
     patience: u64,
+    prefix: String,
 }
 
 fn parse_args() -> Result<Args, String> {
     let (mut endpoint, mut topic, mut group) = (None, None, None);
     let (mut rate, mut seconds, mut patience) = (100u32, 60u64, 60u64);
+    let mut prefix = "m".to_owned();
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut number = |flag: &str| {
@@ -52,10 +57,11 @@ fn parse_args() -> Result<Args, String> {
             "--rate" => rate = u32::try_from(number("--rate")?.max(1)).unwrap_or(u32::MAX),
             "--seconds" => seconds = number("--seconds")?,
             "--patience" => patience = number("--patience")?,
+            "--prefix" => prefix = it.next().ok_or("--prefix takes a value")?,
             "-h" | "--help" => {
                 return Err(
                     "usage: rocketmq_restart_stream --endpoint HOST:PORT --topic T \
-                     --group G [--rate N] [--seconds N] [--patience N]"
+                     --group G [--rate N] [--seconds N] [--patience N] [--prefix P]"
                         .into(),
                 );
             }
@@ -69,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
         rate,
         seconds,
         patience,
+        prefix,
     })
 }
 
@@ -80,6 +87,7 @@ fn now_ms() -> u128 {
 
 /// Prints every delivery and remembers its payload.
 struct Printing {
+    prefix: String,
     seen: Mutex<HashSet<String>>,
 }
 
@@ -87,6 +95,9 @@ struct Printing {
 impl MessageHandler for Printing {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
         let payload = String::from_utf8_lossy(&message.body).into_owned();
+        if !payload.starts_with(&self.prefix) {
+            return ConsumeResult::Success;
+        }
         println!("recv {} {payload}", now_ms());
         self.seen.lock().insert(payload);
         ConsumeResult::Success
@@ -111,6 +122,7 @@ impl Observer<AckKey, AckEntry, (), Error> for AckPrinter {
 async fn run(args: Args) -> Result<(), Error> {
     let config = ClientConfig::new(&args.endpoint)?;
     let handler = Arc::new(Printing {
+        prefix: args.prefix.clone(),
         seen: Mutex::new(HashSet::new()),
     });
     let consumer = PushConsumer::builder(config.clone(), &args.group)
@@ -127,6 +139,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let producing = tokio::spawn({
         let sent = Arc::clone(&sent);
         let topic = args.topic.clone();
+        let prefix = args.prefix.clone();
         async move {
             let mut sends = Vec::new();
             for i in 0..total {
@@ -134,8 +147,8 @@ async fn run(args: Args) -> Result<(), Error> {
                 let producer = Arc::clone(&producer);
                 let sent = Arc::clone(&sent);
                 let topic = topic.clone();
+                let payload = format!("{prefix}{i}");
                 sends.push(tokio::spawn(async move {
-                    let payload = format!("m{i}");
                     let message = OutgoingMessage::new(topic, payload.clone().into_bytes());
                     match producer.send(message).await {
                         Ok(_) => {
