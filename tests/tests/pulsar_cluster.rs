@@ -164,7 +164,9 @@ impl Cluster {
     }
 
     /// Unloads `topic`'s bundle so that it goes to `to`, and waits until the lookup names
-    /// `to`. Returns how long it took.
+    /// `to`. Returns how long it took. The unload is asked again every 10 s while the bundle
+    /// stays where it was: in one CI run of 2026-12-02 the broker took the request (success)
+    /// and left the bundle on A for the whole 30 s.
     async fn move_bundle(&self, topic: &str, to: Broker) -> Duration {
         let started = Instant::now();
         let bundle = self.bundle(topic).await;
@@ -172,17 +174,25 @@ impl Cluster {
             "/admin/v2/namespaces/public/default/{bundle}/unload?destinationBroker={}",
             self.ids[to as usize]
         );
-        let response = self
-            .admin
-            .request("PUT", &path, None)
-            .await
-            .expect("bundle unload");
-        assert!(response.is_success(), "PUT {path}: {response:?}");
+        let unload = || async {
+            let response = self
+                .admin
+                .request("PUT", &path, None)
+                .await
+                .expect("bundle unload");
+            assert!(response.is_success(), "PUT {path}: {response:?}");
+        };
+        unload().await;
+        let mut asked = Instant::now();
         let deadline = Instant::now() + PATIENCE;
         loop {
             let owner = self.owner(topic).await;
             if owner == to {
                 return started.elapsed();
+            }
+            if asked.elapsed() >= Duration::from_secs(10) {
+                unload().await;
+                asked = Instant::now();
             }
             assert!(
                 Instant::now() < deadline,
