@@ -293,7 +293,7 @@ impl Producer {
                         .send_once(&message, &message_id, queue, request_timeout)
                         .await;
                     if let Err(error) = &outcome {
-                        if error.is_retryable() {
+                        if error.is_retryable() || routes::is_topic_not_found(error) {
                             inner.routes.mark_stale(&message.topic);
                         }
                         if let Some(broker) = &queue.broker {
@@ -313,8 +313,13 @@ impl Producer {
                 }
                 Err(error) => error,
             };
+            // A topic this producer routed before is not gone when the proxy says
+            // TOPIC_NOT_FOUND: after a restart the name server knows no route until the
+            // broker registers again, so it is retried within the window.
+            let retryable = error.is_retryable()
+                || (routes::is_topic_not_found(&error) && inner.routes.known(&message.topic));
             let give_up = |error: Error| {
-                if attempt == 1 && !error.is_retryable() {
+                if attempt == 1 && !retryable {
                     error
                 } else {
                     Error::SendFailed {
@@ -324,7 +329,7 @@ impl Producer {
                     }
                 }
             };
-            if !error.is_retryable() {
+            if !retryable {
                 return Err(give_up(error));
             }
             let delay = crate::backoff::jitter(inner.policy.lock().delay(attempt));

@@ -109,14 +109,24 @@ impl Routes {
                 Ok(route)
             }
             Err(error) => match &t.entry {
-                // A refresh that fails keeps the queues we know (still stale).
-                Some(e) if error.is_retryable() => {
+                // A refresh that fails keeps the queues we know (still stale), TOPIC_NOT_FOUND
+                // included: a real 5.3.3 name server answers it for a routed topic until the
+                // restarted broker registers again (seen 25 s after a proxy restart).
+                Some(e) if error.is_retryable() || is_topic_not_found(&error) => {
                     tracing::debug!(topic, %error, "QueryRoute failed; keeping the cached route");
                     Ok(Arc::clone(&e.route))
                 }
                 _ => Err(error),
             },
         }
+    }
+
+    /// Whether a route of `topic` was ever known (then TOPIC_NOT_FOUND means "not yet again").
+    pub(crate) fn known(&self, topic: &str) -> bool {
+        self.topics
+            .lock()
+            .get(topic)
+            .is_some_and(|t| t.entry.is_some())
     }
 
     /// Marks the route of `topic` stale: the next send queries it again.
@@ -170,4 +180,9 @@ async fn query_route(session: &Session, topic: &str) -> Result<Route, Error> {
         });
     }
     Ok(Arc::new(writable))
+}
+
+/// TOPIC_NOT_FOUND from the proxy.
+pub(crate) fn is_topic_not_found(error: &Error) -> bool {
+    error.code() == Some(crate::pb::Code::TopicNotFound)
 }
