@@ -331,6 +331,29 @@ impl Session {
             .max_encoding_message_size(max.max(PROXY_MAX_INBOUND))
     }
 
+    /// One `Heartbeat` to the access point, as `client_type` (of `group`, for consumers).
+    ///
+    /// # Errors
+    /// [`Error::Rpc`] on transport failures; [`Error::Server`] when the proxy refuses it.
+    pub(crate) async fn heartbeat(
+        &self,
+        group: Option<&str>,
+        client_type: pb::ClientType,
+    ) -> Result<(), Error> {
+        let access = self.config.endpoint.clone();
+        let mut client = self.client(&access)?;
+        let request = pb::HeartbeatRequest {
+            group: group.map(|g| self.resource(g)),
+            client_type: client_type as i32,
+        };
+        let response = client
+            .heartbeat(self.request(request, self.config.request_timeout))
+            .await
+            .map_err(|status| Error::rpc("Heartbeat", status))?
+            .into_inner();
+        Error::check("Heartbeat", response.status.as_ref())
+    }
+
     /// Wraps `message` with the proxy's headers, the signature and a deadline of `timeout`.
     pub fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);

@@ -188,19 +188,11 @@ fn apply_assignments(inner: &Arc<Inner>, topic: &str, assignments: Vec<pb::Assig
 }
 
 async fn heartbeat(inner: &Inner) -> Result<(), Error> {
-    let access = inner.session.config().endpoint().clone();
-    let mut client = inner.session.client(&access)?;
-    let request = pb::HeartbeatRequest {
-        group: Some(inner.session.resource(&inner.group)),
-        client_type: ClientType::PushConsumer as i32,
-    };
-    let timeout = inner.session.config().request_timeout;
-    let response = client
-        .heartbeat(inner.session.request(request, timeout))
+    let group = Some(inner.group.as_str());
+    inner
+        .session
+        .heartbeat(group, ClientType::PushConsumer)
         .await
-        .map_err(|status| Error::rpc("Heartbeat", status))?
-        .into_inner();
-    Error::check("Heartbeat", response.status.as_ref())
 }
 
 /// Heartbeats every 10 s and queries assignments every 5 s while the consumer is

@@ -110,19 +110,7 @@ async fn open(inner: &Inner) -> Result<Telemetry, Error> {
 }
 
 async fn heartbeat(inner: &Inner) -> Result<(), Error> {
-    let access = inner.session.config().endpoint().clone();
-    let mut client = inner.session.client(&access)?;
-    let request = pb::HeartbeatRequest {
-        group: None,
-        client_type: ClientType::Producer as i32,
-    };
-    let timeout = inner.session.config().request_timeout;
-    let response = client
-        .heartbeat(inner.session.request(request, timeout))
-        .await
-        .map_err(|status| Error::rpc("Heartbeat", status))?
-        .into_inner();
-    Error::check("Heartbeat", response.status.as_ref())
+    inner.session.heartbeat(None, ClientType::Producer).await
 }
 
 /// Keeps the telemetry stream open: settings first, then the proxy's answers; the settings
