@@ -17,14 +17,14 @@
 //!   the weighted strategy the empty lower levels are never paused). Criterion reports the
 //!   time of one iteration: divide by 280 events.
 //!
-//! Run with `cargo bench -p priority --bench decisions`.
+//! Run with `cargo bench -p mq-priority --bench decisions`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use priority::{
+use mq_priority::{
     Gate, GateConfig, KeyHash, LayoutSpec, Level, PartitionControl, PriorityPolicy, Router,
     RouterConfig, Strategy,
 };

@@ -191,7 +191,7 @@ const STRIDE_ONE: u64 = 1 << 32;
 ///
 /// ```
 /// use std::time::Instant;
-/// use priority::{Gate, GateConfig, LayoutSpec, Level, PriorityPolicy, RecordingControl, Strategy};
+/// use mq_priority::{Gate, GateConfig, LayoutSpec, Level, PriorityPolicy, RecordingControl, Strategy};
 ///
 /// let policy = PriorityPolicy::new(2)?;
 /// let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
@@ -204,7 +204,7 @@ const STRIDE_ONE: u64 = 1 << 32;
 /// assert_eq!(gate.poll(now, &mut control), Some(0)); // the high one goes first
 /// assert_eq!(gate.poll(now, &mut control), Some(1));
 /// assert_eq!(gate.poll(now, &mut control), None);
-/// # Ok::<(), priority::Error>(())
+/// # Ok::<(), mq_priority::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Gate {

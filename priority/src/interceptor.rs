@@ -55,7 +55,7 @@ pub trait ConsumerInterceptor: Send + Sync {
 ///
 /// ```
 /// use std::time::Instant;
-/// use priority::{
+/// use mq_priority::{
 ///     ConsumerInterceptor, Gate, GateConfig, GateInterceptor, LayoutSpec, ManualClock,
 ///     MessageInfo, PriorityPolicy, RecordingControl, Strategy,
 /// };
@@ -71,7 +71,7 @@ pub trait ConsumerInterceptor: Send + Sync {
 ///     interceptor.on_arrival(&MessageInfo { partition: 0, priority: Some("0"), redelivery_count: 0 });
 /// }
 /// assert!(hooks.with(|_, control| control.is_paused(1)));
-/// # Ok::<(), priority::Error>(())
+/// # Ok::<(), mq_priority::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct GateInterceptor<C, K = SystemClock> {

@@ -28,7 +28,7 @@
 //!
 //! ```
 //! use std::time::Instant;
-//! use priority::{
+//! use mq_priority::{
 //!     Gate, GateConfig, LayoutSpec, Level, NoControl, PriorityPolicy, Router, RouterConfig,
 //!     Strategy,
 //! };
@@ -53,7 +53,7 @@
 //! gate.on_arrival(urgent, Some(Level::new(0)), now, &mut control)?;
 //! assert_eq!(gate.poll(now, &mut control), Some(urgent));
 //! assert_eq!(gate.poll(now, &mut control), Some(bulk));
-//! # Ok::<(), priority::Error>(())
+//! # Ok::<(), mq_priority::Error>(())
 //! ```
 //!
 //! # Driving the gate

@@ -111,14 +111,14 @@ struct Counters {
 /// in one place.
 ///
 /// ```
-/// use priority::{Level, ParseOutcome, PriorityPolicy};
+/// use mq_priority::{Level, ParseOutcome, PriorityPolicy};
 ///
 /// let policy = PriorityPolicy::builder().levels(3).default_level(2).build()?;
 /// assert_eq!(policy.level_of(Some("0")), Level::new(0));
 /// assert_eq!(policy.parse(Some("urgent")).outcome, ParseOutcome::Invalid);
 /// assert_eq!(policy.level_of(None), Level::new(2));
 /// assert_eq!(policy.stats().missing, 1);
-/// # Ok::<(), priority::Error>(())
+/// # Ok::<(), mq_priority::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct PriorityPolicy {

@@ -63,7 +63,7 @@ pub struct RouterConfig {
 ///
 /// ```
 /// use std::time::Instant;
-/// use priority::{LayoutSpec, Level, PriorityPolicy, Router, RouterConfig};
+/// use mq_priority::{LayoutSpec, Level, PriorityPolicy, Router, RouterConfig};
 ///
 /// let policy = PriorityPolicy::new(2)?;
 /// let now = Instant::now();
@@ -72,7 +72,7 @@ pub struct RouterConfig {
 /// let p = router.route(Level::new(1), Some("order-42"), 4, now)?;
 /// assert!((1..4).contains(&p));
 /// assert_eq!(router.route(Level::new(1), Some("order-42"), 4, now)?, p);
-/// # Ok::<(), priority::Error>(())
+/// # Ok::<(), mq_priority::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct Router {

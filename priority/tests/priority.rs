@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use priority::{
+use mq_priority::{
     Gate, GateConfig, KeyHash, LayoutSpec, Level, PartitionControl, PriorityPolicy,
     RecordingControl, Router, RouterConfig, StickyWindow, Strategy as GateStrategy, Unlisted,
 };

@@ -121,11 +121,11 @@ pub enum Error {
     /// An ack could not be built (from `txn-ack`).
     #[error(transparent)]
     Ack(#[from] txn_ack::Error),
-    /// A priority setting or decision failed (from the `priority` crate), for example a
+    /// A priority setting or decision failed (from the `mq-priority` crate), for example a
     /// layout that does not cover the topic's partitions after it grew. Not retryable: fix
     /// the policy or layout.
     #[error(transparent)]
-    Priority(#[from] priority::Error),
+    Priority(#[from] mq_priority::Error),
     /// [`crate::Consumer::receive`] got an entry it cannot decode: its checksum does not
     /// match, its payload does not decompress, or its batch is corrupt. The entry was not
     /// acknowledged and stays in the subscription's backlog; the application decides:

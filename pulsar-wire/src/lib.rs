@@ -109,9 +109,9 @@
 //! - [`TransactionCoordinator`] and [`Transaction`]: `TC_CLIENT_CONNECT`, `NEW_TXN` (its
 //!   timeout in milliseconds, as the reference clients send it), partitions and subscriptions
 //!   registered before first use, commit and abort.
-//! - [`priority`]: message priority on partitioned topics: [`priority::PriorityRouter`] (the
+//! - [`prioritized`]: message priority on partitioned topics: [`prioritized::PriorityRouter`] (the
 //!   producer's router, by each message's priority property) and
-//!   [`priority::PriorityConsumer`] (per-partition consumers whose `FLOW` permits a gate
+//!   [`prioritized::PriorityConsumer`] (per-partition consumers whose `FLOW` permits a gate
 //!   withholds and grants, merged with the most important level first).
 //! - Compression ([`Compression`]: LZ4, ZLIB, ZSTD, SNAPPY, in the formats the Java client
 //!   writes): consumers decompress every entry whose metadata names a codec, up to the
@@ -256,7 +256,11 @@ mod link;
 
 #[cfg(feature = "emulator")]
 pub mod emulator;
-pub mod priority;
+pub mod prioritized;
+
+/// The transport-free priority crate that [`prioritized`] wires in (policy, layout, router,
+/// gate), re-exported whole.
+pub use mq_priority;
 mod producer;
 mod tls;
 mod txn;

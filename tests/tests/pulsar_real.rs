@@ -1163,11 +1163,11 @@ async fn every_codec_of_our_producer_is_read_by_the_java_client() {
 async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow() {
     use std::collections::HashSet;
 
-    use priority::{
+    use mq_priority::{
         GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy,
         Unlisted,
     };
-    use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+    use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
 
     const LOW: usize = 10_000;
     const HIGH: usize = 1_000;
@@ -1330,7 +1330,7 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     producer.close().await.expect("producer closed");
 }
 
-async fn assert_quiet_priority(consumer: &pulsar_wire::priority::PriorityConsumer) {
+async fn assert_quiet_priority(consumer: &pulsar_wire::prioritized::PriorityConsumer) {
     if let Some(message) = within(Duration::from_millis(500), consumer.receive()).await {
         panic!("unexpected delivery: {:?}", message.map(|m| m.id()));
     }

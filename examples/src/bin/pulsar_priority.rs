@@ -9,7 +9,7 @@
 //!
 //! - **no priority**: the default round-robin router and a plain consumer: the high messages
 //!   sit at the end of every partition, behind the whole backlog;
-//! - **ours**: `pulsar_wire::priority::PriorityRouter` routes by the `priority` property and
+//! - **ours**: `pulsar_wire::prioritized::PriorityRouter` routes by the `priority` property and
 //!   `PriorityConsumer` takes messages in the gate's order, withholding the low partitions'
 //!   `FLOW` permits while the high level is under pressure (the low level has half the high
 //!   level's receiver queue).
@@ -43,11 +43,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration_tests::pulsar_admin::PulsarAdmin;
-use priority::{
+use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
 use pulsar_wire::emulator::{Emulator, EmulatorConfig};
-use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition, Message,
     OutgoingMessage, Producer, ProducerOptions,
@@ -205,7 +205,7 @@ struct Report {
     elapsed: Duration,
 }
 
-fn policy() -> Result<PriorityPolicy, priority::Error> {
+fn policy() -> Result<PriorityPolicy, mq_priority::Error> {
     PriorityPolicy::builder()
         .levels(2)
         .property(PROPERTY)

@@ -22,7 +22,7 @@ pub const NONE_KEY: &[u8] = b"NONE_KEY";
 /// `(murmur3_32(key) & i32::MAX) % 65536`, with 0 taken as 1, as a 4.0.x broker computes it.
 /// A [`HashRange`] of a [`KeySharedMode::Sticky`] consumer covers the keys whose hash it holds.
 pub fn sticky_key_hash(key: &[u8]) -> u32 {
-    let hash = (::priority::murmur3_32(key, 0) & i32::MAX as u32) % KEY_HASH_RANGE_SIZE;
+    let hash = (::mq_priority::murmur3_32(key, 0) & i32::MAX as u32) % KEY_HASH_RANGE_SIZE;
     hash.max(1)
 }
 
@@ -257,11 +257,11 @@ mod tests {
         // Masking with i32::MAX does not change the low 16 bits.
         let top_bit_set = (0u32..)
             .map(|i| format!("key-{i}"))
-            .find(|k| ::priority::murmur3_32(k.as_bytes(), 0) & 0x8000_0000 != 0)
+            .find(|k| ::mq_priority::murmur3_32(k.as_bytes(), 0) & 0x8000_0000 != 0)
             .expect("some key hashes with the top bit set");
         assert_eq!(
             sticky_key_hash(top_bit_set.as_bytes()),
-            (::priority::murmur3_32(top_bit_set.as_bytes(), 0) & 0xffff).max(1)
+            (::mq_priority::murmur3_32(top_bit_set.as_bytes(), 0) & 0xffff).max(1)
         );
     }
 

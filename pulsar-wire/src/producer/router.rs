@@ -22,7 +22,7 @@ pub trait PartitionRouter: Send + Sync + fmt::Debug + 'static {
 
     /// The partition for `message`. The default routes by the message's key with
     /// [`PartitionRouter::route`]; routers that read properties (such as
-    /// [`crate::priority::PriorityRouter`]) override it.
+    /// [`crate::prioritized::PriorityRouter`]) override it.
     ///
     /// # Errors
     /// Whatever the router cannot decide; the send fails with it and nothing is sent.

@@ -9,11 +9,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use priority::{
+use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
 use pulsar_wire::emulator::EmulatorConfig;
-use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
 use pulsar_wire::{
     BatchingOptions, ConsumerOptions, Error, InitialPosition, Message, OutgoingMessage, Producer,
     ProducerOptions,

@@ -2,7 +2,7 @@
 //! as the table's, a tenth of the messages). Each check is also shown to fail for a baseline,
 //! so that it can fail.
 
-use priority::Strategy;
+use mq_priority::Strategy;
 
 use crate::metrics::Report;
 use crate::scenarios::{self, Scenario, Stream, TEST};

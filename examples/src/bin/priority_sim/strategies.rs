@@ -6,7 +6,7 @@
 //! - **replica**: the published design ([`crate::replica`]) on a level-per-partition layout,
 //!   with the same plain merged consumer;
 //! - **ours**: the `priority` crate's [`Router`] and [`Gate`] on the same layout, in each
-//!   [`priority::Strategy`]: one consumer per partition, the application takes the partition
+//!   [`mq_priority::Strategy`]: one consumer per partition, the application takes the partition
 //!   the gate picks, the gate pauses and resumes partitions, lower levels get smaller queues.
 //!   Levels are laid out by equal weights; where the topic grows, one more row uses an
 //!   explicit layout whose added partitions go to the least important level.
@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use priority::{
+use mq_priority::{
     Gate, GateConfig, LayoutSpec, Level, PartitionControl, PriorityPolicy, QueueSizing, Router,
     RouterConfig, StickyWindow, Strategy, Unlisted,
 };

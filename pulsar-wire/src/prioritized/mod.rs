@@ -1,10 +1,14 @@
-//! Message priority on partitioned topics, wired from the transport-free `priority` crate.
+//! Message priority on partitioned topics, wired from the transport-free `mq-priority` crate.
+//!
+//! The module re-exports what a user of it needs from `mq-priority` (the policy, the layout,
+//! the router's and the gate's settings), so that `pulsar-wire` alone is enough; the whole crate
+//! is [`crate::mq_priority`].
 //!
 //! Pulsar has no message priority, so an urgent message waits behind a low-priority backlog.
 //! The fix spreads levels over the partitions of one topic and makes the consumer prefer the
 //! partitions of the more important levels. Producer and consumer share one
-//! [`priority::PriorityPolicy`] (levels, default level, the message property) and one
-//! [`priority::LayoutSpec`] (which partitions hold which level):
+//! [`mq_priority::PriorityPolicy`] (levels, default level, the message property) and one
+//! [`mq_priority::LayoutSpec`] (which partitions hold which level):
 //!
 //! - [`PriorityRouter`]: the producer's [`crate::PartitionRouter`]. A message goes to a
 //!   partition of the level its priority property names (the policy's default level when it
@@ -13,7 +17,7 @@
 //!   [`crate::Producer::refresh_partitions`] (also run periodically, see
 //!   [`crate::ProducerOptions::partitions_refresh`]).
 //! - [`PriorityConsumer`]: one consumer per partition, each with the receiver queue the
-//!   [`priority::Gate`] suggests for its level (smaller for lower levels), merged into one
+//!   [`mq_priority::Gate`] suggests for its level (smaller for lower levels), merged into one
 //!   stream. Every arrival and every delivery goes through the gate, which picks the partition
 //!   the next message comes from and pauses lower levels while a more important one is under
 //!   pressure; pausing withholds the partition's `FLOW` permits (what the broker already has
@@ -24,9 +28,9 @@
 //!   layout is recomputed.
 //!
 //! ```no_run
-//! use pulsar_wire::priority::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+//! use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
 //! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage, ProducerOptions};
-//! use priority::{LayoutSpec, Level, PriorityPolicy, RouterConfig, Unlisted};
+//! use pulsar_wire::prioritized::{LayoutSpec, Level, PriorityPolicy, RouterConfig, Unlisted};
 //! use std::sync::Arc;
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
@@ -55,6 +59,10 @@ mod router;
 
 pub use consumer::{DEFAULT_TICK, PriorityConsumer, PriorityConsumerOptions};
 pub use router::PriorityRouter;
+
+pub use mq_priority::{
+    GateConfig, GateStats, LayoutSpec, Level, PriorityPolicy, RouterConfig, Strategy, Unlisted,
+};
 
 /// The current instant on Tokio's clock (so that `tokio::time::pause` drives the gate).
 fn now() -> std::time::Instant {

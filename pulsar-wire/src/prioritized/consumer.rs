@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ::priority::{Gate, GateConfig, GateStats, LayoutSpec, PartitionControl, PriorityPolicy};
+use ::mq_priority::{Gate, GateConfig, GateStats, LayoutSpec, PartitionControl, PriorityPolicy};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -64,7 +64,7 @@ impl PriorityConsumerOptions {
         self
     }
 
-    /// How often [`Gate::tick`] runs (for [`::priority::Strategy::StrictAging`]; at least
+    /// How often [`Gate::tick`] runs (for [`::mq_priority::Strategy::StrictAging`]; at least
     /// 1 ms).
     pub fn tick(mut self, every: Duration) -> Self {
         self.tick = every.max(Duration::from_millis(1));
@@ -77,7 +77,7 @@ impl PriorityConsumerOptions {
 /// One consumer per partition is subscribed with the receiver queue the [`Gate`] suggests for
 /// the partition's level. Each message a partition's consumer buffers is an arrival at the
 /// gate; [`PriorityConsumer::receive`] takes the next message from the partition the gate
-/// picks (by its [`::priority::Strategy`]) and counts the delivery; the permit of a delivered
+/// picks (by its [`::mq_priority::Strategy`]) and counts the delivery; the permit of a delivered
 /// message goes back to its partition, unless the gate paused the partition, whose `FLOW`
 /// permits are then withheld until it resumes. Acks and nacks pass through to the partition's
 /// consumer and are only counted by the gate: no decision waits for them.

@@ -1,10 +1,10 @@
 //! [`PriorityRouter`]: the `priority` crate's router as a producer's partition router.
 
-use ::priority::{LayoutSpec, PriorityPolicy, Router, RouterConfig};
+use ::mq_priority::{LayoutSpec, PriorityPolicy, Router, RouterConfig};
 
 use crate::{Client, Error, OutgoingMessage, PartitionRouter};
 
-/// Routes each message to a partition of its priority level (see [`::priority::Router`]):
+/// Routes each message to a partition of its priority level (see [`::mq_priority::Router`]):
 /// the level comes from the message's priority property through the router's
 /// [`PriorityPolicy`]; a message with a key goes to the key's partition within the level,
 /// one without a key goes round robin over the level's partitions (per level, sticky for a
@@ -80,7 +80,7 @@ impl PartitionRouter for PriorityRouter {
 
 #[cfg(test)]
 mod tests {
-    use ::priority::{Level, StickyWindow, Unlisted};
+    use ::mq_priority::{Level, StickyWindow, Unlisted};
 
     use super::*;
 
