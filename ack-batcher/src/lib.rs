@@ -66,6 +66,8 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod batcher;
 mod budget;
 mod config;
@@ -85,3 +87,8 @@ pub use flush::{Flush, FlushReason, FlushResult, ItemReply};
 pub use match_ids::Matched;
 pub use observe::{BatchInfo, BatchSizeHistogram, CloseReport, ItemView, Next, Observer, Stats};
 pub use ticket::Ticket;
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -66,6 +66,8 @@
 //! from a timer when aging is on. The gate calls `pause`/`resume` only on changes; each
 //! partition's consumer should be created with [`Gate::suggested_queue_size`].
 
+#![forbid(unsafe_code)]
+
 mod clock;
 mod control;
 mod error;
@@ -88,3 +90,8 @@ pub use policy::{
     PriorityPolicy, ValueOrder,
 };
 pub use router::{Router, RouterConfig, StickyWindow};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -46,6 +46,8 @@
 //!   conflict rules with commit and abort. It is this crate's test oracle and the accounting
 //!   core of a broker emulator. It adds no dependencies.
 
+#![forbid(unsafe_code)]
+
 mod ack_set;
 mod deliveries;
 mod error;
@@ -63,3 +65,8 @@ pub use error::{Error, MAX_BATCH_SIZE};
 pub use position::{AckId, AckKind, EntryId, MessagePosition};
 pub use tracker::{Ack, AckTracker, PartialBatches};
 pub use txn::{TxnAck, TxnAckTracker, TxnId, txn_ack};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
