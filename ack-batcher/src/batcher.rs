@@ -137,6 +137,29 @@ where
     }
 }
 
+impl<K, T, F> Builder<K, T, F>
+where
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+    F: Flush<K, T>,
+{
+    /// Checks the settings and starts the batcher. Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] names the first setting out of range; [`Error::NoRuntime`] if
+    /// there is no current Tokio runtime.
+    pub fn build(self, flusher: F) -> Result<Batcher<K, T, F>, Error<F::Error>> {
+        self.settings.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        Ok(Batcher::start(
+            flusher,
+            self.settings,
+            self.observer,
+            runtime,
+        ))
+    }
+}
+
 type Outcome<K, T, F> = Result<<F as Flush<K, T>>::Output, Error<<F as Flush<K, T>>::Error, T>>;
 type Admission<K, T, F> = Result<
     Ticket<<F as Flush<K, T>>::Output, <F as Flush<K, T>>::Error>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::observe::SharedObserver;
-use crate::{Batcher, Error, Flush, Observer, RetryBudget};
+use crate::{Error, Flush, Observer, RetryBudget};
 
 /// What happens when a new item arrives while the batcher already holds `max_pending` items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -203,7 +203,7 @@ impl Default for Settings {
 }
 
 impl Settings {
-    fn validate<E, T>(&self) -> Result<(), Error<E, T>> {
+    pub(crate) fn validate<E, T>(&self) -> Result<(), Error<E, T>> {
         if !(1..=MAX_ITEMS).contains(&self.max_items) {
             return Err(Error::invalid(
                 "max_items",
@@ -266,8 +266,8 @@ impl Settings {
 /// # drop(batcher); }
 /// ```
 pub struct Builder<K, T, F: Flush<K, T>> {
-    settings: Settings,
-    observer: Option<SharedObserver<K, T, F>>,
+    pub(crate) settings: Settings,
+    pub(crate) observer: Option<SharedObserver<K, T, F>>,
 }
 
 impl<K, T, F: Flush<K, T>> fmt::Debug for Builder<K, T, F> {
@@ -368,22 +368,6 @@ where
     pub fn observer(mut self, observer: Arc<dyn Observer<K, T, F::Output, F::Error>>) -> Self {
         self.observer = Some(observer);
         self
-    }
-
-    /// Checks the settings and starts the batcher. Must be called inside a Tokio runtime.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] names the first setting out of range; [`Error::NoRuntime`] if
-    /// there is no current Tokio runtime.
-    pub fn build(self, flusher: F) -> Result<Batcher<K, T, F>, Error<F::Error>> {
-        self.settings.validate()?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        Ok(Batcher::start(
-            flusher,
-            self.settings,
-            self.observer,
-            runtime,
-        ))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The crate's error type.
 
-use crate::{EntryId, TxnId};
+use crate::ids::{EntryId, TxnId};
 
 /// The largest batch this crate accepts, in messages. Pulsar producers batch at most 1,000
 /// messages by default (`batchingMaxMessages`); this leaves ample room while keeping a bad

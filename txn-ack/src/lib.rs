@@ -51,6 +51,7 @@
 mod ack_set;
 mod deliveries;
 mod error;
+mod ids;
 mod position;
 mod recent;
 mod tracker;
@@ -62,9 +63,10 @@ pub mod model;
 pub use ack_set::AckSet;
 pub use deliveries::{Deliveries, Delivery, DuplicateOf};
 pub use error::{Error, MAX_BATCH_SIZE};
-pub use position::{AckId, AckKind, EntryId, MessagePosition};
+pub use ids::{EntryId, TxnId};
+pub use position::{AckId, AckKind, MessagePosition};
 pub use tracker::{Ack, AckTracker, PartialBatches};
-pub use txn::{TxnAck, TxnAckTracker, TxnId, txn_ack};
+pub use txn::{TxnAck, TxnAckTracker, txn_ack};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

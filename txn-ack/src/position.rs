@@ -1,23 +1,7 @@
 //! Where a message sits, and the id an ack puts on the wire.
 
-use std::fmt;
-
+use crate::ids::EntryId;
 use crate::{AckSet, Error, MAX_BATCH_SIZE};
-
-/// An entry of a topic partition: a ledger and an entry within it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EntryId {
-    /// The ledger.
-    pub ledger_id: u64,
-    /// The entry within the ledger.
-    pub entry_id: u64,
-}
-
-impl fmt::Display for EntryId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.ledger_id, self.entry_id)
-    }
-}
 
 /// A message's position: its entry, its partition and its place in the entry's batch.
 ///

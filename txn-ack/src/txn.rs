@@ -3,25 +3,10 @@
 use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
-use std::fmt;
 
+use crate::ids::{EntryId, TxnId};
 use crate::recent::RecentlyCompleted;
-use crate::{AckId, AckKind, AckSet, EntryId, Error, MessagePosition};
-
-/// A transaction id: the coordinator's id in the most significant bits, a sequence in the least.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TxnId {
-    /// `txnid_most_bits`.
-    pub most_bits: u64,
-    /// `txnid_least_bits`.
-    pub least_bits: u64,
-}
-
-impl fmt::Display for TxnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.most_bits, self.least_bits)
-    }
-}
+use crate::{AckId, AckKind, AckSet, Error, MessagePosition};
 
 /// One transactional ack to send (`CommandAck` with the txn bits and a request id).
 #[derive(Debug, Clone, PartialEq, Eq)]
