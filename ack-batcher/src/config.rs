@@ -10,7 +10,7 @@ use crate::{Error, Flush, Observer, RetryBudget};
 /// What happens when a new item arrives while the batcher already holds `max_pending` items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backpressure {
-    /// [`Batcher::submit`] and [`Batcher::enqueue`] wait (first come, first served) until
+    /// [`Batcher::submit`](crate::Batcher::submit) and [`Batcher::enqueue`](crate::Batcher::enqueue) wait (first come, first served) until
     /// earlier items resolve. This is the default: nothing is refused, callers slow down.
     #[default]
     Wait,
@@ -242,7 +242,7 @@ impl Settings {
     }
 }
 
-/// Builds a [`Batcher`]; every setting has a default and is checked by [`Builder::build`].
+/// Builds a [`Batcher`](crate::Batcher); every setting has a default and is checked by [`Builder::build`].
 ///
 /// ```
 /// # use std::time::Duration;
@@ -357,7 +357,7 @@ where
         self
     }
 
-    /// How long a batcher dropped without [`Batcher::close`] keeps flushing and retrying in
+    /// How long a batcher dropped without [`Batcher::close`](crate::Batcher::close) keeps flushing and retrying in
     /// the background before it abandons what is left (default 10 s).
     pub fn drop_timeout(mut self, timeout: Duration) -> Self {
         self.settings.drop_timeout = timeout;
