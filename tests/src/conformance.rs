@@ -52,7 +52,7 @@ use pulsar_wire::{
 use txn_ack::model::{AckOutcome, ConflictEffects, ConsumerModel, Dispatch, ModelConfig, WireAck};
 use txn_ack::{AckKind, EntryId, TxnId};
 
-use crate::pulsar_admin::PulsarAdmin;
+use broker_tools::pulsar_admin::PulsarAdmin;
 
 /// The subscription every script uses.
 pub const SUBSCRIPTION: &str = "conformance";

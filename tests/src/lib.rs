@@ -3,9 +3,8 @@
 //! and `PULSAR_ADMIN_URL`); without them each test returns at once, so `cargo test
 //! --workspace` stays hermetic.
 //!
-//! [`pulsar_admin`]: the Pulsar admin REST calls the Pulsar suite needs (topic creation,
-//! partitions, per-topic `maxUnackedMessagesOnConsumer`, topic stats); the examples that run
-//! against a real broker (`pulsar_stall`, `pulsar_priority`) use it too. [`outage`]: a
+//! The Pulsar admin REST client, the steady transactional stream and CPU time are in the
+//! `broker-tools` crate beside this one, which the examples use too. [`outage`]: a
 //! steady stream through broker faults (unloads, restarts), counted by payload; [`peer_stream`]:
 //! the official Python client streaming beside it through the same faults; [`rocketmq_stream`]:
 //! the same for RocketMQ, through proxy restarts and broker stops.
@@ -13,6 +12,4 @@
 pub mod conformance;
 pub mod outage;
 pub mod peer_stream;
-pub mod pulsar_admin;
 pub mod rocketmq_stream;
-pub mod txn_steady;

@@ -17,8 +17,8 @@ use pulsar_wire::{
     SubType,
 };
 
-use crate::pulsar_admin::PulsarAdmin;
-use crate::txn_steady::settled_counts;
+use broker_tools::pulsar_admin::PulsarAdmin;
+use broker_tools::txn_steady::settled_counts;
 
 /// One fault, started at its time from the first send.
 pub type Fault = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;

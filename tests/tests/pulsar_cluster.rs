@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use broker_tools::pulsar_admin::PulsarAdmin;
 use integration_tests::outage::{self, Fault, Report, Stream};
 use integration_tests::peer_stream::{self, PeerCounts};
-use integration_tests::pulsar_admin::PulsarAdmin;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition,
     OutgoingMessage, Producer, ProducerOptions, SubType,

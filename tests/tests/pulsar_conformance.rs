@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use broker_tools::pulsar_admin::PulsarAdmin;
 use integration_tests::conformance::{Script, Target, run_script};
-use integration_tests::pulsar_admin::PulsarAdmin;
 use pulsar_wire::emulator::{ConflictEffects, Emulator, EmulatorConfig};
 use pulsar_wire::{Client, ConnectOptions};
 

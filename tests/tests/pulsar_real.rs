@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use integration_tests::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
+use broker_tools::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
     InitialPosition, KeySharedPolicy, Message, MessageId, OutgoingMessage, Producer,
@@ -167,7 +167,7 @@ impl RealBroker {
 }
 
 /// The only consumer's stats.
-fn only_consumer(stats: &SubscriptionStats) -> &integration_tests::pulsar_admin::ConsumerStats {
+fn only_consumer(stats: &SubscriptionStats) -> &broker_tools::pulsar_admin::ConsumerStats {
     assert_eq!(stats.consumers.len(), 1, "{stats:#?}");
     &stats.consumers[0]
 }
@@ -1342,15 +1342,15 @@ async fn assert_quiet_priority(consumer: &pulsar_wire::prioritized::PriorityCons
 /// the blocked periods seen in the admin stats and the settled unacked count and backlog.
 async fn txn_steady_run(
     scenario: &'static str,
-    shape: integration_tests::txn_steady::Shape,
+    shape: broker_tools::txn_steady::Shape,
     legacy: bool,
 ) -> Option<(
-    integration_tests::txn_steady::ClientReport,
-    integration_tests::txn_steady::BlockedPeriods,
+    broker_tools::txn_steady::ClientReport,
+    broker_tools::txn_steady::BlockedPeriods,
     i64,
     i64,
 )> {
-    use integration_tests::txn_steady;
+    use broker_tools::txn_steady;
     let broker = real_broker(scenario).await?;
     broker
         .admin
@@ -1406,8 +1406,8 @@ async fn txn_steady_run(
 /// What keeps a steady run from meeting issue 11's bar: everything committed exactly once,
 /// unacked and backlog back at 0, never blocked for more than 5 s, no ack or commit refused.
 fn steady_shortfalls(
-    report: &integration_tests::txn_steady::ClientReport,
-    blocked: &integration_tests::txn_steady::BlockedPeriods,
+    report: &broker_tools::txn_steady::ClientReport,
+    blocked: &broker_tools::txn_steady::BlockedPeriods,
     unacked: i64,
     backlog: i64,
 ) -> Vec<String> {
@@ -1445,7 +1445,7 @@ fn steady_shortfalls(
 /// Issue 11's steady shape for 60 s meets the bar of [`steady_shortfalls`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_with_aborted_transactions_drains() {
-    use integration_tests::txn_steady::Shape;
+    use broker_tools::txn_steady::Shape;
     let Some((report, blocked, unacked, backlog)) =
         txn_steady_run("steady", Shape::steady(Duration::from_secs(60)), false).await
     else {
@@ -1465,7 +1465,7 @@ async fn a_steady_stream_with_aborted_transactions_drains() {
 /// while it caught up.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_with_aborted_transactions_catches_up_after_the_application_pauses() {
-    use integration_tests::txn_steady::Shape;
+    use broker_tools::txn_steady::Shape;
     let shape = Shape {
         pause: Some((Duration::from_secs(15), Duration::from_secs(2))),
         ..Shape::steady(Duration::from_secs(40))
@@ -1490,7 +1490,7 @@ async fn a_steady_stream_with_aborted_transactions_catches_up_after_the_applicat
 /// unacked left behind for good, which a longer run accumulates into the stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_with_aborted_transactions_stalls_the_legacy_consumer() {
-    use integration_tests::txn_steady::Shape;
+    use broker_tools::txn_steady::Shape;
     let shape = Shape {
         timeout: Duration::from_secs(45),
         ..Shape::steady(Duration::from_secs(20))
@@ -1512,7 +1512,7 @@ async fn a_steady_stream_with_aborted_transactions_stalls_the_legacy_consumer() 
 /// exactly 0 (it ended at 1 to 12 before the fix).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bulk_shape_ends_with_nothing_unacked() {
-    use integration_tests::txn_steady::Shape;
+    use broker_tools::txn_steady::Shape;
     let Some((report, _, unacked, backlog)) =
         txn_steady_run("bulk", Shape::bulk(2_100), false).await
     else {
@@ -1972,21 +1972,9 @@ async fn a_transaction_open_across_an_unload_commits() {
     broker.done();
 }
 
-/// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
+/// CPU time (user + system) this process has used so far.
 fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name, which is in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
+    broker_tools::cpu::own()
 }
 
 /// Restarts the plain standalone on its data with `scripts/brokers/pulsar restart`

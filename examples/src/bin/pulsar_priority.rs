@@ -42,7 +42,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use integration_tests::pulsar_admin::PulsarAdmin;
+use broker_tools::pulsar_admin::PulsarAdmin;
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };

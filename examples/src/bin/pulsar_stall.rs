@@ -26,7 +26,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use integration_tests::pulsar_admin::{AdminError, PulsarAdmin};
+use broker_tools::pulsar_admin::{AdminError, PulsarAdmin};
 use pulsar_wire::emulator::{Emulator, EmulatorConfig};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, command_ack::AckType};

@@ -22,8 +22,8 @@
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use integration_tests::pulsar_admin::PulsarAdmin;
-use integration_tests::txn_steady::{self, BlockedPeriods, ClientReport, Shape};
+use broker_tools::pulsar_admin::PulsarAdmin;
+use broker_tools::txn_steady::{self, BlockedPeriods, ClientReport, Shape};
 use pulsar_wire::{Client, ConnectOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
 

@@ -5,6 +5,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use broker_tools::cpu::children as children_cpu;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -23,29 +24,6 @@ pub(crate) struct CpuReport {
     pub(crate) own: Duration,
     /// CPU of the whole process (start-up included), from the operating system.
     pub(crate) process: Duration,
-}
-
-/// CPU time (user + system) of the waited-for children of this process so far.
-pub(crate) fn children_cpu() -> Duration {
-    cpu_of(libc::RUSAGE_CHILDREN)
-}
-
-/// CPU time (user + system) of this process so far.
-pub(crate) fn own_cpu() -> Duration {
-    cpu_of(libc::RUSAGE_SELF)
-}
-
-fn cpu_of(who: libc::c_int) -> Duration {
-    // SAFETY: getrusage fills the struct it is given and reads nothing else.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(who, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 impl Consumer {

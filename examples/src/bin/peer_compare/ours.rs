@@ -12,7 +12,7 @@ use rocketmq_grpc::{
 use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 
-use crate::child::own_cpu;
+use broker_tools::cpu::own as own_cpu;
 
 /// Blocks until standard input is closed: the driver's signal to shut down.
 async fn stdin_closed() {
