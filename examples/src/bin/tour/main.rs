@@ -31,30 +31,12 @@ use std::time::Instant;
 #[tokio::main]
 async fn main() -> ExitCode {
     let started = Instant::now();
-    let mut held = true;
-    let sections: [(&str, fn() -> section::Future); 3] = [
-        (
-            "1. batched acknowledgements (RocketMQ proxy emulator)",
-            || Box::pin(acks::run()),
-        ),
-        (
-            "2. transactional acks and the Shared-consumer stall (Pulsar emulator)",
-            || Box::pin(stall::run()),
-        ),
-        ("3. priority consumption (Pulsar emulator)", || {
-            Box::pin(priority::run())
-        }),
-    ];
-    for (title, run) in sections {
-        println!("\n{title}");
-        match run().await {
-            Ok(claim_holds) => held &= claim_holds,
-            Err(error) => {
-                println!("  failed: {error}");
-                held = false;
-            }
-        }
-    }
+    println!("\n1. batched acknowledgements (RocketMQ proxy emulator)");
+    let mut held = holds(acks::run().await);
+    println!("\n2. transactional acks and the Shared-consumer stall (Pulsar emulator)");
+    held &= holds(stall::run().await);
+    println!("\n3. priority consumption (Pulsar emulator)");
+    held &= holds(priority::run().await);
     println!("\ntour finished in {:.1?}", started.elapsed());
     if held {
         ExitCode::SUCCESS
@@ -64,10 +46,10 @@ async fn main() -> ExitCode {
     }
 }
 
-/// What a section returns: whether its claim held, or why it could not run.
-mod section {
-    use std::pin::Pin;
-
-    /// A section's run.
-    pub(crate) type Future = Pin<Box<dyn std::future::Future<Output = Result<bool, String>>>>;
+/// Whether a section's claim held; a section that could not run says why.
+fn holds(outcome: Result<bool, String>) -> bool {
+    outcome.unwrap_or_else(|error| {
+        println!("  failed: {error}");
+        false
+    })
 }
