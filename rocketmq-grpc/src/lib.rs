@@ -33,7 +33,7 @@
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
 //!   `ChangeInvisibleDuration`.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
-//!   [`map_ack_response`] applying the proxy's result rules.
+//!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!
 //! # Failures and recovery
 //! - **Retries.** [`Error::is_retryable`] classifies every proxy code by its documented
@@ -58,20 +58,18 @@
 //!   with [`ShutdownReport::unacknowledged_dropped`] counting the others.
 //!
 //! # Feature flags
-//! - `emulator` (off by default): an embedded in-memory proxy emulator for examples and tests.
 //! - `tls` (off by default): TLS connections to the proxy.
 
 mod ack;
 mod backoff;
 mod consumer;
-#[cfg(feature = "emulator")]
-pub mod emulator;
 mod error;
 mod message;
 mod producer;
 mod session;
+pub mod wire;
 
-pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle, map_ack_response};
+pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, MessageHandler, PushConsumer,
     PushConsumerBuilder, ShutdownReport,
@@ -83,10 +81,15 @@ pub use producer::{
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_MESSAGE_SIZE, Endpoint, MESSAGE_OVERHEAD,
-    PROXY_MAX_INBOUND, Session, sign,
+    PROXY_MAX_INBOUND, Session,
 };
 
-/// Generated protocol types and the `MessagingService` client and server.
+/// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the
+/// generated `MessagingService` client, as `prost` and `tonic` generate them.
+///
+/// The crate's API takes and returns its own types; these appear where the protocol shows
+/// through ([`Error::code`] is a [`pb::Code`]) and in [`wire`], for code that speaks the
+/// protocol directly (the emulator crate serves these same types).
 #[allow(
     missing_docs,
     unreachable_pub,

@@ -51,7 +51,7 @@ impl Endpoint {
     }
 
     /// The first address of the protocol's `Endpoints`, if any is usable.
-    pub fn from_pb(endpoints: &pb::Endpoints) -> Option<Self> {
+    pub(crate) fn from_pb(endpoints: &pb::Endpoints) -> Option<Self> {
         let address = endpoints.addresses.first()?;
         let port = u16::try_from(address.port).ok().filter(|p| *p != 0)?;
         (!address.host.is_empty()).then(|| Self {
@@ -61,7 +61,7 @@ impl Endpoint {
     }
 
     /// This endpoint as the protocol's `Endpoints`.
-    pub fn to_pb(&self) -> pb::Endpoints {
+    pub(crate) fn to_pb(&self) -> pb::Endpoints {
         let scheme = if self.host.parse::<std::net::Ipv4Addr>().is_ok() {
             pb::AddressScheme::IPv4
         } else if self.host.parse::<std::net::Ipv6Addr>().is_ok() {
@@ -286,7 +286,7 @@ impl Session {
     }
 
     /// A resource (topic or group) in the session's namespace.
-    pub fn resource(&self, name: &str) -> pb::Resource {
+    pub(crate) fn resource(&self, name: &str) -> pb::Resource {
         pb::Resource {
             resource_namespace: self.config.namespace.clone(),
             name: name.to_owned(),
@@ -297,7 +297,10 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::Unreachable`] if the endpoint cannot form a URI.
-    pub fn client(&self, endpoint: &Endpoint) -> Result<MessagingServiceClient<Channel>, Error> {
+    pub(crate) fn client(
+        &self,
+        endpoint: &Endpoint,
+    ) -> Result<MessagingServiceClient<Channel>, Error> {
         let mut channels = self.channels.lock();
         if let Some(channel) = channels.get(endpoint) {
             return Ok(self.limits(MessagingServiceClient::new(channel.clone())));
@@ -355,7 +358,7 @@ impl Session {
     }
 
     /// Wraps `message` with the proxy's headers, the signature and a deadline of `timeout`.
-    pub fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(timeout);
         self.stamp(request.metadata_mut());
@@ -363,7 +366,7 @@ impl Session {
     }
 
     /// Adds the proxy's headers and the signature to `metadata`.
-    pub fn stamp(&self, metadata: &mut MetadataMap) {
+    pub(crate) fn stamp(&self, metadata: &mut MetadataMap) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -403,7 +406,7 @@ pub(crate) fn authorization(credentials: &Credentials, date_time: &str) -> Strin
 }
 
 /// Hex HMAC-SHA1 of `content` keyed with `secret`.
-pub fn sign(secret: &str, content: &str) -> String {
+pub(crate) fn sign(secret: &str, content: &str) -> String {
     // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
     let mut mac = match Hmac::<Sha1>::new_from_slice(secret.as_bytes()) {
         Ok(mac) => mac,

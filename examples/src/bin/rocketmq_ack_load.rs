@@ -2,7 +2,7 @@
 //! in a separate process (`rocketmq_emulator`, found next to this executable).
 //!
 //! ```sh
-//! cargo build --release -p examples --bins
+//! cargo build --release -p examples -p rocketmq-grpc-emulator --bins
 //! target/release/rocketmq_ack_load --duration 60            # the full run (about 10 minutes)
 //! target/release/rocketmq_ack_load --duration 10 --scenarios a,c   # a quick look
 //! ```
@@ -44,7 +44,7 @@ use ack_batcher::{Observer, RetryPolicy};
 use rocketmq_grpc::pb;
 use rocketmq_grpc::{
     AckEntry, AckFlusher, AckKey, AckSettings, ClientConfig, ConsumeResult, Endpoint,
-    MessageHandler, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    MessageHandler, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session, wire,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -1133,14 +1133,14 @@ async fn receive_all(
     group: &str,
     count: usize,
 ) -> Result<Vec<Held>, BoxError> {
-    let mut client = session.client(endpoint)?;
+    let mut client = wire::client(session, endpoint)?;
     let mut held = Vec::with_capacity(count);
     let mut empty = 0;
     while held.len() < count {
         let request = pb::ReceiveMessageRequest {
-            group: Some(session.resource(group)),
+            group: Some(wire::resource(session, group)),
             message_queue: Some(pb::MessageQueue {
-                topic: Some(session.resource(topic)),
+                topic: Some(wire::resource(session, topic)),
                 id: 0,
                 permission: pb::Permission::ReadWrite as i32,
                 broker: None,
@@ -1157,7 +1157,7 @@ async fn receive_all(
             attempt_id: None,
         };
         let mut stream = client
-            .receive_message(session.request(request, Duration::from_secs(10)))
+            .receive_message(wire::request(session, request, Duration::from_secs(10)))
             .await?
             .into_inner();
         let before = held.len();
@@ -1205,8 +1205,11 @@ async fn raw_acks(
             Arc::clone(&ok),
             Arc::clone(&held),
         );
-        let mut client = session.client(endpoint)?;
-        let (topic, group) = (session.resource(topic), session.resource(group));
+        let mut client = wire::client(&session, endpoint)?;
+        let (topic, group) = (
+            wire::resource(&session, topic),
+            wire::resource(&session, group),
+        );
         tasks.spawn(async move {
             loop {
                 let from = next.fetch_add(per_call, Ordering::Relaxed);
@@ -1226,7 +1229,7 @@ async fn raw_acks(
                         .collect(),
                 };
                 let response = client
-                    .ack_message(session.request(request, Duration::from_secs(10)))
+                    .ack_message(wire::request(&session, request, Duration::from_secs(10)))
                     .await?
                     .into_inner();
                 let n = response

@@ -2,7 +2,7 @@
 //! client against it by hand.
 //!
 //! ```sh
-//! cargo run --release -p examples --bin rocketmq_emulator -- \
+//! cargo run --release -p rocketmq-grpc-emulator --bin rocketmq_emulator -- \
 //!     --port 8081 --topics 3 --prefix orders --queues 4 --group order-consumers
 //! ```
 //!
@@ -28,7 +28,7 @@ use std::io::BufRead as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use rocketmq_grpc::emulator::{Emulator, PublishMessage, Rpc, Stats, TopicKind};
+use rocketmq_grpc_emulator::{Emulator, PublishMessage, Rpc, Stats, TopicKind};
 use tokio::sync::mpsc;
 
 const USAGE: &str = "usage: rocketmq_emulator [--port P] [--topics N] [--prefix NAME] [--queues Q] [--fifo] \

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::counters::Rpc;
-use crate::pb::Code;
+use rocketmq_grpc::pb::Code;
 
 /// Faults the emulator injects, adjustable at run time with
 /// [`Emulator::set_faults`](super::Emulator::set_faults).
