@@ -57,6 +57,17 @@
 //!   failed for good and that no later delivery acknowledged: at most the 10,000 most recent,
 //!   with [`ShutdownReport::unacknowledged_dropped`] counting the others.
 //!
+//! # Low level
+//! [`wire`] gives the raw gRPC client of a [`Session`], requests with its headers and
+//! signature, and the conversions to the wire types of [`pb`], for emulators, benchmarks and
+//! protocol tests; an application needs neither. The proxy emulator the examples and tests
+//! run against is the crate `rocketmq-grpc-emulator` (in `rocketmq-grpc/emulator`).
+//!
+//! # Module structure
+//! The crate's modules form no cycle: each file uses only modules below it (a parent may use
+//! its children, a child never uses what its parent defines; the shared state of the consumer
+//! and of the producer has a module of its own). `scripts/check-module-cycles` checks it.
+//!
 //! # Feature flags
 //! - `tls` (off by default): TLS connections to the proxy.
 
@@ -76,12 +87,10 @@ pub use consumer::{
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};
-pub use producer::{
-    Backoff, DEFAULT_MAX_BODY, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy,
-};
+pub use producer::{Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy};
 pub use session::{
-    ClientConfig, Credentials, DEFAULT_MAX_MESSAGE_SIZE, Endpoint, MESSAGE_OVERHEAD,
-    PROXY_MAX_INBOUND, Session,
+    ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,
+    MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
 };
 
 /// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the

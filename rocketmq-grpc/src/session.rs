@@ -120,6 +120,10 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// The body size limit the proxy applies by default (4 MiB), the default of the producer's
+/// `max_body`.
+pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+
 /// Room in a gRPC message for what comes with a body: one received message carries its
 /// system properties (ids, receipt handle, timestamps, hosts) and user properties next to
 /// the body. The broker caps the properties of a message at 32 KiB (`Short.MAX_VALUE`
@@ -128,8 +132,8 @@ impl fmt::Debug for Credentials {
 pub const MESSAGE_OVERHEAD: usize = 1024 * 1024;
 
 /// The default [`ClientConfig::max_message_size`]: the proxy's default body limit
-/// ([`DEFAULT_MAX_BODY`](crate::DEFAULT_MAX_BODY), 4 MiB) plus [`MESSAGE_OVERHEAD`].
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = crate::DEFAULT_MAX_BODY + MESSAGE_OVERHEAD;
+/// ([`DEFAULT_MAX_BODY`], 4 MiB) plus [`MESSAGE_OVERHEAD`].
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = DEFAULT_MAX_BODY + MESSAGE_OVERHEAD;
 
 /// The proxy's `grpcMaxInboundMessageSize` (130 MiB): the largest request it reads, hence
 /// the largest the client encodes (unless `max_message_size` is larger).
@@ -495,7 +499,7 @@ mod tests {
     fn the_message_size_limit_fits_the_proxys_largest_message_and_is_validated() {
         let config = ClientConfig::new("127.0.0.1:1").unwrap();
         assert_eq!(config.max_message_size, 5 * 1024 * 1024);
-        assert!(config.max_message_size > crate::DEFAULT_MAX_BODY + 4096);
+        assert!(config.max_message_size > DEFAULT_MAX_BODY + 4096);
         for bad in [0, 1024, usize::MAX] {
             let error = Session::new(config.clone().max_message_size(bad)).unwrap_err();
             assert!(error.to_string().contains("max_message_size"), "{error}");

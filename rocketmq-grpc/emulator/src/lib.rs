@@ -87,6 +87,12 @@
 //! offsets (every group starts at offset 0, which is also where a new group starts on a real
 //! 5.3.3 broker: it consumes what the topic already holds), several brokers, TLS, and the RPCs
 //! outside the crate's proto subset.
+//!
+//! # The binary
+//! `rocketmq_emulator` runs the emulator as a process (for load runs and for trying a client
+//! by hand): `cargo run --release -p rocketmq-grpc-emulator --bin rocketmq_emulator -- --help`.
+//!
+//! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 mod auth;
 mod clock;
@@ -95,6 +101,7 @@ mod counters;
 mod error;
 mod faults;
 mod handle;
+mod server;
 mod service;
 mod state;
 #[cfg(test)]
@@ -122,18 +129,6 @@ use config::Config;
 use service::{Service, Shared, Topic, stored_message};
 
 use server::messaging_service_server::MessagingServiceServer;
-
-/// The generated `MessagingService` server; its messages are [`rocketmq_grpc::pb`]'s.
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic,
-    rust_2018_idioms
-)]
-mod server {
-    tonic::include_proto!("apache.rocketmq.v2");
-}
 
 /// An argument of the emulator's admin API was rejected.
 fn invalid(reason: String) -> Error {
