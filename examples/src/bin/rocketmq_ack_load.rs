@@ -1553,7 +1553,7 @@ fn parse_options(args: Vec<String>) -> Result<Options, String> {
 fn orchestrate(options: &Options) -> Result<String, BoxError> {
     if !options.emulator.exists() {
         return Err(format!(
-            "{} not found: build it with `cargo build --release -p examples --bins`, or pass --emulator PATH",
+            "{} not found: build it with `cargo build --release -p examples -p rocketmq-grpc-emulator --bins`, or pass --emulator PATH",
             options.emulator.display()
         )
         .into());
