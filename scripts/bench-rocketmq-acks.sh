@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Immediate against batched RocketMQ acks under load: builds the examples in release, runs
-# `rocketmq_ack_load` (which starts `rocketmq_emulator` as a separate process) with the given
-# arguments, and appends the tables, the exact command and the machine to BENCHMARKS.md under
-# "## rocketmq-grpc: batched acks under load".
+# Immediate against batched RocketMQ acks under load: builds the load example and the emulator's
+# binary in release, runs `rocketmq_ack_load` (which starts `rocketmq_emulator` as a separate
+# process) with the given arguments, and appends the tables, the exact command and the machine
+# to BENCHMARKS.md under "## rocketmq-grpc: batched acks under load".
 #
 #   scripts/bench-rocketmq-acks.sh                         # the full run: 60 s per mode, (a) (b) (c)
 #   scripts/bench-rocketmq-acks.sh --duration 10 --scenarios a,c

@@ -48,7 +48,7 @@ impl AckFlusher {
     }
 
     /// Builds the request for one batch.
-    pub fn request(&self, key: &AckKey, entries: &[AckEntry]) -> pb::AckMessageRequest {
+    pub(crate) fn request(&self, key: &AckKey, entries: &[AckEntry]) -> pb::AckMessageRequest {
         pb::AckMessageRequest {
             group: Some(self.group.clone()),
             topic: Some(self.session.resource(&key.topic)),

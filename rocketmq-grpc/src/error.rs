@@ -58,33 +58,6 @@ pub enum Error {
     /// The client was shut down.
     #[error("the client is shut down")]
     ShutDown,
-    /// The emulator could not bind its listener (feature `emulator`). Retryable with another
-    /// port.
-    #[cfg(feature = "emulator")]
-    #[error("cannot bind the emulator to {addr}: {source}")]
-    EmulatorBind {
-        /// The address asked for.
-        addr: std::net::SocketAddr,
-        /// The I/O error.
-        #[source]
-        source: Arc<std::io::Error>,
-    },
-    /// The emulator's server stopped with a transport error (feature `emulator`).
-    #[cfg(feature = "emulator")]
-    #[error("the emulator's server failed: {0}")]
-    EmulatorServe(#[source] Arc<tonic::transport::Error>),
-    /// The emulator's server task panicked or was cancelled (feature `emulator`).
-    #[cfg(feature = "emulator")]
-    #[error("the emulator's server task ended abnormally: {0}")]
-    EmulatorTask(String),
-    /// An emulator topic or group already exists with other settings (feature `emulator`).
-    #[cfg(feature = "emulator")]
-    #[error("{0} already exists in the emulator with other settings")]
-    AlreadyExists(String),
-    /// The emulator has no such topic (feature `emulator`).
-    #[cfg(feature = "emulator")]
-    #[error("topic {0:?} does not exist in the emulator")]
-    UnknownTopic(String),
     /// A send failed after retrying: every attempt failed with a retryable error until the
     /// producer's attempts and retry window were used up. Retryable when `last` is.
     #[error("the send failed after {attempts} attempts in {elapsed:?}; the last error: {last}")]
@@ -148,13 +121,6 @@ impl Error {
             Self::Unreachable { .. } => true,
             Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
             Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
-            #[cfg(feature = "emulator")]
-            Self::EmulatorBind { .. } => true,
-            #[cfg(feature = "emulator")]
-            Self::EmulatorServe(_)
-            | Self::EmulatorTask(_)
-            | Self::AlreadyExists(_)
-            | Self::UnknownTopic(_) => false,
             Self::SendFailed { last, .. } => last.is_retryable(),
         }
     }

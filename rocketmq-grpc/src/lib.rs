@@ -33,7 +33,7 @@
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
 //!   `ChangeInvisibleDuration`.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
-//!   [`map_ack_response`] applying the proxy's result rules.
+//!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!
 //! # Failures and recovery
 //! - **Retries.** [`Error::is_retryable`] classifies every proxy code by its documented
@@ -57,36 +57,48 @@
 //!   failed for good and that no later delivery acknowledged: at most the 10,000 most recent,
 //!   with [`ShutdownReport::unacknowledged_dropped`] counting the others.
 //!
+//! # Low level
+//! [`wire`] gives the raw gRPC client of a [`Session`], requests with its headers and
+//! signature, and the conversions to the wire types of [`pb`], for emulators, benchmarks and
+//! protocol tests; an application needs neither. The proxy emulator the examples and tests
+//! run against is the crate `rocketmq-grpc-emulator` (in `rocketmq-grpc/emulator`).
+//!
+//! # Module structure
+//! The crate's modules form no cycle: each file uses only modules below it (a parent may use
+//! its children, a child never uses what its parent defines; the shared state of the consumer
+//! and of the producer has a module of its own). `scripts/check-module-cycles` checks it.
+//!
 //! # Feature flags
-//! - `emulator` (off by default): an embedded in-memory proxy emulator for examples and tests.
 //! - `tls` (off by default): TLS connections to the proxy.
 
 mod ack;
 mod backoff;
 mod consumer;
-#[cfg(feature = "emulator")]
-pub mod emulator;
 mod error;
 mod message;
 mod producer;
 mod session;
+pub mod wire;
 
-pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle, map_ack_response};
+pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, MessageHandler, PushConsumer,
     PushConsumerBuilder, ShutdownReport,
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};
-pub use producer::{
-    Backoff, DEFAULT_MAX_BODY, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy,
-};
+pub use producer::{Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy};
 pub use session::{
-    ClientConfig, Credentials, DEFAULT_MAX_MESSAGE_SIZE, Endpoint, MESSAGE_OVERHEAD,
-    PROXY_MAX_INBOUND, Session, sign,
+    ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,
+    MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
 };
 
-/// Generated protocol types and the `MessagingService` client and server.
+/// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the
+/// generated `MessagingService` client, as `prost` and `tonic` generate them.
+///
+/// The crate's API takes and returns its own types; these appear where the protocol shows
+/// through ([`Error::code`] is a [`pb::Code`]) and in [`wire`], for code that speaks the
+/// protocol directly (the emulator crate serves these same types).
 #[allow(
     missing_docs,
     unreachable_pub,

@@ -51,7 +51,7 @@ impl Endpoint {
     }
 
     /// The first address of the protocol's `Endpoints`, if any is usable.
-    pub fn from_pb(endpoints: &pb::Endpoints) -> Option<Self> {
+    pub(crate) fn from_pb(endpoints: &pb::Endpoints) -> Option<Self> {
         let address = endpoints.addresses.first()?;
         let port = u16::try_from(address.port).ok().filter(|p| *p != 0)?;
         (!address.host.is_empty()).then(|| Self {
@@ -61,7 +61,7 @@ impl Endpoint {
     }
 
     /// This endpoint as the protocol's `Endpoints`.
-    pub fn to_pb(&self) -> pb::Endpoints {
+    pub(crate) fn to_pb(&self) -> pb::Endpoints {
         let scheme = if self.host.parse::<std::net::Ipv4Addr>().is_ok() {
             pb::AddressScheme::IPv4
         } else if self.host.parse::<std::net::Ipv6Addr>().is_ok() {
@@ -120,6 +120,10 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// The body size limit the proxy applies by default (4 MiB), the default of the producer's
+/// `max_body`.
+pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+
 /// Room in a gRPC message for what comes with a body: one received message carries its
 /// system properties (ids, receipt handle, timestamps, hosts) and user properties next to
 /// the body. The broker caps the properties of a message at 32 KiB (`Short.MAX_VALUE`
@@ -128,8 +132,8 @@ impl fmt::Debug for Credentials {
 pub const MESSAGE_OVERHEAD: usize = 1024 * 1024;
 
 /// The default [`ClientConfig::max_message_size`]: the proxy's default body limit
-/// ([`DEFAULT_MAX_BODY`](crate::DEFAULT_MAX_BODY), 4 MiB) plus [`MESSAGE_OVERHEAD`].
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = crate::DEFAULT_MAX_BODY + MESSAGE_OVERHEAD;
+/// ([`DEFAULT_MAX_BODY`], 4 MiB) plus [`MESSAGE_OVERHEAD`].
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = DEFAULT_MAX_BODY + MESSAGE_OVERHEAD;
 
 /// The proxy's `grpcMaxInboundMessageSize` (130 MiB): the largest request it reads, hence
 /// the largest the client encodes (unless `max_message_size` is larger).
@@ -286,7 +290,7 @@ impl Session {
     }
 
     /// A resource (topic or group) in the session's namespace.
-    pub fn resource(&self, name: &str) -> pb::Resource {
+    pub(crate) fn resource(&self, name: &str) -> pb::Resource {
         pb::Resource {
             resource_namespace: self.config.namespace.clone(),
             name: name.to_owned(),
@@ -297,7 +301,10 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::Unreachable`] if the endpoint cannot form a URI.
-    pub fn client(&self, endpoint: &Endpoint) -> Result<MessagingServiceClient<Channel>, Error> {
+    pub(crate) fn client(
+        &self,
+        endpoint: &Endpoint,
+    ) -> Result<MessagingServiceClient<Channel>, Error> {
         let mut channels = self.channels.lock();
         if let Some(channel) = channels.get(endpoint) {
             return Ok(self.limits(MessagingServiceClient::new(channel.clone())));
@@ -355,7 +362,7 @@ impl Session {
     }
 
     /// Wraps `message` with the proxy's headers, the signature and a deadline of `timeout`.
-    pub fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(timeout);
         self.stamp(request.metadata_mut());
@@ -363,7 +370,7 @@ impl Session {
     }
 
     /// Adds the proxy's headers and the signature to `metadata`.
-    pub fn stamp(&self, metadata: &mut MetadataMap) {
+    pub(crate) fn stamp(&self, metadata: &mut MetadataMap) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -403,7 +410,7 @@ pub(crate) fn authorization(credentials: &Credentials, date_time: &str) -> Strin
 }
 
 /// Hex HMAC-SHA1 of `content` keyed with `secret`.
-pub fn sign(secret: &str, content: &str) -> String {
+pub(crate) fn sign(secret: &str, content: &str) -> String {
     // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
     let mut mac = match Hmac::<Sha1>::new_from_slice(secret.as_bytes()) {
         Ok(mac) => mac,
@@ -492,7 +499,7 @@ mod tests {
     fn the_message_size_limit_fits_the_proxys_largest_message_and_is_validated() {
         let config = ClientConfig::new("127.0.0.1:1").unwrap();
         assert_eq!(config.max_message_size, 5 * 1024 * 1024);
-        assert!(config.max_message_size > crate::DEFAULT_MAX_BODY + 4096);
+        assert!(config.max_message_size > DEFAULT_MAX_BODY + 4096);
         for bad in [0, 1024, usize::MAX] {
             let error = Session::new(config.clone().max_message_size(bad)).unwrap_err();
             assert!(error.to_string().contains("max_message_size"), "{error}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     AckSettings, ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer,
-    PushConsumer, ReceivedMessage, Session,
+    PushConsumer, ReceivedMessage, Session, wire,
 };
 
 fn endpoint() -> Option<String> {
@@ -219,13 +219,14 @@ async fn a_malformed_receipt_handle_is_a_per_entry_internal_server_error() {
     };
     let config = ClientConfig::new(&endpoint).unwrap();
     let session = Session::new(config.clone()).unwrap();
-    let mut client = session.client(config.endpoint()).unwrap();
+    let mut client = wire::client(&session, config.endpoint()).unwrap();
     let group = format!("it-malformed-{}", std::process::id());
     let response = client
-        .ack_message(session.request(
+        .ack_message(wire::request(
+            &session,
             pb::AckMessageRequest {
-                group: Some(session.resource(&group)),
-                topic: Some(session.resource("it-normal")),
+                group: Some(wire::resource(&session, &group)),
+                topic: Some(wire::resource(&session, "it-normal")),
                 entries: vec![pb::AckMessageEntry {
                     message_id: "not-a-message".into(),
                     receipt_handle: "not a receipt handle".into(),
@@ -263,13 +264,14 @@ async fn receive_without_renewal(
 ) -> Vec<rocketmq_grpc::pb::Message> {
     use rocketmq_grpc::pb;
     let config = session.config();
-    let mut client = session.client(config.endpoint()).unwrap();
+    let mut client = wire::client(session, config.endpoint()).unwrap();
     let assignments = client
-        .query_assignment(session.request(
+        .query_assignment(wire::request(
+            session,
             pb::QueryAssignmentRequest {
-                topic: Some(session.resource(topic)),
-                group: Some(session.resource(group)),
-                endpoints: Some(config.endpoint().to_pb()),
+                topic: Some(wire::resource(session, topic)),
+                group: Some(wire::resource(session, group)),
+                endpoints: Some(wire::endpoints(config.endpoint())),
             },
             Duration::from_secs(10),
         ))
@@ -279,7 +281,7 @@ async fn receive_without_renewal(
         .assignments;
     for queue in assignments.into_iter().filter_map(|a| a.message_queue) {
         let request = pb::ReceiveMessageRequest {
-            group: Some(session.resource(group)),
+            group: Some(wire::resource(session, group)),
             message_queue: Some(queue),
             filter_expression: Some(pb::FilterExpression {
                 r#type: pb::FilterType::Tag as i32,
@@ -292,7 +294,7 @@ async fn receive_without_renewal(
             attempt_id: None,
         };
         let mut stream = client
-            .receive_message(session.request(request, Duration::from_secs(20)))
+            .receive_message(wire::request(session, request, Duration::from_secs(20)))
             .await
             .expect("ReceiveMessage")
             .into_inner();
@@ -311,7 +313,7 @@ async fn receive_without_renewal(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
-    use rocketmq_grpc::{AckEntry, map_ack_response, pb};
+    use rocketmq_grpc::{AckEntry, pb, wire::map_ack_response};
     let Some(endpoint) = endpoint() else {
         eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
         return;
@@ -325,13 +327,13 @@ async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
         status: None,
         command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
             client_type: Some(pb::ClientType::SimpleConsumer as i32),
-            access_point: Some(config.endpoint().to_pb()),
+            access_point: Some(wire::endpoints(config.endpoint())),
             backoff_policy: None,
             request_timeout: Some(Duration::from_secs(10).try_into().unwrap()),
             pub_sub: Some(pb::settings::PubSub::Subscription(pb::Subscription {
-                group: Some(session.resource(&group)),
+                group: Some(wire::resource(&session, &group)),
                 subscriptions: vec![pb::SubscriptionEntry {
-                    topic: Some(session.resource(topic)),
+                    topic: Some(wire::resource(&session, topic)),
                     expression: Some(pb::FilterExpression {
                         r#type: pb::FilterType::Tag as i32,
                         expression: "*".into(),
@@ -348,9 +350,8 @@ async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
     outbound.send(settings).await.unwrap();
     let mut telemetry_request =
         tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    session.stamp(telemetry_request.metadata_mut());
-    let mut telemetry = session
-        .client(config.endpoint())
+    wire::stamp(&session, telemetry_request.metadata_mut());
+    let mut telemetry = wire::client(&session, config.endpoint())
         .unwrap()
         .telemetry(telemetry_request)
         .await
@@ -384,25 +385,23 @@ async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
     };
     let entries = vec![entry(&expiring), entry(&fresh)];
     assert_ne!(entries[0].receipt_handle, entries[1].receipt_handle);
-    let response = session
-        .client(config.endpoint())
+    let response = wire::client(&session, config.endpoint())
         .unwrap()
-        .ack_message(
-            session.request(
-                pb::AckMessageRequest {
-                    group: Some(session.resource(&group)),
-                    topic: Some(session.resource(topic)),
-                    entries: entries
-                        .iter()
-                        .map(|e| pb::AckMessageEntry {
-                            message_id: e.message_id.clone(),
-                            receipt_handle: e.receipt_handle.clone(),
-                        })
-                        .collect(),
-                },
-                Duration::from_secs(10),
-            ),
-        )
+        .ack_message(wire::request(
+            &session,
+            pb::AckMessageRequest {
+                group: Some(wire::resource(&session, &group)),
+                topic: Some(wire::resource(&session, topic)),
+                entries: entries
+                    .iter()
+                    .map(|e| pb::AckMessageEntry {
+                        message_id: e.message_id.clone(),
+                        receipt_handle: e.receipt_handle.clone(),
+                    })
+                    .collect(),
+            },
+            Duration::from_secs(10),
+        ))
         .await
         .expect("AckMessage")
         .into_inner();

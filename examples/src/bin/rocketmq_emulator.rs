@@ -2,7 +2,7 @@
 //! client against it by hand.
 //!
 //! ```sh
-//! cargo run --release -p examples --bin rocketmq_emulator -- \
+//! cargo run --release -p rocketmq-grpc-emulator --bin rocketmq_emulator -- \
 //!     --port 8081 --topics 3 --prefix orders --queues 4 --group order-consumers
 //! ```
 //!
@@ -28,7 +28,7 @@ use std::io::BufRead as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use rocketmq_grpc::emulator::{Emulator, PublishMessage, Rpc, Stats, TopicKind};
+use rocketmq_grpc_emulator::{Emulator, PublishMessage, Rpc, Stats, TopicKind};
 use tokio::sync::mpsc;
 
 const USAGE: &str = "usage: rocketmq_emulator [--port P] [--topics N] [--prefix NAME] [--queues Q] [--fifo] \
@@ -111,20 +111,11 @@ fn parse_args() -> Result<Options, String> {
 
 /// This process's CPU time so far, user and system, in seconds, and its peak RSS in KiB.
 fn own_cpu() -> (f64, f64, i64) {
-    // SAFETY: `getrusage` only writes the struct it is given, which is zero-initialised plain
-    // data of the right type.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return (0.0, 0.0, 0);
-        }
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let usage = broker_tools::cpu::own_usage();
     (
-        seconds(usage.ru_utime),
-        seconds(usage.ru_stime),
-        usage.ru_maxrss,
+        usage.user.as_secs_f64(),
+        usage.system.as_secs_f64(),
+        usage.max_rss_kib,
     )
 }
 

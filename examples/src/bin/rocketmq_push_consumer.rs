@@ -30,11 +30,11 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
-use rocketmq_grpc::emulator::{Emulator, TopicKind};
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, Credentials, MessageHandler,
     OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session, ShutdownReport,
 };
+use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::task::JoinSet;
 
 const USAGE: &str = "usage: rocketmq_push_consumer [--endpoint HOST:PORT --topic TOPIC --group GROUP \

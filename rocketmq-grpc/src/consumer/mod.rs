@@ -2,54 +2,36 @@
 //! concurrency, acknowledges through `ack-batcher`, and negatively acknowledges failures with
 //! `ChangeInvisibleDuration`.
 
+mod ack_settings;
 mod acks;
 mod control;
+mod counters;
+mod handler;
 mod receive;
+mod registration;
+mod state;
 mod unacked;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ack_batcher::{Batcher, CloseReport, Observer};
+use ack_batcher::CloseReport;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::pb::{self, FilterType};
-use crate::{AckEntry, AckFlusher, AckKey, ClientConfig, Error, ReceivedMessage, Session};
+use counters::Counters;
+use registration::Registration;
+use state::{Inner, Subscription};
 use unacked::Unacked;
 
-pub use acks::AckSettings;
+use crate::pb::{self, FilterType};
+use crate::{AckFlusher, ClientConfig, Error, Session};
 
-/// What a handler decided about a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumeResult {
-    /// Processed: the message is acknowledged.
-    Success,
-    /// Not processed: the message is made visible again after the retry policy's delay.
-    Failure,
-}
-
-/// The application's message handler. Called concurrently (up to the consumer's concurrency),
-/// except for FIFO messages, which are handled one at a time per queue, in order.
-#[async_trait::async_trait]
-pub trait MessageHandler: Send + Sync + 'static {
-    /// Handles one message.
-    async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult;
-}
-
-/// A shared handler: keep an `Arc` to read its state while the consumer runs.
-#[async_trait::async_trait]
-impl<H: MessageHandler + ?Sized> MessageHandler for Arc<H> {
-    async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        (**self).handle(message).await
-    }
-}
-
-/// The observer type of the consumer's acks: it sees every ack with its own result.
-pub type AckObserver = Arc<dyn Observer<AckKey, AckEntry, (), Error>>;
+pub use ack_settings::{AckObserver, AckSettings};
+pub use handler::{ConsumeResult, MessageHandler};
 
 /// Counters of a consumer, from [`PushConsumer::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,13 +72,6 @@ pub struct ShutdownReport {
     /// How many ids left the `unacknowledged` list because it was full (some of them may
     /// have been acknowledged later on redelivery; the list cannot tell any more).
     pub unacknowledged_dropped: u64,
-}
-
-/// One topic subscription with its filter.
-#[derive(Debug, Clone)]
-struct Subscription {
-    topic: String,
-    filter: pb::FilterExpression,
 }
 
 /// Builds a [`PushConsumer`].
@@ -226,7 +201,7 @@ impl PushConsumerBuilder {
             receive_batch_size: self.receive_batch_size,
             long_polling: Mutex::new(self.long_polling),
             backoff: Mutex::new(None),
-            registration: control::Registration::new(),
+            registration: Registration::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             counters,
@@ -242,48 +217,6 @@ impl PushConsumerBuilder {
         }
         Ok(PushConsumer { inner })
     }
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    received: AtomicU64,
-    consumed: AtomicU64,
-    failed: AtomicU64,
-    acked: AtomicU64,
-    ack_failed: AtomicU64,
-    ack_abandoned: AtomicU64,
-    nacked: AtomicU64,
-}
-
-impl Counters {
-    fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// State shared by the consumer's tasks.
-struct Inner {
-    session: Arc<Session>,
-    group: String,
-    subscriptions: Vec<Subscription>,
-    handler: Arc<dyn MessageHandler>,
-    acks: Batcher<AckKey, AckEntry, AckFlusher>,
-    ack_settings: AckSettings,
-    permits: Arc<Semaphore>,
-    concurrency: usize,
-    receive_batch_size: i32,
-    long_polling: Mutex<Duration>,
-    /// The redelivery backoff the server announced on the telemetry stream.
-    backoff: Mutex<Option<pb::RetryPolicy>>,
-    /// Whether the proxy has the consumer's settings (telemetry stream open and answered).
-    registration: control::Registration,
-    stop: CancellationToken,
-    tasks: TaskTracker,
-    counters: Arc<Counters>,
-    unacknowledged: Arc<Mutex<Unacked>>,
-    queues: Mutex<std::collections::HashMap<receive::QueueKey, CancellationToken>>,
-    /// Set by `shutdown` or `drop`, whichever comes first.
-    shut_down: std::sync::atomic::AtomicBool,
 }
 
 /// A running push consumer.

@@ -5,18 +5,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{ConsumeResult, Counters, Inner, control};
+use super::counters::Counters;
+use super::handler::ConsumeResult;
+use super::registration::registration_lost;
+use super::state::{Inner, QueueKey};
 use crate::backoff::Backoff;
 use crate::pb::{self, Code};
 use crate::{Endpoint, Error, ReceivedMessage};
-
-/// Identifies an assigned queue.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct QueueKey {
-    pub(super) topic: String,
-    pub(super) broker: String,
-    pub(super) queue_id: i32,
-}
 
 /// Backoff of a failing receive loop: from 200 ms doubling to 10 s, with jitter; a new
 /// registration (settings announced again after a reconnect) ends the wait early.
@@ -92,7 +87,7 @@ pub(super) async fn run(
                 let wait = backoff.next_delay();
                 tracing::warn!(topic = %key.topic, queue = key.queue_id, %error, ?wait, "receive failed; retrying");
                 if let Some(generation) = generation
-                    && control::registration_lost(&error)
+                    && registration_lost(&error)
                 {
                     inner.registration.lost(generation);
                 }

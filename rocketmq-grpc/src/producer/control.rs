@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::Inner;
 use super::policy::SendRetryPolicy;
 use super::routes::ROUTE_REFRESH_EVERY;
+use super::state::Inner;
 use crate::Error;
 use crate::backoff::Backoff;
 use crate::pb::{self, ClientType};

@@ -3,6 +3,7 @@
 mod control;
 mod policy;
 mod routes;
+mod state;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -19,11 +20,10 @@ pub use policy::{Backoff, SendRetryPolicy};
 
 use crate::message::new_message_id;
 use crate::pb::{self, MessageType};
+use crate::session::DEFAULT_MAX_BODY;
 use crate::{Endpoint, Error, OutgoingMessage, Session};
 use routes::Routes;
-
-/// The body size limit the proxy applies by default (4 MiB).
-pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+use state::Inner;
 
 /// The default [`Producer::retry_window`]: 10 s.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
@@ -64,38 +64,6 @@ pub struct SendReceipt {
 #[derive(Debug)]
 pub struct Producer {
     inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    session: Arc<Session>,
-    routes: Routes,
-    next: AtomicUsize,
-    max_body: Mutex<usize>,
-    retry_window: Mutex<Duration>,
-    /// Attempts fixed by the application (kept when the proxy announces its policy).
-    max_attempts: Mutex<Option<u32>>,
-    /// The policy in force: the default, then what the proxy announced.
-    policy: Mutex<SendRetryPolicy>,
-    /// Topics announced in the settings.
-    topics: Mutex<BTreeSet<String>>,
-    topics_changed: Notify,
-    /// Woken on every settings answer.
-    settled: Notify,
-    settings_answers: AtomicU64,
-    started: AtomicBool,
-    stop: CancellationToken,
-    /// Send retries keep to a retry budget (ack-batcher's rule: a share of recent first
-    /// attempts plus a floor), so that an outage cannot multiply the requests.
-    budget: Mutex<Arc<RetryAccount>>,
-    /// Retries over the budget wait for their next back-off or for this: woken when a send
-    /// succeeds while some wait (the proxy answers again, so they go at once).
-    answered: Notify,
-    deferred: AtomicUsize,
-    /// Retries the budget deferred, for [`Producer::retries_deferred`].
-    retries_deferred: AtomicU64,
-    /// `SendMessage` requests made, retries included, for [`Producer::send_attempts`].
-    attempts: AtomicU64,
 }
 
 impl Producer {

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use rocketmq_grpc::emulator::Emulator;
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{
     ClientConfig, Credentials, Error, OutgoingMessage, Producer, PushConsumer, Session,
 };
+use rocketmq_grpc_emulator::Emulator;
 
 use crate::support::{self, GROUP, Handler};
 
@@ -27,7 +27,7 @@ async fn an_unreachable_endpoint_is_reported_as_such() {
 #[tokio::test]
 async fn wrong_credentials_unknown_topic_and_unknown_group_are_refused() {
     let emulator = Emulator::builder()
-        .topic("orders", rocketmq_grpc::emulator::TopicKind::Normal, 1)
+        .topic("orders", rocketmq_grpc_emulator::TopicKind::Normal, 1)
         .group(GROUP, false)
         .credentials("ak", "sk")
         .start()

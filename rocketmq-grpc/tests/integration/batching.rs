@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ack_batcher::FlushReason;
-use rocketmq_grpc::emulator::{Emulator, PublishMessage, TopicKind};
 use rocketmq_grpc::{AckSettings, PushConsumer};
+use rocketmq_grpc_emulator::{Emulator, PublishMessage, TopicKind};
 
 use crate::support::{self, Acks, GROUP, Handler};
 

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use rocketmq_grpc::emulator::FaultConfig;
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{AckSettings, PushConsumer};
+use rocketmq_grpc_emulator::FaultConfig;
 
 use crate::support::{self, GROUP, Handler};
 

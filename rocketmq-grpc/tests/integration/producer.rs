@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ack_batcher::RetryBudget;
-use rocketmq_grpc::emulator::{Emulator, Rpc, ScriptedFailure, TopicKind};
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{Backoff, Error, OutgoingMessage, Producer, SendRetryPolicy, Session};
+use rocketmq_grpc_emulator::{Emulator, Rpc, ScriptedFailure, TopicKind};
 
 use crate::support;
 

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rocketmq_grpc::emulator::{Emulator, FaultConfig, PublishMessage, Rpc, TopicKind};
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{
     AckSettings, ConsumeResult, DEFAULT_MAX_BODY, MessageHandler, OutgoingMessage, Producer,
     PushConsumer, ReceivedMessage, Session,
 };
+use rocketmq_grpc_emulator::{Emulator, FaultConfig, PublishMessage, Rpc, TopicKind};
 
 use crate::support::{self, GROUP, Handler};
 

@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ack_batcher::FlushReason;
-use rocketmq_grpc::emulator::FaultConfig;
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{AckSettings, PushConsumer};
+use rocketmq_grpc_emulator::FaultConfig;
 
 use crate::support::{self, Acks, GROUP, Handler};
 

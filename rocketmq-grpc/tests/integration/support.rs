@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
 use parking_lot::Mutex;
-use rocketmq_grpc::emulator::{Emulator, PublishMessage, TopicKind};
 use rocketmq_grpc::{
     AckEntry, AckKey, ClientConfig, ConsumeResult, Error, MessageHandler, PushConsumer,
     ReceivedMessage,
 };
+use rocketmq_grpc_emulator::{Emulator, PublishMessage, TopicKind};
 
 pub(crate) const GROUP: &str = "group";
 

@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rocketmq_grpc::emulator::{Emulator, TopicKind};
 use rocketmq_grpc::{
     AckSettings, ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer,
     PushConsumer, ReceivedMessage, Session,
 };
+use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::sync::Notify;
 
 use crate::table;

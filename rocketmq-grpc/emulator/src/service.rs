@@ -31,9 +31,9 @@ use super::state::{
     AckApplied, ChangeApplied, Delivery, PopRequest, StoredMessage, TopicInner, TopicKind, Verdict,
 };
 use super::validate;
-use crate::pb::{
-    self, Code, messaging_service_server::MessagingService, receive_message_response, retry_policy,
-    settings, telemetry_command,
+use crate::server::messaging_service_server::MessagingService;
+use rocketmq_grpc::pb::{
+    self, Code, receive_message_response, retry_policy, settings, telemetry_command,
 };
 
 /// A topic: its queues behind one lock, and a notifier that wakes long polls.

@@ -23,10 +23,10 @@ pub enum TopicKind {
 }
 
 impl TopicKind {
-    pub(crate) fn message_type(self) -> crate::pb::MessageType {
+    pub(crate) fn message_type(self) -> rocketmq_grpc::pb::MessageType {
         match self {
-            TopicKind::Normal => crate::pb::MessageType::Normal,
-            TopicKind::Fifo => crate::pb::MessageType::Fifo,
+            TopicKind::Normal => rocketmq_grpc::pb::MessageType::Normal,
+            TopicKind::Fifo => rocketmq_grpc::pb::MessageType::Fifo,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! An embedded, in-memory RocketMQ 5 proxy emulator (feature `emulator`).
+//! An embedded, in-memory RocketMQ 5 proxy emulator for `rocketmq-grpc`'s tests and examples.
 //!
 //! A tonic `MessagingService` server on `127.0.0.1` that follows the documented behaviour of the
 //! open-source proxy closely enough to test a real client against it: topics with several
@@ -9,8 +9,8 @@
 //! ledger and seeded fault injection make client behaviour measurable.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), rocketmq_grpc::Error> {
-//! use rocketmq_grpc::emulator::{Emulator, PublishMessage, TopicKind};
+//! # async fn demo() -> Result<(), rocketmq_grpc_emulator::Error> {
+//! use rocketmq_grpc_emulator::{Emulator, PublishMessage, TopicKind};
 //!
 //! let emulator = Emulator::builder()
 //!     .topic("orders", TopicKind::Normal, 4)
@@ -87,13 +87,21 @@
 //! offsets (every group starts at offset 0, which is also where a new group starts on a real
 //! 5.3.3 broker: it consumes what the topic already holds), several brokers, TLS, and the RPCs
 //! outside the crate's proto subset.
+//!
+//! # The binary
+//! `rocketmq_emulator` runs the emulator as a process (for load runs and for trying a client
+//! by hand): `cargo run --release -p rocketmq-grpc-emulator --bin rocketmq_emulator -- --help`.
+//!
+//! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 mod auth;
 mod clock;
 mod config;
 mod counters;
+mod error;
 mod faults;
 mod handle;
+mod server;
 mod service;
 mod state;
 #[cfg(test)]
@@ -112,6 +120,7 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use counters::{InjectedFaults, Rpc, Stats};
+pub use error::Error;
 pub use faults::{FaultConfig, ScriptedFailure};
 pub use service::SendRecord;
 pub use state::{MessageRecord, TopicKind};
@@ -119,8 +128,7 @@ pub use state::{MessageRecord, TopicKind};
 use config::Config;
 use service::{Service, Shared, Topic, stored_message};
 
-use crate::Error;
-use crate::pb::messaging_service_server::MessagingServiceServer;
+use server::messaging_service_server::MessagingServiceServer;
 
 /// An argument of the emulator's admin API was rejected.
 fn invalid(reason: String) -> Error {
@@ -454,16 +462,14 @@ impl EmulatorBuilder {
         let (shared, bind) = self.build_shared()?;
         let listener = TcpListener::bind(bind)
             .await
-            .map_err(|source| Error::EmulatorBind {
+            .map_err(|source| Error::Bind {
                 addr: bind,
                 source: Arc::new(source),
             })?;
-        let local = listener
-            .local_addr()
-            .map_err(|source| Error::EmulatorBind {
-                addr: bind,
-                source: Arc::new(source),
-            })?;
+        let local = listener.local_addr().map_err(|source| Error::Bind {
+            addr: bind,
+            source: Arc::new(source),
+        })?;
         let advertised = if local.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], local.port()))
         } else {
@@ -565,8 +571,8 @@ fn join_result(
 ) -> Result<(), Error> {
     match res {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Error::EmulatorServe(Arc::new(e))),
-        Err(e) => Err(Error::EmulatorTask(e.to_string())),
+        Ok(Err(e)) => Err(Error::Serve(Arc::new(e))),
+        Err(e) => Err(Error::Task(e.to_string())),
     }
 }
 
@@ -834,18 +840,17 @@ impl Emulator {
     /// when serving.
     ///
     /// # Errors
-    /// [`Error::EmulatorBind`] if the address cannot be bound again.
+    /// [`Error::Bind`] if the address cannot be bound again.
     pub async fn resume_serving(&mut self) -> Result<(), Error> {
         if self.task.is_some() {
             return Ok(());
         }
-        let listener =
-            TcpListener::bind(self.addr)
-                .await
-                .map_err(|source| Error::EmulatorBind {
-                    addr: self.addr,
-                    source: Arc::new(source),
-                })?;
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: self.addr,
+                source: Arc::new(source),
+            })?;
         *self.shared.serving.lock() = self.shared.shutdown.child_token();
         self.task = Some(tokio::spawn(serve(self.shared.clone(), listener)));
         Ok(())

@@ -10,7 +10,7 @@ use tonic::Request;
 use tonic::transport::Channel;
 
 use super::*;
-use crate::pb::{
+use rocketmq_grpc::pb::{
     self, Code, messaging_service_client::MessagingServiceClient, receive_message_response,
     settings, telemetry_command,
 };

@@ -1,0 +1,177 @@
+//! Load comparison of immediate and batched RocketMQ acks against the proxy emulator running
+//! in a separate process (`rocketmq_emulator`, found next to this executable).
+//!
+//! ```sh
+//! cargo build --release -p examples --bin rocketmq_ack_load --bin rocketmq_emulator
+//! target/release/rocketmq_ack_load --duration 60            # the full run (about 10 minutes)
+//! target/release/rocketmq_ack_load --duration 10 --scenarios a,c   # a quick look
+//! ```
+//!
+//! Scenarios, each run once per ack mode (immediate: one entry per `AckMessage`, what the
+//! official clients send; batched: the default `AckSettings`, 1,024 entries or 5 s per
+//! (endpoint, topic)):
+//!
+//! - **(a)** one topic, **(b)** 1,000 topics: 4 KiB messages at a target rate (8,000 msg/s)
+//!   for a duration (60 s). Every mode gets a fresh emulator process, a consumer process
+//!   (`--role consume`: a `PushConsumer` subscribed to every topic) and a producer process
+//!   (`--role produce`: a `Producer` over gRPC, paced). The consumer measures its own CPU time
+//!   (`getrusage`) from the moment it is subscribed, before the first message is sent, until its
+//!   shutdown has flushed the last ack; the producer's CPU is reported separately and not
+//!   counted as client CPU. Consume-to-ack-confirmed latency is taken by an `AckObserver`: from
+//!   the moment the handler returns to the moment the ack's own result arrives.
+//! - **(c)** ack-path saturation: one topic, 1,000,000 messages received with raw
+//!   `ReceiveMessage` calls, then acknowledged through the consumer's ack path (an
+//!   `ack_batcher::Batcher` with the `AckFlusher` and the same settings as
+//!   `AckSettings::default()`), against the ceiling of raw 1,024-entry `AckMessage` calls for
+//!   another 1,000,000 received messages, measured in the same run and against the same
+//!   emulator process.
+//!
+//! It prints a markdown table per scenario with the targets of the issue and whether each was
+//! met (`--markdown-out PATH` also writes them to a file). Run `--help` for every flag.
+
+mod ack_path;
+mod consume;
+mod emulator;
+mod load_runs;
+mod options;
+mod produce;
+mod support;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::ack_path::scenario_c;
+use crate::consume::{ConsumeArgs, consume_role};
+use crate::load_runs::{flow_table, run_mode};
+use crate::options::{Options, USAGE, parse_options};
+use crate::produce::{ProduceArgs, produce_role};
+use crate::support::BoxError;
+
+fn orchestrate(options: &Options) -> Result<String, BoxError> {
+    if !options.emulator.exists() {
+        return Err(format!(
+            "{} not found: build it with `cargo build --release -p examples --bin rocketmq_ack_load --bin rocketmq_emulator`, or pass --emulator PATH",
+            options.emulator.display()
+        )
+        .into());
+    }
+    let mut markdown = String::new();
+    let _ = writeln!(
+        markdown,
+        "{} msg/s of {} B for {} s per mode; a fresh emulator, consumer and producer process per mode. \
+         Client CPU is the consumer process's own `getrusage` from subscription to the end of its \
+         shutdown; the producer's CPU is listed apart.\n",
+        options.rate, options.body, options.duration
+    );
+    for scenario in &options.scenarios {
+        let section = match scenario {
+            'a' => {
+                let immediate = run_mode(options, "a", 1, options.queues_a, false)?;
+                let batched = run_mode(options, "a", 1, options.queues_a, true)?;
+                flow_table(
+                    &format!("(a) one topic, {} queues", options.queues_a),
+                    true,
+                    options,
+                    &immediate,
+                    &batched,
+                )
+            }
+            'b' => {
+                let immediate = run_mode(options, "b", options.topics_b, options.queues_b, false)?;
+                let batched = run_mode(options, "b", options.topics_b, options.queues_b, true)?;
+                flow_table(
+                    &format!(
+                        "(b) {} topics, {} queue(s) each",
+                        options.topics_b, options.queues_b
+                    ),
+                    false,
+                    options,
+                    &immediate,
+                    &batched,
+                )
+            }
+            _ => scenario_c(options)?,
+        };
+        println!("{section}");
+        markdown.push_str(&section);
+    }
+    Ok(markdown)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let result = if args.first().map(String::as_str) == Some("--role") {
+        role(args)
+    } else {
+        match parse_options(args) {
+            Ok(options) => orchestrate(&options).and_then(|markdown| {
+                if let Some(path) = &options.markdown_out {
+                    std::fs::write(path, markdown)?;
+                }
+                Ok(())
+            }),
+            Err(error) => {
+                eprintln!("error: {error}\n{USAGE}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The internal roles, started by the orchestrator.
+fn role(args: Vec<String>) -> Result<(), BoxError> {
+    let mut args = args.into_iter().skip(1);
+    let role = args.next().ok_or("--role needs a value")?;
+    let mut kv: HashMap<String, String> = HashMap::new();
+    let mut batched = false;
+    while let Some(flag) = args.next() {
+        if flag == "--batched" {
+            batched = true;
+            continue;
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        kv.insert(flag.trim_start_matches("--").to_owned(), value);
+    }
+    let get = |key: &str| -> Result<String, BoxError> {
+        kv.get(key)
+            .cloned()
+            .ok_or_else(|| format!("--{key} is required").into())
+    };
+    let num = |key: &str| -> Result<u64, BoxError> {
+        get(key)?
+            .parse()
+            .map_err(|_| format!("--{key} needs a number").into())
+    };
+    match role.as_str() {
+        "consume" => consume_role(ConsumeArgs {
+            endpoint: get("endpoint")?,
+            prefix: get("prefix")?,
+            topics: num("topics")? as u32,
+            queues: num("queues")? as u32,
+            group: get("group")?,
+            batched,
+        }),
+        "produce" => produce_role(ProduceArgs {
+            endpoint: get("endpoint")?,
+            prefix: get("prefix")?,
+            topics: num("topics")? as u32,
+            rate: num("rate")?,
+            duration: Duration::from_secs(num("duration")?),
+            body: num("body")? as usize,
+        }),
+        other => Err(format!("unknown role {other:?}").into()),
+    }
+}

@@ -1,0 +1,225 @@
+//! How a consumer acknowledges: [`AckSettings`] and the ack batcher built from them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ack_batcher::{BatchInfo, Batcher, ItemReply, ItemView, Next, Observer, RetryPolicy};
+use parking_lot::Mutex;
+
+use super::counters::Counters;
+use super::unacked::Unacked;
+use crate::{AckEntry, AckFlusher, AckKey, Error};
+
+/// The observer type of the consumer's acks: it sees every ack with its own result.
+pub type AckObserver = Arc<dyn Observer<AckKey, AckEntry, (), Error>>;
+
+/// How a consumer acknowledges.
+#[derive(Clone)]
+pub struct AckSettings {
+    pub(crate) batching: bool,
+    pub(crate) max_items: usize,
+    pub(crate) max_delay: Duration,
+    pub(crate) late_after: Duration,
+    pub(crate) deadline_margin: Duration,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) max_retry_backoff: Duration,
+    pub(crate) observer: Option<AckObserver>,
+}
+
+impl std::fmt::Debug for AckSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckSettings")
+            .field("batching", &self.batching)
+            .field("max_items", &self.max_items)
+            .field("max_delay", &self.max_delay)
+            .field("late_after", &self.late_after)
+            .field("deadline_margin", &self.deadline_margin)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("max_retry_backoff", &self.max_retry_backoff)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl Default for AckSettings {
+    /// Batched per (endpoint, topic): 1,024 entries or 5 s; messages consumed more than 25 s
+    /// after receipt and FIFO messages are acknowledged at once; retryable failures (see
+    /// [`Error::is_retryable`]) retried with exponential backoff from 100 ms doubling to 5 s,
+    /// with jitter, within the ack batcher's retry budget, until the receipt handle's
+    /// invisibility ends.
+    fn default() -> Self {
+        Self {
+            batching: true,
+            max_items: 1024,
+            max_delay: Duration::from_secs(5),
+            late_after: Duration::from_secs(25),
+            deadline_margin: Duration::from_secs(1),
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+            max_retry_backoff: DEFAULT_MAX_RETRY_BACKOFF,
+            observer: None,
+        }
+    }
+}
+
+impl AckSettings {
+    /// One entry per `AckMessage` request, sent at once (what the official clients do), for
+    /// comparisons.
+    pub fn immediate() -> Self {
+        Self {
+            batching: false,
+            ..Self::default()
+        }
+    }
+
+    /// The most entries in one request (default 1,024).
+    pub fn max_items(mut self, max_items: usize) -> Self {
+        self.max_items = max_items;
+        self
+    }
+
+    /// The longest an ack waits for its batch (default 5 s).
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self
+    }
+
+    /// Messages consumed later than this after receipt are acknowledged at once (default 25 s).
+    pub fn late_after(mut self, late_after: Duration) -> Self {
+        self.late_after = late_after;
+        self
+    }
+
+    /// How long before a receipt handle's invisibility ends its batch is flushed at the latest
+    /// (default 1 s).
+    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    /// The wait before the first retry of an ack or a nack (default 100 ms). Each further
+    /// retry of the same message waits twice as long, up to
+    /// [`max_retry_backoff`](Self::max_retry_backoff), with jitter; retries stop at the
+    /// receipt handle's deadline.
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// The longest wait between two retries of one ack or nack (default 5 s).
+    pub fn max_retry_backoff(mut self, backoff: Duration) -> Self {
+        self.max_retry_backoff = backoff;
+        self
+    }
+
+    /// An observer that sees every ack with its own result (not the batch's top-level code).
+    pub fn observer(mut self, observer: AckObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub(super) fn build(
+        &self,
+        flusher: AckFlusher,
+        counters: Arc<Counters>,
+        unacknowledged: Arc<Mutex<Unacked>>,
+    ) -> Result<Batcher<AckKey, AckEntry, AckFlusher>, Error> {
+        let observer = Counting {
+            counters,
+            unacknowledged,
+            user: self.observer.clone(),
+        };
+        Batcher::builder()
+            .max_items(self.max_items)
+            .max_delay(self.max_delay)
+            .deadline_margin(self.deadline_margin)
+            .max_pending(self.max_items.max(65_536))
+            // Immediate acks (one entry per request) are not limited per topic, as in the
+            // official clients; batches keep a few in flight per (endpoint, topic).
+            .max_in_flight_per_key(if self.batching { 4 } else { 1024 })
+            // Acks retry until the receipt handle's deadline passes (the item's deadline):
+            // the attempt cap is the batcher's largest, never reached before the deadline
+            // with a growing backoff (a 60 s handle allows about 17 attempts). The batcher's
+            // retry budget (on by default) bounds the retries of all acks together.
+            .retry(ack_retry_policy(self)?)
+            .observer(Arc::new(observer))
+            .build(flusher)
+            .map_err(|error| Error::invalid("acks", error.to_string()))
+    }
+}
+
+const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+const DEFAULT_MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+/// The random share of each ack retry's wait.
+const ACK_JITTER: f64 = 0.5;
+/// The ack batcher's largest `max_attempts`; deadlines end retries long before.
+const ACK_MAX_ATTEMPTS: u32 = 10_000;
+
+/// Exponential (×2) from `retry_backoff` to `max_retry_backoff`, each wait shortened by a
+/// random share of up to half of itself (the ack batcher's jitter: the entries of one failed
+/// batch draw together, so their retries stay merged in one request).
+fn ack_retry_policy(settings: &AckSettings) -> Result<RetryPolicy, Error> {
+    if settings.max_retry_backoff < settings.retry_backoff {
+        return Err(Error::invalid(
+            "acks.max_retry_backoff",
+            format!(
+                "{:?} is shorter than retry_backoff {:?}",
+                settings.max_retry_backoff, settings.retry_backoff
+            ),
+        ));
+    }
+    Ok(RetryPolicy::default()
+        .backoff(settings.retry_backoff)
+        .multiplier(2.0)
+        .max_backoff(settings.max_retry_backoff)
+        .jitter(ACK_JITTER)
+        .max_attempts(ACK_MAX_ATTEMPTS))
+}
+
+/// Counts final ack outcomes and remembers the messages that could not be acknowledged
+/// (forgetting them again when a later delivery is acknowledged), then forwards to the user's
+/// observer.
+struct Counting {
+    counters: Arc<Counters>,
+    unacknowledged: Arc<Mutex<Unacked>>,
+    user: Option<AckObserver>,
+}
+
+impl Observer<AckKey, AckEntry, (), Error> for Counting {
+    fn before_flush(&self, key: &AckKey, batch: &BatchInfo, items: &[AckEntry]) {
+        if let Some(user) = &self.user {
+            user.before_flush(key, batch, items);
+        }
+    }
+
+    fn after_flush(
+        &self,
+        key: &AckKey,
+        batch: &BatchInfo,
+        items: &[ItemView<'_, AckEntry, (), Error>],
+    ) {
+        let mut acked = 0;
+        for view in items.iter().filter(|view| view.next == Next::Resolved) {
+            if matches!(view.reply, ItemReply::Ok(())) {
+                acked += 1;
+                // A redelivered copy of a message whose earlier ack failed.
+                self.unacknowledged.lock().remove(&view.item.message_id);
+            } else {
+                Counters::add(&self.counters.ack_failed, 1);
+                self.unacknowledged
+                    .lock()
+                    .insert(view.item.message_id.clone());
+            }
+        }
+        Counters::add(&self.counters.acked, acked);
+        if let Some(user) = &self.user {
+            user.after_flush(key, batch, items);
+        }
+    }
+
+    fn on_abandoned(&self, key: &AckKey, count: usize) {
+        Counters::add(&self.counters.ack_abandoned, count as u64);
+        if let Some(user) = &self.user {
+            user.on_abandoned(key, count);
+        }
+    }
+}

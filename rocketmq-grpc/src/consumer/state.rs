@@ -1,0 +1,60 @@
+//! The state shared by the consumer's tasks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use ack_batcher::Batcher;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ack_settings::AckSettings;
+use super::counters::Counters;
+use super::handler::MessageHandler;
+use super::registration::Registration;
+use super::unacked::Unacked;
+use crate::pb;
+use crate::{AckEntry, AckFlusher, AckKey, Session};
+
+/// One topic subscription with its filter.
+#[derive(Debug, Clone)]
+pub(super) struct Subscription {
+    pub(super) topic: String,
+    pub(super) filter: pb::FilterExpression,
+}
+
+/// Identifies an assigned queue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct QueueKey {
+    pub(super) topic: String,
+    pub(super) broker: String,
+    pub(super) queue_id: i32,
+}
+
+/// State shared by the consumer's tasks.
+pub(super) struct Inner {
+    pub(super) session: Arc<Session>,
+    pub(super) group: String,
+    pub(super) subscriptions: Vec<Subscription>,
+    pub(super) handler: Arc<dyn MessageHandler>,
+    pub(super) acks: Batcher<AckKey, AckEntry, AckFlusher>,
+    pub(super) ack_settings: AckSettings,
+    pub(super) permits: Arc<Semaphore>,
+    pub(super) concurrency: usize,
+    pub(super) receive_batch_size: i32,
+    pub(super) long_polling: Mutex<Duration>,
+    /// The redelivery backoff the server announced on the telemetry stream.
+    pub(super) backoff: Mutex<Option<pb::RetryPolicy>>,
+    /// Whether the proxy has the consumer's settings (telemetry stream open and answered).
+    pub(super) registration: Registration,
+    pub(super) stop: CancellationToken,
+    pub(super) tasks: TaskTracker,
+    pub(super) counters: Arc<Counters>,
+    pub(super) unacknowledged: Arc<Mutex<Unacked>>,
+    pub(super) queues: Mutex<HashMap<QueueKey, CancellationToken>>,
+    /// Set by `shutdown` or `drop`, whichever comes first.
+    pub(super) shut_down: AtomicBool,
+}
