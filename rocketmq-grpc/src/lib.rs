@@ -71,6 +71,8 @@
 //! # Feature flags
 //! - `tls` (off by default): TLS connections to the proxy.
 
+#![forbid(unsafe_code)]
+
 mod ack;
 mod backoff;
 mod consumer;
@@ -109,3 +111,8 @@ pub use session::{
 pub mod pb {
     tonic::include_proto!("apache.rocketmq.v2");
 }
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

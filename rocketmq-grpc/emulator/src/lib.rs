@@ -94,6 +94,8 @@
 //!
 //! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
+#![forbid(unsafe_code)]
+
 mod auth;
 mod clock;
 mod config;
@@ -889,3 +891,8 @@ impl Drop for Emulator {
         self.shared.wake_all();
     }
 }
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
