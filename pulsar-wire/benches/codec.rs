@@ -15,7 +15,7 @@
 //!   part);
 //! - `decode_with_batch` (MESSAGE): the same, then `decode_batch` into the 100 messages.
 //!
-//! The same frames, compared with the `pulsar` crate's codec: `benches/pulsar-codec-compare`.
+//! The same frames, compared with the `pulsar` crate's codec: `pulsar-wire/codec-compare`.
 
 use std::hint::black_box;
 

@@ -237,9 +237,10 @@
 //!   is reported as an [`Error::CodecDisabled`] naming the feature (acknowledged with a
 //!   `DecompressionError`, as every entry that cannot be read), and a producer asking for it
 //!   fails to start with that error.
-//! - `emulator` (off by default): an embedded broker on 127.0.0.1 speaking the same protocol,
-//!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
-//!   and tests.
+//!
+//! An embedded broker on 127.0.0.1 speaking the same protocol, with the 4.0.x unacked
+//! accounting, transactions, stats and fault injection, for examples and tests, is the crate
+//! `pulsar-wire-emulator`.
 
 mod auth;
 pub mod backoff;
@@ -252,10 +253,11 @@ mod compression;
 mod connection;
 mod consumer;
 mod error;
+mod id;
+mod ledger;
 mod link;
+mod pool;
 
-#[cfg(feature = "emulator")]
-pub mod emulator;
 pub mod prioritized;
 
 /// The transport-free priority crate that [`prioritized`] wires in (policy, layout, router,
@@ -272,7 +274,7 @@ pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
 pub use batch::{
     BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
 };
-pub use client::{Client, partition_topic, topic_name};
+pub use client::Client;
 pub use codec::{
     DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
     decode_frame, encode_frame,
@@ -290,9 +292,11 @@ pub use consumer::{
     ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
+pub use id::MessageId;
 pub use link::{LinkState, LinkStates};
+pub use pool::{partition_topic, topic_name};
 pub use producer::{
-    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MessageId, OutgoingMessage,
+    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, OutgoingMessage,
     PartitionRouter, Producer, ProducerOptions, QueueFull, RoundRobin, key_partition,
 };
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};

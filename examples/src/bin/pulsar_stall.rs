@@ -27,13 +27,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use integration_tests::pulsar_admin::{AdminError, PulsarAdmin};
-use pulsar_wire::emulator::{Emulator, EmulatorConfig};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, command_ack::AckType};
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
     Message, OutgoingMessage, ProducerOptions, SubType, Transaction, command_frame,
 };
+use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 const LIMIT: u32 = 20;
 const PER_BATCH: usize = 3;

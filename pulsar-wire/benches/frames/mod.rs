@@ -1,5 +1,5 @@
 //! The frames the codec benchmarks encode and decode. `benches/codec.rs` and the comparison
-//! with the `pulsar` crate (`benches/pulsar-codec-compare`, which includes this file) use the
+//! with the `pulsar` crate (`pulsar-wire/codec-compare`, which includes this file) use the
 //! same ones.
 
 use bytes::{Bytes, BytesMut};

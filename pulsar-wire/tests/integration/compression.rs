@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, MessageMetadata, SingleMessageMetadata};
 use pulsar_wire::{
@@ -13,6 +12,7 @@ use pulsar_wire::{
     Error, Frame, OutgoingMessage, ProducerOptions, command_frame, compress, encode_batch,
     topic_name,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{PATIENCE, Setup, assert_quiet, producer_options, receive, within};
 

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, BaseCommand, ServerError};
 use pulsar_wire::{Connection, ConsumerOptions, Error, Frame, SubType, command_frame};
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, receive, send_all, within};
 

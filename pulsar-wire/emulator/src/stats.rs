@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use crate::pb::base_command::Type;
-use crate::pb::command_subscribe::SubType;
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::command_subscribe::SubType;
 
 use super::topics::normalize;
 

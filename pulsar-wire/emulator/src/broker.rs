@@ -15,13 +15,13 @@ use txn_ack::TxnId;
 
 use super::EmulatorConfig;
 use super::dispatch::Subscription;
-use super::faults::{Faults, SplitMix64};
+use super::faults::{Faults, chance};
 use super::stats::{ConnectionStats, FaultStats, Stats, TopicStats};
 use super::topics::{TC_ASSIGN_TOPIC, Topic, TopicView, Visibility, normalize, split_partition};
 use super::txn::Coordinator;
-use crate::pb::base_command::Type;
-use crate::pb::{BaseCommand, CommandError, CommandPing, CommandSuccess, ServerError};
-use crate::{Error, Frame};
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::{BaseCommand, CommandError, CommandPing, CommandSuccess, ServerError};
+use pulsar_wire::{Error, Frame};
 
 /// How a queued frame is treated by the fault injector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub(super) struct Broker {
     config: EmulatorConfig,
     endpoint: String,
     faults: Faults,
-    rng: SplitMix64,
+    rng: fastrand::Rng,
     fault_stats: FaultStats,
     conns: BTreeMap<u64, Conn>,
     next_conn: u64,
@@ -142,7 +142,7 @@ impl Broker {
         partitioned.insert(TC_ASSIGN_TOPIC.to_string(), 1);
         Self {
             faults: config.faults.clone(),
-            rng: SplitMix64::new(config.seed),
+            rng: fastrand::Rng::with_seed(config.seed),
             config,
             endpoint,
             fault_stats: FaultStats::default(),
@@ -314,7 +314,7 @@ impl Broker {
             .collect();
         for &(conn, producer_id) in &producers {
             let mut close = command(Type::CloseProducer);
-            close.close_producer = Some(crate::pb::CommandCloseProducer {
+            close.close_producer = Some(pulsar_wire::pb::CommandCloseProducer {
                 producer_id,
                 request_id: 0,
             });
@@ -330,7 +330,7 @@ impl Broker {
         let mut touched = BTreeSet::new();
         for &(conn, consumer_id) in &consumers {
             let mut close = command(Type::CloseConsumer);
-            close.close_consumer = Some(crate::pb::CommandCloseConsumer {
+            close.close_consumer = Some(pulsar_wire::pb::CommandCloseConsumer {
                 consumer_id,
                 request_id: 0,
             });
@@ -401,7 +401,7 @@ impl Broker {
                     }
                 }
                 Kind::Message => {
-                    corrupt = self.rng.chance(self.faults.corrupted_rate());
+                    corrupt = chance(&mut self.rng, self.faults.corrupted_rate());
                     if corrupt {
                         self.fault_stats.corrupted_messages += 1;
                     }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use txn_ack::{EntryId, TxnId};
 
 use super::dispatch::Subscription;
-use crate::pb::MessageMetadata;
+use pulsar_wire::pb::MessageMetadata;
 
 /// The partitioned topic whose partitions name the transaction coordinators; the emulator
 /// runs one coordinator, so it has one partition.

@@ -11,16 +11,16 @@ use tokio_util::codec::Framed;
 use txn_ack::{AckKind, MessagePosition, TxnAckTracker, TxnId};
 
 use super::{Emulator, EmulatorConfig, Faults};
-use crate::pb::base_command::Type;
-use crate::pb::command_ack::AckType;
-use crate::pb::command_subscribe::{InitialPosition, SubType};
-use crate::pb::{
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::command_ack::AckType;
+use pulsar_wire::pb::command_subscribe::{InitialPosition, SubType};
+use pulsar_wire::pb::{
     BaseCommand, CommandAck, CommandCloseConsumer, CommandConnect, CommandEndTxn, CommandFlow,
     CommandLookupTopic, CommandNewTxn, CommandPartitionedTopicMetadata, CommandPing,
     CommandProducer, CommandRedeliverUnacknowledgedMessages, CommandSend, CommandSubscribe,
     MessageIdData, MessageMetadata, ServerError, SingleMessageMetadata, TxnAction,
 };
-use crate::{BatchedMessage, Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
+use pulsar_wire::{BatchedMessage, Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
 
 const WAIT: Duration = Duration::from_secs(2);
 

@@ -5,14 +5,14 @@
 //! so every command that carries a `request_id` gets an answer at once: a `CommandError` with
 //! `NotAllowedError` naming the command ("the pulsar-wire emulator does not implement SEEK").
 //! Commands without a request id have no error reply in the protocol: they are logged and
-//! counted in [`Stats::unmodelled_commands`](crate::emulator::Stats::unmodelled_commands), and
+//! counted in [`Stats::unmodelled_commands`](crate::Stats::unmodelled_commands), and
 //! the connection stays open. A `type` number the proto subset does not know is treated the
 //! same way (its body cannot be read, so there is no request id to answer).
 
 use super::{Broker, command};
-use crate::emulator::topics::Visibility;
-use crate::pb::base_command::Type;
-use crate::pb::{
+use crate::topics::Visibility;
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::{
     CommandGetLastMessageId, CommandGetLastMessageIdResponse, MessageIdData, ServerError,
 };
 

@@ -26,7 +26,7 @@
 //! and clients on the same work.
 //!
 //! ```sh
-//! cargo bench --manifest-path benches/pulsar-codec-compare/Cargo.toml --bench compression -- \
+//! cargo bench --manifest-path pulsar-wire/codec-compare/Cargo.toml --bench compression -- \
 //!     --warm-up-time 1 --measurement-time 3
 //! scripts/bench-pulsar-compression.sh   # the same, then MB/s and ratios
 //! ```

@@ -10,7 +10,7 @@ pub mod compression;
 // The frames of pulsar-wire's codec benchmark; only the `MESSAGE` command and its entry
 // metadata are used here.
 #[allow(dead_code)]
-#[path = "../../../pulsar-wire/benches/frames/mod.rs"]
+#[path = "../../benches/frames/mod.rs"]
 mod frames;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};

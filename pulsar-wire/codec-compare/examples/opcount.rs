@@ -4,7 +4,7 @@
 //! printed, with each operation's median ratio to the first one's in the same round.
 //!
 //! ```sh
-//! cargo run --release --manifest-path benches/pulsar-codec-compare/Cargo.toml --example opcount \
+//! cargo run --release --manifest-path pulsar-wire/codec-compare/Cargo.toml --example opcount \
 //!     -- ack1000 200 100 pulsar_wire_encode pulsar_encode backpatch_encode
 //! ```
 //!
@@ -27,7 +27,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 // Only some of the frame helpers are used here.
 #[allow(dead_code)]
-#[path = "../../../pulsar-wire/benches/frames/mod.rs"]
+#[path = "../../benches/frames/mod.rs"]
 mod frames;
 
 /// Times `n` runs of `op` on `frame`; setup and drop are not timed.

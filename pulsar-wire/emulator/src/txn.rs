@@ -6,7 +6,7 @@ use std::time::Duration;
 use txn_ack::TxnId;
 
 use super::stats::TransactionStats;
-use crate::pb::ServerError;
+use pulsar_wire::pb::ServerError;
 
 /// Where a transaction stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

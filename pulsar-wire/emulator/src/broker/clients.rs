@@ -6,15 +6,15 @@ use txn_ack::TxnId;
 use txn_ack::model::ModelConfig;
 
 use super::{Broker, ConsumerRef, ProducerInfo, Refusal, SubRef, command, txn_of};
-use crate::emulator::dispatch::{Consumer, KeySharedPolicy, Subscription};
-use crate::emulator::topics::{StoredEntry, Visibility, normalize};
-use crate::pb::base_command::Type;
-use crate::pb::command_subscribe::{InitialPosition, SubType};
-use crate::pb::{
+use crate::dispatch::{Consumer, KeySharedPolicy, Subscription};
+use crate::topics::{StoredEntry, Visibility, normalize};
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::command_subscribe::{InitialPosition, SubType};
+use pulsar_wire::pb::{
     CommandAck, CommandAckResponse, CommandProducer, CommandProducerSuccess, CommandSend,
     CommandSendError, CommandSendReceipt, CommandSubscribe, MessageIdData, ServerError,
 };
-use crate::{MAX_BATCH_MESSAGES, Payload};
+use pulsar_wire::{MAX_BATCH_MESSAGES, Payload};
 
 impl Broker {
     // ----- producers -----------------------------------------------------------------------
@@ -488,7 +488,7 @@ impl Broker {
     }
 
     /// The timeout of `txn` passed: abort it if it is still open.
-    pub(in crate::emulator) fn expire(&mut self, txn: TxnId) {
+    pub(crate) fn expire(&mut self, txn: TxnId) {
         if self.tc.open(txn).is_ok() {
             let _ = self.end_txn(txn, false, true);
             self.flush();

@@ -1,39 +1,17 @@
-//! Fault injection: what to break, and the seeded generator that decides when.
+//! Fault injection: what to break, and how a seeded generator decides when.
 
 use std::time::Duration;
 
-/// SplitMix64 (Steele, Lea and Flood): a tiny, fast, seedable generator. Good enough to decide
-/// when to inject a fault; not for anything else.
-#[derive(Debug, Clone)]
-pub(super) struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    pub(super) fn new(seed: u64) -> Self {
-        Self { state: seed }
+/// True with probability `p`, drawn from `rng` (0 never draws a number, so a fault-free run
+/// stays reproducible whatever else draws).
+pub(super) fn chance(rng: &mut fastrand::Rng, p: f64) -> bool {
+    if p.is_nan() || p <= 0.0 {
+        return false;
     }
-
-    pub(super) fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    if p >= 1.0 {
+        return true;
     }
-
-    /// True with probability `p` (0 never draws a number, so a fault-free run stays
-    /// reproducible whatever else draws).
-    pub(super) fn chance(&mut self, p: f64) -> bool {
-        if p.is_nan() || p <= 0.0 {
-            return false;
-        }
-        if p >= 1.0 {
-            return true;
-        }
-        // 53 random bits as a float in [0, 1).
-        ((self.next_u64() >> 11) as f64) / ((1u64 << 53) as f64) < p
-    }
+    rng.f64() < p
 }
 
 /// The faults the emulator injects. Everything is off by default; change them at run time
@@ -110,12 +88,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splitmix_is_deterministic_and_rates_hold() {
-        let mut a = SplitMix64::new(7);
-        let mut b = SplitMix64::new(7);
-        assert_eq!(a.next_u64(), b.next_u64());
-        let hits = (0..10_000).filter(|_| a.chance(0.25)).count();
+    fn seeded_generator_is_deterministic_and_rates_hold() {
+        let mut a = fastrand::Rng::with_seed(7);
+        let mut b = fastrand::Rng::with_seed(7);
+        assert_eq!(a.u64(..), b.u64(..));
+        let hits = (0..10_000).filter(|_| chance(&mut a, 0.25)).count();
         assert!((2_200..2_800).contains(&hits), "{hits}");
-        assert!(!a.chance(0.0) && a.chance(1.0) && !a.chance(f64::NAN));
+        assert!(!chance(&mut a, 0.0) && chance(&mut a, 1.0) && !chance(&mut a, f64::NAN));
     }
 }

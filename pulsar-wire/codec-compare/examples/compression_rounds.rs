@@ -6,7 +6,7 @@
 //! hits both sides of a round alike, which criterion's one-bench-after-the-other cannot ensure.
 //!
 //! ```sh
-//! cargo run --release --manifest-path benches/pulsar-codec-compare/Cargo.toml \
+//! cargo run --release --manifest-path pulsar-wire/codec-compare/Cargo.toml \
 //!     --example compression_rounds -- [ROUNDS (100)] [MS PER RUN (3)] [FILTER]
 //! ```
 //!

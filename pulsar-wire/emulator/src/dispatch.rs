@@ -11,11 +11,11 @@ use txn_ack::{AckKind, AckSet, EntryId, TxnId};
 use super::broker::{Kind, Outgoing, command};
 use super::stats::{ConsumerStats, SubscriptionStats};
 use super::topics::{TopicView, Visibility};
-use crate::Frame;
-use crate::pb::base_command::Type;
-use crate::pb::command_ack::AckType;
-use crate::pb::command_subscribe::SubType;
-use crate::pb::{
+use pulsar_wire::Frame;
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::command_ack::AckType;
+use pulsar_wire::pb::command_subscribe::SubType;
+use pulsar_wire::pb::{
     CommandAck, CommandActiveConsumerChange, CommandMessage, KeySharedMeta, KeySharedMode,
     MessageIdData, MessageMetadata, ServerError,
 };
@@ -31,8 +31,8 @@ pub(super) fn entry_key_hash(metadata: &MessageMetadata) -> u32 {
         .ordering_key
         .as_deref()
         .or_else(|| metadata.partition_key.as_deref().map(str::as_bytes))
-        .unwrap_or(crate::NONE_KEY);
-    crate::sticky_key_hash(key)
+        .unwrap_or(pulsar_wire::NONE_KEY);
+    pulsar_wire::sticky_key_hash(key)
 }
 
 /// A Key_Shared subscription's policy, fixed by its first consumer.
@@ -470,7 +470,8 @@ impl Subscription {
             });
         }
         let n = self.consumers.len() as u64;
-        (n > 0).then(|| (u64::from(hash) * n / u64::from(crate::KEY_HASH_RANGE_SIZE)) as usize)
+        (n > 0)
+            .then(|| (u64::from(hash) * n / u64::from(pulsar_wire::KEY_HASH_RANGE_SIZE)) as usize)
     }
 
     /// Sends redeliveries first, then entries never sent, while consumers have permits and

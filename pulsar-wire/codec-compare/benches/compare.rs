@@ -23,7 +23,7 @@ use pulsar_codec_compare::{SameFrame, decode_sliced, encode_frame_backpatched, s
 use pulsar_wire::PulsarCodec;
 use tokio_util::codec::{Decoder, Encoder};
 
-#[path = "../../../pulsar-wire/benches/frames/mod.rs"]
+#[path = "../../benches/frames/mod.rs"]
 mod frames;
 
 fn bench_frame(c: &mut Criterion, name: &str, frame: &SameFrame) {

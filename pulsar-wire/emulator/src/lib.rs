@@ -1,7 +1,7 @@
-//! An embedded Pulsar broker for examples and tests (feature `emulator`).
+//! An embedded Pulsar broker for examples and tests.
 //!
 //! [`Emulator::start`] listens on 127.0.0.1 and speaks the Pulsar binary protocol through
-//! [`PulsarCodec`](crate::PulsarCodec): CONNECT (with optional token authentication), PING and
+//! [`PulsarCodec`](pulsar_wire::PulsarCodec): CONNECT (with optional token authentication), PING and
 //! PONG both ways, PARTITIONED_METADATA and LOOKUP, producers and sends (transactional ones
 //! included), subscriptions with FLOW permits, acks and redelivery, and a transaction
 //! coordinator. The unacked accounting of every consumer — the count, blocking at
@@ -12,7 +12,7 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! use pulsar_wire::emulator::{Emulator, EmulatorConfig, Faults};
+//! use pulsar_wire_emulator::{Emulator, EmulatorConfig, Faults};
 //!
 //! let emulator = Emulator::start(EmulatorConfig::default()).await?;
 //! emulator.create_topic("orders", 3)?;
@@ -46,7 +46,7 @@
 //!   non-durable subscriptions vanish with their last consumer.
 //! - **Key_Shared**: each entry goes to the consumer of its sticky key's hash (the entry's
 //!   `ordering_key`, else its `partition_key`, else `NONE_KEY`, hashed with
-//!   [`crate::sticky_key_hash`], as the broker does). STICKY consumers serve the hash ranges
+//!   [`pulsar_wire::sticky_key_hash`], as the broker does). STICKY consumers serve the hash ranges
 //!   of their `KeySharedMeta`; AUTO_SPLIT (also without a `KeySharedMeta`) cuts the hash
 //!   space `0..65536` into as many equal contiguous ranges as there are connected consumers,
 //!   in subscription order (the broker's consistent hashing places hashes elsewhere; only
@@ -96,7 +96,8 @@
 //!   transactions with their sends and pending acks survive; producers, consumers, permits
 //!   and redelivery counts do not (see [`Emulator::take_down`]).
 //! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
-//!   delayed, MESSAGE checksums corrupted at a rate, from a seeded SplitMix64 generator.
+//!   delayed, MESSAGE checksums corrupted at a rate, from a generator seeded with
+//!   [`EmulatorConfig::seed`] (`fastrand`).
 //! - **Stats** ([`Stats`]): per consumer unacked (0 on Exclusive and Failover, where the
 //!   broker does not count), blocked, permits, dispatched and acked counts; per subscription
 //!   the backlog in messages and in entries (the broker's `msgBacklog` counts entries);
@@ -152,8 +153,8 @@ pub use stats::{
 };
 pub use txn_ack::model::ConflictEffects;
 
-use crate::Error;
 use broker::Broker;
+use pulsar_wire::Error;
 use server::{AcceptLoop, Shared};
 
 /// How the emulator behaves. Build it from [`EmulatorConfig::default`] with the methods

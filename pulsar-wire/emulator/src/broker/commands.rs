@@ -4,13 +4,14 @@
 use txn_ack::TxnId;
 
 use super::{Broker, Effects, Kind, Refusal, command};
-use crate::Frame;
-use crate::emulator::topics::normalize;
-use crate::emulator::txn::{Coordinator, TxnError};
-use crate::pb::base_command::Type;
-use crate::pb::command_lookup_topic_response::LookupType as LookupResponse;
-use crate::pb::command_partitioned_topic_metadata_response::LookupType as MetadataResponse;
-use crate::pb::{
+use crate::faults::chance;
+use crate::topics::normalize;
+use crate::txn::{Coordinator, TxnError};
+use pulsar_wire::Frame;
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::command_lookup_topic_response::LookupType as LookupResponse;
+use pulsar_wire::pb::command_partitioned_topic_metadata_response::LookupType as MetadataResponse;
+use pulsar_wire::pb::{
     CommandAddPartitionToTxnResponse, CommandAddSubscriptionToTxnResponse, CommandConnect,
     CommandConnected, CommandEndTxnResponse, CommandLookupTopicResponse, CommandNewTxnResponse,
     CommandPartitionedTopicMetadataResponse, CommandPong, CommandTcClientConnectResponse,
@@ -21,7 +22,7 @@ impl Broker {
     // ----- commands ------------------------------------------------------------------------
 
     /// Handles one frame from connection `conn`.
-    pub(in crate::emulator) fn handle(&mut self, conn: u64, frame: Frame) -> Effects {
+    pub(crate) fn handle(&mut self, conn: u64, frame: Frame) -> Effects {
         let mut effects = Effects::default();
         let ty = frame.command.r#type;
         *self.received.entry(ty).or_default() += 1;
@@ -36,7 +37,7 @@ impl Broker {
             .faults
             .dropped_after_frames()
             .is_some_and(|n| count >= n)
-            || self.rng.chance(self.faults.dropped_rate())
+            || chance(&mut self.rng, self.faults.dropped_rate())
         {
             self.fault_stats.dropped_connections += 1;
             effects.close_now = true;
