@@ -21,7 +21,7 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use pulsar_wire::{Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
+use pulsar_wire::wire::{Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
 use tokio_util::codec::{Decoder, Encoder};
 
 mod frames;

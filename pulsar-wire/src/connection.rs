@@ -653,24 +653,15 @@ impl Connection {
         Ok(())
     }
 
-    /// Writes a frame that expects no answer.
-    ///
-    /// # Errors
-    /// When the connection is closed or lost.
-    /// The queue of frames to write is bounded ([`OUTBOUND_FRAMES`]): a frame that finds it
-    /// full is refused with [`Error::Invalid`].
-    pub fn send(&self, frame: Frame) -> Result<(), Error> {
+    /// Writes a frame that expects no answer (for users: [`crate::wire::ConnectionExt::send`]).
+    pub(crate) fn send(&self, frame: Frame) -> Result<(), Error> {
         self.check_open()?;
         queue(&self.shared, frame)
     }
 
-    /// Sends a request built with a fresh request id and waits for its answer. An `ERROR`
-    /// answer becomes [`Error::Server`].
-    ///
-    /// # Errors
-    /// [`Error::Server`], [`Error::Timeout`], or [`Error::ConnectionLost`] when the connection
-    /// goes away first.
-    pub async fn request(
+    /// Sends a request built with a fresh request id and waits for its answer (for users:
+    /// [`crate::wire::ConnectionExt::request`]).
+    pub(crate) async fn request(
         &self,
         operation: &'static str,
         build: impl FnOnce(u64) -> Frame,
@@ -795,11 +786,12 @@ impl Connection {
         }
     }
 
-    /// Routes frames pushed to `consumer_id` (messages, close, end of topic) to the returned
-    /// receiver. It is not bounded by itself: the consumer's flow permits bound what the
-    /// broker sends, and the read loop never waits for one consumer (the others on the
-    /// connection would wait too).
-    pub fn register_consumer(&self, consumer_id: u64) -> mpsc::UnboundedReceiver<ConsumerEvent> {
+    /// Routes frames pushed to `consumer_id` to the returned receiver (for users:
+    /// [`crate::wire::ConnectionExt::register_consumer`]).
+    pub(crate) fn register_consumer(
+        &self,
+        consumer_id: u64,
+    ) -> mpsc::UnboundedReceiver<ConsumerEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.shared.consumers.lock().insert(consumer_id, tx);
         rx

@@ -125,8 +125,24 @@
 //!   message's id is its last chunk's ([`Message::chunk_ids`] lists every chunk), and an ack,
 //!   nack or transactional ack of it covers every chunk. Producers split a message too large
 //!   for one entry with [`ProducerOptions::chunking`] (not with batching).
-//! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
+//! - Low-level protocol access in [`wire`]: the frame codec ([`wire::PulsarCodec`]), batch
+//!   payloads ([`wire::decode_batch`], [`wire::encode_batch`]), hand-built commands
+//!   ([`wire::command_frame`]); and
 //!   the generated protocol types ([`pb`]).
+//!
+//! # Modules
+//!
+//! The modules form no cycle: each uses only modules below it, which
+//! `scripts/check-module-cycles` checks (a child's `super::` items count as a use of its
+//! parent, a parent's `use child::…` as a use of the child; re-exports and test modules do
+//! not). From the bottom up: the leaves (`pb`, the generated types; `error`, with the mapping
+//! of `ack-batcher`'s errors; `auth`, `backoff`, `link`, the frame `codec`, `batch` payloads,
+//! `compression`, `id` with [`MessageId`], and the consumers' `ledger` of transactional acks);
+//! `tls` under `connection`, one broker connection (`CONNECT`, request ids, keep-alive);
+//! `pool`, the connections per broker with lookups, partitioned metadata and topic names,
+//! which is what producers, consumers and transactions hold; `txn` on the pool, `producer` on
+//! the pool and `txn`, `consumer` on those and the producer (for dead letters); the
+//! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top.
 //!
 //! # Reconnection
 //!
@@ -266,26 +282,22 @@ pub use mq_priority;
 mod producer;
 mod tls;
 mod txn;
+pub mod wire;
 
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
 /// so that no extra dependency is needed).
 pub use async_trait::async_trait;
 pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
-pub use batch::{
-    BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
-};
+pub use batch::MAX_BATCH_MESSAGES;
+#[cfg(test)]
+pub(crate) use batch::{BatchedMessage, encode_batch};
 pub use client::Client;
-pub use codec::{
-    DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
-    decode_frame, encode_frame,
-};
+pub(crate) use codec::Frame;
 pub use compression::{
     Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
-pub use connection::{
-    ConnectOptions, Connection, ConsumerEvent, LookupAnswer, OUTBOUND_FRAMES, PROTOCOL_VERSION,
-    ProducerGone, command_frame,
-};
+pub use connection::{ConnectOptions, Connection};
+pub(crate) use connection::{ConsumerEvent, command_frame};
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,

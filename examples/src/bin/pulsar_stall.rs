@@ -29,9 +29,10 @@ use std::time::Duration;
 use integration_tests::pulsar_admin::{AdminError, PulsarAdmin};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, command_ack::AckType};
+use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, OutgoingMessage, ProducerOptions, SubType, Transaction, command_frame,
+    Message, OutgoingMessage, ProducerOptions, SubType, Transaction,
 };
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 

@@ -9,7 +9,7 @@ use pulsar_wire::pb::{
     BaseCommand, CommandAck, CommandMessage, KeyValue, MessageIdData, MessageMetadata,
     SingleMessageMetadata,
 };
-use pulsar_wire::{BatchedMessage, Frame, encode_batch, encode_frame};
+use pulsar_wire::wire::{BatchedMessage, Frame, encode_batch, encode_frame};
 
 /// Messages in the batch of the `MESSAGE` frame.
 pub(crate) const BATCH_MESSAGES: usize = 100;

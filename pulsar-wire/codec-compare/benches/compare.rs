@@ -20,7 +20,7 @@ use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use pulsar::message::Codec;
 use pulsar_codec_compare::{SameFrame, decode_sliced, encode_frame_backpatched, same_frames};
-use pulsar_wire::PulsarCodec;
+use pulsar_wire::wire::PulsarCodec;
 use tokio_util::codec::{Decoder, Encoder};
 
 #[path = "../../benches/frames/mod.rs"]
@@ -93,7 +93,7 @@ fn bench(c: &mut Criterion) {
     let ack = same_frames(frames::ack_frame()).expect("the ACK frame");
     // The frames are what they claim to be.
     assert_eq!(
-        pulsar_wire::decode_batch(
+        pulsar_wire::wire::decode_batch(
             &message.wire.payload.as_ref().unwrap().metadata,
             message.wire.payload.as_ref().unwrap().data.clone(),
         )

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use pulsar::message::Codec;
 use pulsar_codec_compare::{SameFrame, decode_sliced, encode_frame_backpatched, same_frames};
-use pulsar_wire::PulsarCodec;
+use pulsar_wire::wire::PulsarCodec;
 use tokio_util::codec::{Decoder, Encoder};
 
 // Only some of the frame helpers are used here.

@@ -33,10 +33,8 @@ use pulsar::message::proto::CompressionType as PulsarCompressionType;
 use pulsar::message::{Codec, Message as PulsarMessage};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{BaseCommand, CommandSend, MessageMetadata, SingleMessageMetadata};
-use pulsar_wire::{
-    BatchedMessage, Compression, DEFAULT_MAX_MESSAGE_SIZE, Frame, PulsarCodec, compress,
-    decode_batch, decompress, decompress_payload, encode_batch,
-};
+use pulsar_wire::{Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload};
+use pulsar_wire::wire::{BatchedMessage, Frame, PulsarCodec, decode_batch, encode_batch};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{frames, same_frames};

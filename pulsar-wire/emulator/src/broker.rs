@@ -15,32 +15,17 @@ use txn_ack::TxnId;
 
 use super::EmulatorConfig;
 use super::dispatch::Subscription;
+use super::entries::{TopicView, Visibility};
 use super::faults::{Faults, chance};
+use super::names::{TC_ASSIGN_TOPIC, normalize, split_partition};
+use super::outgoing::{Kind, Outgoing, command};
 use super::stats::{ConnectionStats, FaultStats, Stats, TopicStats};
-use super::topics::{TC_ASSIGN_TOPIC, Topic, TopicView, Visibility, normalize, split_partition};
+use super::topics::Topic;
 use super::txn::Coordinator;
+use pulsar_wire::Error;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{BaseCommand, CommandError, CommandPing, CommandSuccess, ServerError};
-use pulsar_wire::{Error, Frame};
-
-/// How a queued frame is treated by the fault injector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// An answer to a request: may be delayed.
-    Response,
-    /// A dispatched MESSAGE: its checksum may be corrupted.
-    Message,
-    /// Anything else.
-    Other,
-}
-
-/// A frame for one connection.
-#[derive(Debug)]
-pub(super) struct Outgoing {
-    pub(super) conn: u64,
-    pub(super) frame: Box<Frame>,
-    pub(super) kind: Kind,
-}
+use pulsar_wire::wire::Frame;
 
 /// What a connection's writer receives.
 #[derive(Debug)]
@@ -62,14 +47,6 @@ pub(super) struct Effects {
     pub(super) close_now: bool,
     /// Abort this transaction after this long unless it ends first.
     pub(super) txn_timeout: Option<(TxnId, Duration)>,
-}
-
-/// A command of type `ty` with no body yet.
-pub(super) fn command(ty: Type) -> BaseCommand {
-    BaseCommand {
-        r#type: ty as i32,
-        ..BaseCommand::default()
-    }
 }
 
 #[derive(Debug)]

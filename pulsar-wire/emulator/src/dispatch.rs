@@ -8,10 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use txn_ack::model::{AckOutcome, ConsumerModel, CursorState, Dispatch, ModelConfig, WireAck};
 use txn_ack::{AckKind, AckSet, EntryId, TxnId};
 
-use super::broker::{Kind, Outgoing, command};
+use super::entries::{TopicView, Visibility};
+use super::outgoing::{Kind, Outgoing, command};
 use super::stats::{ConsumerStats, SubscriptionStats};
-use super::topics::{TopicView, Visibility};
-use pulsar_wire::Frame;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_ack::AckType;
 use pulsar_wire::pb::command_subscribe::SubType;
@@ -19,6 +18,7 @@ use pulsar_wire::pb::{
     CommandAck, CommandActiveConsumerChange, CommandMessage, KeySharedMeta, KeySharedMode,
     MessageIdData, MessageMetadata, ServerError,
 };
+use pulsar_wire::wire::Frame;
 
 /// The most entries a Key_Shared subscription reads ahead while earlier ones wait for their
 /// key's consumer (the broker's look-ahead limit is of the same order).

@@ -1,7 +1,7 @@
 //! An embedded Pulsar broker for examples and tests.
 //!
 //! [`Emulator::start`] listens on 127.0.0.1 and speaks the Pulsar binary protocol through
-//! [`PulsarCodec`](pulsar_wire::PulsarCodec): CONNECT (with optional token authentication), PING and
+//! [`PulsarCodec`](pulsar_wire::wire::PulsarCodec): CONNECT (with optional token authentication), PING and
 //! PONG both ways, PARTITIONED_METADATA and LOOKUP, producers and sends (transactional ones
 //! included), subscriptions with FLOW permits, acks and redelivery, and a transaction
 //! coordinator. The unacked accounting of every consumer — the count, blocking at
@@ -128,7 +128,10 @@
 
 mod broker;
 mod dispatch;
+mod entries;
 mod faults;
+mod names;
+mod outgoing;
 mod server;
 mod stats;
 mod topics;

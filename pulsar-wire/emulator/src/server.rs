@@ -23,7 +23,8 @@ use tokio_util::task::TaskTracker;
 use txn_ack::TxnId;
 
 use super::broker::{Broker, Out};
-use pulsar_wire::{Error, Frame, PulsarCodec, encode_frame};
+use pulsar_wire::Error;
+use pulsar_wire::wire::{Frame, PulsarCodec, encode_frame};
 
 /// What the emulator's tasks share.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_subscribe::SubType;
 
-use super::topics::normalize;
+use super::names::normalize;
 
 /// Everything the emulator can tell, taken at one instant by
 /// [`Emulator::stats`](super::Emulator::stats).

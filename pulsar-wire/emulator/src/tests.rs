@@ -20,7 +20,9 @@ use pulsar_wire::pb::{
     CommandProducer, CommandRedeliverUnacknowledgedMessages, CommandSend, CommandSubscribe,
     MessageIdData, MessageMetadata, ServerError, SingleMessageMetadata, TxnAction,
 };
-use pulsar_wire::{BatchedMessage, Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
+use pulsar_wire::wire::{
+    BatchedMessage, Frame, PulsarCodec, decode_batch, encode_batch, encode_frame,
+};
 
 const WAIT: Duration = Duration::from_secs(2);
 

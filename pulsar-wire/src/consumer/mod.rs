@@ -900,12 +900,9 @@ impl Consumer {
         self.acks.flush_all().await;
     }
 
-    /// The connection and consumer id behind a message, for sending raw frames
-    /// ([`crate::command_frame`]) about it, as tests and tools do.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a message of another consumer.
-    pub fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
+    /// The connection and consumer id behind a message (for users:
+    /// [`crate::wire::ConsumerExt::wire_of`]).
+    pub(crate) fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
         let partition = self.partition(message)?;
         let link = partition.link();
         Ok((link.connection, link.consumer_id))

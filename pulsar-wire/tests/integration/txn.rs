@@ -5,9 +5,9 @@ use std::time::Duration;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_ack::AckType;
 use pulsar_wire::pb::{self, ServerError};
+use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, OutgoingMessage, Transaction, TxnState,
-    command_frame,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 

@@ -5,16 +5,19 @@ use std::collections::BTreeSet;
 use txn_ack::TxnId;
 use txn_ack::model::ModelConfig;
 
-use super::{Broker, ConsumerRef, ProducerInfo, Refusal, SubRef, command, txn_of};
+use super::{Broker, ConsumerRef, ProducerInfo, Refusal, SubRef, txn_of};
 use crate::dispatch::{Consumer, KeySharedPolicy, Subscription};
-use crate::topics::{StoredEntry, Visibility, normalize};
+use crate::entries::{StoredEntry, Visibility};
+use crate::names::normalize;
+use crate::outgoing::command;
+use pulsar_wire::MAX_BATCH_MESSAGES;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_subscribe::{InitialPosition, SubType};
 use pulsar_wire::pb::{
     CommandAck, CommandAckResponse, CommandProducer, CommandProducerSuccess, CommandSend,
     CommandSendError, CommandSendReceipt, CommandSubscribe, MessageIdData, ServerError,
 };
-use pulsar_wire::{MAX_BATCH_MESSAGES, Payload};
+use pulsar_wire::wire::Payload;
 
 impl Broker {
     // ----- producers -----------------------------------------------------------------------

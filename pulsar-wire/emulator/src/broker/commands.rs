@@ -3,11 +3,11 @@
 
 use txn_ack::TxnId;
 
-use super::{Broker, Effects, Kind, Refusal, command};
+use super::{Broker, Effects, Refusal};
 use crate::faults::chance;
-use crate::topics::normalize;
+use crate::names::normalize;
+use crate::outgoing::{Kind, command};
 use crate::txn::{Coordinator, TxnError};
-use pulsar_wire::Frame;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_lookup_topic_response::LookupType as LookupResponse;
 use pulsar_wire::pb::command_partitioned_topic_metadata_response::LookupType as MetadataResponse;
@@ -17,6 +17,7 @@ use pulsar_wire::pb::{
     CommandPartitionedTopicMetadataResponse, CommandPong, CommandTcClientConnectResponse,
     ServerError, TxnAction,
 };
+use pulsar_wire::wire::Frame;
 
 impl Broker {
     // ----- commands ------------------------------------------------------------------------

@@ -9,8 +9,9 @@
 //! the connection stays open. A `type` number the proto subset does not know is treated the
 //! same way (its body cannot be read, so there is no request id to answer).
 
-use super::{Broker, command};
-use crate::topics::Visibility;
+use super::Broker;
+use crate::entries::Visibility;
+use crate::outgoing::command;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{
     CommandGetLastMessageId, CommandGetLastMessageIdResponse, MessageIdData, ServerError,
