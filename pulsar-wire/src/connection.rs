@@ -245,7 +245,7 @@ pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
     })
 }
 
-/// Why a producer is gone from its connection ([`Connection::watch_producer`]).
+/// Why a producer is gone from its connection (what the connection's watch of it tells).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProducerGone {
     /// The broker closed it (`CLOSE_PRODUCER`: the topic was unloaded or moved).
@@ -695,11 +695,9 @@ impl Connection {
         Ok(answer)
     }
 
-    /// Sends a `SEND` frame and waits for its receipt.
-    ///
-    /// # Errors
-    /// [`Error::Server`] for `SEND_ERROR`; [`Error::Timeout`]; [`Error::ConnectionLost`].
-    pub async fn send_message(
+    /// Sends a `SEND` frame and waits for its receipt (for users:
+    /// [`crate::wire::ConnectionExt::send_message`]).
+    pub(crate) async fn send_message(
         &self,
         producer_id: u64,
         sequence_id: u64,
@@ -714,7 +712,7 @@ impl Connection {
     /// # Errors
     /// [`Error::ConnectionLost`] when the frame cannot be written; the returned wait fails as
     /// [`Connection::send_message`].
-    pub fn start_send(
+    pub(crate) fn start_send(
         &self,
         producer_id: u64,
         sequence_id: u64,
@@ -736,7 +734,7 @@ impl Connection {
     /// Resolves once `producer_id` is gone from this connection: the broker closed it
     /// (`CLOSE_PRODUCER`, [`ProducerGone::Closed`]) or the connection ended
     /// ([`ProducerGone::Lost`]). Holds no clone of the connection.
-    pub fn watch_producer(
+    pub(crate) fn watch_producer(
         &self,
         producer_id: u64,
     ) -> impl Future<Output = ProducerGone> + Send + 'static {
@@ -753,13 +751,13 @@ impl Connection {
 
     /// Whether `producer_id` is still watched here: false once the broker closed it
     /// (`CLOSE_PRODUCER` is handled before any frame after it).
-    pub fn watches_producer(&self, producer_id: u64) -> bool {
+    pub(crate) fn watches_producer(&self, producer_id: u64) -> bool {
         self.shared.producers.lock().contains_key(&producer_id)
     }
 
     /// Stops watching `producer_id` and forgets the receipts it still waits for here (their
     /// waits fail as on a lost connection): a producer that moved to another connection.
-    pub fn forget_producer(&self, producer_id: u64) {
+    pub(crate) fn forget_producer(&self, producer_id: u64) {
         self.shared.producers.lock().remove(&producer_id);
         self.shared
             .sends
@@ -798,7 +796,7 @@ impl Connection {
     }
 
     /// Stops routing frames to `consumer_id`.
-    pub fn unregister_consumer(&self, consumer_id: u64) {
+    pub(crate) fn unregister_consumer(&self, consumer_id: u64) {
         self.shared.consumers.lock().remove(&consumer_id);
     }
 
@@ -806,7 +804,7 @@ impl Connection {
     /// said); the answer tells a redirect from a broker to connect to.
     ///
     /// # Errors
-    /// As [`Connection::request`]; [`Error::Server`] for a `Failed` answer; [`Error::Invalid`]
+    /// As [`ConnectionExt::request`](crate::wire::ConnectionExt::request); [`Error::Server`] for a `Failed` answer; [`Error::Invalid`]
     /// for a URL this client cannot use (no TLS URL for a TLS client, or the other scheme).
     pub async fn lookup(&self, topic: &str, authoritative: bool) -> Result<LookupAnswer, Error> {
         let answer = self
@@ -888,7 +886,7 @@ impl Connection {
     /// The number of partitions of a topic (0 when it is not partitioned).
     ///
     /// # Errors
-    /// As [`Connection::request`].
+    /// As [`ConnectionExt::request`](crate::wire::ConnectionExt::request).
     pub async fn partitions(&self, topic: &str) -> Result<u32, Error> {
         let answer = self
             .request("PARTITIONED_METADATA", |request_id| {

@@ -142,7 +142,9 @@
 //! `pool`, the connections per broker with lookups, partitioned metadata and topic names,
 //! which is what producers, consumers and transactions hold; `txn` on the pool, `producer` on
 //! the pool and `txn`, `consumer` on those and the producer (for dead letters); the
-//! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top.
+//! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top. [`wire`]
+//! re-exports the low-level items and adds the raw requests of a connection; no other module
+//! depends on it.
 //!
 //! # Reconnection
 //!

@@ -100,7 +100,7 @@ impl ProducerOptions {
     /// short reconnection into errors for applications that never asked for one. (A batching
     /// producer's batcher still holds at most the larger of 65,536 messages and 64 batches,
     /// and makes further sends wait for room.) `Some(0)` is refused by
-    /// [`Client::create_producer`] with [`Error::Invalid`].
+    /// [`Client::create_producer`](crate::Client::create_producer) with [`Error::Invalid`].
     pub fn max_pending_messages(mut self, limit: Option<usize>) -> Self {
         self.max_pending_messages = limit;
         self
@@ -153,7 +153,7 @@ impl ProducerOptions {
     /// checked against the broker's `max_message_size` is the compressed one: with a codec, a
     /// message is not refused for its uncompressed size, and a batch (or message) whose
     /// compressed payload is too large fails as a whole with [`Error::Invalid`] when it is
-    /// sent. A codec this build lacks makes [`Client::create_producer`] fail with
+    /// sent. A codec this build lacks makes [`Client::create_producer`](crate::Client::create_producer) fail with
     /// [`Error::CodecDisabled`].
     pub fn compression(mut self, codec: Compression) -> Self {
         self.compression = codec;
@@ -164,7 +164,7 @@ impl ProducerOptions {
     /// into chunks, each an entry of its own, instead of refusing it (default off). The
     /// consumers reassemble them (this crate's, and the Java, C++ and Python clients'). As in
     /// the Java client, chunking cannot be combined with batching: add
-    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`] fails with
+    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`](crate::Client::create_producer) fails with
     /// [`Error::Invalid`]. A chunked message's chunks go out one after another, and the
     /// producer's other messages wait for them, so that each message stays contiguous and
     /// in order; [`Producer::send`] returns the last chunk's id (the consumer's

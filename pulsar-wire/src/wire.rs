@@ -12,7 +12,7 @@ use std::future::Future;
 
 use tokio::sync::mpsc;
 
-use crate::pb::BaseCommand;
+use crate::pb::{BaseCommand, MessageIdData};
 use crate::{Consumer, Error, Message};
 
 pub use crate::batch::{BatchedMessage, decode_batch, decode_batch_with_limit, encode_batch};
@@ -64,6 +64,17 @@ pub trait ConnectionExt: sealed::Sealed {
     /// broker sends, and the read loop never waits for one consumer (the others on the
     /// connection would wait too).
     fn register_consumer(&self, consumer_id: u64) -> mpsc::UnboundedReceiver<ConsumerEvent>;
+
+    /// Sends a `SEND` frame of `producer_id` with `sequence_id` and waits for its receipt.
+    ///
+    /// # Errors
+    /// [`Error::Server`] for `SEND_ERROR`; [`Error::Timeout`]; [`Error::ConnectionLost`].
+    fn send_message(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        frame: Frame,
+    ) -> impl Future<Output = Result<MessageIdData, Error>> + Send;
 }
 
 impl ConnectionExt for Connection {
@@ -84,6 +95,15 @@ impl ConnectionExt for Connection {
 
     fn register_consumer(&self, consumer_id: u64) -> mpsc::UnboundedReceiver<ConsumerEvent> {
         Connection::register_consumer(self, consumer_id)
+    }
+
+    fn send_message(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        frame: Frame,
+    ) -> impl Future<Output = Result<MessageIdData, Error>> + Send {
+        Connection::send_message(self, producer_id, sequence_id, frame)
     }
 }
 

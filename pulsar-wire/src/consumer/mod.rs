@@ -58,7 +58,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Acknowledgements:
 /// - [`Consumer::ack`] queues an ordinary ack: `txn-ack`'s [`txn_ack::AckTracker`]
 ///   accumulates batches (a completed batch becomes a whole-entry ack keeping its batch size;
-///   a partial one sends its accumulated set or waits, per [`PartialBatches`]) and the acks are
+///   a partial one sends its accumulated set or waits, per [`PartialBatches`](crate::PartialBatches)) and the acks are
 ///   grouped: one `CommandAck` carries every id of a group.
 /// - [`Consumer::ack_in`] acknowledges in a transaction: `txn-ack`'s
 ///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;

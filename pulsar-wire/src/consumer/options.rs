@@ -135,7 +135,7 @@ impl ConsumerOptions {
     /// broker's `max_message_size` from `CONNECTED` ([`crate::DEFAULT_MAX_MESSAGE_SIZE`] when
     /// it does not say). An entry above the limit is not delivered: it reaches
     /// [`Consumer::receive`](crate::Consumer::receive) as [`Error::Undecodable`], unacknowledged, and is counted in
-    /// [`ConsumerStats::undecodable`]. Producers (the Java
+    /// [`ConsumerStats::undecodable`](crate::ConsumerStats::undecodable). Producers (the Java
     /// client's and this crate's) check only the compressed size against `max_message_size`,
     /// so raise this to read highly compressible payloads that are larger uncompressed.
     pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
@@ -147,7 +147,7 @@ impl ConsumerOptions {
     /// the application ([`DeadLetterPolicy`]; default none). Applies to
     /// [`Consumer::receive`](crate::Consumer::receive): messages and undecodable entries that arrive with a
     /// `redelivery_count` of at least the policy's maximum are published there (an
-    /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`]) and
+    /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`](crate::UNDECODABLE_REASON)) and
     /// acknowledged once the broker stored them.
     pub fn dead_letter(mut self, policy: DeadLetterPolicy) -> Self {
         self.dead_letter = Some(policy);

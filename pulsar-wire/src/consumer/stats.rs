@@ -36,7 +36,7 @@ pub struct ConsumerStats {
     /// Messages of redelivered batches skipped because the broker had them acknowledged.
     pub skipped: u64,
     /// Entries that could not be decoded (checksum, decompression or batch errors): handed
-    /// to the application as [`Error::Undecodable`], not acknowledged.
+    /// to the application as [`Error::Undecodable`](crate::Error::Undecodable), not acknowledged.
     pub undecodable: u64,
     /// Of those, entries whose checksum did not match.
     pub checksum_mismatches: u64,
@@ -45,7 +45,7 @@ pub struct ConsumerStats {
     pub dead_lettered: u64,
     /// Chunked messages reassembled from their chunks (each counts once in `received`).
     pub chunked: u64,
-    /// Incomplete chunked messages dropped (by [`ChunkLimits`] or a chunk out of order):
+    /// Incomplete chunked messages dropped (by [`ChunkLimits`](crate::ChunkLimits) or a chunk out of order):
     /// their chunks were redelivered, not acknowledged.
     pub chunks_dropped: u64,
     /// `FLOW` frames sent after the first.

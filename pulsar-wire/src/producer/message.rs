@@ -32,7 +32,7 @@ impl OutgoingMessage {
 
     /// Its ordering key (`ordering_key`): on a Key_Shared subscription it decides the
     /// consumer instead of the partition key, and key-based batching groups by it
-    /// ([`BatchingOptions::key_based`]). It does not route between partitions.
+    /// ([`BatchingOptions::key_based`](crate::BatchingOptions::key_based)). It does not route between partitions.
     pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
         self.ordering_key = Some(key.into());
         self
