@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs pulsar-wire's codec benchmark (pulsar-wire/benches/codec.rs) and the comparison with the
-# `pulsar` crate's codec on the same frames (benches/pulsar-codec-compare), then prints, from
+# `pulsar` crate's codec on the same frames (pulsar-wire/codec-compare), then prints, from
 # criterion's medians, MB/s (10^6 bytes/s), frames/s and the ratio pulsar-wire / pulsar.
 #
 # Usage: scripts/bench-pulsar-codec.sh [extra criterion args, e.g. --noplot]
@@ -12,9 +12,9 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-compare_manifest=benches/pulsar-codec-compare/Cargo.toml
+compare_manifest=pulsar-wire/codec-compare/Cargo.toml
 wire_target="${CARGO_TARGET_DIR:-target}"
-compare_target="${CARGO_TARGET_DIR:-benches/pulsar-codec-compare/target}"
+compare_target="${CARGO_TARGET_DIR:-pulsar-wire/codec-compare/target}"
 
 if [[ -z "${SKIP_RUN:-}" ]]; then
     if ! command -v protoc >/dev/null 2>&1; then
@@ -64,7 +64,7 @@ for frame, title in frames.items():
             print(row(bench, ns, size))
 
 print()
-print("== same frames, same run: pulsar-wire vs the pulsar crate (benches/pulsar-codec-compare)")
+print("== same frames, same run: pulsar-wire vs the pulsar crate (pulsar-wire/codec-compare)")
 missed = 0
 for frame, title in frames.items():
     group = compare_dir / f"compare_{frame}"

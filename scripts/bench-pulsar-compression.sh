@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the compression comparison of pulsar-wire with the `pulsar` crate
-# (benches/pulsar-codec-compare/benches/compression.rs), then prints, from criterion's medians,
+# (pulsar-wire/codec-compare/benches/compression.rs), then prints, from criterion's medians,
 # MB/s (10^6 bytes/s of uncompressed payload) per codec, payload and direction, and the ratio
 # pulsar-wire / pulsar.
 #
@@ -13,8 +13,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-compare_manifest=benches/pulsar-codec-compare/Cargo.toml
-compare_target="${CARGO_TARGET_DIR:-benches/pulsar-codec-compare/target}"
+compare_manifest=pulsar-wire/codec-compare/Cargo.toml
+compare_target="${CARGO_TARGET_DIR:-pulsar-wire/codec-compare/target}"
 
 if [[ -z "${SKIP_RUN:-}" ]]; then
     if ! command -v protoc >/dev/null 2>&1; then

@@ -15,13 +15,13 @@
 //!   part);
 //! - `decode_with_batch` (MESSAGE): the same, then `decode_batch` into the 100 messages.
 //!
-//! The same frames, compared with the `pulsar` crate's codec: `benches/pulsar-codec-compare`.
+//! The same frames, compared with the `pulsar` crate's codec: `pulsar-wire/codec-compare`.
 
 use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use pulsar_wire::{Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
+use pulsar_wire::wire::{Frame, PulsarCodec, decode_batch, encode_batch, encode_frame};
 use tokio_util::codec::{Decoder, Encoder};
 
 mod frames;

@@ -18,7 +18,8 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pulsar_wire::pb::{MessageMetadata, SingleMessageMetadata};
-use pulsar_wire::{BatchedMessage, Compression, compress, decode_batch, encode_batch};
+use pulsar_wire::wire::{BatchedMessage, decode_batch, encode_batch};
+use pulsar_wire::{Compression, compress};
 
 const MESSAGES: usize = 100;
 const PAYLOAD_BYTES: usize = 1024;

@@ -26,7 +26,9 @@ pub const RECONNECT_MAX: Duration = Duration::from_secs(5);
 pub struct Backoff {
     step: Duration,
     max: Duration,
-    seed: u64,
+    /// The jitter, from a generator of its own (seeded from the thread's), so that clients
+    /// do not draw alike.
+    rng: fastrand::Rng,
 }
 
 impl Default for Backoff {
@@ -38,25 +40,16 @@ impl Default for Backoff {
 impl Backoff {
     /// Delays from `initial` doubling up to `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64);
         Self {
             step: initial.min(max),
             max,
-            seed: seed | 1,
+            rng: fastrand::Rng::new(),
         }
     }
 
     /// The next delay.
     pub fn next_delay(&mut self) -> Duration {
-        // SplitMix64: cheap, and independent between clients through the seed.
-        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let fraction = 0.75 + 0.25 * ((z >> 11) as f64 / (1u64 << 53) as f64);
+        let fraction = 0.75 + 0.25 * self.rng.f64();
         let delay = self.step.mul_f64(fraction);
         self.step = (self.step * 2).min(self.max);
         delay
@@ -128,7 +121,7 @@ mod tests {
     fn two_clients_do_not_wait_alike() {
         let mut a = Backoff::new(INITIAL, MAX);
         let mut b = Backoff {
-            seed: a.seed ^ 0xdead_beef,
+            rng: fastrand::Rng::with_seed(a.rng.get_seed() ^ 0xdead_beef),
             ..a.clone()
         };
         let a: Vec<_> = (0..5).map(|_| a.next_delay()).collect();

@@ -1,21 +1,16 @@
-//! [`Client`]: connections per broker, topic lookups and partitioned metadata, and the factory
-//! of producers, consumers and the transaction coordinator client.
+//! [`Client`]: the facade over the connection pool ([`crate::pool`]) that creates producers,
+//! consumers and the transaction coordinator client, each holding the pool, not the client.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use crate::backoff::Backoff;
-use crate::connection::LookupAnswer;
+use crate::connection::{ConnectOptions, Connection};
 use crate::consumer::{Consumer, ConsumerOptions};
-use crate::pb::ServerError;
+use crate::error::Error;
+use crate::pool::Pool;
 use crate::producer::{Producer, ProducerOptions};
 use crate::txn::TransactionCoordinator;
-use crate::{ConnectOptions, Connection, Error};
-
-/// The longest chain of lookup redirects followed.
-const MAX_REDIRECTS: usize = 8;
 
 /// A Pulsar client: one connection per broker, shared by the producers and consumers it
 /// creates. Cheap to clone.
@@ -28,20 +23,15 @@ pub struct Client {
     inner: Arc<ClientInner>,
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
-
 struct ClientInner {
-    options: ConnectOptions,
-    /// Connections by `host:port`, each behind its own lock: one connect in flight per
-    /// address, and an unreachable broker delays only the calls that need it.
-    connections: parking_lot::Mutex<HashMap<String, Slot>>,
+    pool: Pool,
     coordinator: OnceCell<TransactionCoordinator>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("service", &self.inner.options.address())
+            .field("service", &self.inner.pool.options().address())
             .finish_non_exhaustive()
     }
 }
@@ -57,8 +47,7 @@ impl Client {
     pub async fn connect(options: ConnectOptions) -> Result<Self, Error> {
         let client = Self {
             inner: Arc::new(ClientInner {
-                options,
-                connections: parking_lot::Mutex::new(HashMap::new()),
+                pool: Pool::new(options),
                 coordinator: OnceCell::new(),
             }),
         };
@@ -68,7 +57,7 @@ impl Client {
 
     /// The options the client was created with.
     pub fn options(&self) -> &ConnectOptions {
-        &self.inner.options
+        self.inner.pool.options()
     }
 
     /// The connection to the service URL, opened again if it was lost.
@@ -76,31 +65,7 @@ impl Client {
     /// # Errors
     /// As [`Client::connect`].
     pub async fn service_connection(&self) -> Result<Connection, Error> {
-        self.connection_to(self.inner.options.address()).await
-    }
-
-    /// The connection to a broker at `host:port`, opened if there is none (or it was lost).
-    async fn connection_to(&self, address: &str) -> Result<Connection, Error> {
-        let slot = Arc::clone(
-            self.inner
-                .connections
-                .lock()
-                .entry(address.to_owned())
-                .or_default(),
-        );
-        let mut slot = slot.lock().await;
-        if let Some(connection) = slot.as_ref()
-            && !connection.is_closed()
-        {
-            return Ok(connection.clone());
-        }
-        let options = ConnectOptions {
-            address: address.to_owned(),
-            ..self.inner.options.clone()
-        };
-        let connection = Connection::connect(&options).await?;
-        *slot = Some(connection.clone());
-        Ok(connection)
+        self.inner.pool.service_connection().await
     }
 
     /// Looks `topic` up and returns a connection to the broker that serves it.
@@ -119,47 +84,7 @@ impl Client {
     /// is sent to a broker without a TLS URL, or after more than 8 redirects; connection
     /// errors.
     pub async fn lookup(&self, topic: &str) -> Result<Connection, Error> {
-        let topic = topic_name(topic)?;
-        let deadline = tokio::time::Instant::now() + self.inner.options.operation_timeout;
-        let mut backoff = Backoff::default();
-        loop {
-            match self.lookup_once(&topic).await {
-                Err(error) if lookup_retryable(&error) => {
-                    let delay = backoff.next_delay();
-                    if tokio::time::Instant::now() + delay >= deadline {
-                        return Err(error);
-                    }
-                    tracing::debug!(%topic, %error, ?delay, "lookup refused for now: asking again");
-                    tokio::time::sleep(delay).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn lookup_once(&self, topic: &str) -> Result<Connection, Error> {
-        let mut connection = self.service_connection().await?;
-        let mut authoritative = false;
-        for _ in 0..MAX_REDIRECTS {
-            match connection.lookup(topic, authoritative).await? {
-                LookupAnswer::Here => return Ok(connection),
-                LookupAnswer::ThroughServiceUrl => return self.service_connection().await,
-                LookupAnswer::Connect(address) => return self.connection_to(&address).await,
-                LookupAnswer::Redirect {
-                    address,
-                    authoritative: told,
-                } => {
-                    authoritative = told;
-                    if address != connection.address() {
-                        connection = self.connection_to(&address).await?;
-                    }
-                }
-            }
-        }
-        Err(Error::Invalid {
-            what: "lookup",
-            reason: format!("{topic}: more than {MAX_REDIRECTS} redirects"),
-        })
+        self.inner.pool.lookup(topic).await
     }
 
     /// The number of partitions of `topic` (0 when it is not partitioned).
@@ -167,21 +92,7 @@ impl Client {
     /// # Errors
     /// [`Error::Server`] when the broker refuses; connection errors.
     pub async fn partitions(&self, topic: &str) -> Result<u32, Error> {
-        let topic = topic_name(topic)?;
-        self.service_connection().await?.partitions(&topic).await
-    }
-
-    /// The full names of the topics to attach to: `topic` itself when it is not partitioned,
-    /// else one per partition (`<topic>-partition-<i>`).
-    pub(crate) async fn partition_topics(&self, topic: &str) -> Result<Vec<String>, Error> {
-        let topic = topic_name(topic)?;
-        let partitions = self.partitions(&topic).await?;
-        if partitions == 0 {
-            return Ok(vec![topic]);
-        }
-        Ok((0..partitions)
-            .map(|i| partition_topic(&topic, i))
-            .collect())
+        self.inner.pool.partitions(topic).await
     }
 
     /// Creates a producer on `topic` (every partition of a partitioned topic).
@@ -194,7 +105,7 @@ impl Client {
         topic: &str,
         options: ProducerOptions,
     ) -> Result<Producer, Error> {
-        Producer::create(self, topic, options).await
+        Producer::create(&self.inner.pool, topic, options).await
     }
 
     /// Subscribes to `topic` (every partition of a partitioned topic) as `subscription`.
@@ -208,12 +119,7 @@ impl Client {
         subscription: &str,
         options: ConsumerOptions,
     ) -> Result<Consumer, Error> {
-        Consumer::subscribe(self, topic, subscription, options).await
-    }
-
-    /// How long a request waits for its answer (and a lookup for a broker that is not ready).
-    pub(crate) fn operation_timeout(&self) -> std::time::Duration {
-        self.inner.options.operation_timeout
+        Consumer::subscribe(&self.inner.pool, topic, subscription, options).await
     }
 
     /// The client of the transaction coordinators (every one the cluster runs; transactions
@@ -225,7 +131,7 @@ impl Client {
     pub async fn transaction_coordinator(&self) -> Result<&TransactionCoordinator, Error> {
         self.inner
             .coordinator
-            .get_or_try_init(|| TransactionCoordinator::connect(self))
+            .get_or_try_init(|| TransactionCoordinator::connect(&self.inner.pool))
             .await
     }
 
@@ -233,110 +139,17 @@ impl Client {
     /// [`Error::Closed`] or [`Error::ConnectionLost`] from then on. Close producers and
     /// consumers first to flush what they hold.
     pub async fn close(&self) {
-        let slots: Vec<Slot> = self
-            .inner
-            .connections
-            .lock()
-            .drain()
-            .map(|(_, slot)| slot)
-            .collect();
-        for slot in slots {
-            if let Some(connection) = slot.lock().await.take() {
-                connection.close();
-            }
-        }
+        self.inner.pool.close().await;
     }
-}
 
-/// Whether a lookup refused this way may succeed a little later: the broker is starting, is
-/// moving the topic's bundle, or sheds load.
-fn lookup_retryable(error: &Error) -> bool {
-    error.is_bundle_moving()
-        || matches!(
-            error,
-            Error::Server { code, .. }
-                if matches!(
-                    ServerError::try_from(*code),
-                    Ok(ServerError::ServiceNotReady | ServerError::TooManyRequests)
-                )
-        )
-}
-
-/// The full name of a topic: `persistent://public/default/<name>` for a bare name,
-/// `persistent://<tenant>/<namespace>/<name>` for a three-part one, unchanged for a full one.
-///
-/// # Errors
-/// [`Error::Invalid`] for an empty name, an unknown domain, or the wrong number of parts.
-pub fn topic_name(topic: &str) -> Result<String, Error> {
-    let invalid = |reason: &str| Error::Invalid {
-        what: "topic name",
-        reason: format!("{topic:?}: {reason}"),
-    };
-    let topic = topic.trim();
-    if topic.is_empty() {
-        return Err(invalid("empty"));
+    /// The pool the client's producers, consumers and transactions hang on.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
     }
-    let (domain, rest) = match topic.split_once("://") {
-        Some((domain @ ("persistent" | "non-persistent"), rest)) => (domain, rest),
-        Some(_) => {
-            return Err(invalid(
-                "the domain is not persistent:// or non-persistent://",
-            ));
-        }
-        None => ("persistent", topic),
-    };
-    let parts: Vec<&str> = rest.split('/').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(invalid("a part of the name is empty"));
-    }
-    match parts.len() {
-        1 if !topic.contains("://") => Ok(format!("persistent://public/default/{rest}")),
-        3 => Ok(format!("{domain}://{rest}")),
-        _ => Err(invalid(
-            "expected <name>, <tenant>/<namespace>/<name> or <domain>://<tenant>/<namespace>/<name>",
-        )),
-    }
-}
-
-/// The name of partition `index` of a partitioned topic.
-pub fn partition_topic(topic: &str, index: u32) -> String {
-    format!("{topic}-partition-{index}")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_names_are_completed() {
-        assert_eq!(
-            topic_name("orders").unwrap(),
-            "persistent://public/default/orders"
-        );
-        assert_eq!(
-            topic_name("t/ns/orders").unwrap(),
-            "persistent://t/ns/orders"
-        );
-        assert_eq!(
-            topic_name("non-persistent://t/ns/x").unwrap(),
-            "non-persistent://t/ns/x"
-        );
-        for bad in [
-            "",
-            "a/b",
-            "http://t/ns/x",
-            "persistent://x",
-            "t//x",
-            "a/b/c/d",
-        ] {
-            assert!(topic_name(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(
-            partition_topic("persistent://public/default/o", 2),
-            "persistent://public/default/o-partition-2"
-        );
-    }
-
     mod lookups {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicUsize, Ordering};
@@ -453,7 +266,7 @@ mod tests {
                 .expect("connected to A");
             let stuck = {
                 let client = client.clone();
-                tokio::spawn(async move { client.connection_to(&silent).await })
+                tokio::spawn(async move { client.pool().connection_to(&silent).await })
             };
             was_accepted.await.expect("the silent broker was dialled");
             let answered =

@@ -16,11 +16,12 @@ use proptest::test_runner::{Config, TestRunner};
 use prost::Message;
 use tokio_util::codec::{Decoder, Encoder};
 
+use crate::Error;
 use crate::pb::base_command::Type;
 use crate::pb::*;
-use crate::{
-    BatchedMessage, DEFAULT_MAX_FRAME_SIZE, Error, Frame, MAGIC_BROKER_ENTRY_METADATA,
-    MAGIC_CRC32C, PulsarCodec, decode_batch, decode_frame, encode_batch, encode_frame,
+use crate::wire::{
+    BatchedMessage, DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C,
+    PulsarCodec, decode_batch, decode_frame, encode_batch, encode_frame,
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -245,7 +245,7 @@ pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
     })
 }
 
-/// Why a producer is gone from its connection ([`Connection::watch_producer`]).
+/// Why a producer is gone from its connection (what the connection's watch of it tells).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProducerGone {
     /// The broker closed it (`CLOSE_PRODUCER`: the topic was unloaded or moved).
@@ -653,24 +653,15 @@ impl Connection {
         Ok(())
     }
 
-    /// Writes a frame that expects no answer.
-    ///
-    /// # Errors
-    /// When the connection is closed or lost.
-    /// The queue of frames to write is bounded ([`OUTBOUND_FRAMES`]): a frame that finds it
-    /// full is refused with [`Error::Invalid`].
-    pub fn send(&self, frame: Frame) -> Result<(), Error> {
+    /// Writes a frame that expects no answer (for users: [`crate::wire::ConnectionExt::send`]).
+    pub(crate) fn send(&self, frame: Frame) -> Result<(), Error> {
         self.check_open()?;
         queue(&self.shared, frame)
     }
 
-    /// Sends a request built with a fresh request id and waits for its answer. An `ERROR`
-    /// answer becomes [`Error::Server`].
-    ///
-    /// # Errors
-    /// [`Error::Server`], [`Error::Timeout`], or [`Error::ConnectionLost`] when the connection
-    /// goes away first.
-    pub async fn request(
+    /// Sends a request built with a fresh request id and waits for its answer (for users:
+    /// [`crate::wire::ConnectionExt::request`]).
+    pub(crate) async fn request(
         &self,
         operation: &'static str,
         build: impl FnOnce(u64) -> Frame,
@@ -704,11 +695,9 @@ impl Connection {
         Ok(answer)
     }
 
-    /// Sends a `SEND` frame and waits for its receipt.
-    ///
-    /// # Errors
-    /// [`Error::Server`] for `SEND_ERROR`; [`Error::Timeout`]; [`Error::ConnectionLost`].
-    pub async fn send_message(
+    /// Sends a `SEND` frame and waits for its receipt (for users:
+    /// [`crate::wire::ConnectionExt::send_message`]).
+    pub(crate) async fn send_message(
         &self,
         producer_id: u64,
         sequence_id: u64,
@@ -723,7 +712,7 @@ impl Connection {
     /// # Errors
     /// [`Error::ConnectionLost`] when the frame cannot be written; the returned wait fails as
     /// [`Connection::send_message`].
-    pub fn start_send(
+    pub(crate) fn start_send(
         &self,
         producer_id: u64,
         sequence_id: u64,
@@ -745,7 +734,7 @@ impl Connection {
     /// Resolves once `producer_id` is gone from this connection: the broker closed it
     /// (`CLOSE_PRODUCER`, [`ProducerGone::Closed`]) or the connection ended
     /// ([`ProducerGone::Lost`]). Holds no clone of the connection.
-    pub fn watch_producer(
+    pub(crate) fn watch_producer(
         &self,
         producer_id: u64,
     ) -> impl Future<Output = ProducerGone> + Send + 'static {
@@ -762,13 +751,13 @@ impl Connection {
 
     /// Whether `producer_id` is still watched here: false once the broker closed it
     /// (`CLOSE_PRODUCER` is handled before any frame after it).
-    pub fn watches_producer(&self, producer_id: u64) -> bool {
+    pub(crate) fn watches_producer(&self, producer_id: u64) -> bool {
         self.shared.producers.lock().contains_key(&producer_id)
     }
 
     /// Stops watching `producer_id` and forgets the receipts it still waits for here (their
     /// waits fail as on a lost connection): a producer that moved to another connection.
-    pub fn forget_producer(&self, producer_id: u64) {
+    pub(crate) fn forget_producer(&self, producer_id: u64) {
         self.shared.producers.lock().remove(&producer_id);
         self.shared
             .sends
@@ -795,18 +784,19 @@ impl Connection {
         }
     }
 
-    /// Routes frames pushed to `consumer_id` (messages, close, end of topic) to the returned
-    /// receiver. It is not bounded by itself: the consumer's flow permits bound what the
-    /// broker sends, and the read loop never waits for one consumer (the others on the
-    /// connection would wait too).
-    pub fn register_consumer(&self, consumer_id: u64) -> mpsc::UnboundedReceiver<ConsumerEvent> {
+    /// Routes frames pushed to `consumer_id` to the returned receiver (for users:
+    /// [`crate::wire::ConnectionExt::register_consumer`]).
+    pub(crate) fn register_consumer(
+        &self,
+        consumer_id: u64,
+    ) -> mpsc::UnboundedReceiver<ConsumerEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.shared.consumers.lock().insert(consumer_id, tx);
         rx
     }
 
     /// Stops routing frames to `consumer_id`.
-    pub fn unregister_consumer(&self, consumer_id: u64) {
+    pub(crate) fn unregister_consumer(&self, consumer_id: u64) {
         self.shared.consumers.lock().remove(&consumer_id);
     }
 
@@ -814,7 +804,7 @@ impl Connection {
     /// said); the answer tells a redirect from a broker to connect to.
     ///
     /// # Errors
-    /// As [`Connection::request`]; [`Error::Server`] for a `Failed` answer; [`Error::Invalid`]
+    /// As [`ConnectionExt::request`](crate::wire::ConnectionExt::request); [`Error::Server`] for a `Failed` answer; [`Error::Invalid`]
     /// for a URL this client cannot use (no TLS URL for a TLS client, or the other scheme).
     pub async fn lookup(&self, topic: &str, authoritative: bool) -> Result<LookupAnswer, Error> {
         let answer = self
@@ -896,7 +886,7 @@ impl Connection {
     /// The number of partitions of a topic (0 when it is not partitioned).
     ///
     /// # Errors
-    /// As [`Connection::request`].
+    /// As [`ConnectionExt::request`](crate::wire::ConnectionExt::request).
     pub async fn partitions(&self, topic: &str) -> Result<u32, Error> {
         let answer = self
             .request("PARTITIONED_METADATA", |request_id| {

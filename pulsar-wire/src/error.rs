@@ -281,3 +281,24 @@ impl ack_batcher::Retryable for Error {
         Error::is_retryable(self)
     }
 }
+
+/// Maps a batcher's error for an item or a setup onto the crate's error.
+pub(crate) fn batcher_error<T>(error: ack_batcher::Error<Error, T>, what: &'static str) -> Error {
+    match error {
+        ack_batcher::Error::Failed { source, .. } => source,
+        ack_batcher::Error::InvalidConfig { setting, reason } => Error::Invalid {
+            what: setting,
+            reason,
+        },
+        ack_batcher::Error::Full { limit, .. } => Error::Invalid {
+            what: "queue",
+            reason: format!("{what} already holds {limit} pending items"),
+        },
+        ack_batcher::Error::NoRuntime => Error::Invalid {
+            what: "runtime",
+            reason: "must be created inside a Tokio runtime".into(),
+        },
+        // Missing (never produced by these transports), Abandoned, Closed.
+        _ => Error::Closed(what),
+    }
+}

@@ -125,8 +125,26 @@
 //!   message's id is its last chunk's ([`Message::chunk_ids`] lists every chunk), and an ack,
 //!   nack or transactional ack of it covers every chunk. Producers split a message too large
 //!   for one entry with [`ProducerOptions::chunking`] (not with batching).
-//! - The frame codec ([`PulsarCodec`]), batch payloads ([`decode_batch`], [`encode_batch`]) and
+//! - Low-level protocol access in [`wire`]: the frame codec ([`wire::PulsarCodec`]), batch
+//!   payloads ([`wire::decode_batch`], [`wire::encode_batch`]), hand-built commands
+//!   ([`wire::command_frame`]); and
 //!   the generated protocol types ([`pb`]).
+//!
+//! # Modules
+//!
+//! The modules form no cycle: each uses only modules below it, which
+//! `scripts/check-module-cycles` checks (a child's `super::` items count as a use of its
+//! parent, a parent's `use child::…` as a use of the child; re-exports and test modules do
+//! not). From the bottom up: the leaves (`pb`, the generated types; `error`, with the mapping
+//! of `ack-batcher`'s errors; `auth`, `backoff`, `link`, the frame `codec`, `batch` payloads,
+//! `compression`, `id` with [`MessageId`], and the consumers' `ledger` of transactional acks);
+//! `tls` under `connection`, one broker connection (`CONNECT`, request ids, keep-alive);
+//! `pool`, the connections per broker with lookups, partitioned metadata and topic names,
+//! which is what producers, consumers and transactions hold; `txn` on the pool, `producer` on
+//! the pool and `txn`, `consumer` on those and the producer (for dead letters); the
+//! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top. [`wire`]
+//! re-exports the low-level items and adds the raw requests of a connection; no other module
+//! depends on it.
 //!
 //! # Reconnection
 //!
@@ -237,9 +255,15 @@
 //!   is reported as an [`Error::CodecDisabled`] naming the feature (acknowledged with a
 //!   `DecompressionError`, as every entry that cannot be read), and a producer asking for it
 //!   fails to start with that error.
-//! - `emulator` (off by default): an embedded broker on 127.0.0.1 speaking the same protocol,
-//!   with the 4.0.x unacked accounting, transactions, stats and fault injection, for examples
-//!   and tests.
+//!
+//! An embedded broker on 127.0.0.1 speaking the same protocol, with the 4.0.x unacked
+//! accounting, transactions, stats and fault injection, for examples and tests, is the crate
+//! `pulsar-wire-emulator`.
+
+// Unsafe code is forbidden in the library; a test build only denies it, for the allocation
+// probe of the decompression tests (see `compression`).
+#![cfg_attr(not(test), forbid(unsafe_code))]
+#![cfg_attr(test, deny(unsafe_code))]
 
 mod auth;
 pub mod backoff;
@@ -252,10 +276,11 @@ mod compression;
 mod connection;
 mod consumer;
 mod error;
+mod id;
+mod ledger;
 mod link;
+mod pool;
 
-#[cfg(feature = "emulator")]
-pub mod emulator;
 pub mod prioritized;
 
 /// The transport-free priority crate that [`prioritized`] wires in (policy, layout, router,
@@ -264,35 +289,33 @@ pub use mq_priority;
 mod producer;
 mod tls;
 mod txn;
+pub mod wire;
 
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
 /// so that no extra dependency is needed).
 pub use async_trait::async_trait;
 pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
-pub use batch::{
-    BatchedMessage, MAX_BATCH_MESSAGES, decode_batch, decode_batch_with_limit, encode_batch,
-};
-pub use client::{Client, partition_topic, topic_name};
-pub use codec::{
-    DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
-    decode_frame, encode_frame,
-};
+pub use batch::MAX_BATCH_MESSAGES;
+#[cfg(test)]
+pub(crate) use batch::{BatchedMessage, encode_batch};
+pub use client::Client;
+pub(crate) use codec::Frame;
 pub use compression::{
     Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
-pub use connection::{
-    ConnectOptions, Connection, ConsumerEvent, LookupAnswer, OUTBOUND_FRAMES, PROTOCOL_VERSION,
-    ProducerGone, command_frame,
-};
+pub use connection::{ConnectOptions, Connection};
+pub(crate) use connection::{ConsumerEvent, command_frame};
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,
     ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
+pub use id::MessageId;
 pub use link::{LinkState, LinkStates};
+pub use pool::{partition_topic, topic_name};
 pub use producer::{
-    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MessageId, OutgoingMessage,
+    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, OutgoingMessage,
     PartitionRouter, Producer, ProducerOptions, QueueFull, RoundRobin, key_partition,
 };
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
@@ -309,3 +332,8 @@ pub use txn_ack::{PartialBatches, TxnId};
 pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
 }
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

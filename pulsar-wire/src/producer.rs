@@ -2,6 +2,7 @@
 //! partitions of a partitioned topic, and joins transactions.
 
 mod batching;
+mod message;
 mod partition;
 mod queue;
 mod router;
@@ -11,146 +12,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 pub use batching::BatchingOptions;
 use batching::ProducerBatcher;
+pub use message::OutgoingMessage;
 use partition::{PartitionProducer, PartitionSet, PartitionSpec};
 use queue::PendingQueue;
 pub use queue::QueueFull;
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
+use crate::id::MessageId;
 use crate::link::LinkHub;
-use crate::pb::KeyValue;
-use crate::{Client, Compression, Error, LinkStates, Transaction};
-
-/// Where a message was stored: its entry, partition and place in the entry's batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MessageId {
-    /// The ledger.
-    pub ledger_id: u64,
-    /// The entry within the ledger.
-    pub entry_id: u64,
-    /// The partition, -1 for a topic that is not partitioned.
-    pub partition: i32,
-    /// The index in the entry's batch, -1 for a message sent without batching.
-    pub batch_index: i32,
-    /// The number of messages in the entry's batch, `None` for a message sent without
-    /// batching.
-    pub batch_size: Option<u32>,
-}
-
-impl fmt::Display for MessageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}:{}",
-            self.ledger_id, self.entry_id, self.partition, self.batch_index
-        )
-    }
-}
-
-/// A message to send.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OutgoingMessage {
-    pub(crate) payload: Bytes,
-    pub(crate) key: Option<String>,
-    pub(crate) ordering_key: Option<Bytes>,
-    pub(crate) properties: Vec<(String, String)>,
-    pub(crate) event_time: Option<u64>,
-}
-
-impl OutgoingMessage {
-    /// A message with this payload.
-    pub fn new(payload: impl Into<Bytes>) -> Self {
-        Self {
-            payload: payload.into(),
-            ..Self::default()
-        }
-    }
-
-    /// Its key (`partition_key`): routes it on a partitioned topic and groups it on a
-    /// Key_Shared subscription (unless it has an ordering key).
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Its ordering key (`ordering_key`): on a Key_Shared subscription it decides the
-    /// consumer instead of the partition key, and key-based batching groups by it
-    /// ([`BatchingOptions::key_based`]). It does not route between partitions.
-    pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
-        self.ordering_key = Some(key.into());
-        self
-    }
-
-    /// Adds a property.
-    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.properties.push((key.into(), value.into()));
-        self
-    }
-
-    /// Its event time, in milliseconds since the epoch.
-    pub fn event_time(mut self, millis: u64) -> Self {
-        self.event_time = Some(millis);
-        self
-    }
-
-    /// The payload.
-    pub fn payload(&self) -> &Bytes {
-        &self.payload
-    }
-
-    /// Its key, if it has one.
-    pub fn partition_key(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
-
-    /// The key a Key_Shared subscription dispatches it by: the ordering key when it has one,
-    /// else the partition key's bytes ([`crate::sticky_key_hash`] gives its hash).
-    pub fn sticky_key(&self) -> Option<&[u8]> {
-        self.ordering_key
-            .as_deref()
-            .or_else(|| self.key.as_deref().map(str::as_bytes))
-    }
-
-    /// Its properties, in the order they were added.
-    pub fn properties(&self) -> &[(String, String)] {
-        &self.properties
-    }
-
-    /// The value of property `name` (the first one added with that name).
-    pub fn property_value(&self, name: &str) -> Option<&str> {
-        self.properties
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    }
-
-    pub(crate) fn key_values(&self) -> Vec<KeyValue> {
-        self.properties
-            .iter()
-            .map(|(key, value)| KeyValue {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect()
-    }
-
-    /// Roughly what the message takes in a batch (payload, key, properties, framing).
-    pub(crate) fn encoded_size(&self) -> usize {
-        let properties: usize = self
-            .properties
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 6)
-            .sum();
-        self.payload.len()
-            + self.key.as_ref().map_or(0, |k| k.len() + 2)
-            + self.ordering_key.as_ref().map_or(0, |k| k.len() + 2)
-            + properties
-            + 16
-    }
-}
+use crate::pool::Pool;
+use crate::{Compression, Error, LinkStates, Transaction};
 
 /// How a producer behaves.
 #[derive(Debug, Clone)]
@@ -227,7 +100,7 @@ impl ProducerOptions {
     /// short reconnection into errors for applications that never asked for one. (A batching
     /// producer's batcher still holds at most the larger of 65,536 messages and 64 batches,
     /// and makes further sends wait for room.) `Some(0)` is refused by
-    /// [`Client::create_producer`] with [`Error::Invalid`].
+    /// [`Client::create_producer`](crate::Client::create_producer) with [`Error::Invalid`].
     pub fn max_pending_messages(mut self, limit: Option<usize>) -> Self {
         self.max_pending_messages = limit;
         self
@@ -280,7 +153,7 @@ impl ProducerOptions {
     /// checked against the broker's `max_message_size` is the compressed one: with a codec, a
     /// message is not refused for its uncompressed size, and a batch (or message) whose
     /// compressed payload is too large fails as a whole with [`Error::Invalid`] when it is
-    /// sent. A codec this build lacks makes [`Client::create_producer`] fail with
+    /// sent. A codec this build lacks makes [`Client::create_producer`](crate::Client::create_producer) fail with
     /// [`Error::CodecDisabled`].
     pub fn compression(mut self, codec: Compression) -> Self {
         self.compression = codec;
@@ -291,7 +164,7 @@ impl ProducerOptions {
     /// into chunks, each an entry of its own, instead of refusing it (default off). The
     /// consumers reassemble them (this crate's, and the Java, C++ and Python clients'). As in
     /// the Java client, chunking cannot be combined with batching: add
-    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`] fails with
+    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`](crate::Client::create_producer) fails with
     /// [`Error::Invalid`]. A chunked message's chunks go out one after another, and the
     /// producer's other messages wait for them, so that each message stays contiguous and
     /// in order; [`Producer::send`] returns the last chunk's id (the consumer's
@@ -340,7 +213,7 @@ pub struct Producer {
 }
 
 struct ProducerInner {
-    client: Client,
+    pool: Pool,
     topic: String,
     name: Option<String>,
     transactional: bool,
@@ -372,11 +245,11 @@ impl fmt::Debug for Producer {
 
 impl Producer {
     pub(crate) async fn create(
-        client: &Client,
+        pool: &Pool,
         topic: &str,
         options: ProducerOptions,
     ) -> Result<Self, Error> {
-        let topic = crate::client::topic_name(topic)?;
+        let topic = crate::pool::topic_name(topic)?;
         options.compression.ensure_available()?;
         if let Some(batching) = &options.batching {
             batching.validate()?;
@@ -405,7 +278,7 @@ impl Producer {
             options.send_timeout,
         )?;
         let links = LinkHub::new("producer");
-        let topics = client.partition_topics(&topic).await?;
+        let topics = pool.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let mut partitions = Vec::with_capacity(topics.len());
         for (index, partition_topic) in topics.into_iter().enumerate() {
@@ -413,7 +286,7 @@ impl Producer {
             let name = partition_name(options.name.as_deref(), partitioned, index);
             partitions.push(
                 PartitionProducer::create(
-                    client,
+                    pool,
                     PartitionSpec {
                         topic: partition_topic,
                         partition,
@@ -434,7 +307,7 @@ impl Producer {
             .map(|batching| ProducerBatcher::new(Arc::clone(&partitions), batching, queue.limit()))
             .transpose()?;
         let inner = Arc::new(ProducerInner {
-            client: client.clone(),
+            pool: pool.clone(),
             topic,
             name: options.name,
             transactional: options.transactional,
@@ -473,16 +346,16 @@ impl Producer {
             return Err(Error::Closed("the producer"));
         }
         let inner = &self.inner;
-        let count = inner.client.partitions(&inner.topic).await? as usize;
+        let count = inner.pool.partitions(&inner.topic).await? as usize;
         let have = inner.partitions.len();
         let mut added = Vec::new();
         let mut result = Ok(());
         for index in have..count {
             let name = partition_name(inner.name.as_deref(), true, index);
             match PartitionProducer::create(
-                &inner.client,
+                &inner.pool,
                 PartitionSpec {
-                    topic: crate::client::partition_topic(&inner.topic, index as u32),
+                    topic: crate::pool::partition_topic(&inner.topic, index as u32),
                     partition: index as i32,
                     name,
                     txn_enabled: inner.transactional,
@@ -712,26 +585,5 @@ async fn refresh_partitions_every(inner: std::sync::Weak<ProducerInner>, every: 
         if let Err(error) = producer.refresh_partitions().await {
             tracing::warn!(topic = %producer.topic(), %error, "re-reading the partition count failed");
         }
-    }
-}
-
-/// Maps a batcher's error for an item or a setup onto the crate's error.
-pub(crate) fn batcher_error<T>(error: ack_batcher::Error<Error, T>, what: &'static str) -> Error {
-    match error {
-        ack_batcher::Error::Failed { source, .. } => source,
-        ack_batcher::Error::InvalidConfig { setting, reason } => Error::Invalid {
-            what: setting,
-            reason,
-        },
-        ack_batcher::Error::Full { limit, .. } => Error::Invalid {
-            what: "queue",
-            reason: format!("{what} already holds {limit} pending items"),
-        },
-        ack_batcher::Error::NoRuntime => Error::Invalid {
-            what: "runtime",
-            reason: "must be created inside a Tokio runtime".into(),
-        },
-        // Missing (never produced by these transports), Abandoned, Closed.
-        _ => Error::Closed(what),
     }
 }

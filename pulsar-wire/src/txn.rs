@@ -14,10 +14,11 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use txn_ack::TxnId;
 
-use crate::consumer::Ledger;
+use crate::ledger::Ledger;
 use crate::pb::base_command::Type;
 use crate::pb::{self, ServerError, TxnAction};
-use crate::{Client, Connection, Error, command_frame};
+use crate::pool::Pool;
+use crate::{Connection, Error, command_frame};
 
 /// The topic whose partition `N` is served by the broker that runs transaction coordinator `N`.
 pub const TRANSACTION_COORDINATOR_ASSIGN: &str =
@@ -37,7 +38,7 @@ pub struct TransactionCoordinator {
 
 #[derive(Debug)]
 struct CoordinatorInner {
-    client: Client,
+    pool: Pool,
     /// The connection to each coordinator, by id, once looked up.
     connections: Vec<tokio::sync::Mutex<Option<Connection>>>,
     /// The coordinator of the next transaction (round robin).
@@ -53,8 +54,8 @@ impl TransactionCoordinator {
     /// [`Error::Server`] (`TransactionCoordinatorNotFound`) when the assignment topic has no
     /// partitions (transactions are not enabled), or as the lookup and
     /// `TC_CLIENT_CONNECT_REQUEST` fail.
-    pub(crate) async fn connect(client: &Client) -> Result<Self, Error> {
-        let count = client.partitions(TRANSACTION_COORDINATOR_ASSIGN).await?;
+    pub(crate) async fn connect(pool: &Pool) -> Result<Self, Error> {
+        let count = pool.partitions(TRANSACTION_COORDINATOR_ASSIGN).await?;
         if count == 0 {
             return Err(Error::Server {
                 operation: "PARTITIONED_METADATA",
@@ -67,7 +68,7 @@ impl TransactionCoordinator {
         }
         let coordinator = Self {
             inner: Arc::new(CoordinatorInner {
-                client: client.clone(),
+                pool: pool.clone(),
                 connections: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
                 next: AtomicUsize::new(0),
             }),
@@ -104,8 +105,8 @@ impl TransactionCoordinator {
         {
             return Ok(connection.clone());
         }
-        let assign = crate::client::partition_topic(TRANSACTION_COORDINATOR_ASSIGN, tc_id as u32);
-        let connection = self.inner.client.lookup(&assign).await?;
+        let assign = crate::pool::partition_topic(TRANSACTION_COORDINATOR_ASSIGN, tc_id as u32);
+        let connection = self.inner.pool.lookup(&assign).await?;
         if connection.protocol_version() > 18 {
             connection
                 .request("TC_CLIENT_CONNECT_REQUEST", |request_id| {

@@ -43,12 +43,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use pulsar_wire::emulator::Emulator;
 use pulsar_wire::pb;
+use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
 use pulsar_wire::{
     BatchingOptions, Client, Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage,
-    Producer, ProducerOptions, SubType, Transaction, command_frame,
+    Producer, ProducerOptions, SubType, Transaction,
 };
+use pulsar_wire_emulator::Emulator;
 use txn_ack::model::{AckOutcome, ConflictEffects, ConsumerModel, Dispatch, ModelConfig, WireAck};
 use txn_ack::{AckKind, EntryId, TxnId};
 

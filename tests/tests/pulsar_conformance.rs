@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
 use integration_tests::conformance::{Script, Target, run_script};
-use pulsar_wire::emulator::{ConflictEffects, Emulator, EmulatorConfig};
 use pulsar_wire::{Client, ConnectOptions};
+use pulsar_wire_emulator::{ConflictEffects, Emulator, EmulatorConfig};
 
 /// The seeds (their class is `seed % 3`: mixed, steady transactional shape, two consumers).
 const SEEDS: [u64; 30] = [

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
+use pulsar_wire::wire::ConnectionExt;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
     InitialPosition, KeySharedPolicy, Message, MessageId, OutgoingMessage, Producer,
@@ -952,7 +953,8 @@ async fn our_chunked_messages_are_read_by_the_java_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_message_is_surfaced_not_acked_then_dead_lettered() {
     use pulsar_wire::pb::{self, MessageMetadata, base_command::Type};
-    use pulsar_wire::{DeadLetterPolicy, Frame, UNDECODABLE_REASON, command_frame};
+    use pulsar_wire::wire::{Frame, command_frame};
+    use pulsar_wire::{DeadLetterPolicy, UNDECODABLE_REASON};
     let Some(broker) = real_broker("undecodable").await else {
         return;
     };

@@ -6,7 +6,7 @@
 //! Needs Python and PyPI: runs when `PULSAR_PYTHON_PEERS` is set (scripts/test-real-brokers
 //! sets it), and is skipped otherwise.
 
-use pulsar_wire::emulator::{Emulator, EmulatorConfig};
+use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_gets_an_answer_from_the_emulator_at_once() {

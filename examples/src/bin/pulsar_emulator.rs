@@ -17,8 +17,8 @@
 use std::io::BufRead as _;
 use std::process::ExitCode;
 
-use pulsar_wire::emulator::{Emulator, EmulatorConfig, Stats};
 use pulsar_wire::pb::base_command::Type;
+use pulsar_wire_emulator::{Emulator, EmulatorConfig, Stats};
 use tokio::sync::mpsc;
 
 const USAGE: &str = "usage: pulsar_emulator [--port P] [--batch-index-ack] [--ignore-stdin]";

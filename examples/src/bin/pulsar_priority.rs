@@ -46,12 +46,12 @@ use broker_tools::pulsar_admin::PulsarAdmin;
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
-use pulsar_wire::emulator::{Emulator, EmulatorConfig};
 use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition, Message,
     OutgoingMessage, Producer, ProducerOptions,
 };
+use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 const PROPERTY: &str = "priority";
 const PARTITIONS: u32 = 4;

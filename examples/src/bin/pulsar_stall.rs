@@ -26,14 +26,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use broker_tools::legacy::txn_ack_without_batch_size;
 use broker_tools::pulsar_admin::{AdminError, PulsarAdmin};
-use pulsar_wire::emulator::{Emulator, EmulatorConfig};
-use pulsar_wire::pb::base_command::Type;
-use pulsar_wire::pb::{self, command_ack::AckType};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, OutgoingMessage, ProducerOptions, SubType, Transaction, command_frame,
+    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, InitialPosition,
+    OutgoingMessage, ProducerOptions, SubType,
 };
+use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 const LIMIT: u32 = 20;
 const PER_BATCH: usize = 3;
@@ -120,34 +119,6 @@ fn show(counts: Option<(i64, bool)>) -> String {
 }
 
 /// What Go v0.21.0 sends for a completed batch in a transaction: one whole-entry ack with the
-/// transaction's bits and a request id, but **no `batch_size`**.
-async fn legacy_ack(consumer: &Consumer, txn: &Transaction, last: &Message) -> Result<(), Error> {
-    txn.add_subscription(last.topic(), consumer.subscription())
-        .await?;
-    let (connection, consumer_id) = consumer.wire_of(last)?;
-    let id = txn.id();
-    connection
-        .request("ACK", |request_id| {
-            command_frame(Type::Ack, |c| {
-                c.ack = Some(pb::CommandAck {
-                    consumer_id,
-                    ack_type: AckType::Individual as i32,
-                    message_id: vec![pb::MessageIdData {
-                        ledger_id: last.position().ledger_id(),
-                        entry_id: last.position().entry_id(),
-                        ..pb::MessageIdData::default()
-                    }],
-                    txnid_least_bits: Some(id.least_bits),
-                    txnid_most_bits: Some(id.most_bits),
-                    request_id: Some(request_id),
-                    ..pb::CommandAck::default()
-                });
-            })
-        })
-        .await
-        .map(drop)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse_args() {
@@ -267,7 +238,7 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
         let received = unacked(&broker, &topic).await;
         let txn = coordinator.new_transaction(Duration::from_secs(60)).await?;
         if args.legacy {
-            legacy_ack(&consumer, &txn, &messages[PER_BATCH - 1]).await?;
+            txn_ack_without_batch_size(&consumer, &txn, &messages[PER_BATCH - 1]).await?;
         } else {
             for message in &messages {
                 consumer.ack_in(&txn, message).await?;

@@ -1,5 +1,5 @@
 //! The frames the codec benchmarks encode and decode. `benches/codec.rs` and the comparison
-//! with the `pulsar` crate (`benches/pulsar-codec-compare`, which includes this file) use the
+//! with the `pulsar` crate (`pulsar-wire/codec-compare`, which includes this file) use the
 //! same ones.
 
 use bytes::{Bytes, BytesMut};
@@ -9,7 +9,7 @@ use pulsar_wire::pb::{
     BaseCommand, CommandAck, CommandMessage, KeyValue, MessageIdData, MessageMetadata,
     SingleMessageMetadata,
 };
-use pulsar_wire::{BatchedMessage, Frame, encode_batch, encode_frame};
+use pulsar_wire::wire::{BatchedMessage, Frame, encode_batch, encode_frame};
 
 /// Messages in the batch of the `MESSAGE` frame.
 pub(crate) const BATCH_MESSAGES: usize = 100;

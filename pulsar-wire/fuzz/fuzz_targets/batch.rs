@@ -12,7 +12,8 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use pulsar_wire::pb::MessageMetadata;
-use pulsar_wire::{DEFAULT_MAX_MESSAGE_SIZE, decode_batch, decompress_payload, encode_batch};
+use pulsar_wire::{DEFAULT_MAX_MESSAGE_SIZE, decompress_payload};
+use pulsar_wire::wire::{decode_batch, encode_batch};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 13 {

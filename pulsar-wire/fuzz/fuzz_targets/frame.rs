@@ -8,7 +8,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use pulsar_wire::{DEFAULT_MAX_FRAME_SIZE, Frame, PulsarCodec, decode_batch, encode_frame};
+use pulsar_wire::wire::{DEFAULT_MAX_FRAME_SIZE, Frame, PulsarCodec, decode_batch, encode_frame};
 use tokio_util::codec::Decoder;
 
 /// What re-encoding keeps of a decoded frame: the checksum is recomputed and the broker entry

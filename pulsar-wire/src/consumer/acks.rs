@@ -8,8 +8,9 @@ use std::time::Duration;
 use ack_batcher::{Batcher, Flush, FlushResult, ItemReply, RetryPolicy};
 use txn_ack::{AckId, AckKind, EntryId, TxnAck};
 
-use super::Counters;
 use super::partition::PartitionList;
+use super::stats::Counters;
+use crate::id::wire_id;
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::AckType;
 use crate::pb::{self, MessageIdData};
@@ -93,7 +94,7 @@ pub(crate) fn batcher(
         // A lost connection makes the broker deliver again what it did not see acknowledged.
         .retry(RetryPolicy::never())
         .build(flusher)
-        .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))
+        .map_err(|e| crate::error::batcher_error(e, "the consumer's acks"))
 }
 
 /// One id per entry: the acks of an entry are merged (a message stays outstanding only if
@@ -140,19 +141,6 @@ fn merge(items: &[AckId]) -> Vec<MessageIdData> {
         }
     }
     merged.iter().map(wire_id).collect()
-}
-
-/// The `MessageIdData` of an ack: ledger, entry, the partition and batch index when known,
-/// the `ack_set` words (none for a whole entry) and the batch size when the ack carries one.
-pub(crate) fn wire_id(id: &AckId) -> MessageIdData {
-    MessageIdData {
-        ledger_id: id.entry.ledger_id,
-        entry_id: id.entry.entry_id,
-        partition: (id.partition >= 0).then_some(id.partition),
-        batch_index: (id.batch_index >= 0).then_some(id.batch_index),
-        ack_set: id.wire_ack_set().collect(),
-        batch_size: id.batch_size.and_then(|size| i32::try_from(size).ok()),
-    }
 }
 
 /// The `CommandAck` of a transactional ack: the transaction's bits, a request id (the broker

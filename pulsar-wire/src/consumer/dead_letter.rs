@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 
-use crate::{Client, Error, MessageId, OutgoingMessage, Producer, ProducerOptions};
+use crate::pool::Pool;
+use crate::{Error, MessageId, OutgoingMessage, Producer, ProducerOptions};
 
 /// The property naming the topic a dead-lettered message came from (the Java client's
 /// `REAL_TOPIC`).
@@ -132,12 +133,19 @@ impl DeadLetters {
         redelivery_count > self.policy.max_redeliver_count
     }
 
-    /// Publishes one dead letter and waits until the broker stored it.
-    pub(crate) async fn publish(
+    /// Publishes one dead letter and waits until the broker stored it; `subscribe` creates
+    /// the policy's initial subscription on the dead-letter topic (given the topic and the
+    /// subscription's name) before the first one.
+    pub(crate) async fn publish<S, F>(
         &self,
-        client: &Client,
+        pool: &Pool,
         message: OutgoingMessage,
-    ) -> Result<MessageId, Error> {
+        subscribe: S,
+    ) -> Result<MessageId, Error>
+    where
+        S: FnOnce(String, String) -> F,
+        F: Future<Output = Result<(), Error>>,
+    {
         let producer = {
             let mut producer = self.producer.lock().await;
             match &*producer {
@@ -146,19 +154,14 @@ impl DeadLetters {
                     if let Some(name) = self.policy.initial_subscription() {
                         // Subscribing creates the durable subscription; it stays after the
                         // consumer closes.
-                        let consumer = client
-                            .subscribe(
-                                &self.topic,
-                                name,
-                                super::ConsumerOptions::default()
-                                    .initial_position(super::InitialPosition::Earliest),
-                            )
-                            .await?;
-                        consumer.close().await?;
+                        subscribe(self.topic.clone(), name.to_owned()).await?;
                     }
-                    let created = client
-                        .create_producer(&self.topic, ProducerOptions::default().no_batching())
-                        .await?;
+                    let created = Producer::create(
+                        pool,
+                        &self.topic,
+                        ProducerOptions::default().no_batching(),
+                    )
+                    .await?;
                     producer.insert(created).clone()
                 }
             }

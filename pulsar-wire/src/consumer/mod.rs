@@ -7,7 +7,9 @@ mod chunks;
 mod dead_letter;
 mod key_shared;
 mod message;
+mod options;
 mod partition;
+mod stats;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +19,7 @@ use ack_batcher::{Batcher, ItemOptions};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use txn_ack::{AckId, AckKind, EntryId, MessagePosition, PartialBatches, TxnAck};
+use txn_ack::{AckId, AckKind, EntryId, MessagePosition, TxnAck};
 
 use acks::{AckFlusher, AckKey};
 pub use chunks::ChunkLimits;
@@ -28,316 +30,16 @@ pub use key_shared::{
 };
 pub use message::Message;
 use message::Origin;
+pub use options::{ConsumerOptions, InitialPosition, SubType};
 use partition::PartitionList;
 use partition::Undecodable;
-pub(crate) use partition::{ConsumerLink, Delivery, Ledger, PartitionConsumer};
+pub(crate) use partition::{ConsumerLink, Delivery, PartitionConsumer};
+pub use stats::ConsumerStats;
+use stats::Counters;
 
 use crate::link::LinkHub;
-use crate::{Client, Connection, Error, LinkStates, MessageId, Transaction};
-
-/// The subscription type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SubType {
-    /// One consumer at a time.
-    #[default]
-    Exclusive,
-    /// Messages spread over every consumer; each tracks its unacknowledged messages.
-    Shared,
-    /// One active consumer, the others standing by.
-    Failover,
-    /// Shared, with every key sticking to one consumer: the broker dispatches each entry by
-    /// its key (the entry's `ordering_key`, else its `partition_key`), so producers that batch
-    /// must batch by key ([`crate::BatchingOptions::key_based`]). How keys are spread:
-    /// [`ConsumerOptions::key_shared_policy`] (default [`KeySharedPolicy::auto_split`]).
-    KeyShared,
-}
-
-/// Where a new subscription starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InitialPosition {
-    /// After the last message published.
-    #[default]
-    Latest,
-    /// At the first message kept.
-    Earliest,
-}
-
-/// How a consumer subscribes and acknowledges.
-#[derive(Debug, Clone)]
-pub struct ConsumerOptions {
-    pub(crate) sub_type: SubType,
-    pub(crate) initial_position: InitialPosition,
-    pub(crate) receiver_queue_size: u32,
-    pub(crate) name: Option<String>,
-    pub(crate) ack_group_time: Duration,
-    pub(crate) ack_group_max: usize,
-    pub(crate) partial_batches: PartialBatches,
-    pub(crate) ack_receipts: bool,
-    pub(crate) legacy_committed_redeliveries: bool,
-    pub(crate) max_uncompressed_size: Option<usize>,
-    pub(crate) dead_letter: Option<DeadLetterPolicy>,
-    pub(crate) key_shared: Option<KeySharedPolicy>,
-    pub(crate) chunk_limits: ChunkLimits,
-}
-
-impl Default for ConsumerOptions {
-    /// Exclusive, from the latest message, 1,000 permits, acks grouped for 100 ms or 1,000
-    /// ids, partial batches acknowledged with their accumulated set, no ack receipts,
-    /// compressed entries decompressed up to the broker's `max_message_size`.
-    fn default() -> Self {
-        Self {
-            sub_type: SubType::Exclusive,
-            initial_position: InitialPosition::Latest,
-            receiver_queue_size: 1000,
-            name: None,
-            ack_group_time: Duration::from_millis(100),
-            ack_group_max: 1000,
-            partial_batches: PartialBatches::SendAckSet,
-            ack_receipts: false,
-            legacy_committed_redeliveries: false,
-            max_uncompressed_size: None,
-            dead_letter: None,
-            key_shared: None,
-            chunk_limits: ChunkLimits::default(),
-        }
-    }
-}
-
-impl ConsumerOptions {
-    /// The subscription type (default Exclusive).
-    pub fn sub_type(mut self, sub_type: SubType) -> Self {
-        self.sub_type = sub_type;
-        self
-    }
-
-    /// Where a new subscription starts (default Latest).
-    pub fn initial_position(mut self, position: InitialPosition) -> Self {
-        self.initial_position = position;
-        self
-    }
-
-    /// The flow permits granted per partition (default 1,000); refilled when half are used.
-    pub fn receiver_queue_size(mut self, size: u32) -> Self {
-        self.receiver_queue_size = size;
-        self
-    }
-
-    /// The consumer's name.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// How long acks are grouped before they are sent (default 100 ms; zero sends each ack at
-    /// once).
-    pub fn ack_group_time(mut self, time: Duration) -> Self {
-        self.ack_group_time = time;
-        self
-    }
-
-    /// The most ids in one `CommandAck` (default 1,000).
-    pub fn ack_group_max(mut self, max: usize) -> Self {
-        self.ack_group_max = max;
-        self
-    }
-
-    /// What acks of partly acknowledged batches send (default: the accumulated set, which
-    /// needs the broker's batch-index acknowledgement; [`PartialBatches::HoldUntilComplete`]
-    /// for brokers without it).
-    pub fn partial_batches(mut self, mode: PartialBatches) -> Self {
-        self.partial_batches = mode;
-        self
-    }
-
-    /// Asks the broker to confirm each ack frame (`request_id` → `ACK_RESPONSE`); its answer
-    /// reaches [`Consumer::ack_and_wait`].
-    pub fn ack_receipts(mut self, receipts: bool) -> Self {
-        self.ack_receipts = receipts;
-        self
-    }
-
-    /// The largest payload a compressed entry may decompress to (its declared
-    /// `uncompressed_size` is checked before anything is allocated for it). Default: the
-    /// broker's `max_message_size` from `CONNECTED` ([`crate::DEFAULT_MAX_MESSAGE_SIZE`] when
-    /// it does not say). An entry above the limit is not delivered: it reaches
-    /// [`Consumer::receive`] as [`Error::Undecodable`], unacknowledged, and is counted in
-    /// [`ConsumerStats::undecodable`]. Producers (the Java
-    /// client's and this crate's) check only the compressed size against `max_message_size`,
-    /// so raise this to read highly compressible payloads that are larger uncompressed.
-    pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
-        self.max_uncompressed_size = Some(bytes);
-        self
-    }
-
-    /// Moves messages delivered too often to a dead-letter topic instead of handing them to
-    /// the application ([`DeadLetterPolicy`]; default none). Applies to
-    /// [`Consumer::receive`]: messages and undecodable entries that arrive with a
-    /// `redelivery_count` of at least the policy's maximum are published there (an
-    /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`]) and
-    /// acknowledged once the broker stored them.
-    pub fn dead_letter(mut self, policy: DeadLetterPolicy) -> Self {
-        self.dead_letter = Some(policy);
-        self
-    }
-
-    /// How a [`SubType::KeyShared`] subscription spreads keys over its consumers, sent as the
-    /// `KeySharedMeta` of `SUBSCRIBE` (default [`KeySharedPolicy::auto_split`], which a
-    /// Key_Shared consumer sends when this is not set). Sticky ranges are checked when the
-    /// consumer subscribes.
-    pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
-        self.key_shared = Some(policy);
-        self
-    }
-
-    /// The `KeySharedMeta` to send: the policy (or AUTO_SPLIT) on a Key_Shared subscription,
-    /// nothing otherwise.
-    pub(crate) fn key_shared_meta(&self) -> Option<crate::pb::KeySharedMeta> {
-        (self.sub_type == SubType::KeyShared)
-            .then(|| self.key_shared.clone().unwrap_or_default().wire())
-    }
-
-    /// Bounds on the chunked messages held while their chunks arrive ([`ChunkLimits`]:
-    /// by default 10 incomplete messages and 128 MiB per partition, each waiting at most
-    /// 60 s for its next chunk). Chunked messages are reassembled and delivered as one
-    /// message; one dropped by these limits is redelivered later, never acknowledged.
-    pub fn chunk_limits(mut self, limits: ChunkLimits) -> Self {
-        self.chunk_limits = limits;
-        self
-    }
-
-    /// Tests only: delivers redeliveries of messages already committed in a transaction to the
-    /// application and sends nothing for them, and never resyncs the broker's unacked count,
-    /// as this crate did before it handled them (the consumer then stalls on a 4.0.x
-    /// broker). Never set it in an application.
-    #[doc(hidden)]
-    pub fn legacy_committed_redeliveries(mut self, legacy: bool) -> Self {
-        self.legacy_committed_redeliveries = legacy;
-        self
-    }
-
-    fn validate(&self) -> Result<(), Error> {
-        if let Some(policy) = &self.dead_letter {
-            policy.validate()?;
-        }
-        if let Some(policy) = &self.key_shared {
-            if self.sub_type != SubType::KeyShared {
-                return Err(Error::Invalid {
-                    what: "key_shared_policy",
-                    reason: format!(
-                        "a key-shared policy applies to a Key_Shared subscription, not to a {:?} \
-                         one: set sub_type(SubType::KeyShared) or drop the policy",
-                        self.sub_type
-                    ),
-                });
-            }
-            policy.validate()?;
-        }
-        self.chunk_limits.validate()?;
-        if self.receiver_queue_size == 0 {
-            return Err(Error::Invalid {
-                what: "receiver_queue_size",
-                reason: "must be at least 1".into(),
-            });
-        }
-        if self.ack_group_time > Duration::from_secs(3600) {
-            return Err(Error::Invalid {
-                what: "ack_group_time",
-                reason: format!("{:?} is longer than 1 h", self.ack_group_time),
-            });
-        }
-        if !(1..=1 << 20).contains(&self.ack_group_max) {
-            return Err(Error::Invalid {
-                what: "ack_group_max",
-                reason: format!("{} is not in 1..=1048576", self.ack_group_max),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The consumer's counters.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    received: AtomicU64,
-    skipped: AtomicU64,
-    undecodable: AtomicU64,
-    checksum_mismatches: AtomicU64,
-    dead_lettered: AtomicU64,
-    chunked: AtomicU64,
-    chunks_dropped: AtomicU64,
-    flow_frames: AtomicU64,
-    ack_frames: AtomicU64,
-    acked_ids: AtomicU64,
-    txn_acks: AtomicU64,
-    nacks: AtomicU64,
-    committed_redeliveries: AtomicU64,
-    duplicates: AtomicU64,
-    resyncs: AtomicU64,
-    blind_resyncs: AtomicU64,
-    pub(crate) reconnects: AtomicU64,
-    pub(crate) acks_resent: AtomicU64,
-    closed_by_broker: AtomicBool,
-    reached_end_of_topic: AtomicBool,
-}
-
-/// A snapshot of a consumer's counters, from [`Consumer::stats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerStats {
-    /// Messages decoded for delivery.
-    pub received: u64,
-    /// Messages of redelivered batches skipped because the broker had them acknowledged.
-    pub skipped: u64,
-    /// Entries that could not be decoded (checksum, decompression or batch errors): handed
-    /// to the application as [`Error::Undecodable`], not acknowledged.
-    pub undecodable: u64,
-    /// Of those, entries whose checksum did not match.
-    pub checksum_mismatches: u64,
-    /// Messages and undecodable entries published to the dead-letter topic (and then
-    /// acknowledged) instead of being handed over.
-    pub dead_lettered: u64,
-    /// Chunked messages reassembled from their chunks (each counts once in `received`).
-    pub chunked: u64,
-    /// Incomplete chunked messages dropped (by [`ChunkLimits`] or a chunk out of order):
-    /// their chunks were redelivered, not acknowledged.
-    pub chunks_dropped: u64,
-    /// `FLOW` frames sent after the first.
-    pub flow_frames: u64,
-    /// `ACK` frames sent for ordinary acks (by message or by id).
-    pub ack_frames: u64,
-    /// Ids those ack frames carried.
-    pub acked_ids: u64,
-    /// Transactional acks sent (one frame each).
-    pub txn_acks: u64,
-    /// Negative acks sent.
-    pub nacks: u64,
-    /// Redelivered messages that a committed transaction of this consumer had acknowledged:
-    /// not delivered again (the application has them), handled for the broker's count.
-    pub committed_redeliveries: u64,
-    /// Duplicate deliveries not handed over again: messages held by the application or
-    /// acknowledged (those of committed transactions included).
-    pub duplicates: u64,
-    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` sent to repair a drifted unacked count on the
-    /// broker.
-    pub resyncs: u64,
-    /// Of [`ConsumerStats::resyncs`], those sent although the count had not drifted as far
-    /// as the consumer can tell, because nothing new arrived for a while (a blocked
-    /// consumer and an idle topic look the same from the client): on a busy topic, each one
-    /// is a drift of the broker's count that the consumer did not follow.
-    pub blind_resyncs: u64,
-    /// Times a partition consumer subscribed again after its connection was lost or the
-    /// broker closed it.
-    pub reconnects: u64,
-    /// Acks sent again for redelivered messages the application had acknowledged (outside
-    /// a transaction) whose acks the broker did not get, in entries the consumer still
-    /// tracks (an entry with messages held or in an open transaction): the copies are not
-    /// handed over. A copy of an entry already settled is handed over again.
-    pub acks_resent: u64,
-    /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
-    pub closed_by_broker: bool,
-    /// Whether the topic reached its end.
-    pub reached_end_of_topic: bool,
-}
+use crate::pool::Pool;
+use crate::{Connection, Error, LinkStates, MessageId, Transaction};
 
 /// The deliveries waiting for [`Consumer::receive`]: a receiver queue's worth, and room for
 /// the messages of a batch beyond it.
@@ -356,7 +58,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Acknowledgements:
 /// - [`Consumer::ack`] queues an ordinary ack: `txn-ack`'s [`txn_ack::AckTracker`]
 ///   accumulates batches (a completed batch becomes a whole-entry ack keeping its batch size;
-///   a partial one sends its accumulated set or waits, per [`PartialBatches`]) and the acks are
+///   a partial one sends its accumulated set or waits, per [`PartialBatches`](crate::PartialBatches)) and the acks are
 ///   grouped: one `CommandAck` carries every id of a group.
 /// - [`Consumer::ack_in`] acknowledges in a transaction: `txn-ack`'s
 ///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;
@@ -378,7 +80,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// ([`ConsumerStats::resyncs`]).
 #[derive(Debug)]
 pub struct Consumer {
-    client: Client,
+    pool: Pool,
     options: ConsumerOptions,
     topic: String,
     partitioned: bool,
@@ -409,21 +111,18 @@ pub(crate) type QueueSizing<'a> = &'a (dyn Fn(u32) -> (u32, bool) + Sync);
 
 impl Consumer {
     pub(crate) async fn subscribe(
-        client: &Client,
+        pool: &Pool,
         topic: &str,
         subscription: &str,
         options: ConsumerOptions,
     ) -> Result<Self, Error> {
         let size = options.receiver_queue_size;
-        Self::subscribe_sized(client, topic, subscription, options, &move |_| {
-            (size, false)
-        })
-        .await
+        Self::subscribe_sized(pool, topic, subscription, options, &move |_| (size, false)).await
     }
 
     /// Subscribes with a receiver queue per partition.
     pub(crate) async fn subscribe_sized(
-        client: &Client,
+        pool: &Pool,
         topic: &str,
         subscription: &str,
         options: ConsumerOptions,
@@ -436,8 +135,8 @@ impl Consumer {
                 reason: "the name is empty".into(),
             });
         }
-        let topic = crate::client::topic_name(topic)?;
-        let topics = client.partition_topics(&topic).await?;
+        let topic = crate::pool::topic_name(topic)?;
+        let topics = pool.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let links = LinkHub::new("consumer");
         let mut partitions = Vec::with_capacity(topics.len());
@@ -445,7 +144,7 @@ impl Consumer {
         for (index, partition_topic) in topics.into_iter().enumerate() {
             let partition = if partitioned { index as i32 } else { -1 };
             match PartitionConsumer::subscribe(
-                client,
+                pool,
                 partition_topic,
                 partition,
                 subscription,
@@ -504,7 +203,7 @@ impl Consumer {
             .clone()
             .map(|policy| DeadLetters::new(policy, &topic, subscription));
         Ok(Self {
-            client: client.clone(),
+            pool: pool.clone(),
             sub_type: options.sub_type,
             options,
             topic,
@@ -546,7 +245,7 @@ impl Consumer {
         if !self.partitioned {
             return Ok(0);
         }
-        let count = self.client.partitions(&self.topic).await?;
+        let count = self.pool.partitions(&self.topic).await?;
         self.grow_to(count, sizing).await
     }
 
@@ -566,8 +265,8 @@ impl Consumer {
     }
 
     /// The client the consumer was created by.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// The number of partitions the consumer is subscribed to (0 for a topic that is not
@@ -592,8 +291,8 @@ impl Consumer {
                 return Err(Error::Closed("the consumer (its deliveries ended)"));
             };
             let (consumer, events) = PartitionConsumer::subscribe(
-                &self.client,
-                crate::client::partition_topic(&self.topic, index as u32),
+                &self.pool,
+                crate::pool::partition_topic(&self.topic, index as u32),
                 index as i32,
                 &self.subscription,
                 &self.options,
@@ -742,7 +441,13 @@ impl Consumer {
             message.topic(),
             &message.id(),
         );
-        if let Err(error) = dead.publish(&self.client, letter).await {
+        if let Err(error) = dead
+            .publish(&self.pool, letter, |topic, name| {
+                let pool = self.pool.clone();
+                async move { initial_subscription(&pool, &topic, &name).await }
+            })
+            .await
+        {
             tracing::warn!(id = %message.id(), topic = %dead.topic, %error, "dead-lettering failed: nacked");
             let _ = self.nack(message);
             return Err(error);
@@ -773,7 +478,13 @@ impl Consumer {
             .get(entry.slot)
             .map_or_else(|| self.topic.clone(), |p| p.topic.clone());
         let letter = dead_letter::dead_letter(payload, key, &properties, &topic, &entry.id);
-        if let Err(error) = dead.publish(&self.client, letter).await {
+        if let Err(error) = dead
+            .publish(&self.pool, letter, |topic, name| {
+                let pool = self.pool.clone();
+                async move { initial_subscription(&pool, &topic, &name).await }
+            })
+            .await
+        {
             tracing::warn!(id = %entry.id, topic = %dead.topic, %error, "dead-lettering failed: nacked");
             let _ = self.nack_id(&entry.id);
             return Err(error);
@@ -862,7 +573,7 @@ impl Consumer {
         for ticket in self.enqueue(message, false).await? {
             ticket
                 .await
-                .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))?;
+                .map_err(|e| crate::error::batcher_error(e, "the consumer's acks"))?;
         }
         Ok(())
     }
@@ -938,7 +649,7 @@ impl Consumer {
             .enqueue(key, ack.id, ItemOptions::new())
             .await
             .map(Some)
-            .map_err(|e| crate::producer::batcher_error(e, "the consumer's acks"))
+            .map_err(|e| crate::error::batcher_error(e, "the consumer's acks"))
     }
 
     /// Acknowledges a message in a transaction: an independent set with the batch size (from
@@ -1094,24 +805,11 @@ impl Consumer {
         self.check_open()?;
         let partition = self.partition(message)?;
         for chunk in message.chunks.iter() {
-            Self::nack_at(&partition, chunk)?;
+            partition.nack_at(chunk)?;
         }
-        Self::nack_at(&partition, message.position())?;
+        partition.nack_at(message.position())?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    pub(crate) fn nack_at(
-        partition: &PartitionConsumer,
-        position: &MessagePosition,
-    ) -> Result<(), Error> {
-        partition.ledger.lock().deliveries.nacked(position.entry());
-        partition.redeliver(vec![crate::pb::MessageIdData {
-            ledger_id: position.ledger_id(),
-            entry_id: position.entry_id(),
-            partition: (position.partition() >= 0).then_some(position.partition()),
-            ..crate::pb::MessageIdData::default()
-        }])
     }
 
     /// The partition slot and position of a message id of this consumer's topic.
@@ -1176,9 +874,9 @@ impl Consumer {
         self.check_open()?;
         let (_, partition, position) = self.locate(id)?;
         for other in partition.entries_with(&position) {
-            Self::nack_at(&partition, &other)?;
+            partition.nack_at(&other)?;
         }
-        Self::nack_at(&partition, &position)?;
+        partition.nack_at(&position)?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -1202,12 +900,9 @@ impl Consumer {
         self.acks.flush_all().await;
     }
 
-    /// The connection and consumer id behind a message, for sending raw frames
-    /// ([`crate::command_frame`]) about it, as tests and tools do.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a message of another consumer.
-    pub fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
+    /// The connection and consumer id behind a message (for users:
+    /// [`crate::wire::ConsumerExt::wire_of`]).
+    pub(crate) fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
         let partition = self.partition(message)?;
         let link = partition.link();
         Ok((link.connection, link.consumer_id))
@@ -1276,6 +971,19 @@ impl Consumer {
         self.links.close_all(&self.topic);
         result
     }
+}
+
+/// Creates the durable subscription `name` on the dead-letter `topic`, from the earliest
+/// message: subscribing creates it, and it stays after the consumer closes.
+async fn initial_subscription(pool: &Pool, topic: &str, name: &str) -> Result<(), Error> {
+    let consumer = Consumer::subscribe(
+        pool,
+        topic,
+        name,
+        ConsumerOptions::default().initial_position(InitialPosition::Earliest),
+    )
+    .await?;
+    consumer.close().await
 }
 
 /// The broker's refusal of a transactional ack, with the message and the transaction named and

@@ -7,20 +7,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
-use txn_ack::{
-    AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition,
-    TxnAckTracker, TxnId,
-};
+use txn_ack::{AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition};
 
+use super::Message;
 use super::chunks::{Added, Assembler, Chunk};
 use super::message::{Origin, assembled, decode};
-use super::{ConsumerOptions, Counters, Message};
+use super::options::{ConsumerOptions, InitialPosition, SubType};
+use super::stats::Counters;
 use crate::backoff::Retries;
+use crate::ledger::Ledger;
 use crate::link::{LinkSlot, LinkState};
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
 use crate::pb::{self, ServerError, command_subscribe};
-use crate::{Client, Connection, ConsumerEvent, Error, Frame, command_frame};
+use crate::pool::Pool;
+use crate::{Connection, ConsumerEvent, Error, Frame, command_frame};
 
 /// What the partition tasks hand to [`super::Consumer::receive`].
 #[derive(Debug)]
@@ -112,33 +113,6 @@ impl PartitionList {
     }
 }
 
-/// What a partition consumer knows of its transactional acks and its deliveries; the
-/// transactions it acknowledged in tell it their outcome.
-#[derive(Debug, Default)]
-pub(crate) struct Ledger {
-    /// Transactional acks, with the messages each open or committed transaction claims.
-    pub(crate) txn_acks: TxnAckTracker,
-    /// Every delivery, for duplicates and the drift of the broker's unacked count.
-    pub(crate) deliveries: Deliveries,
-    /// Transactional acks sent and not answered yet: while there are any, the broker may be
-    /// persisting one, and a replay read meanwhile would carry its message.
-    pub(crate) txn_in_flight: usize,
-    /// When the last resync went out.
-    last_resync: Option<tokio::time::Instant>,
-}
-
-impl Ledger {
-    /// `txn` ended.
-    pub(crate) fn ended(&mut self, txn: TxnId, committed: bool) {
-        if committed {
-            self.txn_acks.commit(txn);
-        } else {
-            self.txn_acks.abort(txn);
-        }
-        self.deliveries.ended(txn, committed);
-    }
-}
-
 /// How long a consumer with a drifted count waits without deliveries before it resyncs.
 const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -203,7 +177,7 @@ pub(crate) struct ConsumerLink {
 /// What a partition consumer needs to subscribe again.
 #[derive(Debug, Clone)]
 struct Resubscribe {
-    client: Client,
+    pool: Pool,
     subscription: String,
     options: ConsumerOptions,
 }
@@ -257,7 +231,7 @@ impl PartitionConsumer {
     /// `paused`, owes them until [`PartitionConsumer::resume`]); its link state appears in
     /// `state`'s hub once subscribed. Returns the consumer and the receiver of its frames.
     pub(crate) async fn subscribe(
-        client: &Client,
+        pool: &Pool,
         topic: String,
         partition: i32,
         subscription: &str,
@@ -267,7 +241,7 @@ impl PartitionConsumer {
     ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
         let (connection, consumer_id, events) =
-            subscribe_on(client, &topic, subscription, options).await?;
+            subscribe_on(pool, &topic, subscription, options).await?;
         let max_uncompressed = options.max_uncompressed_size.unwrap_or_else(|| {
             connection
                 .max_message_size()
@@ -283,7 +257,7 @@ impl PartitionConsumer {
                 consumer_id,
             }),
             resubscribe: Resubscribe {
-                client: client.clone(),
+                pool: pool.clone(),
                 subscription: subscription.to_owned(),
                 options: options.clone(),
             },
@@ -408,6 +382,16 @@ impl PartitionConsumer {
         Delivery::Undecodable(Box::new(undecodable))
     }
 
+    pub(crate) fn nack_at(&self, position: &MessagePosition) -> Result<(), Error> {
+        self.ledger.lock().deliveries.nacked(position.entry());
+        self.redeliver(vec![crate::pb::MessageIdData {
+            ledger_id: position.ledger_id(),
+            entry_id: position.entry_id(),
+            partition: (position.partition() >= 0).then_some(position.partition()),
+            ..crate::pb::MessageIdData::default()
+        }])
+    }
+
     /// Asks the broker to deliver again the chunks of messages dropped by the chunk limits
     /// or out of order.
     fn redeliver_dropped(&self, dropped: Vec<MessagePosition>, counters: &Counters) {
@@ -418,7 +402,7 @@ impl PartitionConsumer {
             .chunks_dropped
             .fetch_add(dropped.len() as u64, Ordering::Relaxed);
         for position in &dropped {
-            let _ = super::Consumer::nack_at(self, position);
+            let _ = self.nack_at(position);
         }
     }
 
@@ -464,7 +448,7 @@ impl PartitionConsumer {
             positions
                 .iter()
                 .filter_map(|position| tracker.acked_again(position))
-                .map(|ack| super::acks::wire_id(&ack.id))
+                .map(|ack| crate::id::wire_id(&ack.id))
                 .collect()
         };
         if ids.is_empty() {
@@ -503,7 +487,7 @@ impl PartitionConsumer {
     /// when that did not happen in time or the consumer is closing.
     pub(crate) async fn relinked(&self, generation: u64) -> Option<ConsumerLink> {
         let mut changes = self.generation.subscribe();
-        let limit = self.resubscribe.client.operation_timeout();
+        let limit = self.resubscribe.pool.operation_timeout();
         let waited = tokio::time::timeout(limit, changes.wait_for(|g| *g > generation)).await;
         if !matches!(waited, Ok(Ok(_))) || self.closing.load(Ordering::Acquire) {
             return None;
@@ -539,7 +523,7 @@ impl PartitionConsumer {
     ) -> Result<mpsc::UnboundedReceiver<ConsumerEvent>, Error> {
         let again = &self.resubscribe;
         let (connection, consumer_id, events) = subscribe_on(
-            &again.client,
+            &again.pool,
             &self.topic,
             &again.subscription,
             &again.options,
@@ -766,12 +750,12 @@ async fn resubscribe(
 /// Looks `topic` up, registers for its frames and subscribes (`SUBSCRIBE`); returns the
 /// connection, the consumer id on it and the receiver of its frames.
 async fn subscribe_on(
-    client: &Client,
+    pool: &Pool,
     topic: &str,
     subscription: &str,
     options: &ConsumerOptions,
 ) -> Result<(Connection, u64, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
-    let connection = client.lookup(topic).await?;
+    let connection = pool.lookup(topic).await?;
     let consumer_id = connection.next_id();
     let events = connection.register_consumer(consumer_id);
     let subscribed = connection
@@ -1019,7 +1003,7 @@ pub(crate) async fn pump(
     }
 }
 
-impl super::SubType {
+impl SubType {
     fn wire(self) -> command_subscribe::SubType {
         match self {
             Self::Exclusive => command_subscribe::SubType::Exclusive,
@@ -1030,7 +1014,7 @@ impl super::SubType {
     }
 }
 
-impl super::InitialPosition {
+impl InitialPosition {
     fn wire(self) -> command_subscribe::InitialPosition {
         match self {
             Self::Latest => command_subscribe::InitialPosition::Latest,

@@ -166,8 +166,14 @@ impl PriorityConsumer {
         let consumer = {
             let gate = &gate;
             let sizing = move |p: u32| (gate.suggested_queue_size(p).unwrap_or(fallback), false);
-            Consumer::subscribe_sized(client, &topic, subscription, options.consumer, &sizing)
-                .await?
+            Consumer::subscribe_sized(
+                client.pool(),
+                &topic,
+                subscription,
+                options.consumer,
+                &sizing,
+            )
+            .await?
         };
         // The topic may have grown between the two reads of its partition count.
         let subscribed = consumer.partitions() as u32;
@@ -175,7 +181,7 @@ impl PriorityConsumer {
             let mut control = Permits {
                 consumer: &consumer,
             };
-            gate.set_partitions(subscribed, super::now(), &mut control)?;
+            gate.set_partitions(subscribed, super::clock::now(), &mut control)?;
         }
         let state = State {
             buffers: (0..gate.partitions()).map(|_| VecDeque::new()).collect(),
@@ -380,7 +386,7 @@ impl Inner {
         if let Some(message) = state.strays.pop_front() {
             return Some(Ok(message));
         }
-        let now = super::now();
+        let now = super::clock::now();
         let mut control = Permits {
             consumer: &self.consumer,
         };
@@ -409,7 +415,7 @@ impl Inner {
 
     /// Buffers what the partitions delivered and tells the gate.
     fn arrived(&self, deliveries: Vec<Delivery>) {
-        let now = super::now();
+        let now = super::clock::now();
         let mut state = self.state.lock();
         let state = &mut *state;
         let mut control = Permits {
@@ -459,7 +465,7 @@ impl Inner {
         event(
             &mut state.gate,
             message.origin.slot as u32,
-            super::now(),
+            super::clock::now(),
             &mut control,
         );
     }
@@ -469,13 +475,13 @@ impl Inner {
         let mut control = Permits {
             consumer: &self.consumer,
         };
-        state.gate.tick(super::now(), &mut control);
+        state.gate.tick(super::clock::now(), &mut control);
     }
 
     async fn refresh_partitions(&self) -> Result<usize, Error> {
         let count = self
             .consumer
-            .client()
+            .pool()
             .partitions(self.consumer.topic())
             .await?;
         {
@@ -486,7 +492,7 @@ impl Inner {
                 };
                 state
                     .gate
-                    .set_partitions(count, super::now(), &mut control)?;
+                    .set_partitions(count, super::clock::now(), &mut control)?;
                 let partitions = state.gate.partitions() as usize;
                 state.buffers.resize_with(partitions, VecDeque::new);
             }

@@ -54,6 +54,7 @@
 //! # Ok(()) }
 //! ```
 
+mod clock;
 mod consumer;
 mod router;
 
@@ -63,8 +64,3 @@ pub use router::PriorityRouter;
 pub use mq_priority::{
     GateConfig, GateStats, LayoutSpec, Level, PriorityPolicy, RouterConfig, Strategy, Unlisted,
 };
-
-/// The current instant on Tokio's clock (so that `tokio::time::pause` drives the gate).
-fn now() -> std::time::Instant {
-    tokio::time::Instant::now().into_std()
-}

@@ -46,7 +46,7 @@ impl PriorityRouter {
                 ),
             });
         }
-        let router = Router::new(policy, layout, partitions, config, super::now())?;
+        let router = Router::new(policy, layout, partitions, config, super::clock::now())?;
         Ok(Self { router })
     }
 
@@ -63,7 +63,7 @@ impl PartitionRouter for PriorityRouter {
     fn route(&self, key: Option<&str>, partitions: u32) -> u32 {
         let level = self.router.policy().default_level();
         self.router
-            .route(level, key, partitions, super::now())
+            .route(level, key, partitions, super::clock::now())
             .unwrap_or(0)
     }
 
@@ -73,7 +73,7 @@ impl PartitionRouter for PriorityRouter {
             priority,
             message.partition_key(),
             partitions,
-            super::now(),
+            super::clock::now(),
         )?)
     }
 }
@@ -94,7 +94,9 @@ mod tests {
             sticky: StickyWindow::per_message(),
             ..RouterConfig::default()
         };
-        PriorityRouter::new(Router::new(policy, spec, 4, config, super::super::now()).unwrap())
+        PriorityRouter::new(
+            Router::new(policy, spec, 4, config, super::super::clock::now()).unwrap(),
+        )
     }
 
     #[test]

@@ -20,10 +20,11 @@ use ack_batcher::{Batcher, Flush, FlushResult, ItemOptions, ItemReply, RetryPoli
 use parking_lot::Mutex;
 use txn_ack::TxnId;
 
+use super::message::OutgoingMessage;
 use super::partition::PartitionSet;
 use super::queue::Slot;
-use super::{MessageId, OutgoingMessage};
 use crate::Error;
+use crate::id::MessageId;
 
 /// When a producer seals a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,7 +303,7 @@ impl<S: BatchSink> ProducerBatcher<S> {
                 sink,
                 open: Arc::clone(&open),
             })
-            .map_err(|e| crate::producer::batcher_error(e, "the producer"))?;
+            .map_err(|e| crate::error::batcher_error(e, "the producer"))?;
         Ok(Self {
             batcher,
             open,
@@ -370,10 +371,10 @@ impl<S: BatchSink> ProducerBatcher<S> {
                 ItemOptions::new(),
             )
             .await
-            .map_err(|e| crate::producer::batcher_error(e, "the producer"))?;
+            .map_err(|e| crate::error::batcher_error(e, "the producer"))?;
         ticket
             .await
-            .map_err(|e| crate::producer::batcher_error(e, "the producer"))
+            .map_err(|e| crate::error::batcher_error(e, "the producer"))
     }
 
     /// Flushes every open batch and waits for the answers.

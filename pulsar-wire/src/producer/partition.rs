@@ -11,16 +11,18 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::oneshot;
 use txn_ack::TxnId;
 
+use super::message::OutgoingMessage;
 use super::queue::Slot;
-use super::{MessageId, OutgoingMessage};
 use crate::backoff::Retries;
 use crate::batch::{BatchedMessage, encode_batch};
 use crate::connection::ProducerGone;
+use crate::id::MessageId;
 use crate::link::{LinkSlot, LinkState};
 use crate::pb::ServerError;
 use crate::pb::base_command::Type;
 use crate::pb::{self, MessageMetadata, SingleMessageMetadata};
-use crate::{Client, Compression, Connection, Error, Frame, command_frame, compress};
+use crate::pool::Pool;
+use crate::{Compression, Connection, Error, Frame, command_frame, compress};
 
 /// The partition producers of one producer, in partition order; it grows when the topic gains
 /// partitions (Pulsar never removes any).
@@ -128,7 +130,7 @@ pub(crate) struct PartitionProducer {
     pub(crate) topic: String,
     /// The partition index, -1 for a topic that is not partitioned.
     pub(crate) partition: i32,
-    client: Client,
+    pool: Pool,
     link: RwLock<Link>,
     pub(crate) name: String,
     /// Whether the name was the user's (else the broker assigned it at the first
@@ -180,10 +182,10 @@ pub(crate) struct PartitionSpec {
 
 impl PartitionProducer {
     /// Looks the topic up and registers a producer on its broker.
-    pub(crate) async fn create(client: &Client, spec: PartitionSpec) -> Result<Arc<Self>, Error> {
+    pub(crate) async fn create(pool: &Pool, spec: PartitionSpec) -> Result<Arc<Self>, Error> {
         let user_named = spec.name.is_some();
         let (connection, producer_id, success, ending) = register(
-            client,
+            pool,
             &spec.topic,
             spec.name.clone(),
             user_named,
@@ -207,7 +209,7 @@ impl PartitionProducer {
         let producer = Arc::new(Self {
             topic: spec.topic,
             partition: spec.partition,
-            client: client.clone(),
+            pool: pool.clone(),
             link: RwLock::new(link.clone()),
             name: success.producer_name,
             user_named,
@@ -286,7 +288,7 @@ impl PartitionProducer {
         }
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let registered = register(
-            &self.client,
+            &self.pool,
             &self.topic,
             Some(self.name.clone()),
             self.user_named,
@@ -866,14 +868,14 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
 /// registration. That wait is set up before `PRODUCER` goes out: a `CLOSE_PRODUCER` that
 /// follows `PRODUCER_SUCCESS` at once (an unload meanwhile) is not missed.
 async fn register(
-    client: &Client,
+    pool: &Pool,
     topic: &str,
     name: Option<String>,
     user_named: bool,
     epoch: u64,
     txn_enabled: bool,
 ) -> Result<(Connection, u64, pb::CommandProducerSuccess, Ending), Error> {
-    let connection = client.lookup(topic).await?;
+    let connection = pool.lookup(topic).await?;
     let producer_id = connection.next_id();
     let ending: Ending = Box::pin(connection.watch_producer(producer_id));
     let answered = registered(

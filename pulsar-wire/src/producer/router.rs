@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::OutgoingMessage;
+use super::message::OutgoingMessage;
 use crate::Error;
 
 /// Picks the partition of a message of a partitioned topic.

@@ -2,11 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::{
     ConsumerOptions, Error, OutgoingMessage, PartialBatches, SubType, key_partition,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, assert_quiet, receive, send_all};
 

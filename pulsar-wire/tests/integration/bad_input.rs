@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::ServerError;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, OutgoingMessage,
     ProducerOptions,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, receive, send_all};
 

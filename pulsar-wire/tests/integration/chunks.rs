@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::{
     ChunkLimits, Compression, ConsumerOptions, Error, OutgoingMessage, ProducerOptions, SubType,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, assert_quiet, receive};
 

@@ -5,14 +5,16 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, MessageMetadata, SingleMessageMetadata};
-use pulsar_wire::{
-    BatchedMessage, BatchingOptions, Compression, Connection, ConsumerEvent, ConsumerOptions,
-    Error, Frame, OutgoingMessage, ProducerOptions, command_frame, compress, encode_batch,
-    topic_name,
+use pulsar_wire::wire::{
+    BatchedMessage, ConnectionExt, ConsumerEvent, Frame, command_frame, encode_batch,
 };
+use pulsar_wire::{
+    BatchingOptions, Compression, Connection, ConsumerOptions, Error, OutgoingMessage,
+    ProducerOptions, compress, topic_name,
+};
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{PATIENCE, Setup, assert_quiet, producer_options, receive, within};
 
@@ -305,8 +307,8 @@ async fn the_emulator_passes_compressed_entries_through_unchanged() {
                 .expect("decompresses");
                 assert_eq!(plain.len(), uncompressed);
                 if batched {
-                    let messages =
-                        pulsar_wire::decode_batch(metadata, payload_in.data).expect("a batch");
+                    let messages = pulsar_wire::wire::decode_batch(metadata, payload_in.data)
+                        .expect("a batch");
                     assert_eq!(messages.len(), 2);
                     assert_eq!(messages[0].payload, payload(1));
                 } else {

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use pulsar_wire::emulator::{EmulatorConfig, Faults};
 use pulsar_wire::{
     ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, ORIGIN_MESSAGE_ID, OutgoingMessage,
     REAL_TOPIC, UNDECODABLE_REASON,
 };
+use pulsar_wire_emulator::{EmulatorConfig, Faults};
 
 use crate::support::{PATIENCE, Setup, assert_quiet, receive, within};
 

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use pulsar_wire::emulator::{EmulatorConfig, Faults};
 use pulsar_wire::{Consumer, ConsumerOptions, Error, MessageId, OutgoingMessage};
+use pulsar_wire_emulator::{EmulatorConfig, Faults};
 
 use crate::support::{PATIENCE, Setup, assert_quiet, producer_options, receive, send_all, within};
 

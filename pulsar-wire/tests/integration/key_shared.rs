@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::ServerError;
 use pulsar_wire::{
     BatchingOptions, Compression, Consumer, ConsumerOptions, Error, HashRange, InitialPosition,
     KeySharedPolicy, Message, OutgoingMessage, Producer, ProducerOptions, SubType, sticky_key_hash,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{PATIENCE, Setup, within};
 

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pulsar_wire::emulator::{EmulatorConfig, Faults};
 use pulsar_wire::{ConsumerOptions, Error, LinkState, LinkStates, OutgoingMessage};
+use pulsar_wire_emulator::{EmulatorConfig, Faults};
 use tokio::sync::watch;
 
 use crate::support::{PATIENCE, Setup, receive, within};

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::{ConsumerOptions, OutgoingMessage};
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{PATIENCE, Setup, within};
 

@@ -7,11 +7,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pulsar_wire::emulator::{EmulatorConfig, Faults};
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, MessageId, OutgoingMessage, Producer, ProducerOptions,
     QueueFull,
 };
+use pulsar_wire_emulator::{EmulatorConfig, Faults};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

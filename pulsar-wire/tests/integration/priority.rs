@@ -12,12 +12,12 @@ use std::time::Duration;
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
 use pulsar_wire::{
     BatchingOptions, ConsumerOptions, Error, InitialPosition, Message, OutgoingMessage, Producer,
     ProducerOptions,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{PATIENCE, Setup, within};
 

@@ -28,12 +28,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::ServerError;
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, MessageId, OutgoingMessage, Producer, Transaction,
     TxnState,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 use tokio::task::JoinHandle;
 
 use crate::support::{PATIENCE, Setup, producer_options, receive, within};

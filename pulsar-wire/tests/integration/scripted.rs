@@ -7,9 +7,8 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, BaseCommand, MessageMetadata};
-use pulsar_wire::{
-    Client, ConnectOptions, ConsumerOptions, Error, Frame, PulsarCodec, command_frame,
-};
+use pulsar_wire::wire::{Frame, PulsarCodec, command_frame};
+use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, Error};
 use tokio::net::TcpListener;
 use tokio_util::codec::Framed;
 

@@ -3,11 +3,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use pulsar_wire::emulator::{Emulator, EmulatorConfig, Stats};
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
     Message, OutgoingMessage, Producer, ProducerOptions, SubType,
 };
+use pulsar_wire_emulator::{Emulator, EmulatorConfig, Stats};
 
 /// How long a test waits for something that should happen at once.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(10);

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_ack::AckType;
 use pulsar_wire::pb::{self, ServerError};
+use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, OutgoingMessage, Transaction, TxnState,
-    command_frame,
 };
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, assert_quiet, receive, send_all, within};
 

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use pulsar_wire::emulator::EmulatorConfig;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, BaseCommand, ServerError};
-use pulsar_wire::{Connection, ConsumerOptions, Error, Frame, SubType, command_frame};
+use pulsar_wire::wire::{ConnectionExt, ConsumerExt, Frame, command_frame};
+use pulsar_wire::{Connection, ConsumerOptions, Error, SubType};
+use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, receive, send_all, within};
 
@@ -32,7 +33,7 @@ async fn wire(setup: &Setup, topic: &str) -> (pulsar_wire::Consumer, Connection,
 async fn ask(
     connection: &Connection,
     name: &'static str,
-    build: impl FnOnce(u64) -> Frame,
+    build: impl FnOnce(u64) -> Frame + Send,
 ) -> Result<BaseCommand, Error> {
     within(AT_ONCE, connection.request(name, build))
         .await

@@ -5,11 +5,14 @@
 //!   unloads), over HTTP or HTTPS.
 //! - [`txn_steady`]: a steady stream with aborted transactions on one Shared subscription, the
 //!   shape behind `tests/tests/pulsar_real.rs` and the `pulsar_txn_steady` example.
+//! - [`legacy`]: what other clients send that `pulsar-wire` never does (the Go client's
+//!   transactional ack without `batch_size`), for showing what it does to a broker.
 //! - [`cpu`]: this process's and its children's CPU time, for load examples and tests that
 //!   bound a client's work.
 //!
 //! It is not published: it exists so that examples need not depend on the test crate.
 
 pub mod cpu;
+pub mod legacy;
 pub mod pulsar_admin;
 pub mod txn_steady;

@@ -558,7 +558,7 @@ pub async fn settled_counts(
 mod tests {
     use super::*;
     use pulsar_wire::ConnectOptions;
-    use pulsar_wire::emulator::{Emulator, EmulatorConfig};
+    use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
     /// The steady shape on the embedded emulator: drains with the fix, stalls without.
     async fn on_emulator(legacy: bool) -> ClientReport {

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pulsar_wire::emulator::{Emulator, EmulatorConfig};
 use pulsar_wire::prioritized::{
     GateConfig, LayoutSpec, Level, PriorityConsumer, PriorityConsumerOptions, PriorityPolicy,
     PriorityRouter, RouterConfig, Strategy, Unlisted,
@@ -13,6 +12,7 @@ use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
     Message, OutgoingMessage, ProducerOptions,
 };
+use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 use crate::table;
 

@@ -2,13 +2,12 @@
 
 use std::time::Duration;
 
-use pulsar_wire::emulator::{Emulator, EmulatorConfig};
-use pulsar_wire::pb::base_command::Type;
-use pulsar_wire::pb::{self, command_ack::AckType};
+use broker_tools::legacy::txn_ack_without_batch_size;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, OutgoingMessage, ProducerOptions, SubType, Transaction, command_frame,
+    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, InitialPosition,
+    OutgoingMessage, ProducerOptions, SubType,
 };
+use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 use crate::table;
 
@@ -25,34 +24,6 @@ struct Outcome {
 
 /// What the Go client v0.21.0 sends for a completed batch in a transaction: one whole-entry
 /// ack with the transaction's bits, but no `batch_size` (built from raw frames; `pulsar-wire`
-/// never sends it).
-async fn legacy_ack(consumer: &Consumer, txn: &Transaction, last: &Message) -> Result<(), Error> {
-    txn.add_subscription(last.topic(), consumer.subscription())
-        .await?;
-    let (connection, consumer_id) = consumer.wire_of(last)?;
-    let id = txn.id();
-    connection
-        .request("ACK", |request_id| {
-            command_frame(Type::Ack, |c| {
-                c.ack = Some(pb::CommandAck {
-                    consumer_id,
-                    ack_type: AckType::Individual as i32,
-                    message_id: vec![pb::MessageIdData {
-                        ledger_id: last.position().ledger_id(),
-                        entry_id: last.position().entry_id(),
-                        ..pb::MessageIdData::default()
-                    }],
-                    txnid_least_bits: Some(id.least_bits),
-                    txnid_most_bits: Some(id.most_bits),
-                    request_id: Some(request_id),
-                    ..pb::CommandAck::default()
-                });
-            })
-        })
-        .await
-        .map(drop)
-}
-
 /// Sends [`BATCHES`] batches of [`PER_BATCH`], each received and acknowledged in its own
 /// committed transaction, until one is not delivered within a second.
 async fn stream(emulator: &Emulator, legacy: bool) -> Result<Outcome, Error> {
@@ -102,7 +73,7 @@ async fn stream(emulator: &Emulator, legacy: bool) -> Result<Outcome, Error> {
         }
         let txn = coordinator.new_transaction(Duration::from_secs(60)).await?;
         if legacy {
-            legacy_ack(&consumer, &txn, &messages[PER_BATCH - 1]).await?;
+            txn_ack_without_batch_size(&consumer, &txn, &messages[PER_BATCH - 1]).await?;
         } else {
             for message in &messages {
                 consumer.ack_in(&txn, message).await?;

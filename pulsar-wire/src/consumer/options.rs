@@ -1,0 +1,230 @@
+//! How a consumer subscribes: [`ConsumerOptions`], [`SubType`], [`InitialPosition`].
+
+use std::time::Duration;
+
+use txn_ack::PartialBatches;
+
+use super::chunks::ChunkLimits;
+use super::dead_letter::DeadLetterPolicy;
+use super::key_shared::KeySharedPolicy;
+use crate::Error;
+
+/// The subscription type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubType {
+    /// One consumer at a time.
+    #[default]
+    Exclusive,
+    /// Messages spread over every consumer; each tracks its unacknowledged messages.
+    Shared,
+    /// One active consumer, the others standing by.
+    Failover,
+    /// Shared, with every key sticking to one consumer: the broker dispatches each entry by
+    /// its key (the entry's `ordering_key`, else its `partition_key`), so producers that batch
+    /// must batch by key ([`crate::BatchingOptions::key_based`]). How keys are spread:
+    /// [`ConsumerOptions::key_shared_policy`] (default [`KeySharedPolicy::auto_split`]).
+    KeyShared,
+}
+
+/// Where a new subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialPosition {
+    /// After the last message published.
+    #[default]
+    Latest,
+    /// At the first message kept.
+    Earliest,
+}
+
+/// How a consumer subscribes and acknowledges.
+#[derive(Debug, Clone)]
+pub struct ConsumerOptions {
+    pub(crate) sub_type: SubType,
+    pub(crate) initial_position: InitialPosition,
+    pub(crate) receiver_queue_size: u32,
+    pub(crate) name: Option<String>,
+    pub(crate) ack_group_time: Duration,
+    pub(crate) ack_group_max: usize,
+    pub(crate) partial_batches: PartialBatches,
+    pub(crate) ack_receipts: bool,
+    pub(crate) legacy_committed_redeliveries: bool,
+    pub(crate) max_uncompressed_size: Option<usize>,
+    pub(crate) dead_letter: Option<DeadLetterPolicy>,
+    pub(crate) key_shared: Option<KeySharedPolicy>,
+    pub(crate) chunk_limits: ChunkLimits,
+}
+
+impl Default for ConsumerOptions {
+    /// Exclusive, from the latest message, 1,000 permits, acks grouped for 100 ms or 1,000
+    /// ids, partial batches acknowledged with their accumulated set, no ack receipts,
+    /// compressed entries decompressed up to the broker's `max_message_size`.
+    fn default() -> Self {
+        Self {
+            sub_type: SubType::Exclusive,
+            initial_position: InitialPosition::Latest,
+            receiver_queue_size: 1000,
+            name: None,
+            ack_group_time: Duration::from_millis(100),
+            ack_group_max: 1000,
+            partial_batches: PartialBatches::SendAckSet,
+            ack_receipts: false,
+            legacy_committed_redeliveries: false,
+            max_uncompressed_size: None,
+            dead_letter: None,
+            key_shared: None,
+            chunk_limits: ChunkLimits::default(),
+        }
+    }
+}
+
+impl ConsumerOptions {
+    /// The subscription type (default Exclusive).
+    pub fn sub_type(mut self, sub_type: SubType) -> Self {
+        self.sub_type = sub_type;
+        self
+    }
+
+    /// Where a new subscription starts (default Latest).
+    pub fn initial_position(mut self, position: InitialPosition) -> Self {
+        self.initial_position = position;
+        self
+    }
+
+    /// The flow permits granted per partition (default 1,000); refilled when half are used.
+    pub fn receiver_queue_size(mut self, size: u32) -> Self {
+        self.receiver_queue_size = size;
+        self
+    }
+
+    /// The consumer's name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How long acks are grouped before they are sent (default 100 ms; zero sends each ack at
+    /// once).
+    pub fn ack_group_time(mut self, time: Duration) -> Self {
+        self.ack_group_time = time;
+        self
+    }
+
+    /// The most ids in one `CommandAck` (default 1,000).
+    pub fn ack_group_max(mut self, max: usize) -> Self {
+        self.ack_group_max = max;
+        self
+    }
+
+    /// What acks of partly acknowledged batches send (default: the accumulated set, which
+    /// needs the broker's batch-index acknowledgement; [`PartialBatches::HoldUntilComplete`]
+    /// for brokers without it).
+    pub fn partial_batches(mut self, mode: PartialBatches) -> Self {
+        self.partial_batches = mode;
+        self
+    }
+
+    /// Asks the broker to confirm each ack frame (`request_id` → `ACK_RESPONSE`); its answer
+    /// reaches [`Consumer::ack_and_wait`](crate::Consumer::ack_and_wait).
+    pub fn ack_receipts(mut self, receipts: bool) -> Self {
+        self.ack_receipts = receipts;
+        self
+    }
+
+    /// The largest payload a compressed entry may decompress to (its declared
+    /// `uncompressed_size` is checked before anything is allocated for it). Default: the
+    /// broker's `max_message_size` from `CONNECTED` ([`crate::DEFAULT_MAX_MESSAGE_SIZE`] when
+    /// it does not say). An entry above the limit is not delivered: it reaches
+    /// [`Consumer::receive`](crate::Consumer::receive) as [`Error::Undecodable`], unacknowledged, and is counted in
+    /// [`ConsumerStats::undecodable`](crate::ConsumerStats::undecodable). Producers (the Java
+    /// client's and this crate's) check only the compressed size against `max_message_size`,
+    /// so raise this to read highly compressible payloads that are larger uncompressed.
+    pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
+        self.max_uncompressed_size = Some(bytes);
+        self
+    }
+
+    /// Moves messages delivered too often to a dead-letter topic instead of handing them to
+    /// the application ([`DeadLetterPolicy`]; default none). Applies to
+    /// [`Consumer::receive`](crate::Consumer::receive): messages and undecodable entries that arrive with a
+    /// `redelivery_count` of at least the policy's maximum are published there (an
+    /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`](crate::UNDECODABLE_REASON)) and
+    /// acknowledged once the broker stored them.
+    pub fn dead_letter(mut self, policy: DeadLetterPolicy) -> Self {
+        self.dead_letter = Some(policy);
+        self
+    }
+
+    /// How a [`SubType::KeyShared`] subscription spreads keys over its consumers, sent as the
+    /// `KeySharedMeta` of `SUBSCRIBE` (default [`KeySharedPolicy::auto_split`], which a
+    /// Key_Shared consumer sends when this is not set). Sticky ranges are checked when the
+    /// consumer subscribes.
+    pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
+        self.key_shared = Some(policy);
+        self
+    }
+
+    /// The `KeySharedMeta` to send: the policy (or AUTO_SPLIT) on a Key_Shared subscription,
+    /// nothing otherwise.
+    pub(crate) fn key_shared_meta(&self) -> Option<crate::pb::KeySharedMeta> {
+        (self.sub_type == SubType::KeyShared)
+            .then(|| self.key_shared.clone().unwrap_or_default().wire())
+    }
+
+    /// Bounds on the chunked messages held while their chunks arrive ([`ChunkLimits`]:
+    /// by default 10 incomplete messages and 128 MiB per partition, each waiting at most
+    /// 60 s for its next chunk). Chunked messages are reassembled and delivered as one
+    /// message; one dropped by these limits is redelivered later, never acknowledged.
+    pub fn chunk_limits(mut self, limits: ChunkLimits) -> Self {
+        self.chunk_limits = limits;
+        self
+    }
+
+    /// Tests only: delivers redeliveries of messages already committed in a transaction to the
+    /// application and sends nothing for them, and never resyncs the broker's unacked count,
+    /// as this crate did before it handled them (the consumer then stalls on a 4.0.x
+    /// broker). Never set it in an application.
+    #[doc(hidden)]
+    pub fn legacy_committed_redeliveries(mut self, legacy: bool) -> Self {
+        self.legacy_committed_redeliveries = legacy;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<(), Error> {
+        if let Some(policy) = &self.dead_letter {
+            policy.validate()?;
+        }
+        if let Some(policy) = &self.key_shared {
+            if self.sub_type != SubType::KeyShared {
+                return Err(Error::Invalid {
+                    what: "key_shared_policy",
+                    reason: format!(
+                        "a key-shared policy applies to a Key_Shared subscription, not to a {:?} \
+                         one: set sub_type(SubType::KeyShared) or drop the policy",
+                        self.sub_type
+                    ),
+                });
+            }
+            policy.validate()?;
+        }
+        self.chunk_limits.validate()?;
+        if self.receiver_queue_size == 0 {
+            return Err(Error::Invalid {
+                what: "receiver_queue_size",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.ack_group_time > Duration::from_secs(3600) {
+            return Err(Error::Invalid {
+                what: "ack_group_time",
+                reason: format!("{:?} is longer than 1 h", self.ack_group_time),
+            });
+        }
+        if !(1..=1 << 20).contains(&self.ack_group_max) {
+            return Err(Error::Invalid {
+                what: "ack_group_max",
+                reason: format!("{} is not in 1..=1048576", self.ack_group_max),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,87 @@
+//! The consumer's counters and their snapshot, [`ConsumerStats`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// The consumer's counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(super) received: AtomicU64,
+    pub(super) skipped: AtomicU64,
+    pub(super) undecodable: AtomicU64,
+    pub(super) checksum_mismatches: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
+    pub(super) chunked: AtomicU64,
+    pub(super) chunks_dropped: AtomicU64,
+    pub(super) flow_frames: AtomicU64,
+    pub(super) ack_frames: AtomicU64,
+    pub(super) acked_ids: AtomicU64,
+    pub(super) txn_acks: AtomicU64,
+    pub(super) nacks: AtomicU64,
+    pub(super) committed_redeliveries: AtomicU64,
+    pub(super) duplicates: AtomicU64,
+    pub(super) resyncs: AtomicU64,
+    pub(super) blind_resyncs: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
+    pub(crate) acks_resent: AtomicU64,
+    pub(super) closed_by_broker: AtomicBool,
+    pub(super) reached_end_of_topic: AtomicBool,
+}
+
+/// A snapshot of a consumer's counters, from [`Consumer::stats`](super::Consumer::stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerStats {
+    /// Messages decoded for delivery.
+    pub received: u64,
+    /// Messages of redelivered batches skipped because the broker had them acknowledged.
+    pub skipped: u64,
+    /// Entries that could not be decoded (checksum, decompression or batch errors): handed
+    /// to the application as [`Error::Undecodable`](crate::Error::Undecodable), not acknowledged.
+    pub undecodable: u64,
+    /// Of those, entries whose checksum did not match.
+    pub checksum_mismatches: u64,
+    /// Messages and undecodable entries published to the dead-letter topic (and then
+    /// acknowledged) instead of being handed over.
+    pub dead_lettered: u64,
+    /// Chunked messages reassembled from their chunks (each counts once in `received`).
+    pub chunked: u64,
+    /// Incomplete chunked messages dropped (by [`ChunkLimits`](crate::ChunkLimits) or a chunk out of order):
+    /// their chunks were redelivered, not acknowledged.
+    pub chunks_dropped: u64,
+    /// `FLOW` frames sent after the first.
+    pub flow_frames: u64,
+    /// `ACK` frames sent for ordinary acks (by message or by id).
+    pub ack_frames: u64,
+    /// Ids those ack frames carried.
+    pub acked_ids: u64,
+    /// Transactional acks sent (one frame each).
+    pub txn_acks: u64,
+    /// Negative acks sent.
+    pub nacks: u64,
+    /// Redelivered messages that a committed transaction of this consumer had acknowledged:
+    /// not delivered again (the application has them), handled for the broker's count.
+    pub committed_redeliveries: u64,
+    /// Duplicate deliveries not handed over again: messages held by the application or
+    /// acknowledged (those of committed transactions included).
+    pub duplicates: u64,
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` sent to repair a drifted unacked count on the
+    /// broker.
+    pub resyncs: u64,
+    /// Of [`ConsumerStats::resyncs`], those sent although the count had not drifted as far
+    /// as the consumer can tell, because nothing new arrived for a while (a blocked
+    /// consumer and an idle topic look the same from the client): on a busy topic, each one
+    /// is a drift of the broker's count that the consumer did not follow.
+    pub blind_resyncs: u64,
+    /// Times a partition consumer subscribed again after its connection was lost or the
+    /// broker closed it.
+    pub reconnects: u64,
+    /// Acks sent again for redelivered messages the application had acknowledged (outside
+    /// a transaction) whose acks the broker did not get, in entries the consumer still
+    /// tracks (an entry with messages held or in an open transaction): the copies are not
+    /// handed over. A copy of an entry already settled is handed over again.
+    pub acks_resent: u64,
+    /// Whether the broker closed the consumer (`CLOSE_CONSUMER`).
+    pub closed_by_broker: bool,
+    /// Whether the topic reached its end.
+    pub reached_end_of_topic: bool,
+}

@@ -1,0 +1,47 @@
+//! What other clients send that `pulsar-wire` never does, built from raw frames, so that
+//! examples and tests can show what it does to a broker.
+
+use pulsar_wire::pb::base_command::Type;
+use pulsar_wire::pb::{self, command_ack::AckType};
+use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
+use pulsar_wire::{Consumer, Error, Message, Transaction};
+
+/// The transactional ack the Go client v0.21.0 sends for a completed batch
+/// (pulsar-client-go#1534): one whole-entry ack of `last`'s entry with the transaction's bits
+/// and a request id, but **no `batch_size`**. A 4.0.x broker takes 1 off the consumer's
+/// unacked count for it instead of the batch's size.
+///
+/// It first adds the subscription to the transaction, as the Go client does.
+///
+/// # Errors
+/// What the broker or the connection answered, as [`Error`].
+pub async fn txn_ack_without_batch_size(
+    consumer: &Consumer,
+    txn: &Transaction,
+    last: &Message,
+) -> Result<(), Error> {
+    txn.add_subscription(last.topic(), consumer.subscription())
+        .await?;
+    let (connection, consumer_id) = consumer.wire_of(last)?;
+    let id = txn.id();
+    connection
+        .request("ACK", |request_id| {
+            command_frame(Type::Ack, |c| {
+                c.ack = Some(pb::CommandAck {
+                    consumer_id,
+                    ack_type: AckType::Individual as i32,
+                    message_id: vec![pb::MessageIdData {
+                        ledger_id: last.position().ledger_id(),
+                        entry_id: last.position().entry_id(),
+                        ..pb::MessageIdData::default()
+                    }],
+                    txnid_least_bits: Some(id.least_bits),
+                    txnid_most_bits: Some(id.most_bits),
+                    request_id: Some(request_id),
+                    ..pb::CommandAck::default()
+                });
+            })
+        })
+        .await
+        .map(drop)
+}
