@@ -65,6 +65,8 @@
 //! assert_eq!(report.abandoned, 0);
 //! # Ok(()) }
 //! ```
+//!
+//! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
 

@@ -65,6 +65,8 @@
 //! broker stats are known, [`Gate::set_partitions`] when the topic grows, and [`Gate::tick`]
 //! from a timer when aging is on. The gate calls `pause`/`resume` only on changes; each
 //! partition's consumer should be created with [`Gate::suggested_queue_size`].
+//!
+//! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
 

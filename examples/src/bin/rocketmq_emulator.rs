@@ -2,7 +2,7 @@
 //! client against it by hand.
 //!
 //! ```sh
-//! cargo run --release -p rocketmq-grpc-emulator --bin rocketmq_emulator -- \
+//! cargo run --release -p examples --bin rocketmq_emulator -- \
 //!     --port 8081 --topics 3 --prefix orders --queues 4 --group order-consumers
 //! ```
 //!

@@ -125,6 +125,8 @@
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).
+//!
+//! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
 

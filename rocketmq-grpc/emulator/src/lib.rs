@@ -90,7 +90,7 @@
 //!
 //! # The binary
 //! `rocketmq_emulator` runs the emulator as a process (for load runs and for trying a client
-//! by hand): `cargo run --release -p rocketmq-grpc-emulator --bin rocketmq_emulator -- --help`.
+//! by hand): `cargo run --release -p examples --bin rocketmq_emulator -- --help`.
 //!
 //! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
