@@ -6,7 +6,7 @@
 //!
 //! Each test makes its own topic, sets its `maxUnackedMessagesOnConsumer` to 20 through the
 //! admin API (and waits until the broker reports it), runs one scenario of the emulator
-//! suite (`pulsar-wire/tests/integration`) with the `pulsar-wire` client, and reads the admin
+//! suite (`pulsar-wire/emulator/tests/integration`) with the `pulsar-wire` client, and reads the admin
 //! stats: per consumer `unackedMessages` and `blockedConsumerOnUnackedMsgs`, per subscription
 //! `msgBacklog` (entries, not messages). Every message must arrive although the limit is far
 //! below what is sent, and the counters must be back at 0 at the end, with the consumer still
