@@ -2,10 +2,8 @@
 
 use std::time::Duration;
 
+use pulsar_wire::pb::ServerError;
 use pulsar_wire::pb::base_command::Type;
-use pulsar_wire::pb::command_ack::AckType;
-use pulsar_wire::pb::{self, ServerError};
-use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, OutgoingMessage, Transaction, TxnState,
 };
@@ -29,29 +27,7 @@ async fn new_txn(setup: &Setup) -> Transaction {
 /// What Go v0.21.0 sends for a completed batch in a transaction: one whole-entry ack
 /// without `batch_size`. Test-only; the library never sends this.
 async fn legacy_txn_ack(consumer: &Consumer, txn: &Transaction, message: &Message) {
-    txn.add_subscription(message.topic(), consumer.subscription())
-        .await
-        .expect("subscription added");
-    let (connection, consumer_id) = consumer.wire_of(message).expect("our message");
-    let id = txn.id();
-    connection
-        .request("ACK", |request_id| {
-            command_frame(Type::Ack, |c| {
-                c.ack = Some(pb::CommandAck {
-                    consumer_id,
-                    ack_type: AckType::Individual as i32,
-                    message_id: vec![pb::MessageIdData {
-                        ledger_id: message.position().ledger_id(),
-                        entry_id: message.position().entry_id(),
-                        ..pb::MessageIdData::default()
-                    }],
-                    txnid_least_bits: Some(id.least_bits),
-                    txnid_most_bits: Some(id.most_bits),
-                    request_id: Some(request_id),
-                    ..pb::CommandAck::default()
-                });
-            })
-        })
+    broker_tools::legacy::txn_ack_without_batch_size(consumer, txn, message)
         .await
         .expect("the broker accepts the legacy ack");
 }
