@@ -50,6 +50,30 @@ pub enum Error {
         levels: usize,
     },
 
+    /// More partitions than the crate lays out ([`crate::MAX_PARTITIONS`]).
+    #[error(
+        "{partitions} partitions is more than the {max} a priority layout supports: use fewer partitions"
+    )]
+    TooManyPartitions {
+        /// The partition count asked for.
+        partitions: u32,
+        /// The largest partition count supported.
+        max: u32,
+    },
+
+    /// A gate was asked to follow a topic to fewer partitions. A Pulsar topic's partition
+    /// count never shrinks, and the gate would forget the messages buffered on the partitions
+    /// that went away, so it refuses and keeps its state.
+    #[error(
+        "the partition count cannot go down from {from} to {to}: partitioned topics never shrink, and the messages buffered on partitions {to}..{from} would be lost; check the partition count the client read, or create a new consumer"
+    )]
+    PartitionsShrunk {
+        /// The gate's partition count.
+        from: u32,
+        /// The smaller count asked for.
+        to: u32,
+    },
+
     /// Weights must be given once per level and be positive.
     #[error(
         "invalid weights {weights:?} for {levels} level(s): give one weight per level, each at least 1 and at most {max}"

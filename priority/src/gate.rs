@@ -675,14 +675,26 @@ impl Gate {
     /// level under a weights layout), keeps the state of partitions that remain, starts new
     /// ones empty and resumed, and pauses or resumes whatever the new layout requires. On
     /// error nothing changes.
+    ///
+    /// # Errors
+    /// [`Error::PartitionsShrunk`] for fewer partitions than the gate has (a partitioned
+    /// topic never shrinks, and the messages buffered on the partitions that went away would
+    /// be lost); the layout's errors ([`Error::TooManyPartitions`], ...) otherwise.
     pub fn set_partitions(
         &mut self,
         partitions: u32,
         now: Instant,
         control: &mut dyn PartitionControl,
     ) -> Result<(), Error> {
-        if partitions == self.layout.partitions() {
+        let from = self.layout.partitions();
+        if partitions == from {
             return Ok(());
+        }
+        if partitions < from {
+            return Err(Error::PartitionsShrunk {
+                from,
+                to: partitions,
+            });
         }
         let layout = self.spec.layout(&self.policy, partitions)?;
         let old = std::mem::take(&mut self.parts);

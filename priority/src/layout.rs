@@ -6,6 +6,10 @@ use crate::{Error, Level, PriorityPolicy};
 /// The largest weight accepted (keeps the arithmetic of shares and strides exact).
 pub const MAX_WEIGHT: u32 = 1 << 16;
 
+/// The most partitions a layout covers (65,536): far beyond what a Pulsar topic is given in
+/// practice, and small enough that a layout and a gate are computed in milliseconds.
+pub const MAX_PARTITIONS: u32 = 1 << 16;
+
 /// Where the partitions an explicit specification does not list go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Unlisted {
@@ -91,6 +95,11 @@ impl LayoutSpec {
     }
 
     /// The layout for `partitions` partitions, or the configuration error that prevents it.
+    ///
+    /// # Errors
+    /// [`Error::TooFewPartitions`] below one partition per level,
+    /// [`Error::TooManyPartitions`] above [`MAX_PARTITIONS`], and the errors of an invalid
+    /// spec (weights, explicit sets).
     pub fn layout(
         &self,
         policy: &PriorityPolicy,
@@ -100,6 +109,12 @@ impl LayoutSpec {
         let levels = policy.levels();
         if (partitions as usize) < levels {
             return Err(Error::TooFewPartitions { partitions, levels });
+        }
+        if partitions > MAX_PARTITIONS {
+            return Err(Error::TooManyPartitions {
+                partitions,
+                max: MAX_PARTITIONS,
+            });
         }
         let level_of = match self {
             LayoutSpec::Weights(w) => by_weights(&check_weights(w, policy)?, partitions),

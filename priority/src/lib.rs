@@ -86,7 +86,7 @@ pub use error::Error;
 pub use gate::{Gate, GateConfig, GateStats, LevelStats, QueueSizing, Strategy};
 pub use hash::{KeyHash, java_string_hash, murmur3_32};
 pub use interceptor::{ConsumerInterceptor, GateInterceptor, MessageInfo};
-pub use layout::{LayoutSpec, MAX_WEIGHT, PartitionLayout, Unlisted};
+pub use layout::{LayoutSpec, MAX_PARTITIONS, MAX_WEIGHT, PartitionLayout, Unlisted};
 pub use policy::{
     DEFAULT_PROPERTY, Level, MAX_LEVELS, ParseOutcome, ParseStats, Parsed, PolicyBuilder,
     PriorityPolicy, ValueOrder,

@@ -226,6 +226,154 @@ proptest! {
     }
 }
 
+/// A resize the gate is asked for: grown by some partitions, or shrunk (always refused).
+#[derive(Debug, Clone)]
+enum Step {
+    Arrive(u32),
+    Deliver,
+    Resize(i32),
+    Tick(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u32..40).prop_map(Step::Arrive),
+        3 => Just(Step::Deliver),
+        1 => (-6i32..6).prop_map(Step::Resize),
+        2 => (0u64..300).prop_map(Step::Tick),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Nothing buffered is lost in the gate: whatever arrives, is delivered, resized (a shrink
+    /// is refused and changes nothing) or ticked, every buffered message is returned by `poll`
+    /// in the end, from the partition it arrived on, and `poll` never names a partition with
+    /// nothing buffered.
+    #[test]
+    fn every_buffered_message_is_polled_in_the_end(
+        levels in 1usize..5,
+        extra in 0u32..10,
+        strategy in gate_strategy(),
+        weights in any::<bool>(),
+        steps in proptest::collection::vec(step(), 1..400),
+    ) {
+        let policy = PriorityPolicy::new(levels).unwrap();
+        let spec = if weights {
+            LayoutSpec::Weights((1..=levels as u32).rev().collect())
+        } else {
+            LayoutSpec::even(&policy)
+        };
+        let config = GateConfig { strategy, ..GateConfig::default() };
+        let mut gate = Gate::new(policy, spec, levels as u32 + extra, config).unwrap();
+        let mut control = RecordingControl::new();
+        let mut now = Instant::now();
+        let mut buffered = vec![0u64; gate.partitions() as usize];
+        let mut take = |gate: &mut Gate, now: Instant, buffered: &mut Vec<u64>| {
+            let polled = gate.poll(now, &mut control);
+            if let Some(p) = polled {
+                assert!(buffered[p as usize] > 0, "poll named partition {p} with nothing buffered");
+                buffered[p as usize] -= 1;
+            }
+            polled
+        };
+        for s in steps {
+            match s {
+                Step::Arrive(p) => {
+                    if p < gate.partitions() {
+                        gate.on_arrival(p, None, now, &mut RecordingControl::new()).unwrap();
+                        buffered[p as usize] += 1;
+                    }
+                }
+                Step::Deliver => {
+                    take(&mut gate, now, &mut buffered);
+                }
+                Step::Resize(by) => {
+                    let from = gate.partitions();
+                    let to = from.saturating_add_signed(by).max(1);
+                    let result = gate.set_partitions(to, now, &mut RecordingControl::new());
+                    if to < from {
+                        prop_assert_eq!(
+                            result,
+                            Err(mq_priority::Error::PartitionsShrunk { from, to })
+                        );
+                        prop_assert_eq!(gate.partitions(), from);
+                    } else {
+                        prop_assert!(result.is_ok());
+                        buffered.resize(to as usize, 0);
+                    }
+                }
+                Step::Tick(ms) => {
+                    now += Duration::from_millis(ms);
+                    gate.tick(now, &mut RecordingControl::new());
+                }
+            }
+        }
+        // Drain: time moves on (aging releases what strict order holds back) until nothing is
+        // left; each message takes one poll.
+        let total: u64 = buffered.iter().sum();
+        for _ in 0..total {
+            now += Duration::from_millis(1);
+            gate.tick(now, &mut RecordingControl::new());
+            prop_assert!(take(&mut gate, now, &mut buffered).is_some(), "a buffered message was not polled: {:?}", buffered);
+        }
+        prop_assert!(buffered.iter().all(|&b| b == 0));
+        prop_assert_eq!(gate.poll(now, &mut RecordingControl::new()), None);
+    }
+}
+
+/// The report of issue 16: a gate shrunk from 10 to 4 partitions forgot the message buffered
+/// on partition 9. Shrinking is refused, and the message is still there.
+#[test]
+fn a_gate_refuses_to_shrink_and_keeps_what_is_buffered() {
+    let policy = PriorityPolicy::new(2).unwrap();
+    let spec = LayoutSpec::even(&policy);
+    let mut gate = Gate::new(policy, spec, 10, GateConfig::default()).unwrap();
+    let mut control = RecordingControl::new();
+    let now = Instant::now();
+    gate.on_arrival(9, None, now, &mut control).unwrap();
+    let refused = gate.set_partitions(4, now, &mut control).unwrap_err();
+    assert_eq!(
+        refused,
+        mq_priority::Error::PartitionsShrunk { from: 10, to: 4 }
+    );
+    assert!(refused.to_string().contains("never shrink"), "{refused}");
+    assert_eq!(gate.partitions(), 10);
+    assert_eq!(gate.poll(now, &mut control), Some(9));
+    assert_eq!(gate.poll(now, &mut control), None);
+}
+
+/// `layout(u32::MAX partitions)` took 35 s and was accepted; now it is refused at once.
+#[test]
+fn partition_counts_beyond_the_maximum_are_refused() {
+    let policy = PriorityPolicy::new(3).unwrap();
+    for spec in [LayoutSpec::weights([6, 3, 1]), LayoutSpec::even(&policy)] {
+        let refused = spec.layout(&policy, u32::MAX).unwrap_err();
+        assert_eq!(
+            refused,
+            mq_priority::Error::TooManyPartitions {
+                partitions: u32::MAX,
+                max: mq_priority::MAX_PARTITIONS
+            }
+        );
+        assert!(spec.layout(&policy, mq_priority::MAX_PARTITIONS).is_ok());
+    }
+    let gate = Gate::new(
+        policy.clone(),
+        LayoutSpec::even(&policy),
+        10,
+        GateConfig::default(),
+    );
+    let mut gate = gate.unwrap();
+    let refused = gate.set_partitions(u32::MAX, Instant::now(), &mut RecordingControl::new());
+    assert!(matches!(
+        refused,
+        Err(mq_priority::Error::TooManyPartitions { .. })
+    ));
+    assert_eq!(gate.partitions(), 10);
+}
+
 // ---------------------------------------------------------------------------------------------
 // A small consumer simulation with Pulsar-like permits
 // ---------------------------------------------------------------------------------------------
