@@ -39,7 +39,7 @@ fn policy() -> PriorityPolicy {
 }
 
 fn spec() -> LayoutSpec {
-    LayoutSpec::weights([8, 4, 2, 1])
+    LayoutSpec::partition_shares([8, 4, 2, 1])
 }
 
 fn router(c: &mut Criterion) {
@@ -103,7 +103,7 @@ impl PartitionControl for Counting {
 fn strategies() -> [(&'static str, Strategy); 3] {
     [
         ("strict", Strategy::Strict),
-        ("weighted", Strategy::weighted()),
+        ("weighted", Strategy::delivery_shares()),
         (
             "aging",
             Strategy::StrictAging {

@@ -74,16 +74,20 @@ pub enum Error {
         to: u32,
     },
 
-    /// Weights must be given once per level and be positive.
+    /// Shares (of partitions in a layout, or of deliveries in a strategy) must be given once
+    /// per level and be positive.
     #[error(
-        "invalid weights {weights:?} for {levels} level(s): give one weight per level, each at least 1 and at most {max}"
+        "invalid {of} shares {shares:?} for {levels} level(s): give one share per level, each at least 1 and at most {max}"
     )]
-    InvalidWeights {
-        /// The weights given.
-        weights: Vec<u32>,
+    InvalidShares {
+        /// Which shares: `"partition"` ([`crate::LayoutSpec::Shares`]) or `"delivery"`
+        /// ([`crate::Strategy::DeliveryShares`]).
+        of: &'static str,
+        /// The shares given.
+        shares: Vec<u32>,
         /// The policy's level count.
         levels: usize,
-        /// The largest weight accepted.
+        /// The largest share accepted.
         max: u32,
     },
 

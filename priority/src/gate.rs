@@ -11,15 +11,30 @@ pub enum Strategy {
     /// The most important level with a buffered message always goes first. Lower levels stop
     /// fetching while a more important level is under pressure. Lower levels can starve.
     Strict,
-    /// Levels with buffered messages share deliveries in proportion to their weights (one per
-    /// level, most important first; an empty list means each level weighs twice the next, so
-    /// 2:1 for two levels). Stride scheduling: a level with weight `w_k` waits at most about
-    /// `Σ_{j≠k} w_j / w_k` deliveries between two of its own while it has messages.
-    Weighted(Vec<u32>),
+    /// **Delivery shares**: levels with buffered messages share deliveries in proportion to
+    /// their shares (one per level, most important first; an empty list means each level's
+    /// share is twice the next one's, so 2:1 for two levels). Not to be confused with the
+    /// partition shares of [`crate::LayoutSpec::Shares`].
+    ///
+    /// Stride scheduling. **The bound, proven by a property test**: while level `k` has
+    /// buffered messages, at most [`Gate::delivery_bound`]`(k)` =
+    /// `Σ_{j≠k} (⌊s_j / s_k⌋ + 1)` deliveries of other levels come between two of its own
+    /// (for shares 6/3/1: 11 for the last level, 2 for the first), so in time at most that many
+    /// of the application's service times. A level under that bound is never paused for a more
+    /// important level's sake unless its own buffer is full; the bound covers buffered
+    /// messages, so it needs receiver queues that refill faster than the level's share drains
+    /// them (at the defaults, a refill is requested at half a queue).
+    DeliveryShares(Vec<u32>),
     /// Strict, except that a level that has waited `max_wait` without a delivery while it had
     /// messages (buffered, or a backlog when known, or possibly a backlog while paused) is
     /// served next. A paused level is resumed once it has waited half of `max_wait`, so its
     /// messages are buffered by the time it is due.
+    ///
+    /// **The bound, proven by a property test**: with [`Gate::tick`] (or another event) at
+    /// least every `tick` and at least one delivery per level per tick, a level with buffered
+    /// messages waits at most `max_wait + tick` for its next delivery. For a paused level the
+    /// bound also needs its fetch round trip to be under `max_wait / 2`, and a tick of at most
+    /// `max_wait / 4` so that the resume is not late.
     StrictAging {
         /// The starvation bound.
         max_wait: Duration,
@@ -27,9 +42,9 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    /// Weighted with each level weighing twice the next (2:1 for two levels).
-    pub fn weighted() -> Strategy {
-        Strategy::Weighted(Vec::new())
+    /// Delivery shares with each level's share twice the next one's (2:1 for two levels).
+    pub fn delivery_shares() -> Strategy {
+        Strategy::DeliveryShares(Vec::new())
     }
 }
 
@@ -50,7 +65,7 @@ pub enum QueueSizing {
 /// Gate settings; [`Gate::new`] validates them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateConfig {
-    /// How levels share the consumer (default [`Strategy::weighted`]).
+    /// How levels share the consumer (default [`Strategy::delivery_shares`]).
     pub strategy: Strategy,
     /// The receiver queue size of the most important level (default 1,000, Pulsar's default).
     pub receiver_queue_size: u32,
@@ -58,6 +73,19 @@ pub struct GateConfig {
     pub queue_sizing: QueueSizing,
     /// The smallest queue [`QueueSizing::Halving`] gives (default 10).
     pub min_queue_size: u32,
+    /// **Key order across a growth the gate observes** (default `None`: off). With
+    /// `Some(max)`, when [`Gate::set_partitions`] adds partitions to a level, the new ones are
+    /// held (paused, and never picked) until the level's old partitions have delivered what
+    /// they held when the growth was seen: their buffered messages plus their backlog if known
+    /// ([`Gate::set_backlog`]); an old partition with an unknown backlog counts as drained
+    /// once the gate has seen it empty while fetching (after a delivery, or at a tick). The
+    /// hold ends after `max` in any case. A key that the producers' router moves to a new
+    /// partition then has its earlier messages delivered before its later ones, **provided
+    /// every producer switched to the new layout before the consumer saw the growth**; a
+    /// producer that refreshes its partition count later keeps sending moved keys to the old
+    /// partitions after the drain point, and those messages can come after newer ones. The
+    /// cost: the new partitions add no throughput until the hold ends.
+    pub growth_hold: Option<Duration>,
     /// A level is under pressure once its buffered messages plus its known backlog reach this
     /// fraction of its receiver queues (the sum over its partitions), rounded up, at least 1
     /// message (default 0.5).
@@ -71,10 +99,11 @@ pub struct GateConfig {
 impl Default for GateConfig {
     fn default() -> Self {
         GateConfig {
-            strategy: Strategy::weighted(),
+            strategy: Strategy::delivery_shares(),
             receiver_queue_size: 1000,
             queue_sizing: QueueSizing::Halving,
             min_queue_size: 10,
+            growth_hold: None,
             high_watermark: 0.5,
             low_watermark: 0.25,
         }
@@ -106,6 +135,8 @@ pub struct LevelStats {
     pub nacked: u64,
     /// Arrivals whose priority property named another level than their partition's.
     pub mismatches: u64,
+    /// Partitions held after a growth ([`GateConfig::growth_hold`]).
+    pub held: usize,
     /// Since when the level has had messages waiting without a delivery.
     pub waiting_since: Option<Instant>,
 }
@@ -132,6 +163,12 @@ struct Part {
     backlog: Option<u64>,
     paused: bool,
     queue: u32,
+    /// Held after a growth: paused and never picked until the level's hold ends.
+    held: bool,
+    /// Messages still to deliver before the hold of a growth can end (old partitions).
+    drain: u64,
+    /// The backlog was unknown at the growth: drained once seen empty.
+    drain_until_empty: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -148,6 +185,10 @@ struct LevelState {
     full: bool,
     blocked: bool,
     waiting_since: Option<Instant>,
+    /// When the hold of the level's new partitions ends at the latest.
+    hold_until: Option<Instant>,
+    /// Messages buffered on held partitions.
+    held_buffered: u64,
     stride: u64,
     pass: u64,
     arrivals: u64,
@@ -160,7 +201,7 @@ struct LevelState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Strict,
-    Weighted,
+    Shares,
     Aging {
         max_wait: Duration,
         resume_after: Duration,
@@ -169,7 +210,7 @@ enum Mode {
 
 /// Passes are renormalised before they can overflow.
 const PASS_LIMIT: u64 = 1 << 62;
-/// Stride of a level with weight 1.
+/// Stride of a level with delivery share 1.
 const STRIDE_ONE: u64 = 1 << 32;
 
 /// The consumption gate: from per-partition buffered counts (and backlogs when known) it
@@ -195,7 +236,7 @@ const STRIDE_ONE: u64 = 1 << 32;
 ///
 /// let policy = PriorityPolicy::new(2)?;
 /// let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
-/// let mut gate = Gate::new(policy, LayoutSpec::weights([1, 1]), 2, config)?;
+/// let mut gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config)?;
 /// let mut control = RecordingControl::new();
 /// let now = Instant::now();
 ///
@@ -233,24 +274,20 @@ fn validate(
         return Err(Error::InvalidWatermarks { low, high });
     }
     let weights = match &config.strategy {
-        Strategy::Weighted(w) if w.is_empty() => (0..levels)
+        Strategy::DeliveryShares(w) if w.is_empty() => (0..levels)
             .map(|i| 1u32 << (levels - 1 - i).min(16))
             .collect(),
-        Strategy::Weighted(w) => {
-            if w.len() != levels || w.iter().any(|&x| x == 0 || x > crate::MAX_WEIGHT) {
-                return Err(Error::InvalidWeights {
-                    weights: w.clone(),
-                    levels,
-                    max: crate::MAX_WEIGHT,
-                });
-            }
-            w.clone()
-        }
+        Strategy::DeliveryShares(w) => crate::layout::check_shares("delivery", w, levels)?,
         _ => vec![1; levels],
     };
+    if config.growth_hold.is_some_and(|d| d.is_zero()) {
+        return Err(Error::InvalidMaxWait {
+            max_wait: Duration::ZERO,
+        });
+    }
     let mode = match config.strategy {
         Strategy::Strict => Mode::Strict,
-        Strategy::Weighted(_) => Mode::Weighted,
+        Strategy::DeliveryShares(_) => Mode::Shares,
         Strategy::StrictAging { max_wait } => {
             if max_wait.is_zero() {
                 return Err(Error::InvalidMaxWait { max_wait });
@@ -354,6 +391,8 @@ impl Gate {
                     full: prev.is_some_and(|p| p.full),
                     blocked: false,
                     waiting_since: prev.and_then(|p| p.waiting_since),
+                    hold_until: prev.and_then(|p| p.hold_until),
+                    held_buffered: 0,
                     stride: STRIDE_ONE / u64::from(weight),
                     pass: prev.map_or(0, |p| p.pass),
                     arrivals: prev.map_or(0, |p| p.arrivals),
@@ -376,6 +415,10 @@ impl Gate {
             let buffered = carried.map_or(0, |c| c.buffered);
             let backlog = carried.and_then(|c| c.backlog);
             lv.buffered += buffered;
+            let held = carried.is_some_and(|c| c.held);
+            if held {
+                lv.held_buffered += buffered;
+            }
             match backlog {
                 Some(b) => lv.backlog += b,
                 None => lv.unknown_backlog += 1,
@@ -387,6 +430,9 @@ impl Gate {
                 backlog,
                 paused: carried.is_some_and(|c| c.paused),
                 queue: lv.queue,
+                held,
+                drain: carried.map_or(0, |c| c.drain),
+                drain_until_empty: carried.is_some_and(|c| c.drain_until_empty),
             });
         }
         self.layout = layout;
@@ -428,6 +474,56 @@ impl Gate {
     /// The receiver queue size of every partition of `level`.
     pub fn queue_size_of(&self, level: Level) -> Option<u32> {
         self.levels.get(level.index()).map(|l| l.queue)
+    }
+
+    /// Under [`Strategy::DeliveryShares`], the most deliveries of other levels that can come
+    /// between two deliveries of `level` while it has buffered messages:
+    /// `Σ_{j≠k} (⌊stride_k / stride_j⌋ + 1)`, where a level's stride is `2^32 / share`, which
+    /// is `Σ_{j≠k} (⌊s_j / s_k⌋ + 1)` up to rounding. `None` under the other strategies or for
+    /// a level outside the policy.
+    pub fn delivery_bound(&self, level: Level) -> Option<u64> {
+        if self.mode != Mode::Shares {
+            return None;
+        }
+        let own = self.levels.get(level.index())?.stride;
+        Some(
+            self.levels
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != level.index())
+                .map(|(_, l)| own / l.stride.max(1) + 1)
+                .sum(),
+        )
+    }
+
+    /// Changes the strategy of a live gate. Buffered messages, backlogs and counters stay;
+    /// the new strategy decides from the next call on (delivery shares start even: every
+    /// level's turn is reset to the same point). Pauses and resumes whatever the new strategy
+    /// requires. On error nothing changes.
+    ///
+    /// # Errors
+    /// The strategy's validation errors ([`Error::InvalidShares`], [`Error::InvalidMaxWait`]).
+    pub fn set_strategy(
+        &mut self,
+        strategy: Strategy,
+        now: Instant,
+        control: &mut dyn PartitionControl,
+    ) -> Result<(), Error> {
+        let config = GateConfig {
+            strategy,
+            ..self.config.clone()
+        };
+        let (mode, weights, _) = validate(&self.policy, &config)?;
+        self.config = config;
+        self.mode = mode;
+        for (lv, &w) in self.levels.iter_mut().zip(&weights) {
+            lv.stride = STRIDE_ONE / u64::from(w.max(1));
+            lv.pass = self.vtime;
+        }
+        self.weights = weights;
+        self.refresh(now, control);
+        self.apply_all(control);
+        Ok(())
     }
 
     /// Whether the gate has `partition` paused.
@@ -473,6 +569,9 @@ impl Gate {
         let part = &mut self.parts[i];
         part.buffered += 1;
         let level = part.level;
+        if part.held {
+            self.levels[usize::from(level)].held_buffered += 1;
+        }
         if let Some(b) = part.backlog.as_mut()
             && *b > 0
         {
@@ -495,14 +594,14 @@ impl Gate {
         Ok(Level::new(level))
     }
 
-    /// A level that had nothing buffered joins the weighted round at the smallest pass of the
+    /// A level that had nothing buffered joins the delivery-share round at the smallest pass of the
     /// levels that have messages: no credit saved up while idle, no penalty either.
     fn join(&mut self, level: usize) {
         let current = self
             .levels
             .iter()
             .enumerate()
-            .filter(|(i, l)| *i != level && l.buffered > 0)
+            .filter(|(i, l)| *i != level && l.buffered > l.held_buffered)
             .map(|(_, l)| l.pass)
             .min()
             .unwrap_or(self.vtime);
@@ -520,7 +619,11 @@ impl Gate {
         let n = lv.partitions.len();
         (0..n)
             .map(|k| lv.partitions[(lv.cursor + k) % n])
-            .find(|&p| self.parts.get(p as usize).is_some_and(|s| s.buffered > 0))
+            .find(|&p| {
+                self.parts
+                    .get(p as usize)
+                    .is_some_and(|s| s.buffered > 0 && !s.held)
+            })
     }
 
     /// The level the next delivery should come from.
@@ -533,10 +636,10 @@ impl Gate {
             .levels
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.buffered > 0);
+            .filter(|(_, l)| l.buffered > l.held_buffered);
         match self.mode {
             Mode::Strict => eligible.next().map(|(i, _)| i),
-            Mode::Weighted => eligible.min_by_key(|(i, l)| (l.pass, *i)).map(|(i, _)| i),
+            Mode::Shares => eligible.min_by_key(|(i, l)| (l.pass, *i)).map(|(i, _)| i),
             Mode::Aging { max_wait, .. } => {
                 let mut first = None;
                 let mut due: Option<(Instant, usize)> = None;
@@ -565,10 +668,17 @@ impl Gate {
         let part = &mut self.parts[i];
         let had = part.buffered > 0;
         part.buffered = part.buffered.saturating_sub(1);
+        part.drain = part.drain.saturating_sub(1);
+        if part.buffered == 0 {
+            part.drain_until_empty = false;
+        }
         let slot = part.slot as usize;
         let lv = &mut self.levels[usize::from(part.level)];
         if had {
             lv.buffered -= 1;
+            if part.held {
+                lv.held_buffered = lv.held_buffered.saturating_sub(1);
+            }
         }
         lv.delivered += 1;
         lv.cursor = slot + 1;
@@ -611,6 +721,9 @@ impl Gate {
         let part = &mut self.parts[i];
         let lv = &mut self.levels[level];
         lv.buffered = lv.buffered.saturating_sub(part.buffered) + buffered;
+        if part.held {
+            lv.held_buffered = lv.held_buffered.saturating_sub(part.buffered) + buffered;
+        }
         part.buffered = buffered;
         if lv.buffered > 0 && lv.waiting_since.is_none() {
             lv.waiting_since = Some(now);
@@ -668,13 +781,18 @@ impl Gate {
     /// Re-evaluates time-dependent decisions (aging). Call it periodically when no other event
     /// happens, e.g. every quarter of the aging bound.
     pub fn tick(&mut self, now: Instant, control: &mut dyn PartitionControl) {
+        for part in &mut self.parts {
+            if part.drain_until_empty && part.buffered == 0 && !part.paused {
+                part.drain_until_empty = false;
+            }
+        }
         self.refresh(now, control);
     }
 
-    /// The topic now has `partitions` partitions: recomputes the layout (partitions may change
-    /// level under a weights layout), keeps the state of partitions that remain, starts new
-    /// ones empty and resumed, and pauses or resumes whatever the new layout requires. On
-    /// error nothing changes.
+    /// The topic now has `partitions` partitions: extends the layout (existing partitions keep
+    /// their level, see [`LayoutSpec`]), keeps the state of partitions that remain, starts new
+    /// ones empty (and held, with [`GateConfig::growth_hold`]), and pauses or resumes whatever
+    /// the new layout requires. On error nothing changes.
     ///
     /// # Errors
     /// [`Error::PartitionsShrunk`] for fewer partitions than the gate has (a partitioned
@@ -697,12 +815,93 @@ impl Gate {
             });
         }
         let layout = self.spec.layout(&self.policy, partitions)?;
-        let old = std::mem::take(&mut self.parts);
+        let mut old = std::mem::take(&mut self.parts);
+        if let Some(max) = self.config.growth_hold {
+            self.start_holds(&layout, &mut old, now + max);
+        }
         self.install(layout, &old);
+        if self.config.growth_hold.is_some() {
+            for p in from..partitions {
+                let level = self.layout.level_of(p).map_or(0, Level::index);
+                if self.levels[level].hold_until.is_some()
+                    && let Some(part) = self.parts.get_mut(p as usize)
+                {
+                    part.held = true;
+                }
+            }
+        }
         self.refresh(now, control);
         // Levels may have been rebuilt with partitions whose flags disagree with the level.
         self.apply_all(control);
         Ok(())
+    }
+
+    /// Marks the drain point of every old partition of a level that `layout` grows, and when
+    /// the hold of those levels ends at the latest. A partition held by an earlier growth
+    /// stays held (it is not an old partition: nothing of it was delivered yet).
+    fn start_holds(&mut self, layout: &PartitionLayout, old: &mut [Part], until: Instant) {
+        for (i, lv) in self.levels.iter_mut().enumerate() {
+            let level = Level::new(i as u8);
+            if layout.partitions_of(level).len() == lv.partitions.len() {
+                continue;
+            }
+            lv.hold_until = Some(until);
+            for &p in &lv.partitions {
+                if let Some(part) = old.get_mut(p as usize)
+                    && !part.held
+                {
+                    part.drain = part.buffered.saturating_add(part.backlog.unwrap_or(0));
+                    part.drain_until_empty = part.backlog.is_none();
+                }
+            }
+        }
+    }
+
+    /// Ends the holds that are over: every old partition of the level drained to the growth's
+    /// point, or the hold's time is up. The released partitions get their level's state.
+    fn release_holds(&mut self, now: Instant, control: &mut dyn PartitionControl) {
+        let mut rejoin = Vec::new();
+        for (i, lv) in self.levels.iter_mut().enumerate() {
+            let Some(until) = lv.hold_until else {
+                continue;
+            };
+            let drained = lv.partitions.iter().all(|&p| {
+                self.parts
+                    .get(p as usize)
+                    .is_none_or(|s| s.held || (s.drain == 0 && !s.drain_until_empty))
+            });
+            if !drained && now < until {
+                continue;
+            }
+            lv.hold_until = None;
+            let joins = lv.buffered > 0 && lv.buffered == lv.held_buffered;
+            lv.held_buffered = 0;
+            if joins {
+                rejoin.push(i);
+            }
+            for &p in &lv.partitions {
+                let Some(part) = self.parts.get_mut(p as usize) else {
+                    continue;
+                };
+                part.held = false;
+                part.drain = 0;
+                part.drain_until_empty = false;
+                if part.paused != lv.blocked {
+                    part.paused = lv.blocked;
+                    if lv.blocked {
+                        self.pauses += 1;
+                        control.pause(p);
+                    } else {
+                        self.resumes += 1;
+                        control.resume(p);
+                    }
+                }
+            }
+        }
+        // A level whose only buffered messages were held takes its turn from now on.
+        for i in rejoin {
+            self.join(i);
+        }
     }
 
     /// Calls `pause` or `resume` for every partition with its current state (after a
@@ -719,7 +918,7 @@ impl Gate {
 
     fn apply_all(&mut self, control: &mut dyn PartitionControl) {
         for (p, part) in self.parts.iter_mut().enumerate() {
-            let blocked = self.levels[usize::from(part.level)].blocked;
+            let blocked = self.levels[usize::from(part.level)].blocked || part.held;
             if part.paused != blocked {
                 part.paused = blocked;
                 if blocked {
@@ -736,6 +935,7 @@ impl Gate {
     /// Pressure, blocking and waiting clocks of every level, applied to the partitions of
     /// levels whose blocking changed. O(levels) unless something changes.
     fn refresh(&mut self, now: Instant, control: &mut dyn PartitionControl) {
+        self.release_holds(now, control);
         let mut above = false;
         for i in 0..self.levels.len() {
             let lv = &mut self.levels[i];
@@ -753,7 +953,7 @@ impl Gate {
             let blocked = above
                 && match self.mode {
                     Mode::Strict => true,
-                    Mode::Weighted => lv.full,
+                    Mode::Shares => lv.full,
                     Mode::Aging { resume_after, .. } => lv
                         .waiting_since
                         .is_none_or(|s| now.saturating_duration_since(s) < resume_after),
@@ -771,9 +971,10 @@ impl Gate {
                     let Some(part) = self.parts.get_mut(p as usize) else {
                         continue;
                     };
-                    if part.paused != blocked {
-                        part.paused = blocked;
-                        if blocked {
+                    let paused = blocked || part.held;
+                    if part.paused != paused {
+                        part.paused = paused;
+                        if paused {
                             self.pauses += 1;
                             control.pause(p);
                         } else {
@@ -805,6 +1006,11 @@ impl Gate {
                     acked: l.acked,
                     nacked: l.nacked,
                     mismatches: l.mismatches,
+                    held: l
+                        .partitions
+                        .iter()
+                        .filter(|&&p| self.parts.get(p as usize).is_some_and(|s| s.held))
+                        .count(),
                     waiting_since: l.waiting_since,
                 })
                 .collect(),
@@ -828,7 +1034,13 @@ mod tests {
             ..GateConfig::default()
         };
         // Partitions 0, 1: level 0; 2, 3: level 1.
-        Gate::new(policy, LayoutSpec::weights([1, 1]), 4, config).unwrap()
+        Gate::new(
+            policy,
+            LayoutSpec::explicit([(Level::new(0), vec![0, 1]), (Level::new(1), vec![2, 3])]),
+            4,
+            config,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -891,7 +1103,7 @@ mod tests {
 
     #[test]
     fn weighted_shares_follow_the_weights_with_bounded_gaps() {
-        let mut g = gate(Strategy::weighted(), 1000);
+        let mut g = gate(Strategy::delivery_shares(), 1000);
         let mut c = NoControl;
         let t = Instant::now();
         let mut delivered = [0u32; 2];
@@ -920,7 +1132,7 @@ mod tests {
 
     #[test]
     fn weighted_idle_level_gets_no_saved_up_credit() {
-        let mut g = gate(Strategy::Weighted(vec![1, 1]), 1000);
+        let mut g = gate(Strategy::DeliveryShares(vec![1, 1]), 1000);
         let mut c = NoControl;
         let t = Instant::now();
         for _ in 0..100 {
@@ -1035,7 +1247,13 @@ mod tests {
             queue_sizing: QueueSizing::PerLevel(vec![5, 4, 3, 2]),
             ..GateConfig::default()
         };
-        let g = Gate::new(policy, LayoutSpec::weights([1, 1, 1, 1]), 4, config).unwrap();
+        let g = Gate::new(
+            policy,
+            LayoutSpec::partition_shares([1, 1, 1, 1]),
+            4,
+            config,
+        )
+        .unwrap();
         assert_eq!(g.queue_size_of(Level::new(3)), Some(2));
     }
 
@@ -1090,7 +1308,7 @@ mod tests {
     #[test]
     fn config_validation() {
         let policy = PriorityPolicy::new(2).unwrap();
-        let spec = LayoutSpec::weights([1, 1]);
+        let spec = LayoutSpec::partition_shares([1, 1]);
         let bad = [
             GateConfig {
                 high_watermark: 0.2,
@@ -1102,7 +1320,7 @@ mod tests {
                 ..GateConfig::default()
             },
             GateConfig {
-                strategy: Strategy::Weighted(vec![1]),
+                strategy: Strategy::DeliveryShares(vec![1]),
                 ..GateConfig::default()
             },
             GateConfig {

@@ -3,7 +3,8 @@
 //! Pulsar's `HashingScheme` has two members: `JavaStringHash` (the default),
 //! `String.hashCode() & Integer.MAX_VALUE`, and `Murmur3_32Hash`, Murmur3 x86 32-bit with seed
 //! 0 over the key's UTF-8 bytes, `& Integer.MAX_VALUE`. Both results are non-negative, so a
-//! plain remainder picks the slot. (The `pulsar` Rust crate takes the unmasked Murmur3 value
+//! plain remainder picks the slot ([`KeyPlacement::Modulo`]); [`KeyPlacement::Jump`] places
+//! the same hash so that growth moves the fewest keys. (The `pulsar` Rust crate takes the unmasked Murmur3 value
 //! modulo the partition count, which places keys whose hash has the top bit set elsewhere.)
 
 /// Which hash turns a message key into a slot.
@@ -36,6 +37,66 @@ impl KeyHash {
         // u32 always fits in usize on the platforms Rust supports with std (>= 32 bits).
         self.hash(key) as usize % slots
     }
+}
+
+/// How a key's hash picks one of a level's partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyPlacement {
+    /// `hash % n`, as Pulsar's Java client places keys on a topic's partitions (the interop
+    /// choice). When a level grows from `n` to `m` partitions, a key keeps its partition only
+    /// if `hash % n == hash % m`: growing 3 → 5 moves about 80 % of the keys.
+    #[default]
+    Modulo,
+    /// Jump consistent hashing (Lamping and Veach, 2014) of the key's hash over the level's
+    /// partitions in index order: growing a level from `n` to `m` partitions moves only the
+    /// keys that must move, about `1 − n/m` of them (3 → 5: 40 %), each to a new partition.
+    /// It relies on stable layouts (a grown level keeps its partitions and appends the new
+    /// ones), which every [`crate::LayoutSpec`] gives. Producers of a topic must agree on the
+    /// placement; a producer that is not this crate's router places keys by `Modulo`.
+    Jump,
+}
+
+impl KeyPlacement {
+    /// The slot in `0..slots` for a key whose hash is `hash` (0 when `slots` is 0).
+    pub fn slot(self, hash: u32, slots: usize) -> usize {
+        if slots == 0 {
+            return 0;
+        }
+        match self {
+            KeyPlacement::Modulo => hash as usize % slots,
+            KeyPlacement::Jump => {
+                let buckets = u32::try_from(slots).unwrap_or(u32::MAX);
+                jump_consistent(spread(hash), buckets) as usize
+            }
+        }
+    }
+}
+
+/// Spreads a 31-bit key hash over 64 bits (SplitMix64's finaliser), so that the generator of
+/// [`jump_consistent`] starts from well-mixed state even for the small, similar hashes of
+/// short strings.
+fn spread(hash: u32) -> u64 {
+    let mut z = u64::from(hash).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Jump consistent hash: the bucket in `0..buckets` of `key` (0 when `buckets` is 0). Going
+/// from `n` to `n + 1` buckets moves a key only to the new bucket, with probability
+/// `1 / (n + 1)`.
+pub fn jump_consistent(mut key: u64, buckets: u32) -> u32 {
+    // The key drives a linear congruential generator; each step draws the next bucket count
+    // at which the key jumps, until that count exceeds `buckets`.
+    let mut bucket: i64 = -1;
+    let mut next: i64 = 0;
+    while next < i64::from(buckets) {
+        bucket = next;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        let draw = ((key >> 33) + 1) as f64;
+        next = ((bucket + 1) as f64 * ((1u64 << 31) as f64 / draw)) as i64;
+    }
+    u32::try_from(bucket.max(0)).unwrap_or(0)
 }
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code units, with
@@ -113,6 +174,49 @@ mod tests {
         assert_eq!(murmur3_32(&[0x21, 0x43, 0x65], 0), 0x7e4a_8634);
         assert_eq!(murmur3_32(&[0x21, 0x43], 0), 0xa0f7_b07a);
         assert_eq!(murmur3_32(&[0x21], 0), 0x7266_1cf4);
+    }
+
+    #[test]
+    fn jump_moves_only_the_keys_that_must_move() {
+        assert_eq!(jump_consistent(42, 0), 0);
+        assert_eq!(jump_consistent(42, 1), 0);
+        let keys: Vec<u32> = (0..10_000)
+            .map(|i| KeyHash::JavaStringHash.hash(&format!("key-{i}")))
+            .collect();
+        for (from, to) in [(3usize, 5usize), (1, 2), (6, 10), (10, 16)] {
+            let mut moved = 0;
+            let mut modulo_moved = 0;
+            let mut per_slot = vec![0u32; to];
+            for &h in &keys {
+                let (a, b) = (
+                    KeyPlacement::Jump.slot(h, from),
+                    KeyPlacement::Jump.slot(h, to),
+                );
+                assert!(b < to);
+                per_slot[b] += 1;
+                if a != b {
+                    // A moved key only ever goes to a new slot.
+                    assert!(b >= from, "{from} -> {to}: {a} -> {b}");
+                    moved += 1;
+                }
+                if KeyPlacement::Modulo.slot(h, from) != KeyPlacement::Modulo.slot(h, to) {
+                    modulo_moved += 1;
+                }
+            }
+            let expected = 10_000.0 * (1.0 - from as f64 / to as f64);
+            assert!(
+                (f64::from(moved) - expected).abs() < 300.0,
+                "{from} -> {to}: {moved} moved, about {expected} expected"
+            );
+            assert!(moved < modulo_moved, "{moved} vs modulo {modulo_moved}");
+            // Spread evenly: every slot within 20 % of its fair count.
+            let fair = 10_000.0 / to as f64;
+            assert!(
+                per_slot
+                    .iter()
+                    .all(|&c| (f64::from(c) - fair).abs() < 0.2 * fair)
+            );
+        }
     }
 
     #[test]

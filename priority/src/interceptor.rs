@@ -62,7 +62,7 @@ pub trait ConsumerInterceptor: Send + Sync {
 ///
 /// let policy = PriorityPolicy::new(2)?;
 /// let config = GateConfig { strategy: Strategy::Strict, receiver_queue_size: 4, ..GateConfig::default() };
-/// let gate = Gate::new(policy, LayoutSpec::weights([1, 1]), 2, config)?;
+/// let gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config)?;
 /// let hooks = GateInterceptor::with_clock(gate, RecordingControl::new(), ManualClock::new(Instant::now()));
 /// let interceptor: &dyn ConsumerInterceptor = &hooks;
 ///
@@ -179,7 +179,7 @@ mod tests {
             receiver_queue_size: 4,
             ..GateConfig::default()
         };
-        let gate = Gate::new(policy, LayoutSpec::weights([1, 1]), 2, config).unwrap();
+        let gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config).unwrap();
         GateInterceptor::with_clock(
             gate,
             RecordingControl::new(),

@@ -1,10 +1,30 @@
-//! Which partitions hold which level: the specification (explicit sets or weights) and the
-//! layout computed from it for a live partition count.
+//! Which partitions hold which level: the specification (explicit sets or partition shares)
+//! and the layout computed from it for a live partition count.
+//!
+//! # How a layout is derived
+//!
+//! A layout is a pure function of the [`LayoutSpec`], the policy's level count and the
+//! partition count, so every producer and consumer that shares the spec and reads the same
+//! partition count computes the same layout, with no coordination. Both kinds are **stable
+//! under growth**: the layout of `n + k` partitions gives partitions `0..n` the levels the
+//! layout of `n` gave them, whatever `n` and `k` (a partitioned topic never shrinks).
+//!
+//! - [`LayoutSpec::Explicit`]: a listed partition has the level its set names; an unlisted one
+//!   has the level [`Unlisted`] names (or the layout is refused).
+//! - [`LayoutSpec::Shares`]: partition `p < levels` has level `p` (every level has a
+//!   partition); each next partition `p` goes to the level furthest below its share of the
+//!   first `p + 1` partitions, that is the level `k` with the largest
+//!   `s_k × (p + 1) − count_k × Σs` (`count_k`: partitions `0..p` of level `k`), ties to the
+//!   more important level. Levels are therefore interleaved, not contiguous ranges, and each
+//!   level's count stays within `levels` partitions of its exact share `s_k × n / Σs`.
+//!   Example, shares 60/30/10: 10 partitions give level 0 `{0, 3, 4, 6, 7, 9}`, level 1
+//!   `{1, 5, 8}`, level 2 `{2}`; growing to 16 adds 10, 12, 13, 15 to level 0 and 11, 14 to
+//!   level 1.
 
 use crate::{Error, Level, PriorityPolicy};
 
-/// The largest weight accepted (keeps the arithmetic of shares and strides exact).
-pub const MAX_WEIGHT: u32 = 1 << 16;
+/// The largest share accepted (keeps the arithmetic of shares and strides exact).
+pub const MAX_SHARE: u32 = 1 << 16;
 
 /// The most partitions a layout covers (65,536): far beyond what a Pulsar topic is given in
 /// practice, and small enough that a layout and a gate are computed in milliseconds.
@@ -26,7 +46,8 @@ pub enum Unlisted {
 
 /// How partitions are given to levels. Share it between producers and consumers, with the
 /// [`PriorityPolicy`]; [`LayoutSpec::layout`] computes the [`PartitionLayout`] for a live
-/// partition count.
+/// partition count (see the module documentation for the exact rule; growing a topic never
+/// moves an existing partition to another level).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutSpec {
     /// Explicit partition sets per level (the published design's map priority → partitions).
@@ -36,15 +57,13 @@ pub enum LayoutSpec {
         /// Where partitions that no set lists go.
         unlisted: Unlisted,
     },
-    /// A share of the partitions per level, proportional to the weights (one per level, most
-    /// important first). Levels get contiguous ranges of partitions, level 0 first; every level
-    /// gets at least one partition and the rest are shared by largest remainder. Recomputed for
-    /// each partition count, so a partition can change level when partitions are added: for a
-    /// topic that will grow, prefer [`LayoutSpec::explicit_with`], which sends added partitions
-    /// to one level and leaves the others where they are (in the `priority_sim` partition-growth
-    /// scenario of BENCHMARKS.md, a low partition turned high let 1,300 low messages pass a
-    /// high one under weights, none under explicit sets).
-    Weights(Vec<u32>),
+    /// **Partition shares**: a share of the partitions per level (one per level, most
+    /// important first). Not to be confused with the delivery shares of
+    /// [`crate::Strategy::DeliveryShares`], which say how often each level is served. Every
+    /// level gets at least one partition; partitions are handed out one by one, in index
+    /// order, to the level furthest below its share, so the layout of a grown topic extends
+    /// the old one and the shares converge to the given ones as partitions are added.
+    Shares(Vec<u32>),
 }
 
 impl LayoutSpec {
@@ -67,21 +86,21 @@ impl LayoutSpec {
         }
     }
 
-    /// Shares of partitions per level, most important first.
-    pub fn weights(weights: impl IntoIterator<Item = u32>) -> LayoutSpec {
-        LayoutSpec::Weights(weights.into_iter().collect())
+    /// Partition shares per level, most important first ([`LayoutSpec::Shares`]).
+    pub fn partition_shares(shares: impl IntoIterator<Item = u32>) -> LayoutSpec {
+        LayoutSpec::Shares(shares.into_iter().collect())
     }
 
-    /// Equal shares for every level of `policy`.
+    /// Equal partition shares for every level of `policy`.
     pub fn even(policy: &PriorityPolicy) -> LayoutSpec {
-        LayoutSpec::Weights(vec![1; policy.levels()])
+        LayoutSpec::Shares(vec![1; policy.levels()])
     }
 
     /// Checks the specification against `policy` without a partition count (what can be
     /// checked before the topic's metadata is known).
     pub fn validate(&self, policy: &PriorityPolicy) -> Result<(), Error> {
         match self {
-            LayoutSpec::Weights(w) => check_weights(w, policy).map(|_| ()),
+            LayoutSpec::Shares(w) => check_shares("partition", w, policy.levels()).map(|_| ()),
             LayoutSpec::Explicit { sets, unlisted } => {
                 for (level, _) in sets {
                     policy.level(u32::from(level.get()))?;
@@ -99,7 +118,7 @@ impl LayoutSpec {
     /// # Errors
     /// [`Error::TooFewPartitions`] below one partition per level,
     /// [`Error::TooManyPartitions`] above [`MAX_PARTITIONS`], and the errors of an invalid
-    /// spec (weights, explicit sets).
+    /// spec (shares, explicit sets).
     pub fn layout(
         &self,
         policy: &PriorityPolicy,
@@ -117,7 +136,7 @@ impl LayoutSpec {
             });
         }
         let level_of = match self {
-            LayoutSpec::Weights(w) => by_weights(&check_weights(w, policy)?, partitions),
+            LayoutSpec::Shares(w) => by_shares(w, partitions),
             LayoutSpec::Explicit { sets, unlisted } => {
                 explicit(sets, *unlisted, policy, partitions)?
             }
@@ -126,44 +145,51 @@ impl LayoutSpec {
     }
 }
 
-fn check_weights(weights: &[u32], policy: &PriorityPolicy) -> Result<Vec<u32>, Error> {
-    if weights.len() != policy.levels() || weights.iter().any(|&w| w == 0 || w > MAX_WEIGHT) {
-        return Err(Error::InvalidWeights {
-            weights: weights.to_vec(),
-            levels: policy.levels(),
-            max: MAX_WEIGHT,
+/// `shares` if there is one per level, each in `1..=MAX_SHARE`.
+pub(crate) fn check_shares(
+    of: &'static str,
+    shares: &[u32],
+    levels: usize,
+) -> Result<Vec<u32>, Error> {
+    if shares.len() != levels || shares.iter().any(|&w| w == 0 || w > MAX_SHARE) {
+        return Err(Error::InvalidShares {
+            of,
+            shares: shares.to_vec(),
+            levels,
+            max: MAX_SHARE,
         });
     }
-    Ok(weights.to_vec())
+    Ok(shares.to_vec())
 }
 
-/// One partition per level, then the rest by largest remainder of the proportional share.
-fn by_weights(weights: &[u32], partitions: u32) -> Vec<Level> {
-    let levels = weights.len();
-    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
-    let spare = u64::from(partitions) - levels as u64;
-    let mut counts: Vec<u64> = Vec::with_capacity(levels);
-    let mut remainders: Vec<(u64, usize)> = Vec::with_capacity(levels);
-    for (i, &w) in weights.iter().enumerate() {
-        let exact = spare * u64::from(w);
-        counts.push(1 + exact / total);
-        remainders.push((exact % total, i));
-    }
-    let assigned: u64 = counts.iter().sum();
-    let mut left = u64::from(partitions) - assigned;
-    // Largest remainder first; ties go to the more important level.
-    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for &(_, i) in &remainders {
-        if left == 0 {
-            break;
-        }
-        counts[i] += 1;
-        left -= 1;
-    }
+/// One partition per level, then each next partition to the level furthest below its share
+/// (ties to the more important level): the layout of `n` partitions is a prefix of the
+/// layout of any larger count.
+fn by_shares(shares: &[u32], partitions: u32) -> Vec<Level> {
+    let levels = shares.len();
+    let total: u64 = shares.iter().map(|&w| u64::from(w)).sum();
+    let mut counts = vec![0u64; levels];
     let mut level_of = Vec::with_capacity(partitions as usize);
-    for (i, &c) in counts.iter().enumerate() {
-        // i < levels <= MAX_LEVELS
-        level_of.extend(std::iter::repeat_n(Level::new(i as u8), c as usize));
+    for p in 0..u64::from(partitions) {
+        let k = if (p as usize) < levels {
+            p as usize
+        } else {
+            // The deficit s_k (p + 1) - count_k Σs, compared in i128 (both terms < 2^49).
+            let mut best = 0;
+            let mut best_deficit = i128::MIN;
+            for (k, (&w, &c)) in shares.iter().zip(&counts).enumerate() {
+                let deficit =
+                    i128::from(u64::from(w) * (p + 1)) - i128::from(c) * i128::from(total);
+                if deficit > best_deficit {
+                    best = k;
+                    best_deficit = deficit;
+                }
+            }
+            best
+        };
+        counts[k] += 1;
+        // k < levels <= MAX_LEVELS
+        level_of.push(Level::new(k as u8));
     }
     level_of
 }
@@ -361,35 +387,55 @@ mod tests {
     }
 
     #[test]
-    fn weights_share_partitions_and_follow_the_count() {
-        let p = policy(2);
-        let spec = LayoutSpec::weights([3, 1]);
-        let l = spec.layout(&p, 4).unwrap();
-        assert_eq!(l.partitions_of(Level::new(0)), &[0, 1, 2]);
-        assert_eq!(l.partitions_of(Level::new(1)), &[3]);
+    fn shares_interleave_levels_as_the_module_docs_say() {
+        let p = policy(3);
+        let spec = LayoutSpec::partition_shares([60, 30, 10]);
         let l = spec.layout(&p, 10).unwrap();
-        assert_eq!(l.partitions_of(Level::new(0)).len(), 7);
-        assert_eq!(l.partitions_of(Level::new(1)).len(), 3);
-        // Every level keeps a partition even with a tiny weight.
-        let l = LayoutSpec::weights([1000, 1]).layout(&p, 2).unwrap();
+        assert_eq!(l.partitions_of(Level::new(0)), &[0, 3, 4, 6, 7, 9]);
+        assert_eq!(l.partitions_of(Level::new(1)), &[1, 5, 8]);
+        assert_eq!(l.partitions_of(Level::new(2)), &[2]);
+        let l = spec.layout(&p, 16).unwrap();
+        assert_eq!(
+            l.partitions_of(Level::new(0)),
+            &[0, 3, 4, 6, 7, 9, 10, 12, 13, 15]
+        );
+        assert_eq!(l.partitions_of(Level::new(1)), &[1, 5, 8, 11, 14]);
+        assert_eq!(l.partitions_of(Level::new(2)), &[2]);
+        // Every level keeps a partition even with a tiny share.
+        let l = LayoutSpec::partition_shares([1000, 1])
+            .layout(&policy(2), 2)
+            .unwrap();
         assert_eq!(l.partitions_of(Level::new(1)), &[1]);
-        for bad in [vec![1], vec![0, 1], vec![1, MAX_WEIGHT + 1]] {
+        for bad in [vec![1], vec![0, 1], vec![1, MAX_SHARE + 1]] {
             assert!(matches!(
-                LayoutSpec::Weights(bad).layout(&p, 4),
-                Err(Error::InvalidWeights { .. })
+                LayoutSpec::Shares(bad).layout(&policy(2), 4),
+                Err(Error::InvalidShares {
+                    of: "partition",
+                    ..
+                })
             ));
         }
     }
 
     #[test]
-    fn weights_cover_every_partition_exactly_once() {
+    fn shares_cover_every_partition_exactly_once_and_stay_near_the_share() {
         let p = policy(3);
-        for n in 3..100 {
-            let l = LayoutSpec::weights([5, 3, 2]).layout(&p, n).unwrap();
+        for n in 3..200 {
+            let l = LayoutSpec::partition_shares([5, 3, 2])
+                .layout(&p, n)
+                .unwrap();
             let total: usize = p.all_levels().map(|lv| l.partitions_of(lv).len()).sum();
             assert_eq!(total, n as usize);
             assert_eq!(l.partitions(), n);
             assert!(l.level_of(n).is_none());
+            for (k, share) in [5.0, 3.0, 2.0].into_iter().enumerate() {
+                let exact = share * f64::from(n) / 10.0;
+                let got = l.partitions_of(Level::new(k as u8)).len() as f64;
+                assert!(
+                    (got - exact).abs() <= 3.0,
+                    "n {n} level {k}: {got} vs {exact}"
+                );
+            }
         }
     }
 }

@@ -10,17 +10,21 @@
 //!   (level 0 is the most important), the default level, the message property and how its
 //!   value parses (missing or invalid values go to the default level and are counted).
 //! - [`LayoutSpec`] / [`PartitionLayout`]: which partitions hold which level, from explicit
-//!   sets or from weights, recomputed for the live partition count and validated
-//!   (overlapping, missing or out-of-range partitions are errors).
+//!   sets or from partition shares, recomputed for the live partition count and validated
+//!   (overlapping, missing or out-of-range partitions are errors). Growing a topic never
+//!   moves an existing partition to another level.
 //! - [`Router`]: the partition for a message: a Java-compatible key hash ([`KeyHash`]) when
-//!   it has a key, otherwise a per-level round robin that stays on a partition for a
+//!   it has a key, placed by modulo or by jump consistent hashing ([`KeyPlacement`], which
+//!   moves the fewest keys when the topic grows), otherwise a per-level round robin that stays on a partition for a
 //!   [`StickyWindow`] so batching works. Never an out-of-range partition.
 //! - [`Gate`]: on the consumer, a partition's level comes from its index (no learning round).
 //!   From buffered counts (and backlogs when known) it pauses and resumes partitions through
 //!   [`PartitionControl`] with hysteresis, suggests smaller receiver queues for lower levels,
-//!   and picks the partition the next message comes from by a [`Strategy`]: strict, weighted
-//!   (stride scheduling, 2:1 by default) or strict with aging (a starvation bound). It decides
-//!   on arrivals and deliveries, never only on acks.
+//!   and picks the partition the next message comes from by a [`Strategy`]: strict, delivery
+//!   shares (stride scheduling, 2:1 by default, a proven bound on the deliveries between two
+//!   of a level's own) or strict with aging (a starvation bound in time). The strategy can be
+//!   changed on a live gate, and [`GateConfig::growth_hold`] keeps key order across a growth.
+//!   It decides on arrivals and deliveries, never only on acks.
 //! - [`ConsumerInterceptor`] / [`GateInterceptor`]: the gate behind before-consume, ack and
 //!   nack hooks, for clients that offer interceptors.
 //!
@@ -33,17 +37,18 @@
 //!     Strategy,
 //! };
 //!
-//! // Two levels; partitions 0-1 carry level 0 (urgent), 2-5 level 1.
+//! // Two levels, partition shares 1:2 over 6 partitions: level 0 (urgent) gets partitions
+//! // 0 and 4, level 1 gets 1, 2, 3 and 5 (the rule is in `LayoutSpec`'s module docs).
 //! let policy = PriorityPolicy::builder().levels(2).property("priority").build()?;
-//! let spec = LayoutSpec::weights([1, 2]);
+//! let spec = LayoutSpec::partition_shares([1, 2]);
 //! let now = Instant::now();
 //!
 //! // Producer side: route by the message's priority property and key.
 //! let router = Router::new(policy.clone(), spec.clone(), 6, RouterConfig::default(), now)?;
 //! let urgent = router.route_message(Some("0"), Some("order-7"), 6, now)?;
-//! assert!(urgent < 2);
+//! assert!([0, 4].contains(&urgent));
 //! let bulk = router.route_message(None, None, 6, now)?; // no property: default level 1
-//! assert!((2..6).contains(&bulk));
+//! assert!([1, 2, 3, 5].contains(&bulk));
 //!
 //! // Consumer side: the gate knows each partition's level from the same policy and layout.
 //! let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
@@ -84,9 +89,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use control::{ControlEvent, NoControl, PartitionControl, RecordingControl};
 pub use error::Error;
 pub use gate::{Gate, GateConfig, GateStats, LevelStats, QueueSizing, Strategy};
-pub use hash::{KeyHash, java_string_hash, murmur3_32};
+pub use hash::{KeyHash, KeyPlacement, java_string_hash, jump_consistent, murmur3_32};
 pub use interceptor::{ConsumerInterceptor, GateInterceptor, MessageInfo};
-pub use layout::{LayoutSpec, MAX_PARTITIONS, MAX_WEIGHT, PartitionLayout, Unlisted};
+pub use layout::{LayoutSpec, MAX_PARTITIONS, MAX_SHARE, PartitionLayout, Unlisted};
 pub use policy::{
     DEFAULT_PROPERTY, Level, MAX_LEVELS, ParseOutcome, ParseStats, Parsed, PolicyBuilder,
     PriorityPolicy, ValueOrder,

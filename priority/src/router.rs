@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
-use crate::{Error, KeyHash, LayoutSpec, Level, PartitionLayout, PriorityPolicy};
+use crate::{Error, KeyHash, KeyPlacement, LayoutSpec, Level, PartitionLayout, PriorityPolicy};
 
 /// How long a level's round robin stays on one partition, so that a batching producer fills
 /// batches (Pulsar switches partitions on the batching-delay boundary, 10 ms by default, for the
@@ -44,14 +44,21 @@ impl StickyWindow {
 pub struct RouterConfig {
     /// The hash of message keys (default [`KeyHash::JavaStringHash`], Pulsar's default).
     pub hash: KeyHash,
+    /// How the hash picks one of the level's partitions (default [`KeyPlacement::Modulo`],
+    /// the Java client's rule; [`KeyPlacement::Jump`] moves the fewest keys when the topic
+    /// grows).
+    pub placement: KeyPlacement,
     /// The round robin window for messages without a key.
     pub sticky: StickyWindow,
 }
 
 /// Chooses a partition for a message from its level and key.
 ///
-/// - A message with a key goes to `level_partitions[hash(key) % len]`: the same key always
-///   lands on the same partition of its level for a given layout (per-key order holds).
+/// - A message with a key goes to `level_partitions[placement(hash(key), len)]`: the same key
+///   always lands on the same partition of its level for a given layout (per-key order holds).
+///   When the topic grows, a key can move to another partition of its level, so a consumer
+///   may see its later messages before its earlier ones: [`KeyPlacement::Jump`] moves the
+///   fewest keys, and [`crate::GateConfig::growth_hold`] keeps their order on the consumer.
 /// - A message without a key goes round robin over its level's partitions, **per level** (the
 ///   published recipe shared one counter between levels, which skews each level's spread), and
 ///   stays on a partition for a [`StickyWindow`] so batches fill.
@@ -67,7 +74,7 @@ pub struct RouterConfig {
 ///
 /// let policy = PriorityPolicy::new(2)?;
 /// let now = Instant::now();
-/// let router = Router::new(policy, LayoutSpec::weights([1, 3]), 4, RouterConfig::default(), now)?;
+/// let router = Router::new(policy, LayoutSpec::partition_shares([1, 3]), 4, RouterConfig::default(), now)?;
 /// assert_eq!(router.route(Level::new(0), None, 4, now)?, 0);
 /// let p = router.route(Level::new(1), Some("order-42"), 4, now)?;
 /// assert!((1..4).contains(&p));
@@ -79,6 +86,7 @@ pub struct Router {
     policy: PriorityPolicy,
     spec: LayoutSpec,
     hash: KeyHash,
+    placement: KeyPlacement,
     max_messages: u64,
     window_nanos: u64,
     epoch: Instant,
@@ -117,6 +125,7 @@ impl Router {
             policy,
             spec,
             hash: config.hash,
+            placement: config.placement,
             max_messages: u64::from(max_messages),
             window_nanos: nanos(max_duration).max(1),
             epoch: now,
@@ -187,7 +196,7 @@ impl Router {
             return 0;
         }
         let slot = match key {
-            Some(key) => self.hash.slot(key, len),
+            Some(key) => self.placement.slot(self.hash.hash(key), len),
             None => {
                 let sent = self
                     .sent
@@ -300,7 +309,13 @@ mod tests {
             },
             ..RouterConfig::default()
         };
-        let e = Router::new(policy, LayoutSpec::weights([1]), 1, config, Instant::now());
+        let e = Router::new(
+            policy,
+            LayoutSpec::partition_shares([1]),
+            1,
+            config,
+            Instant::now(),
+        );
         assert!(matches!(e, Err(Error::InvalidStickyWindow { .. })));
     }
 }

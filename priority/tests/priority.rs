@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use mq_priority::{
-    Gate, GateConfig, KeyHash, LayoutSpec, Level, PartitionControl, PriorityPolicy,
+    Gate, GateConfig, KeyHash, KeyPlacement, LayoutSpec, Level, PartitionControl, PriorityPolicy,
     RecordingControl, Router, RouterConfig, StickyWindow, Strategy as GateStrategy, Unlisted,
 };
 use proptest::prelude::*;
@@ -20,7 +20,7 @@ fn layout_spec(levels: usize) -> impl Strategy<Value = (LayoutSpec, u32)> {
         proptest::collection::vec(1u32..20, levels),
         levels as u32..200,
     )
-        .prop_map(|(w, n)| (LayoutSpec::Weights(w), n));
+        .prop_map(|(w, n)| (LayoutSpec::Shares(w), n));
     let explicit = (levels as u32..100)
         .prop_flat_map(move |n| {
             (
@@ -60,7 +60,7 @@ fn router_case() -> impl Strategy<Value = (usize, LayoutSpec, u32, u32)> {
         (Just(levels), layout_spec(levels)).prop_flat_map(|(levels, (spec, n))| {
             // The live partition count: the layout's own, or grown (weights follow it).
             let live = match spec {
-                LayoutSpec::Weights(_) => (n..n + 50).boxed(),
+                LayoutSpec::Shares(_) => (n..n + 50).boxed(),
                 _ => Just(n).boxed(),
             };
             (Just(levels), Just(spec), Just(n), live)
@@ -77,12 +77,14 @@ proptest! {
         level in 0u8..8,
         keys in proptest::collection::vec(proptest::option::of(".{0,24}"), 1..20),
         murmur in any::<bool>(),
+        jump in any::<bool>(),
         window in 1u32..5,
         step_us in 0u64..20_000,
     ) {
         let policy = PriorityPolicy::new(levels).unwrap();
         let config = RouterConfig {
             hash: if murmur { KeyHash::Murmur3_32Hash } else { KeyHash::JavaStringHash },
+            placement: if jump { KeyPlacement::Jump } else { KeyPlacement::Modulo },
             sticky: StickyWindow { max_messages: window, max_duration: Duration::from_millis(10) },
         };
         let t0 = Instant::now();
@@ -122,6 +124,71 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Growing a topic never moves an existing partition to another level, whatever the
+    /// layout kind (an explicit layout that does not cover the new partitions is refused).
+    #[test]
+    fn layouts_are_stable_under_growth(
+        (levels, spec, n, _live) in router_case(),
+        added in 1u32..100,
+    ) {
+        let policy = PriorityPolicy::new(levels).unwrap();
+        let before = spec.layout(&policy, n).unwrap();
+        match spec.layout(&policy, n + added) {
+            Ok(after) => prop_assert_eq!(
+                &after.levels_by_partition()[..n as usize],
+                before.levels_by_partition()
+            ),
+            Err(e) => prop_assert!(
+                matches!(
+                    (&spec, e),
+                    (
+                        LayoutSpec::Explicit { unlisted: Unlisted::Reject, .. },
+                        mq_priority::Error::UnassignedPartitions { .. }
+                    )
+                ),
+                "only a Reject layout may refuse growth"
+            ),
+        }
+    }
+
+    /// Under jump placement a grown level keeps every key on its partition or moves it to one
+    /// of the level's new partitions, never to another old one.
+    #[test]
+    fn jump_placement_moves_keys_only_to_new_partitions(
+        shares in proptest::collection::vec(1u32..10, 1..5),
+        n_extra in 0u32..20,
+        added in 1u32..40,
+        keys in proptest::collection::vec("[a-z0-9-]{1,12}", 1..60),
+    ) {
+        let levels = shares.len();
+        let policy = PriorityPolicy::new(levels).unwrap();
+        let spec = LayoutSpec::Shares(shares);
+        let n = levels as u32 + n_extra;
+        let config = RouterConfig {
+            placement: KeyPlacement::Jump,
+            ..RouterConfig::default()
+        };
+        let now = Instant::now();
+        let router = Router::new(policy.clone(), spec, n, config, now).unwrap();
+        for level in policy.all_levels() {
+            let before: Vec<u32> = keys
+                .iter()
+                .map(|k| router.route(level, Some(k), n, now).unwrap())
+                .collect();
+            let after: Vec<u32> = keys
+                .iter()
+                .map(|k| router.route(level, Some(k), n + added, now).unwrap())
+                .collect();
+            for (b, a) in before.iter().zip(&after) {
+                prop_assert!(a == b || *a >= n, "a key moved from {} to the old partition {}", b, a);
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gate properties
 // ---------------------------------------------------------------------------------------------
@@ -152,7 +219,7 @@ fn event() -> impl Strategy<Value = Event> {
 fn gate_strategy() -> impl Strategy<Value = GateStrategy> {
     prop_oneof![
         Just(GateStrategy::Strict),
-        Just(GateStrategy::weighted()),
+        Just(GateStrategy::delivery_shares()),
         (1u64..100).prop_map(|ms| GateStrategy::StrictAging {
             max_wait: Duration::from_millis(ms)
         }),
@@ -257,15 +324,20 @@ proptest! {
         extra in 0u32..10,
         strategy in gate_strategy(),
         weights in any::<bool>(),
+        hold in proptest::option::of(1u64..400),
         steps in proptest::collection::vec(step(), 1..400),
     ) {
         let policy = PriorityPolicy::new(levels).unwrap();
         let spec = if weights {
-            LayoutSpec::Weights((1..=levels as u32).rev().collect())
+            LayoutSpec::Shares((1..=levels as u32).rev().collect())
         } else {
             LayoutSpec::even(&policy)
         };
-        let config = GateConfig { strategy, ..GateConfig::default() };
+        let config = GateConfig {
+            strategy,
+            growth_hold: hold.map(Duration::from_millis),
+            ..GateConfig::default()
+        };
         let mut gate = Gate::new(policy, spec, levels as u32 + extra, config).unwrap();
         let mut control = RecordingControl::new();
         let mut now = Instant::now();
@@ -312,12 +384,20 @@ proptest! {
         }
         // Drain: time moves on (aging releases what strict order holds back) until nothing is
         // left; each message takes one poll.
+        // A growth hold may keep new partitions back until its deadline (at most 400 ms).
         let total: u64 = buffered.iter().sum();
-        for _ in 0..total {
+        let mut polled = 0;
+        for _ in 0..total + 400 {
             now += Duration::from_millis(1);
             gate.tick(now, &mut RecordingControl::new());
-            prop_assert!(take(&mut gate, now, &mut buffered).is_some(), "a buffered message was not polled: {:?}", buffered);
+            if take(&mut gate, now, &mut buffered).is_some() {
+                polled += 1;
+            }
+            if polled == total {
+                break;
+            }
         }
+        prop_assert_eq!(polled, total, "a buffered message was not polled: {:?}", buffered);
         prop_assert!(buffered.iter().all(|&b| b == 0));
         prop_assert_eq!(gate.poll(now, &mut RecordingControl::new()), None);
     }
@@ -348,7 +428,10 @@ fn a_gate_refuses_to_shrink_and_keeps_what_is_buffered() {
 #[test]
 fn partition_counts_beyond_the_maximum_are_refused() {
     let policy = PriorityPolicy::new(3).unwrap();
-    for spec in [LayoutSpec::weights([6, 3, 1]), LayoutSpec::even(&policy)] {
+    for spec in [
+        LayoutSpec::partition_shares([6, 3, 1]),
+        LayoutSpec::even(&policy),
+    ] {
         let refused = spec.layout(&policy, u32::MAX).unwrap_err();
         assert_eq!(
             refused,
@@ -484,7 +567,13 @@ fn two_level_gate(strategy: GateStrategy) -> Gate {
         receiver_queue_size: 100,
         ..GateConfig::default()
     };
-    Gate::new(policy, LayoutSpec::weights([1, 1]), 4, config).unwrap()
+    Gate::new(
+        policy,
+        LayoutSpec::explicit([(Level::new(0), vec![0, 1]), (Level::new(1), vec![2, 3])]),
+        4,
+        config,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -525,7 +614,7 @@ fn cold_start_high_waits_behind_no_more_than_one_window_of_low() {
 
 #[test]
 fn weighted_shares_under_overload_match_the_weights() {
-    let mut sim = Sim::new(two_level_gate(GateStrategy::weighted()));
+    let mut sim = Sim::new(two_level_gate(GateStrategy::delivery_shares()));
     for p in 0..4 {
         for i in 0..200_000 {
             sim.publish(p, i);

@@ -23,7 +23,7 @@ fn run(scenario: &Scenario, kind: Kind) -> Report {
 fn ours() -> [Kind; 3] {
     [
         Kind::Ours(Strategy::Strict),
-        Kind::Ours(Strategy::weighted()),
+        Kind::Ours(Strategy::delivery_shares()),
         Kind::Ours(Strategy::StrictAging {
             max_wait: AGING_BOUND,
         }),
@@ -116,7 +116,7 @@ fn weighted_shares_under_overload_are_within_two_points_of_the_weights() {
     let two = scenarios::overload(TEST);
     let four = four_levels_all_overloaded();
     for (s, weights) in [(&two, vec![2.0, 1.0]), (&four, vec![8.0, 4.0, 2.0, 1.0])] {
-        let r = run(s, Kind::Ours(Strategy::weighted()));
+        let r = run(s, Kind::Ours(Strategy::delivery_shares()));
         let errors = share_errors(&r, &weights);
         assert!(
             errors.iter().all(|&e| e <= 0.02),

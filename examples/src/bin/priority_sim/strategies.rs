@@ -70,7 +70,7 @@ pub(crate) fn all() -> Vec<Spec> {
         },
         Spec {
             name: "ours: weighted",
-            kind: Kind::Ours(Strategy::weighted()),
+            kind: Kind::Ours(Strategy::delivery_shares()),
         },
         Spec {
             name: "ours: strict+aging 50 ms",
@@ -109,7 +109,7 @@ fn policy(levels: usize) -> Result<PriorityPolicy, String> {
 }
 
 fn spec(levels: usize) -> LayoutSpec {
-    LayoutSpec::weights(vec![1; levels])
+    LayoutSpec::partition_shares(vec![1; levels])
 }
 
 /// The layout of `kind`: equal weights, or the equal-weights layout of the initial partitions
