@@ -86,6 +86,16 @@ pub struct GateConfig {
     /// partitions after the drain point, and those messages can come after newer ones. The
     /// cost: the new partitions add no throughput until the hold ends.
     pub growth_hold: Option<Duration>,
+    /// **Cold start** (default 100 ms): for this long after the gate's first event, under
+    /// [`Strategy::Strict`] and [`Strategy::StrictAging`] (there at most half its `max_wait`;
+    /// never under delivery shares, which promise every level its share from the start), levels
+    /// below the most important one stay paused while a more important level's backlog is
+    /// unknown, so that the first receiver queues the broker fills are the important levels'
+    /// (a consumer that starts on a backlog otherwise gets a whole receiver queue of every
+    /// lower partition before it can know that urgent messages wait). Messages that arrive
+    /// meanwhile are still delivered. `None`: no cold start. An adapter creates its partition
+    /// consumers paused when [`Gate::is_paused`] says so after a first [`Gate::tick`].
+    pub cold_start: Option<Duration>,
     /// A level is under pressure once its buffered messages plus its known backlog reach this
     /// fraction of its receiver queues (the sum over its partitions), rounded up, at least 1
     /// message (default 0.5).
@@ -104,6 +114,7 @@ impl Default for GateConfig {
             queue_sizing: QueueSizing::Halving,
             min_queue_size: 10,
             growth_hold: None,
+            cold_start: Some(Duration::from_millis(100)),
             high_watermark: 0.5,
             low_watermark: 0.25,
         }
@@ -187,6 +198,8 @@ struct LevelState {
     waiting_since: Option<Instant>,
     /// When the hold of the level's new partitions ends at the latest.
     hold_until: Option<Instant>,
+    /// When the level was last resumed.
+    resumed_at: Option<Instant>,
     /// Messages buffered on held partitions.
     held_buffered: u64,
     stride: u64,
@@ -259,6 +272,8 @@ pub struct Gate {
     parts: Vec<Part>,
     levels: Vec<LevelState>,
     vtime: u64,
+    /// The first event's instant (the start of the cold start).
+    started: Option<Instant>,
     unknown_partitions: u64,
     pauses: u64,
     resumes: u64,
@@ -355,6 +370,7 @@ impl Gate {
             parts: Vec::new(),
             levels: Vec::new(),
             vtime: 0,
+            started: None,
             unknown_partitions: 0,
             pauses: 0,
             resumes: 0,
@@ -392,6 +408,7 @@ impl Gate {
                     blocked: false,
                     waiting_since: prev.and_then(|p| p.waiting_since),
                     hold_until: prev.and_then(|p| p.hold_until),
+                    resumed_at: prev.and_then(|p| p.resumed_at),
                     held_buffered: 0,
                     stride: STRIDE_ONE / u64::from(weight),
                     pass: prev.map_or(0, |p| p.pass),
@@ -936,6 +953,15 @@ impl Gate {
     /// levels whose blocking changed. O(levels) unless something changes.
     fn refresh(&mut self, now: Instant, control: &mut dyn PartitionControl) {
         self.release_holds(now, control);
+        let started = *self.started.get_or_insert(now);
+        let cold_for = match self.mode {
+            Mode::Strict => self.config.cold_start,
+            // Never longer than aging lets a level wait before it is resumed.
+            Mode::Aging { resume_after, .. } => self.config.cold_start.map(|d| d.min(resume_after)),
+            // Delivery shares promise every level its share from the start.
+            Mode::Shares => None,
+        };
+        let mut cold = cold_for.is_some_and(|d| now.saturating_duration_since(started) < d);
         let mut above = false;
         for i in 0..self.levels.len() {
             let lv = &mut self.levels[i];
@@ -950,21 +976,38 @@ impl Gate {
             } else {
                 lv.full = lv.buffered >= lv.high;
             }
-            let blocked = above
-                && match self.mode {
-                    Mode::Strict => true,
-                    Mode::Shares => lv.full,
-                    Mode::Aging { resume_after, .. } => lv
-                        .waiting_since
-                        .is_none_or(|s| now.saturating_duration_since(s) < resume_after),
-                };
-            let waiting = lv.buffered > 0 || lv.backlog > 0 || (blocked && lv.unknown_backlog > 0);
+            let blocked = cold && i > 0
+                || above
+                    && match self.mode {
+                        Mode::Strict => true,
+                        Mode::Shares => lv.full,
+                        Mode::Aging { resume_after, .. } => lv
+                            .waiting_since
+                            .is_none_or(|s| now.saturating_duration_since(s) < resume_after),
+                    };
+            if lv.blocked && !blocked {
+                lv.resumed_at = Some(now);
+            }
+            // A level resumed with an unknown backlog is presumed to wait while its first
+            // fetch is on the way (under aging: half the bound), so its clock keeps running
+            // and it is due at the bound, not a round trip later.
+            let fetching = match self.mode {
+                Mode::Aging { resume_after, .. } => lv
+                    .resumed_at
+                    .is_some_and(|r| now.saturating_duration_since(r) < resume_after),
+                _ => false,
+            };
+            let waiting = lv.buffered > 0
+                || lv.backlog > 0
+                || ((blocked || fetching) && lv.unknown_backlog > 0);
             if !waiting {
                 lv.waiting_since = None;
             } else if lv.waiting_since.is_none() {
                 lv.waiting_since = Some(now);
             }
             above |= lv.pressured;
+            // A known backlog of nothing above ends the cold start for the levels below.
+            cold &= lv.unknown_backlog > 0 || lv.backlog > 0 || lv.buffered > 0;
             if blocked != lv.blocked {
                 lv.blocked = blocked;
                 for &p in &lv.partitions {
@@ -1031,6 +1074,7 @@ mod tests {
         let config = GateConfig {
             strategy,
             receiver_queue_size: queue,
+            cold_start: None,
             ..GateConfig::default()
         };
         // Partitions 0, 1: level 0; 2, 3: level 1.
@@ -1237,6 +1281,7 @@ mod tests {
         let config = GateConfig {
             receiver_queue_size: 1000,
             min_queue_size: 200,
+            cold_start: None,
             ..GateConfig::default()
         };
         let g = Gate::new(policy.clone(), LayoutSpec::even(&policy), 4, config).unwrap();
@@ -1245,6 +1290,7 @@ mod tests {
         assert_eq!(g.suggested_queue_size(4), None);
         let config = GateConfig {
             queue_sizing: QueueSizing::PerLevel(vec![5, 4, 3, 2]),
+            cold_start: None,
             ..GateConfig::default()
         };
         let g = Gate::new(
@@ -1264,6 +1310,7 @@ mod tests {
         let config = GateConfig {
             strategy: Strategy::Strict,
             receiver_queue_size: 2,
+            cold_start: None,
             ..GateConfig::default()
         };
         let mut g = Gate::new(policy, spec, 2, config).unwrap();
@@ -1313,28 +1360,34 @@ mod tests {
             GateConfig {
                 high_watermark: 0.2,
                 low_watermark: 0.2,
+                cold_start: None,
                 ..GateConfig::default()
             },
             GateConfig {
                 high_watermark: f64::NAN,
+                cold_start: None,
                 ..GateConfig::default()
             },
             GateConfig {
                 strategy: Strategy::DeliveryShares(vec![1]),
+                cold_start: None,
                 ..GateConfig::default()
             },
             GateConfig {
                 strategy: Strategy::StrictAging {
                     max_wait: Duration::ZERO,
                 },
+                cold_start: None,
                 ..GateConfig::default()
             },
             GateConfig {
                 receiver_queue_size: 0,
+                cold_start: None,
                 ..GateConfig::default()
             },
             GateConfig {
                 queue_sizing: QueueSizing::PerLevel(vec![1, 0]),
+                cold_start: None,
                 ..GateConfig::default()
             },
         ];

@@ -177,6 +177,7 @@ mod tests {
                 max_wait: Duration::from_secs(1),
             },
             receiver_queue_size: 4,
+            cold_start: None,
             ..GateConfig::default()
         };
         let gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config).unwrap();

@@ -162,10 +162,17 @@ impl PriorityConsumer {
             });
         }
         let mut gate = Gate::new(options.policy, options.layout, partitions, options.gate)?;
+        // The first event starts the gate's cold start: lower levels are subscribed paused.
+        gate.tick(super::clock::now(), &mut ::mq_priority::NoControl);
         let fallback = gate.config().receiver_queue_size;
         let consumer = {
             let gate = &gate;
-            let sizing = move |p: u32| (gate.suggested_queue_size(p).unwrap_or(fallback), false);
+            let sizing = move |p: u32| {
+                (
+                    gate.suggested_queue_size(p).unwrap_or(fallback),
+                    gate.is_paused(p).unwrap_or(false),
+                )
+            };
             Consumer::subscribe_sized(
                 client.pool(),
                 &topic,

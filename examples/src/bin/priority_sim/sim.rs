@@ -81,7 +81,7 @@ pub(crate) fn run(scenario: &Scenario, strategy: &Spec) -> Result<Report, String
                 partitions: topic.partitions(),
                 ..setup
             };
-            consumer = Some(Consumer::new(&strategy.kind, &setup, &mut topic)?);
+            consumer = Some(Consumer::new(&strategy.kind, &setup, &mut topic, now)?);
         }
         let Some(consumer) = consumer.as_mut() else {
             tick += 1;

@@ -290,7 +290,12 @@ pub(crate) enum Consumer {
 
 impl Consumer {
     /// The consumer of `kind`, subscribed to every partition of `topic`.
-    pub(crate) fn new(kind: &Kind, setup: &Setup, topic: &mut Topic) -> Result<Consumer, String> {
+    pub(crate) fn new(
+        kind: &Kind,
+        setup: &Setup,
+        topic: &mut Topic,
+        now: Instant,
+    ) -> Result<Consumer, String> {
         match kind {
             Kind::NoPriority | Kind::Replica => {
                 for p in 0..topic.partitions() {
@@ -323,6 +328,9 @@ impl Consumer {
                     config,
                 )
                 .map_err(|e| e.to_string())?;
+                let mut gate = gate;
+                // The first event starts the cold start: lower levels subscribe paused.
+                gate.tick(now, &mut Control(topic));
                 for p in 0..topic.partitions() {
                     let queue = gate.suggested_queue_size(p).unwrap_or(setup.queue);
                     if let Some(part) = topic.part(p) {
