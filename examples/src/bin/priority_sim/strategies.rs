@@ -285,7 +285,7 @@ pub(crate) enum Consumer {
     /// No priority and the replica.
     Merged(Merged),
     /// Ours.
-    Gated(Gated),
+    Gated(Box<Gated>),
 }
 
 impl Consumer {
@@ -337,10 +337,10 @@ impl Consumer {
                         part.subscribe(queue);
                     }
                 }
-                Ok(Consumer::Gated(Gated {
+                Ok(Consumer::Gated(Box::new(Gated {
                     buffers: vec![VecDeque::new(); topic.partitions() as usize],
                     gate,
-                }))
+                })))
             }
         }
     }
