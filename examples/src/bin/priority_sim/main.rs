@@ -20,6 +20,7 @@
 
 #[cfg(test)]
 mod acceptance;
+mod growth;
 mod metrics;
 mod model;
 mod replica;
@@ -32,6 +33,9 @@ mod table;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: priority_sim [--quick] [SCENARIO ...]";
+
+/// The names of the growth table's scenarios (see `growth`).
+const GROWTH: [&str; 2] = ["growth-keys", "growth-keys-even"];
 
 fn main() -> ExitCode {
     let mut shrink = scenarios::FULL;
@@ -49,9 +53,9 @@ fn main() -> ExitCode {
     let all = scenarios::all(shrink);
     if let Some(unknown) = names
         .iter()
-        .find(|n| !all.iter().any(|s| s.name == n.as_str()))
+        .find(|n| !GROWTH.contains(&n.as_str()) && !all.iter().any(|s| s.name == n.as_str()))
     {
-        let known: Vec<_> = all.iter().map(|s| s.name).collect();
+        let known: Vec<_> = all.iter().map(|s| s.name).chain(GROWTH).collect();
         eprintln!(
             "unknown scenario {unknown:?}; known: {}\n{USAGE}",
             known.join(", ")
@@ -77,6 +81,22 @@ fn main() -> ExitCode {
             }
         }
         println!("{}", table::render(scenario, &reports));
+    }
+    for s in growth::scenarios(shrink)
+        .iter()
+        .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
+    {
+        let mut reports = Vec::new();
+        for row in growth::rows() {
+            match growth::run(s, &row) {
+                Ok(report) => reports.push(report),
+                Err(e) => {
+                    eprintln!("{}: {e}", s.name);
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        println!("{}", growth::render(s, &reports));
     }
     ExitCode::SUCCESS
 }

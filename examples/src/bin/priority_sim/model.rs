@@ -49,7 +49,6 @@ impl Partition {
     }
 
     /// Messages stored at the broker and not yet dispatched.
-    #[cfg(test)]
     pub(crate) fn backlog(&self) -> usize {
         self.backlog
     }

@@ -277,6 +277,9 @@ impl Merged {
 pub(crate) struct Gated {
     gate: Gate,
     buffers: Vec<VecDeque<MsgId>>,
+    /// The gate learns the old partitions' backlogs when the topic grows (the drain point of
+    /// its growth hold); otherwise backlogs stay unknown.
+    backlog_at_growth: bool,
 }
 
 /// The consumer side of a strategy.
@@ -328,20 +331,42 @@ impl Consumer {
                     config,
                 )
                 .map_err(|e| e.to_string())?;
-                let mut gate = gate;
-                // The first event starts the cold start: lower levels subscribe paused.
-                gate.tick(now, &mut Control(topic));
-                for p in 0..topic.partitions() {
-                    let queue = gate.suggested_queue_size(p).unwrap_or(setup.queue);
-                    if let Some(part) = topic.part(p) {
-                        part.subscribe(queue);
-                    }
-                }
-                Ok(Consumer::Gated(Box::new(Gated {
-                    buffers: vec![VecDeque::new(); topic.partitions() as usize],
-                    gate,
-                })))
+                Ok(Consumer::gated(gate, false, topic, now))
             }
+        }
+    }
+
+    /// Our consumer with `gate`, subscribed to every partition of `topic` (lower levels paused
+    /// by the gate's cold start). With `backlog_at_growth` the gate is told the old
+    /// partitions' backlogs when the topic grows.
+    pub(crate) fn gated(
+        mut gate: Gate,
+        backlog_at_growth: bool,
+        topic: &mut Topic,
+        now: Instant,
+    ) -> Consumer {
+        // The first event starts the cold start: lower levels subscribe paused.
+        gate.tick(now, &mut Control(topic));
+        for p in 0..topic.partitions() {
+            let queue = gate
+                .suggested_queue_size(p)
+                .unwrap_or(gate.config().receiver_queue_size);
+            if let Some(part) = topic.part(p) {
+                part.subscribe(queue);
+            }
+        }
+        Consumer::Gated(Box::new(Gated {
+            buffers: vec![VecDeque::new(); topic.partitions() as usize],
+            gate,
+            backlog_at_growth,
+        }))
+    }
+
+    /// The gate, for ours.
+    pub(crate) fn gate(&self) -> Option<&Gate> {
+        match self {
+            Consumer::Gated(g) => Some(&g.gate),
+            Consumer::Merged(_) => None,
         }
     }
 
@@ -437,8 +462,19 @@ impl Consumer {
             }
             Consumer::Gated(g) => {
                 let old = g.buffers.len() as u32;
+                if g.backlog_at_growth {
+                    for p in 0..old {
+                        let backlog = topic.part(p).map(|part| part.backlog() as u64);
+                        let _ = g.gate.set_backlog(p, backlog, now, &mut Control(topic));
+                    }
+                }
                 // The gate pauses new partitions of a blocked level before they subscribe.
                 let _ = g.gate.set_partitions(partitions, now, &mut Control(topic));
+                if g.backlog_at_growth {
+                    for p in 0..old {
+                        let _ = g.gate.set_backlog(p, None, now, &mut Control(topic));
+                    }
+                }
                 g.buffers.resize_with(partitions as usize, VecDeque::new);
                 old
             }
