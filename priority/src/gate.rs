@@ -180,6 +180,8 @@ struct Part {
     drain: u64,
     /// The backlog was unknown at the growth: drained once seen empty.
     drain_until_empty: bool,
+    /// The adapter tells when the partition reached its drain point ([`Gate::drained`]).
+    drain_until_told: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -450,6 +452,7 @@ impl Gate {
                 held,
                 drain: carried.map_or(0, |c| c.drain),
                 drain_until_empty: carried.is_some_and(|c| c.drain_until_empty),
+                drain_until_told: carried.is_some_and(|c| c.drain_until_told),
             });
         }
         self.layout = layout;
@@ -821,6 +824,47 @@ impl Gate {
         now: Instant,
         control: &mut dyn PartitionControl,
     ) -> Result<(), Error> {
+        self.grow(partitions, false, now, control)
+    }
+
+    /// As [`Gate::set_partitions`], for an adapter that knows where each old partition ended
+    /// when it saw the growth (Pulsar: the partition's last message id): under
+    /// [`GateConfig::growth_hold`], the old partitions of a level that gains partitions count
+    /// as drained only once the adapter says so with [`Gate::drained`] (after delivering the
+    /// message at that point, or at once for a partition that was empty), not by counts. The
+    /// hold's deadline still applies. Without a growth hold it is `set_partitions`.
+    ///
+    /// # Errors
+    /// As [`Gate::set_partitions`].
+    pub fn set_partitions_with_drain_points(
+        &mut self,
+        partitions: u32,
+        now: Instant,
+        control: &mut dyn PartitionControl,
+    ) -> Result<(), Error> {
+        self.grow(partitions, true, now, control)
+    }
+
+    /// Old partition `partition` reached the drain point of the current growth hold (see
+    /// [`Gate::set_partitions_with_drain_points`]); the hold of its level ends once every old
+    /// partition of the level has. Unknown partitions and partitions without a pending drain
+    /// point are ignored.
+    pub fn drained(&mut self, partition: u32, now: Instant, control: &mut dyn PartitionControl) {
+        if let Some(part) = self.parts.get_mut(partition as usize) {
+            part.drain = 0;
+            part.drain_until_empty = false;
+            part.drain_until_told = false;
+        }
+        self.refresh(now, control);
+    }
+
+    fn grow(
+        &mut self,
+        partitions: u32,
+        told: bool,
+        now: Instant,
+        control: &mut dyn PartitionControl,
+    ) -> Result<(), Error> {
         let from = self.layout.partitions();
         if partitions == from {
             return Ok(());
@@ -834,7 +878,7 @@ impl Gate {
         let layout = self.spec.layout(&self.policy, partitions)?;
         let mut old = std::mem::take(&mut self.parts);
         if let Some(max) = self.config.growth_hold {
-            self.start_holds(&layout, &mut old, now + max);
+            self.start_holds(&layout, &mut old, now + max, told);
         }
         self.install(layout, &old);
         if self.config.growth_hold.is_some() {
@@ -856,7 +900,13 @@ impl Gate {
     /// Marks the drain point of every old partition of a level that `layout` grows, and when
     /// the hold of those levels ends at the latest. A partition held by an earlier growth
     /// stays held (it is not an old partition: nothing of it was delivered yet).
-    fn start_holds(&mut self, layout: &PartitionLayout, old: &mut [Part], until: Instant) {
+    fn start_holds(
+        &mut self,
+        layout: &PartitionLayout,
+        old: &mut [Part],
+        until: Instant,
+        told: bool,
+    ) {
         for (i, lv) in self.levels.iter_mut().enumerate() {
             let level = Level::new(i as u8);
             if layout.partitions_of(level).len() == lv.partitions.len() {
@@ -867,8 +917,14 @@ impl Gate {
                 if let Some(part) = old.get_mut(p as usize)
                     && !part.held
                 {
-                    part.drain = part.buffered.saturating_add(part.backlog.unwrap_or(0));
-                    part.drain_until_empty = part.backlog.is_none();
+                    if told {
+                        part.drain = 0;
+                        part.drain_until_empty = false;
+                        part.drain_until_told = true;
+                    } else {
+                        part.drain = part.buffered.saturating_add(part.backlog.unwrap_or(0));
+                        part.drain_until_empty = part.backlog.is_none();
+                    }
                 }
             }
         }
@@ -885,7 +941,9 @@ impl Gate {
             let drained = lv.partitions.iter().all(|&p| {
                 self.parts
                     .get(p as usize)
-                    .is_none_or(|s| s.held || (s.drain == 0 && !s.drain_until_empty))
+                    .is_none_or(|s| {
+                        s.held || (s.drain == 0 && !s.drain_until_empty && !s.drain_until_told)
+                    })
             });
             if !drained && now < until {
                 continue;
@@ -903,6 +961,7 @@ impl Gate {
                 part.held = false;
                 part.drain = 0;
                 part.drain_until_empty = false;
+                part.drain_until_told = false;
                 if part.paused != lv.blocked {
                     part.paused = lv.blocked;
                     if lv.blocked {

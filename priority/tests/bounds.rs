@@ -353,3 +353,27 @@ fn lower_levels_start_paused_for_the_cold_start() {
     gate.set_backlog(0, Some(0), t0, &mut c).unwrap();
     assert!(!c.is_paused(1), "nothing waits above: no cold start");
 }
+
+/// With drain points, the hold ends when the adapter says the old partitions reached them,
+/// not when their buffers look empty.
+#[test]
+fn the_growth_hold_follows_the_drain_points_the_adapter_reports() {
+    let policy = PriorityPolicy::new(1).unwrap();
+    let config = GateConfig {
+        growth_hold: Some(Duration::from_secs(10)),
+        ..GateConfig::default()
+    };
+    let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), 2, config).unwrap();
+    let mut c = RecordingControl::new();
+    let t = Instant::now();
+    gate.set_partitions_with_drain_points(3, t, &mut c).unwrap();
+    gate.on_arrival(2, None, t, &mut c).unwrap();
+    // Old partitions empty and ticked: counts would call them drained; drain points do not.
+    gate.tick(t + Duration::from_millis(1), &mut c);
+    assert_eq!(gate.poll(t, &mut c), None);
+    gate.drained(0, t, &mut c);
+    assert_eq!(gate.poll(t, &mut c), None, "partition 1 has not reached its point");
+    gate.drained(1, t, &mut c);
+    assert_eq!(gate.poll(t, &mut c), Some(2));
+    assert!(!c.is_paused(2));
+}
