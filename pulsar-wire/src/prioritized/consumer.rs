@@ -114,7 +114,7 @@ impl PriorityConsumerOptions {
 /// When the topic gains partitions (re-read every
 /// [`PriorityConsumerOptions::partitions_refresh`] or on
 /// [`PriorityConsumer::refresh_partitions`]), the gate's layout is recomputed and the new
-/// partitions are subscribed. Under a weights layout an existing partition can change level;
+/// partitions are subscribed. Under a partition-shares layout an existing partition can change level;
 /// its receiver queue stays the one it was subscribed with.
 #[derive(Debug)]
 pub struct PriorityConsumer {
