@@ -106,6 +106,9 @@
 //!   decoding (messages acknowledged before are skipped; a checksum mismatch is acknowledged
 //!   with its validation error, reported and not delivered), grouped acks with or without
 //!   receipts, cumulative acks, negative acks, and transactional acks.
+//! - [`MessageConsumer`]: the object-safe trait of what [`Consumer`] and
+//!   [`prioritized::PriorityConsumer`] share (receive, ack, nack, refresh the partitions,
+//!   close), for code that holds either as a `Box<dyn MessageConsumer>`.
 //! - [`TransactionCoordinator`] and [`Transaction`]: `TC_CLIENT_CONNECT`, `NEW_TXN` (its
 //!   timeout in milliseconds, as the reference clients send it), partitions and subscriptions
 //!   registered before first use, commit and abort.
@@ -141,7 +144,8 @@
 //! `tls` under `connection`, one broker connection (`CONNECT`, request ids, keep-alive);
 //! `pool`, the connections per broker with lookups, partitioned metadata and topic names,
 //! which is what producers, consumers and transactions hold; `txn` on the pool, `producer` on
-//! the pool and `txn`, `consumer` on those and the producer (for dead letters); the
+//! the pool and `txn`, `consumer` on those and the producer (for dead letters); `consume`, the
+//! [`MessageConsumer`] trait, on `consumer`; the
 //! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top. [`wire`]
 //! re-exports the low-level items and adds the raw requests of a connection; no other module
 //! depends on it.
@@ -274,6 +278,7 @@ mod codec;
 mod codec_fuzz_tests;
 mod compression;
 mod connection;
+mod consume;
 mod consumer;
 mod error;
 mod id;
@@ -305,6 +310,7 @@ pub use compression::{
 };
 pub use connection::{ConnectOptions, Connection};
 pub(crate) use connection::{ConsumerEvent, command_frame};
+pub use consume::MessageConsumer;
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,

@@ -46,9 +46,11 @@ use broker_tools::pulsar_admin::PulsarAdmin;
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
-use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+use pulsar_wire::prioritized::{
+    PriorityConsumer, PriorityConsumerOptions, PriorityRouter, follow_growth,
+};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition, Message,
+    BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, MessageConsumer,
     OutgoingMessage, Producer, ProducerOptions,
 };
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};
@@ -150,42 +152,6 @@ impl Mode {
         match self {
             Mode::NoPriority => "no priority",
             Mode::Ours => "ours",
-        }
-    }
-}
-
-/// The consumer of one run.
-enum Receiver {
-    Plain(Box<Consumer>),
-    Priority(PriorityConsumer),
-}
-
-impl Receiver {
-    async fn receive(&self) -> Result<Message, pulsar_wire::Error> {
-        match self {
-            Receiver::Plain(c) => c.receive().await,
-            Receiver::Priority(c) => c.receive().await,
-        }
-    }
-
-    async fn ack(&self, message: &Message) -> Result<(), pulsar_wire::Error> {
-        match self {
-            Receiver::Plain(c) => c.ack(message).await,
-            Receiver::Priority(c) => c.ack(message).await,
-        }
-    }
-
-    async fn refresh_partitions(&self) -> Result<usize, pulsar_wire::Error> {
-        match self {
-            Receiver::Plain(c) => c.refresh_partitions().await,
-            Receiver::Priority(c) => c.refresh_partitions().await,
-        }
-    }
-
-    async fn close(&self) -> Result<(), pulsar_wire::Error> {
-        match self {
-            Receiver::Plain(c) => c.close().await,
-            Receiver::Priority(c) => c.close().await,
         }
     }
 }
@@ -298,14 +264,15 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
             .await
             .map_err(err("producer"))?,
     );
+    // The consumer of the run, plain or gated: the loop below only needs the trait.
     let attach = || async {
         match mode {
-            Mode::NoPriority => Ok(Receiver::Plain(Box::new(
+            Mode::NoPriority => Ok(Box::new(
                 client
                     .subscribe(&topic, "drain", consumer_options.clone())
                     .await
                     .map_err(err("subscribe"))?,
-            ))),
+            ) as Box<dyn MessageConsumer>),
             Mode::Ours => {
                 let gate = GateConfig {
                     strategy: Strategy::Strict,
@@ -316,11 +283,11 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
                     .consumer(consumer_options.clone())
                     .gate(gate)
                     .partitions_refresh(None);
-                Ok::<_, String>(Receiver::Priority(
+                Ok::<_, String>(Box::new(
                     PriorityConsumer::subscribe(client, &topic, "drain", options)
                         .await
                         .map_err(err("subscribe"))?,
-                ))
+                ) as Box<dyn MessageConsumer>)
             }
         }
     };
@@ -373,14 +340,10 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
         if !grown && deliveries.len() == (args.low + args.high) / 2 {
             grown = true;
             broker.grow(&topic, GROWN).await?;
-            producer
-                .refresh_partitions()
+            // The producer first, then the consumer (see `follow_growth`).
+            follow_growth(&producer, receiver.as_ref())
                 .await
-                .map_err(err("producer refresh"))?;
-            receiver
-                .refresh_partitions()
-                .await
-                .map_err(err("consumer refresh"))?;
+                .map_err(err("refresh after the growth"))?;
             send_wave(&producer, "xl", false, extra_low, &mut second_wave).await?;
             send_wave(&producer, "xh", true, extra_high, &mut second_wave).await?;
         }

@@ -6,16 +6,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ::mq_priority::{Gate, GateConfig, GateStats, LayoutSpec, PartitionControl, PriorityPolicy};
+use ::mq_priority::{
+    Gate, GateConfig, GateStats, LayoutSpec, PartitionControl, PriorityPolicy, Strategy,
+};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::consumer::{Delivery, QueueSizing};
-use crate::{Client, Consumer, ConsumerOptions, ConsumerStats, Error, Message, Transaction};
+use crate::{
+    Client, Consumer, ConsumerOptions, ConsumerStats, Error, Message, MessageConsumer, Transaction,
+};
 
 /// How often the consumer re-evaluates time-based decisions (aging) by default.
+///
+/// Under [`Strategy::StrictAging`] the consumer ticks at least every `max_wait / 4` (at least
+/// 1 ms) whatever the configured tick, so that a paused level is resumed before it is due
+/// (see [`PriorityConsumerOptions::tick`]).
 pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+/// The smallest tick period.
+const MIN_TICK: Duration = Duration::from_millis(1);
+
+/// The tick period the maintenance task uses: the configured one, capped at `max_wait / 4`
+/// (at least [`MIN_TICK`]) under [`Strategy::StrictAging`].
+fn tick_period(configured: Duration, strategy: &Strategy) -> Duration {
+    match strategy {
+        Strategy::StrictAging { max_wait } => configured.min((*max_wait / 4).max(MIN_TICK)),
+        _ => configured,
+    }
+    .max(MIN_TICK)
+}
 
 /// How a [`PriorityConsumer`] subscribes and decides.
 #[derive(Debug, Clone)]
@@ -64,10 +85,18 @@ impl PriorityConsumerOptions {
         self
     }
 
-    /// How often [`Gate::tick`] runs (for [`::mq_priority::Strategy::StrictAging`]; at least
-    /// 1 ms).
+    /// How often [`Gate::tick`] runs (for [`Strategy::StrictAging`]; at least 1 ms; default
+    /// [`DEFAULT_TICK`]).
+    ///
+    /// Under [`Strategy::StrictAging`]` { max_wait }` the consumer ticks at the smaller of
+    /// this and `max_wait / 4` (at least 1 ms), whatever is configured here: the gate resumes
+    /// a paused level once it has waited `max_wait / 2`, and a tick of at most `max_wait / 4`
+    /// is what keeps that resume early enough for the level's messages to be buffered by the
+    /// time it is due (the bound of [`Strategy::StrictAging`]). The cap follows the live
+    /// strategy, also after [`PriorityConsumer::set_strategy`]; see
+    /// [`PriorityConsumer::tick_period`].
     pub fn tick(mut self, every: Duration) -> Self {
-        self.tick = every.max(Duration::from_millis(1));
+        self.tick = every.max(MIN_TICK);
         self
     }
 }
@@ -85,7 +114,7 @@ impl PriorityConsumerOptions {
 /// When the topic gains partitions (re-read every
 /// [`PriorityConsumerOptions::partitions_refresh`] or on
 /// [`PriorityConsumer::refresh_partitions`]), the gate's layout is recomputed and the new
-/// partitions are subscribed. Under a weights layout an existing partition can change level;
+/// partitions are subscribed. Under a partition-shares layout an existing partition can change level;
 /// its receiver queue stays the one it was subscribed with.
 #[derive(Debug)]
 pub struct PriorityConsumer {
@@ -98,9 +127,14 @@ pub struct PriorityConsumer {
 struct Inner {
     consumer: Consumer,
     state: Mutex<State>,
-    /// Signalled when something arrives (a message, an error, the end).
+    /// Signalled when something arrives (a message, an error, the end), or when the
+    /// decisions may have changed (a new strategy).
     arrived: Notify,
     closed: AtomicBool,
+    /// The configured tick ([`PriorityConsumerOptions::tick`]), before the aging cap.
+    tick: Duration,
+    /// Wakes the maintenance task to re-read its tick period (after a strategy change).
+    retick: Arc<Notify>,
 }
 
 #[derive(Debug)]
@@ -202,12 +236,14 @@ impl PriorityConsumer {
             state: Mutex::new(state),
             arrived: Notify::new(),
             closed: AtomicBool::new(false),
+            tick: options.tick,
+            retick: Arc::new(Notify::new()),
         });
         let tasks = vec![
             tokio::spawn(forward(Arc::clone(&inner))),
             tokio::spawn(maintain(
                 Arc::downgrade(&inner),
-                options.tick,
+                Arc::clone(&inner.retick),
                 options.partitions_refresh,
             )),
         ];
@@ -320,6 +356,43 @@ impl PriorityConsumer {
     /// [`Consumer::refresh_partitions`].
     pub async fn refresh_partitions(&self) -> Result<usize, Error> {
         self.inner.refresh_partitions().await
+    }
+
+    /// Changes the strategy of the live gate (see [`Gate::set_strategy`]): buffered messages
+    /// and counters stay, the next [`PriorityConsumer::receive`] decides by the new strategy,
+    /// and partitions are paused or resumed (their `FLOW` permits withheld or granted) as it
+    /// requires. A waiting `receive` is woken, since a message the old strategy held back may
+    /// now be due, and the maintenance tick follows the new strategy (see
+    /// [`PriorityConsumerOptions::tick`]).
+    ///
+    /// # Errors
+    /// [`Error::Priority`] for a strategy the gate refuses (shares of the wrong length or
+    /// zero, a zero `max_wait`); nothing changes then.
+    pub fn set_strategy(&self, strategy: Strategy) -> Result<(), Error> {
+        {
+            let mut state = self.inner.state.lock();
+            let mut control = Permits {
+                consumer: &self.inner.consumer,
+            };
+            state
+                .gate
+                .set_strategy(strategy, super::clock::now(), &mut control)?;
+        }
+        self.inner.arrived.notify_one();
+        self.inner.retick.notify_one();
+        Ok(())
+    }
+
+    /// The gate's settings now (the strategy included, as [`PriorityConsumer::set_strategy`]
+    /// last set it).
+    pub fn gate_config(&self) -> GateConfig {
+        self.inner.state.lock().gate.config().clone()
+    }
+
+    /// How often the gate is ticked now: [`PriorityConsumerOptions::tick`], capped at
+    /// `max_wait / 4` (at least 1 ms) under [`Strategy::StrictAging`].
+    pub fn tick_period(&self) -> Duration {
+        self.inner.tick_period()
     }
 
     /// The gate's counters and per-level state.
@@ -477,6 +550,11 @@ impl Inner {
         );
     }
 
+    /// The maintenance task's tick period for the live strategy.
+    fn tick_period(&self) -> Duration {
+        tick_period(self.tick, &self.state.lock().gate.config().strategy)
+    }
+
     fn tick(&self) {
         let mut state = self.state.lock();
         let mut control = Permits {
@@ -537,16 +615,24 @@ async fn forward(inner: Arc<Inner>) {
 }
 
 /// Ticks the gate and re-reads the partition count, until the consumer is gone.
-async fn maintain(inner: Weak<Inner>, tick: Duration, refresh: Option<Duration>) {
-    let start = tokio::time::Instant::now();
-    let mut ticks = tokio::time::interval_at(start + tick, tick);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut next_refresh = refresh.map(|every| start + every);
+///
+/// The tick period is re-read from the live strategy before every wait (and at once when
+/// `retick` is signalled by a strategy change), so that an aging strategy set on a live
+/// consumer gets its `max_wait / 4` tick.
+async fn maintain(inner: Weak<Inner>, retick: Arc<Notify>, refresh: Option<Duration>) {
+    let mut last_tick = tokio::time::Instant::now();
+    let mut next_refresh = refresh.map(|every| last_tick + every);
     loop {
-        ticks.tick().await;
+        let period = match inner.upgrade() {
+            Some(inner) => inner.tick_period(),
+            None => return,
+        };
+        // A strategy change cuts the wait short; the period is then re-read.
+        let _ = tokio::time::timeout_at(last_tick + period, retick.notified()).await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
+        last_tick = tokio::time::Instant::now();
         inner.tick();
         if let (Some(due), Some(every)) = (next_refresh, refresh)
             && tokio::time::Instant::now() >= due
@@ -556,5 +642,52 @@ async fn maintain(inner: Weak<Inner>, tick: Duration, refresh: Option<Duration>)
             }
             next_refresh = Some(tokio::time::Instant::now() + every);
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageConsumer for PriorityConsumer {
+    async fn receive(&self) -> Result<Message, Error> {
+        PriorityConsumer::receive(self).await
+    }
+
+    async fn ack(&self, message: &Message) -> Result<(), Error> {
+        PriorityConsumer::ack(self, message).await
+    }
+
+    fn nack(&self, message: &Message) -> Result<(), Error> {
+        PriorityConsumer::nack(self, message)
+    }
+
+    async fn refresh_partitions(&self) -> Result<usize, Error> {
+        PriorityConsumer::refresh_partitions(self).await
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        PriorityConsumer::close(self).await
+    }
+
+    fn topic(&self) -> &str {
+        PriorityConsumer::topic(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aging_caps_the_tick_at_a_quarter_of_max_wait() {
+        let ms = Duration::from_millis;
+        assert_eq!(tick_period(ms(100), &Strategy::Strict), ms(100));
+        assert_eq!(tick_period(ms(100), &Strategy::delivery_shares()), ms(100));
+        let aging = |max_wait| Strategy::StrictAging { max_wait };
+        assert_eq!(tick_period(ms(100), &aging(ms(200))), ms(50));
+        assert_eq!(tick_period(ms(10), &aging(ms(200))), ms(10));
+        assert_eq!(tick_period(Duration::from_secs(5), &aging(ms(2))), ms(1));
+        assert_eq!(
+            tick_period(ms(100), &aging(Duration::from_micros(1))),
+            ms(1)
+        );
     }
 }

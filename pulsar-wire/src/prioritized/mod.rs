@@ -25,7 +25,13 @@
 //!   so a consumer that never acknowledges is still prioritised, and a redelivered message
 //!   keeps its partition's level. New partitions are subscribed when the partition count is
 //!   re-read (periodically or with [`PriorityConsumer::refresh_partitions`]), and the gate's
-//!   layout is recomputed.
+//!   layout is recomputed. [`PriorityConsumer::set_strategy`] changes the strategy of a live
+//!   consumer.
+//! - [`follow_growth`]: after the topic grew, refreshes the producer's partition count and
+//!   then the consumer's, the order that [`GateConfig::growth_hold`] needs to keep key order.
+//!
+//! Both [`PriorityConsumer`] and the plain [`crate::Consumer`] implement
+//! [`crate::MessageConsumer`], so code can hold either as a `Box<dyn MessageConsumer>`.
 //!
 //! ```no_run
 //! use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
@@ -56,9 +62,11 @@
 
 mod clock;
 mod consumer;
+mod growth;
 mod router;
 
 pub use consumer::{DEFAULT_TICK, PriorityConsumer, PriorityConsumerOptions};
+pub use growth::follow_growth;
 pub use router::PriorityRouter;
 
 pub use mq_priority::{

@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(lows.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(r.route_message(&high, 8).unwrap(), 0);
         assert!(r.route(None, 8) >= 1);
-        // A weights layout is recomputed too.
+        // A partition-shares layout is recomputed too.
         let r = router(LayoutSpec::partition_shares([1, 3]));
         let highs: std::collections::BTreeSet<u32> =
             (0..8).map(|_| r.route_message(&high, 8).unwrap()).collect();

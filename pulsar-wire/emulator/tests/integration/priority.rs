@@ -12,10 +12,12 @@ use std::time::Duration;
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
-use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+use pulsar_wire::prioritized::{
+    PriorityConsumer, PriorityConsumerOptions, PriorityRouter, follow_growth,
+};
 use pulsar_wire::{
-    BatchingOptions, ConsumerOptions, Error, InitialPosition, Message, OutgoingMessage, Producer,
-    ProducerOptions,
+    BatchingOptions, ConsumerOptions, Error, InitialPosition, Message, MessageConsumer,
+    OutgoingMessage, Producer, ProducerOptions,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -341,4 +343,229 @@ async fn refuses_topics_and_layouts_priority_cannot_work_on() {
     assert!(setup.emulator.update_partitions("flat", 3).is_err());
     setup.emulator.update_partitions("grow", 3).unwrap();
     assert_eq!(setup.client.partitions("grow").await.unwrap(), 3);
+}
+
+/// Waits until `done` holds, failing after [`PATIENCE`] with `what` (polls; no timing is
+/// assumed).
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn priority_options() -> PriorityConsumerOptions {
+    PriorityConsumerOptions::new(policy(), layout())
+        .gate(gate())
+        .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest))
+        .partitions_refresh(None)
+}
+
+/// Receives `count` messages through the trait, acking all but the last, which is nacked and
+/// received again (and then acked); returns the payloads in order.
+async fn drain_dyn(consumer: &dyn MessageConsumer, count: usize) -> Vec<String> {
+    let mut payloads = Vec::new();
+    for i in 0..count {
+        let m = within(PATIENCE, consumer.receive())
+            .await
+            .expect("a message in time")
+            .expect("received");
+        if i + 1 == count {
+            consumer.nack(&m).expect("nacked");
+            let again = within(PATIENCE, consumer.receive())
+                .await
+                .expect("redelivered in time")
+                .expect("received again");
+            assert_eq!(again.payload(), m.payload());
+            consumer.ack(&again).await.expect("acked");
+        } else {
+            consumer.ack(&m).await.expect("acked");
+        }
+        payloads.push(String::from_utf8_lossy(m.payload()).into_owned());
+    }
+    payloads
+}
+
+#[tokio::test]
+async fn plain_and_priority_consumers_serve_through_one_trait() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let topic = "prio-trait";
+    setup.emulator.create_topic(topic, 4).unwrap();
+    let plain = setup.consumer(topic, ConsumerOptions::default()).await;
+    let gated = PriorityConsumer::subscribe(&setup.client, topic, "gated", priority_options())
+        .await
+        .expect("subscribed");
+    let consumers: Vec<Box<dyn MessageConsumer>> = vec![Box::new(plain), Box::new(gated)];
+    let producer = priority_producer(&setup, topic).await;
+    send(&producer, false, 0, 5).await;
+    send(&producer, true, 0, 5).await;
+    for consumer in &consumers {
+        assert!(consumer.topic().ends_with(topic), "{}", consumer.topic());
+        let mut payloads = drain_dyn(consumer.as_ref(), 10).await;
+        payloads.sort();
+        let mut expected: Vec<String> = (0..5)
+            .flat_map(|i| [format!("h{i}"), format!("l{i}")])
+            .collect();
+        expected.sort();
+        assert_eq!(payloads, expected, "{}", consumer.topic());
+        assert_eq!(consumer.refresh_partitions().await.unwrap(), 4);
+    }
+    // Shared as an `Arc` across tasks too.
+    let shared: Arc<dyn MessageConsumer> = Arc::from(consumers.into_iter().nth(1).unwrap());
+    send(&producer, true, 5, 1).await;
+    let task = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move { shared.receive().await })
+    };
+    let m = within(PATIENCE, task)
+        .await
+        .expect("in time")
+        .expect("joined")
+        .expect("received");
+    assert_eq!(&m.payload()[..], b"h5");
+    shared.ack(&m).await.unwrap();
+    shared.close().await.unwrap();
+    assert!(matches!(shared.receive().await, Err(Error::Closed(_))));
+    producer.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn set_strategy_changes_the_order_of_a_live_consumer() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let topic = "prio-strategy";
+    setup.emulator.create_topic(topic, 4).unwrap();
+    let producer = priority_producer(&setup, topic).await;
+    send(&producer, false, 0, 50).await;
+    send(&producer, true, 0, 50).await;
+    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "sub", priority_options())
+        .await
+        .unwrap();
+    // Everything buffered (50 high stay under the high level's watermark: nothing paused).
+    wait_until("everything buffered", || {
+        consumer.buffered().iter().sum::<usize>() == 100
+    })
+    .await;
+    // Strict: high first.
+    for _ in 0..10 {
+        assert!(is_high(&next(&consumer).await));
+    }
+    // A strategy the gate refuses changes nothing.
+    let error = consumer
+        .set_strategy(Strategy::DeliveryShares(vec![1, 1, 1]))
+        .unwrap_err();
+    assert!(matches!(error, Error::Priority(_)), "{error}");
+    assert_eq!(consumer.gate_config().strategy, Strategy::Strict);
+    assert!(is_high(&next(&consumer).await));
+
+    // Even shares: the low level is served while high messages are still buffered.
+    consumer
+        .set_strategy(Strategy::DeliveryShares(vec![1, 1]))
+        .unwrap();
+    assert_eq!(
+        consumer.gate_config().strategy,
+        Strategy::DeliveryShares(vec![1, 1])
+    );
+    let order: Vec<bool> = {
+        let mut order = Vec::new();
+        for _ in 0..20 {
+            order.push(is_high(&next(&consumer).await));
+        }
+        order
+    };
+    let lows = order.iter().filter(|&&high| !high).count();
+    assert!((9..=11).contains(&lows), "not interleaved: {order:?}");
+    assert!(
+        consumer.buffered()[0] > 0,
+        "the high level ran dry: {:?}",
+        consumer.buffered()
+    );
+    // No two consecutive deliveries of one level run longer than the share bound allows.
+    let longest = order
+        .chunk_by(|a, b| a == b)
+        .map(<[bool]>::len)
+        .max()
+        .unwrap();
+    assert!(longest <= 2, "{order:?}");
+
+    // Back to strict: the remaining high messages come before any low one.
+    consumer.set_strategy(Strategy::Strict).unwrap();
+    let high_left = consumer.buffered()[0];
+    for _ in 0..high_left {
+        assert!(is_high(&next(&consumer).await));
+    }
+    assert!(!is_high(&next(&consumer).await));
+
+    // Aging set on a live consumer brings its tick down to a quarter of max_wait.
+    assert_eq!(
+        consumer.tick_period(),
+        pulsar_wire::prioritized::DEFAULT_TICK
+    );
+    consumer
+        .set_strategy(Strategy::StrictAging {
+            max_wait: Duration::from_millis(40),
+        })
+        .unwrap();
+    assert_eq!(consumer.tick_period(), Duration::from_millis(10));
+    consumer.close().await.unwrap();
+    producer.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn follow_growth_takes_the_new_partitions_to_producer_and_consumer() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let topic = "prio-follow";
+    setup.emulator.create_topic(topic, 4).unwrap();
+    let producer = priority_producer(&setup, topic).await;
+    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "gated", priority_options())
+        .await
+        .unwrap();
+    let plain = setup.consumer(topic, ConsumerOptions::default()).await;
+    assert_eq!(follow_growth(&producer, &consumer).await.unwrap(), 4);
+
+    setup.emulator.update_partitions(topic, 6).unwrap();
+    assert_eq!((producer.partitions(), consumer.partitions()), (4, 4));
+    assert_eq!(follow_growth(&producer, &consumer).await.unwrap(), 6);
+    assert_eq!(producer.partitions(), 6);
+    assert_eq!(consumer.partitions(), 6);
+    assert_eq!(consumer.queue_sizes().len(), 6);
+    // Through the trait object too (a plain consumer).
+    assert_eq!(plain.partitions(), 4);
+    let dyn_plain: &dyn MessageConsumer = &plain;
+    assert_eq!(follow_growth(&producer, dyn_plain).await.unwrap(), 6);
+    assert_eq!(plain.partitions(), 6);
+
+    // Keyed low messages spread over the low level, the new partitions included.
+    let sends = (0..60).map(|i| producer.send(message(false, i).key(format!("k{i}"))));
+    for result in futures_util::future::join_all(sends).await {
+        result.expect("sent");
+    }
+    let mut partitions = HashSet::new();
+    for _ in 0..60 {
+        let m = next(&consumer).await;
+        assert_ne!(m.id().partition, 0, "a low message on the high partition");
+        partitions.insert(m.id().partition);
+        consumer.ack(&m).await.unwrap();
+    }
+    assert!(
+        partitions.contains(&4) && partitions.contains(&5),
+        "the new partitions got no keys: {partitions:?}"
+    );
+    assert_eq!(
+        within(PATIENCE, receive_n(&plain, 60))
+            .await
+            .map(|n| n.len()),
+        Some(60)
+    );
+    consumer.close().await.unwrap();
+    plain.close().await.unwrap();
+    producer.close().await.unwrap();
+}
+
+async fn receive_n(consumer: &pulsar_wire::Consumer, count: usize) -> Vec<Message> {
+    let mut messages = Vec::with_capacity(count);
+    for _ in 0..count {
+        messages.push(consumer.receive().await.expect("received"));
+    }
+    messages
 }
