@@ -86,15 +86,18 @@ pub struct GateConfig {
     /// partitions after the drain point, and those messages can come after newer ones. The
     /// cost: the new partitions add no throughput until the hold ends.
     pub growth_hold: Option<Duration>,
-    /// **Cold start** (default 100 ms): for this long after the gate's first event, under
+    /// **Cold start** (default 1 s at most): after the gate's first event, under
     /// [`Strategy::Strict`] and [`Strategy::StrictAging`] (there at most half its `max_wait`;
-    /// never under delivery shares, which promise every level its share from the start), levels
-    /// below the most important one stay paused while a more important level's backlog is
-    /// unknown, so that the first receiver queues the broker fills are the important levels'
-    /// (a consumer that starts on a backlog otherwise gets a whole receiver queue of every
-    /// lower partition before it can know that urgent messages wait). Messages that arrive
-    /// meanwhile are still delivered. `None`: no cold start. An adapter creates its partition
-    /// consumers paused when [`Gate::is_paused`] says so after a first [`Gate::tick`].
+    /// never under delivery shares, which promise every level its share from the start), the
+    /// levels below a more important level stay paused until that level has had its first
+    /// arrival, or is known to have nothing to read ([`Gate::set_known_empty`], or a known
+    /// backlog of 0), or this long has passed. So the first receiver queues the broker fills
+    /// are the important levels' (a consumer that starts on a backlog otherwise gets a whole
+    /// receiver queue of every lower partition before it can know that urgent messages wait;
+    /// on a broker whose cache is cold the first read can take longer than 100 ms). Messages
+    /// that arrive meanwhile are still delivered. `None`: no cold start. An adapter creates its
+    /// partition consumers paused when [`Gate::is_paused`] says so after a first
+    /// [`Gate::tick`].
     pub cold_start: Option<Duration>,
     /// A level is under pressure once its buffered messages plus its known backlog reach this
     /// fraction of its receiver queues (the sum over its partitions), rounded up, at least 1
@@ -114,7 +117,7 @@ impl Default for GateConfig {
             queue_sizing: QueueSizing::Halving,
             min_queue_size: 10,
             growth_hold: None,
-            cold_start: Some(Duration::from_millis(100)),
+            cold_start: Some(Duration::from_secs(1)),
             high_watermark: 0.5,
             low_watermark: 0.25,
         }
@@ -182,6 +185,8 @@ struct Part {
     drain_until_empty: bool,
     /// The adapter tells when the partition reached its drain point ([`Gate::drained`]).
     drain_until_told: bool,
+    /// Known to have had nothing to read when the consumer started ([`Gate::set_known_empty`]).
+    known_empty: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -453,6 +458,7 @@ impl Gate {
                 drain: carried.map_or(0, |c| c.drain),
                 drain_until_empty: carried.is_some_and(|c| c.drain_until_empty),
                 drain_until_told: carried.is_some_and(|c| c.drain_until_told),
+                known_empty: carried.is_some_and(|c| c.known_empty),
             });
         }
         self.layout = layout;
@@ -845,6 +851,21 @@ impl Gate {
         self.grow(partitions, true, now, control)
     }
 
+    /// `partition` had nothing to read when the consumer started (Pulsar: its last message id
+    /// is at or before the subscription's mark-delete position), so the cold start does not
+    /// wait for its first arrival. It says nothing about later messages.
+    pub fn set_known_empty(
+        &mut self,
+        partition: u32,
+        now: Instant,
+        control: &mut dyn PartitionControl,
+    ) {
+        if let Some(part) = self.parts.get_mut(partition as usize) {
+            part.known_empty = true;
+        }
+        self.refresh(now, control);
+    }
+
     /// Old partition `partition` reached the drain point of the current growth hold (see
     /// [`Gate::set_partitions_with_drain_points`]); the hold of its level ends once every old
     /// partition of the level has. Unknown partitions and partitions without a pending drain
@@ -939,11 +960,9 @@ impl Gate {
                 continue;
             };
             let drained = lv.partitions.iter().all(|&p| {
-                self.parts
-                    .get(p as usize)
-                    .is_none_or(|s| {
-                        s.held || (s.drain == 0 && !s.drain_until_empty && !s.drain_until_told)
-                    })
+                self.parts.get(p as usize).is_none_or(|s| {
+                    s.held || (s.drain == 0 && !s.drain_until_empty && !s.drain_until_told)
+                })
             });
             if !drained && now < until {
                 continue;
@@ -1065,8 +1084,15 @@ impl Gate {
                 lv.waiting_since = Some(now);
             }
             above |= lv.pressured;
-            // A known backlog of nothing above ends the cold start for the levels below.
-            cold &= lv.unknown_backlog > 0 || lv.backlog > 0 || lv.buffered > 0;
+            // A level that had an arrival, or is known to have nothing to read, ends the cold
+            // start for the levels below it.
+            let settled = lv.arrivals > 0
+                || (lv.unknown_backlog == 0 && lv.backlog == 0)
+                || lv
+                    .partitions
+                    .iter()
+                    .all(|&p| self.parts.get(p as usize).is_none_or(|s| s.known_empty));
+            cold &= !settled;
             if blocked != lv.blocked {
                 lv.blocked = blocked;
                 for &p in &lv.partitions {

@@ -318,9 +318,10 @@ fn the_strategy_changes_on_a_live_gate() {
     assert_eq!(total, 65);
 }
 
-/// Cold start: the lower levels start paused for 100 ms while the more important level's
-/// backlog is unknown (their first receiver queues would otherwise arrive with the urgent
-/// messages); what arrives is still delivered; a known empty backlog above ends it at once.
+/// Cold start: the lower levels start paused while the more important level's backlog is
+/// unknown, until its first arrival or 1 s (their first receiver queues would otherwise arrive
+/// with the urgent messages); what arrives is still delivered; a known empty backlog above,
+/// or partitions known to be empty, end it at once.
 #[test]
 fn lower_levels_start_paused_for_the_cold_start() {
     let policy = PriorityPolicy::new(2).unwrap();
@@ -341,9 +342,24 @@ fn lower_levels_start_paused_for_the_cold_start() {
         Some(1),
         "a paused level's messages are delivered"
     );
-    gate.tick(t0 + Duration::from_millis(99), &mut c);
+    gate.tick(t0 + Duration::from_millis(999), &mut c);
     assert!(c.is_paused(1));
-    gate.tick(t0 + Duration::from_millis(100), &mut c);
+    gate.tick(t0 + Duration::from_secs(1), &mut c);
+    assert!(!c.is_paused(1));
+
+    // The first arrival above ends it.
+    let mut gate = Gate::new(policy.clone(), spec.clone(), 2, config.clone()).unwrap();
+    let mut c = RecordingControl::new();
+    gate.tick(t0, &mut c);
+    assert!(c.is_paused(1));
+    gate.on_arrival(0, None, t0, &mut c).unwrap();
+    assert!(!c.is_paused(1));
+
+    // So does a partition known to be empty.
+    let mut gate = Gate::new(policy.clone(), spec.clone(), 2, config.clone()).unwrap();
+    let mut c = RecordingControl::new();
+    gate.tick(t0, &mut c);
+    gate.set_known_empty(0, t0, &mut c);
     assert!(!c.is_paused(1));
 
     let mut gate = Gate::new(policy, spec, 2, config).unwrap();
@@ -372,7 +388,11 @@ fn the_growth_hold_follows_the_drain_points_the_adapter_reports() {
     gate.tick(t + Duration::from_millis(1), &mut c);
     assert_eq!(gate.poll(t, &mut c), None);
     gate.drained(0, t, &mut c);
-    assert_eq!(gate.poll(t, &mut c), None, "partition 1 has not reached its point");
+    assert_eq!(
+        gate.poll(t, &mut c),
+        None,
+        "partition 1 has not reached its point"
+    );
     gate.drained(1, t, &mut c);
     assert_eq!(gate.poll(t, &mut c), Some(2));
     assert!(!c.is_paused(2));

@@ -33,7 +33,7 @@ use message::Origin;
 pub use options::{ConsumerOptions, InitialPosition, SubType};
 use partition::PartitionList;
 use partition::Undecodable;
-pub(crate) use partition::{ConsumerLink, Delivery, PartitionConsumer};
+pub(crate) use partition::{ConsumerLink, Delivery, EndPosition, PartitionConsumer};
 pub use stats::ConsumerStats;
 use stats::Counters;
 

@@ -657,6 +657,48 @@ impl PartitionConsumer {
         true
     }
 
+    /// `GET_LAST_MESSAGE_ID`: where the partition ends now, and whether anything after the
+    /// subscription's mark-delete position is left to read.
+    pub(crate) async fn end_position(&self) -> Result<EndPosition, Error> {
+        let ConsumerLink {
+            connection,
+            consumer_id,
+        } = self.link();
+        let answer = connection
+            .request("GET_LAST_MESSAGE_ID", |request_id| {
+                command_frame(Type::GetLastMessageId, |c| {
+                    c.get_last_message_id = Some(pb::CommandGetLastMessageId {
+                        consumer_id,
+                        request_id,
+                    });
+                })
+            })
+            .await?;
+        let Some(response) = answer.get_last_message_id_response else {
+            return Err(Error::MalformedFrame {
+                reason: "GET_LAST_MESSAGE_ID was answered without a response body".into(),
+            });
+        };
+        let position = |id: &pb::MessageIdData| {
+            // An empty ledger or topic reports entry -1 (and sometimes ledger -1).
+            (id.entry_id != u64::MAX && id.ledger_id != u64::MAX)
+                .then_some((id.ledger_id, id.entry_id))
+        };
+        let last = position(&response.last_message_id);
+        let mark_delete = response
+            .consumer_mark_delete_position
+            .as_ref()
+            .and_then(position);
+        Ok(EndPosition {
+            last,
+            readable: match (last, mark_delete) {
+                (None, _) => false,
+                (Some(last), Some(mark)) => last > mark,
+                (Some(_), None) => true,
+            },
+        })
+    }
+
     /// `CLOSE_CONSUMER`.
     pub(crate) async fn close(&self) -> Result<(), Error> {
         self.closing.store(true, Ordering::Release);
@@ -684,6 +726,16 @@ impl PartitionConsumer {
         let link = self.link.read();
         link.connection.unregister_consumer(link.consumer_id);
     }
+}
+
+/// Where a partition ends, from `GET_LAST_MESSAGE_ID`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EndPosition {
+    /// The last entry's (ledger, entry), `None` for an empty partition.
+    pub(crate) last: Option<(u64, u64)>,
+    /// Whether entries after the subscription's mark-delete position exist (a backlog, or
+    /// messages delivered and not yet acknowledged).
+    pub(crate) readable: bool,
 }
 
 /// Subscribes `consumer` again until it is subscribed (the receiver of its new frames), it

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::consumer::{Delivery, QueueSizing};
+use crate::consumer::{Delivery, EndPosition, QueueSizing};
 use crate::{
     Client, Consumer, ConsumerOptions, ConsumerStats, Error, Message, MessageConsumer, Transaction,
 };
@@ -149,6 +149,35 @@ struct State {
     errors: VecDeque<Error>,
     /// Every partition's deliveries ended.
     finished: bool,
+    /// Per partition, the (ledger, entry) it ended at when a growth was seen, while the
+    /// growth hold waits for it to be delivered.
+    drain_points: Vec<Option<(u64, u64)>>,
+    /// Per partition, the (ledger, entry) of the last message handed to the application.
+    last_delivered: Vec<Option<(u64, u64)>>,
+}
+
+impl State {
+    /// `partition` handed out the message at `position`: a drain point it reached is
+    /// reported to the gate.
+    fn delivered_at(
+        &mut self,
+        partition: u32,
+        position: (u64, u64),
+        now: std::time::Instant,
+        control: &mut dyn PartitionControl,
+    ) {
+        let slot = partition as usize;
+        if self.last_delivered.len() <= slot {
+            self.last_delivered.resize(slot + 1, None);
+        }
+        self.last_delivered[slot] = Some(position);
+        if let Some(point) = self.drain_points.get_mut(slot)
+            && point.is_some_and(|p| position >= p)
+        {
+            *point = None;
+            self.gate.drained(partition, now, control);
+        }
+    }
 }
 
 /// Pauses and resumes partitions by withholding and granting their `FLOW` permits.
@@ -224,12 +253,32 @@ impl PriorityConsumer {
             };
             gate.set_partitions(subscribed, super::clock::now(), &mut control)?;
         }
+        // The cold start need not wait for partitions above the lowest level that have
+        // nothing to read.
+        let lowest = gate.policy().lowest();
+        let ends = end_positions(&consumer, 0..gate.partitions()).await;
+        let mut control = Permits {
+            consumer: &consumer,
+        };
+        for (p, end) in (0..gate.partitions()).zip(ends) {
+            match end {
+                Ok(end) if !end.readable && gate.level_of(p) != Some(lowest) => {
+                    gate.set_known_empty(p, super::clock::now(), &mut control);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(partition = p, %error, "where the partition ends is unknown")
+                }
+            }
+        }
         let state = State {
             buffers: (0..gate.partitions()).map(|_| VecDeque::new()).collect(),
             gate,
             strays: VecDeque::new(),
             errors: VecDeque::new(),
             finished: false,
+            drain_points: Vec::new(),
+            last_delivered: Vec::new(),
         };
         let inner = Arc::new(Inner {
             consumer,
@@ -481,6 +530,8 @@ impl Inner {
                 .and_then(VecDeque::pop_front);
             let _ = state.gate.on_delivered(partition, now, &mut control);
             if let Some(message) = message {
+                let id = message.id();
+                state.delivered_at(partition, (id.ledger_id, id.entry_id), now, &mut control);
                 if let Some(p) = self.consumer.partition_at(partition as usize) {
                     p.consumed(1, self.consumer.counters());
                 }
@@ -569,15 +620,54 @@ impl Inner {
             .pool()
             .partitions(self.consumer.topic())
             .await?;
+        let (old, hold) = {
+            let state = self.state.lock();
+            (
+                state.gate.partitions(),
+                state.gate.config().growth_hold.is_some(),
+            )
+        };
+        // Under the growth hold, where each old partition ends now is its drain point.
+        let ends = if hold && count > old {
+            Some(end_positions(&self.consumer, 0..old).await)
+        } else {
+            None
+        };
         {
             let mut state = self.state.lock();
+            let state = &mut *state;
             if count > state.gate.partitions() {
                 let mut control = Permits {
                     consumer: &self.consumer,
                 };
-                state
-                    .gate
-                    .set_partitions(count, super::clock::now(), &mut control)?;
+                let now = super::clock::now();
+                match &ends {
+                    Some(ends) => {
+                        state
+                            .gate
+                            .set_partitions_with_drain_points(count, now, &mut control)?;
+                        state.drain_points = vec![None; old as usize];
+                        for (p, end) in (0..old).zip(ends) {
+                            let delivered = state.last_delivered.get(p as usize).copied().flatten();
+                            match end {
+                                Ok(end) if end.readable => match (end.last, delivered) {
+                                    (Some(last), Some(seen)) if seen >= last => {
+                                        state.gate.drained(p, now, &mut control);
+                                    }
+                                    (Some(last), _) => state.drain_points[p as usize] = Some(last),
+                                    (None, _) => state.gate.drained(p, now, &mut control),
+                                },
+                                Ok(_) => state.gate.drained(p, now, &mut control),
+                                Err(error) => tracing::warn!(
+                                    partition = p,
+                                    %error,
+                                    "where the partition ends is unknown; its growth hold lasts until its deadline"
+                                ),
+                            }
+                        }
+                    }
+                    None => state.gate.set_partitions(count, now, &mut control)?,
+                }
                 let partitions = state.gate.partitions() as usize;
                 state.buffers.resize_with(partitions, VecDeque::new);
             }
@@ -600,6 +690,20 @@ impl Inner {
         state.gate.sync(&mut control);
         result
     }
+}
+
+/// Where each of `partitions` of `consumer` ends now (`GET_LAST_MESSAGE_ID`, all at once).
+async fn end_positions(
+    consumer: &Consumer,
+    partitions: std::ops::Range<u32>,
+) -> Vec<Result<EndPosition, Error>> {
+    let asks = partitions.map(|p| async move {
+        match consumer.partition_at(p as usize) {
+            Some(partition) => partition.end_position().await,
+            None => Err(Error::Closed("the partition's consumer")),
+        }
+    });
+    futures_util::future::join_all(asks).await
 }
 
 /// Moves every partition's deliveries into the buffers, telling the gate of each arrival.

@@ -345,8 +345,14 @@ impl Consumer {
         topic: &mut Topic,
         now: Instant,
     ) -> Consumer {
-        // The first event starts the cold start: lower levels subscribe paused.
+        // The first event starts the cold start: lower levels subscribe paused, unless the
+        // levels above have nothing to read (what Pulsar's last message id tells).
         gate.tick(now, &mut Control(topic));
+        for p in 0..topic.partitions() {
+            if topic.part(p).is_some_and(|part| part.backlog() == 0) {
+                gate.set_known_empty(p, now, &mut Control(topic));
+            }
+        }
         for p in 0..topic.partitions() {
             let queue = gate
                 .suggested_queue_size(p)
