@@ -43,9 +43,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
+#[path = "../shared/pulsar_broker.rs"]
+mod pulsar_broker;
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
+use pulsar_broker::Broker;
 use pulsar_wire::prioritized::{
     PriorityConsumer, PriorityConsumerOptions, PriorityRouter, follow_growth,
 };
@@ -109,36 +112,6 @@ fn parse_args() -> Result<Args, String> {
         return Err("--high must be at least 1".into());
     }
     Ok(args)
-}
-
-/// Where the topic lives.
-enum Broker {
-    Emulator(Emulator),
-    Real { admin: PulsarAdmin },
-}
-
-impl Broker {
-    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), String> {
-        match self {
-            Broker::Emulator(e) => e.create_topic(topic, partitions).map_err(|e| e.to_string()),
-            Broker::Real { admin } => admin
-                .create_partitioned_topic(topic, partitions)
-                .await
-                .map_err(|e| e.to_string()),
-        }
-    }
-
-    async fn grow(&self, topic: &str, partitions: u32) -> Result<(), String> {
-        match self {
-            Broker::Emulator(e) => e
-                .update_partitions(topic, partitions)
-                .map_err(|e| e.to_string()),
-            Broker::Real { admin } => admin
-                .update_partitions(topic, partitions)
-                .await
-                .map_err(|e| e.to_string()),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

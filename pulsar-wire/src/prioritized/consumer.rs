@@ -152,27 +152,33 @@ struct State {
     /// Per partition, the (ledger, entry) it ended at when a growth was seen, while the
     /// growth hold waits for it to be delivered.
     drain_points: Vec<Option<(u64, u64)>>,
-    /// Per partition, the (ledger, entry) of the last message handed to the application.
+    /// Per partition, the (ledger, entry) of the last entry handed to the application whole.
     last_delivered: Vec<Option<(u64, u64)>>,
 }
 
 impl State {
-    /// `partition` handed out the message at `position`: a drain point it reached is
-    /// reported to the gate.
+    /// `partition` handed out the message `id`: a drain point it reached is reported to the
+    /// gate. The point is an entry; a batch entry is reached with its last message.
     fn delivered_at(
         &mut self,
         partition: u32,
-        position: (u64, u64),
+        id: &crate::MessageId,
         now: std::time::Instant,
         control: &mut dyn PartitionControl,
     ) {
         let slot = partition as usize;
+        let position = (id.ledger_id, id.entry_id);
+        let whole = id
+            .batch_size
+            .is_none_or(|size| i64::from(id.batch_index) + 1 >= i64::from(size));
         if self.last_delivered.len() <= slot {
             self.last_delivered.resize(slot + 1, None);
         }
-        self.last_delivered[slot] = Some(position);
+        if whole {
+            self.last_delivered[slot] = Some(position);
+        }
         if let Some(point) = self.drain_points.get_mut(slot)
-            && point.is_some_and(|p| position >= p)
+            && point.is_some_and(|p| position > p || (position == p && whole))
         {
             *point = None;
             self.gate.drained(partition, now, control);
@@ -530,8 +536,7 @@ impl Inner {
                 .and_then(VecDeque::pop_front);
             let _ = state.gate.on_delivered(partition, now, &mut control);
             if let Some(message) = message {
-                let id = message.id();
-                state.delivered_at(partition, (id.ledger_id, id.entry_id), now, &mut control);
+                state.delivered_at(partition, &message.id(), now, &mut control);
                 if let Some(p) = self.consumer.partition_at(partition as usize) {
                     p.consumed(1, self.consumer.counters());
                 }
