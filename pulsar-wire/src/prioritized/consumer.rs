@@ -113,9 +113,18 @@ impl PriorityConsumerOptions {
 ///
 /// When the topic gains partitions (re-read every
 /// [`PriorityConsumerOptions::partitions_refresh`] or on
-/// [`PriorityConsumer::refresh_partitions`]), the gate's layout is recomputed and the new
-/// partitions are subscribed. Under a partition-shares layout an existing partition can change level;
-/// its receiver queue stays the one it was subscribed with.
+/// [`PriorityConsumer::refresh_partitions`]; [`super::follow_growth`] refreshes a producer
+/// first), the gate's layout is extended and the new partitions are subscribed; an existing
+/// partition never changes level. Under [`GateConfig::growth_hold`] the consumer asks each old
+/// partition where it ends (`GET_LAST_MESSAGE_ID`) and holds the new partitions of a grown
+/// level until every old partition of that level has handed out its message at that point
+/// (or the hold's time is up), so a key the producers moved keeps its order; producers that
+/// refresh after the consumer saw the growth are not covered.
+///
+/// At subscription the lower levels start paused (the gate's cold start) until the more
+/// important levels had their first arrival or are known to have nothing to read (the
+/// partitions' last message ids), so a consumer starting on a backlog gets the urgent
+/// messages' receiver queues first.
 #[derive(Debug)]
 pub struct PriorityConsumer {
     inner: Arc<Inner>,

@@ -13,7 +13,8 @@
 //! - [`PriorityRouter`]: the producer's [`crate::PartitionRouter`]. A message goes to a
 //!   partition of the level its priority property names (the policy's default level when it
 //!   has none, or an invalid one): by key hash when it has a key, by a per-level sticky round
-//!   robin otherwise. The layout follows the producer's partition count, which grows with
+//!   robin otherwise ([`RouterConfig::placement`]: `Jump` moves the fewest keys when the topic
+//!   grows). The layout follows the producer's partition count, which grows with
 //!   [`crate::Producer::refresh_partitions`] (also run periodically, see
 //!   [`crate::ProducerOptions::partitions_refresh`]).
 //! - [`PriorityConsumer`]: one consumer per partition, each with the receiver queue the
@@ -25,7 +26,9 @@
 //!   so a consumer that never acknowledges is still prioritised, and a redelivered message
 //!   keeps its partition's level. New partitions are subscribed when the partition count is
 //!   re-read (periodically or with [`PriorityConsumer::refresh_partitions`]), and the gate's
-//!   layout is recomputed. [`PriorityConsumer::set_strategy`] changes the strategy of a live
+//!   layout is extended: growth never moves an existing partition to another level (see
+//!   [`mq_priority::LayoutSpec`]), and with [`GateConfig::growth_hold`] a key moved to a new
+//!   partition keeps its order. [`PriorityConsumer::set_strategy`] changes the strategy of a live
 //!   consumer.
 //! - [`follow_growth`]: after the topic grew, refreshes the producer's partition count and
 //!   then the consumer's, the order that [`GateConfig::growth_hold`] needs to keep key order.
@@ -70,5 +73,6 @@ pub use growth::follow_growth;
 pub use router::PriorityRouter;
 
 pub use mq_priority::{
-    GateConfig, GateStats, LayoutSpec, Level, PriorityPolicy, RouterConfig, Strategy, Unlisted,
+    GateConfig, GateStats, KeyPlacement, LayoutSpec, Level, PriorityPolicy, RouterConfig, Strategy,
+    Unlisted,
 };
