@@ -156,6 +156,13 @@ pub enum Error {
         reason: String,
     },
 
+    /// The growth hold's longest time must be positive.
+    #[error("the growth hold must last longer than zero, got {max:?}: use None to turn it off")]
+    InvalidGrowthHold {
+        /// The longest hold given.
+        max: Duration,
+    },
+
     /// The aging bound must be positive.
     #[error("the aging bound must be longer than zero, got {max_wait:?}")]
     InvalidMaxWait {

@@ -302,10 +302,8 @@ fn validate(
         Strategy::DeliveryShares(w) => crate::layout::check_shares("delivery", w, levels)?,
         _ => vec![1; levels],
     };
-    if config.growth_hold.is_some_and(|d| d.is_zero()) {
-        return Err(Error::InvalidMaxWait {
-            max_wait: Duration::ZERO,
-        });
+    if let Some(max) = config.growth_hold.filter(Duration::is_zero) {
+        return Err(Error::InvalidGrowthHold { max });
     }
     let mode = match config.strategy {
         Strategy::Strict => Mode::Strict,

@@ -112,7 +112,7 @@ fn share_errors(r: &Report, weights: &[f64]) -> Vec<f64> {
 }
 
 #[test]
-fn weighted_shares_under_overload_are_within_two_points_of_the_weights() {
+fn delivery_shares_under_overload_are_within_two_points_of_the_shares() {
     let two = scenarios::overload(TEST);
     let four = four_levels_all_overloaded();
     for (s, weights) in [(&two, vec![2.0, 1.0]), (&four, vec![8.0, 4.0, 2.0, 1.0])] {

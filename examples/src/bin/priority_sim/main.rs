@@ -1,7 +1,7 @@
 //! `priority_sim`: a deterministic simulator that measures message priority on a partitioned
 //! Pulsar topic, comparing no priority, a replica of the published client-side design
 //! (streamnative/pulsar-recipes PR #20) and the `priority` crate's gate and router in each
-//! strategy (strict, weighted, strict with aging).
+//! strategy (strict, delivery shares, strict with aging).
 //!
 //! Everything runs in virtual time (1 ms ticks) with a seeded generator: no threads, no
 //! sleeping, the same output on every run. The model keeps Pulsar's flow control: receiver
@@ -9,7 +9,9 @@
 //! are still honoured and buffered messages stay, batches dispatched as one entry.
 //!
 //! Scenarios: a 100:1 low backlog then a high burst; sustained overload; 4 levels; a
-//! partition count change mid-run; batching; a consumer that never acks; cold start. For each
+//! partition count change mid-run; batching; a consumer that never acks; cold start; and the
+//! growth table (`growth-keys`, `growth-keys-even`: keyed messages, the layout kinds and key
+//! options, see `growth`). For each
 //! it prints Markdown tables of per-level latency p50/p99, bypass count, inversion ratio,
 //! longest starvation gap and delivered share under overload (see `metrics`).
 //!

@@ -69,7 +69,7 @@ pub(crate) fn all() -> Vec<Spec> {
             kind: Kind::Ours(Strategy::Strict),
         },
         Spec {
-            name: "ours: weighted",
+            name: "ours: delivery shares",
             kind: Kind::Ours(Strategy::delivery_shares()),
         },
         Spec {
