@@ -117,16 +117,7 @@ async fn the_stream_survives_a_proxy_restart(kill: bool) {
     )
     .await;
     print(&format!("proxy restart ({tag})"), &report);
-    // After kill -9 the 5.3.3 broker did not redeliver about 190 messages whose receipt
-    // handles expired in the outage within 75 s (two CI runs): they are listed in the shutdown
-    // report, which is the truth the client knows; every payload still arrived.
-    let shortfalls: Vec<String> = report
-        .shortfalls()
-        .into_iter()
-        .filter(|s| !(kill && s.starts_with("the shutdown report lists")))
-        .collect();
-    assert!(shortfalls.is_empty(), "{shortfalls:?}");
-    assert!(report.shutdown.unacknowledged.len() <= 1_000);
+    assert_no_shortfalls(&report, kill);
     if !kill {
         assert_eq!(
             report.copies_of_acked, 0,
@@ -154,6 +145,21 @@ async fn a_stream_survives_a_30_s_proxy_outage_after_kill_9() {
     the_stream_survives_a_proxy_restart(true).await;
 }
 
+/// Every shortfall fails the run, with one exception after a kill -9. The 5.3.3 broker did not
+/// redeliver, within the stream's settle time, the messages whose receipt handles expired in
+/// the outage: about 190 after a proxy kill (two CI runs, still missing 75 s later) and 365
+/// after a kill of broker-a in the cluster (one CI run). The shutdown report lists them, which
+/// is the truth the client knows; every payload still arrived. Up to 1,000 are accepted.
+fn assert_no_shortfalls(report: &Report, kill: bool) {
+    let shortfalls: Vec<String> = report
+        .shortfalls()
+        .into_iter()
+        .filter(|s| !(kill && s.starts_with("the shutdown report lists")))
+        .collect();
+    assert!(shortfalls.is_empty(), "{shortfalls:?}");
+    assert!(report.shutdown.unacknowledged.len() <= 1_000);
+}
+
 /// One broker of the two stopped (TERM, or killed with -9) mid-stream for 20 s and started
 /// again: sends are retried on the other broker and none fails, no ack is given up while its
 /// receipt handle is valid, nothing is lost. After TERM no acknowledged message comes back;
@@ -165,7 +171,14 @@ async fn the_stream_survives_a_broker_stop(kill: bool) {
         return;
     };
     let config = ClientConfig::new(&endpoint).unwrap();
-    let producer = Arc::new(Producer::new(Session::new(config.clone()).unwrap()));
+    let mut producer = Producer::new(Session::new(config.clone()).unwrap());
+    if kill {
+        // After broker-a is killed the cluster proxy answered no SendMessage for some 10 s
+        // (one CI run: 12 of 4,988 sends failed after 3 attempts in 9.6-9.9 s, each attempt
+        // timing out), which the default 10 s retry window does not cover.
+        producer = producer.retry_window(Duration::from_secs(30));
+    }
+    let producer = Arc::new(producer);
     let mut stop = vec!["stop-broker", "broker-a"];
     if kill {
         stop.push("--kill");
@@ -199,7 +212,7 @@ async fn the_stream_survives_a_broker_stop(kill: bool) {
     )
     .await;
     print(&format!("broker-a stopped ({tag})"), &report);
-    assert!(report.shortfalls().is_empty(), "{:?}", report.shortfalls());
+    assert_no_shortfalls(&report, kill);
     if !kill {
         assert_eq!(
             report.copies_of_acked, 0,
