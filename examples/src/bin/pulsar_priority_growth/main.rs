@@ -39,7 +39,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use broker_tools::pulsar_admin::PulsarAdmin;
 use mq_priority::{
     GateConfig, KeyPlacement, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow,
     Strategy, Unlisted,
@@ -52,7 +51,6 @@ use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, MessageConsumer,
     OutgoingMessage, Producer, ProducerOptions,
 };
-use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 const PROPERTY: &str = "priority";
 const PARTITIONS: u32 = 4;
@@ -513,21 +511,8 @@ async fn main() -> ExitCode {
 }
 
 async fn main_with(args: &Args) -> Result<bool, String> {
-    let (broker, url) = match (&args.service_url, &args.admin_url) {
-        (Some(url), Some(admin)) => (
-            Broker::Real {
-                admin: PulsarAdmin::new(admin).map_err(|e| e.to_string())?,
-            },
-            url.clone(),
-        ),
-        _ => {
-            let emulator = Emulator::start(EmulatorConfig::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let url = emulator.endpoint().to_owned();
-            (Broker::Emulator(emulator), url)
-        }
-    };
+    let (broker, url) =
+        Broker::choose(args.service_url.as_deref(), args.admin_url.as_deref()).await?;
     let name = match &broker {
         Broker::Emulator(_) => format!("embedded emulator at {url}"),
         Broker::Real { .. } => format!("broker at {url}"),
