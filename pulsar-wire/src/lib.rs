@@ -97,8 +97,9 @@
 //!   token authentication and `AUTH_CHALLENGE` answered, request-id correlation, keep-alive,
 //!   every pending request failed when the connection is lost), lookups, partitioned
 //!   metadata.
-//! - [`Producer`]: single messages and batches (by count, bytes and delay, on `ack-batcher`;
-//!   each message's future resolves to its own [`MessageId`]), a [`PartitionRouter`] for
+//! - [`Producer`]: single messages and batches (by count, bytes and delay; a partition's
+//!   batches go out in order, many on the wire at once; each message's future resolves to
+//!   its own [`MessageId`]), a [`PartitionRouter`] for
 //!   partitioned topics, transactional sends, a bounded pending queue
 //!   ([`ProducerOptions::max_pending_messages`], [`QueueFull`]).
 //! - [`Consumer`]: Exclusive, Shared, Failover and Key_Shared subscriptions (see

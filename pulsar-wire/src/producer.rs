@@ -1,4 +1,4 @@
-//! [`Producer`]: sends single messages or batches (on `ack-batcher`), routes them over the
+//! [`Producer`]: sends single messages or batches, routes them over the
 //! partitions of a partitioned topic, and joins transactions.
 
 mod batching;
@@ -198,8 +198,9 @@ impl ProducerOptions {
 /// With batching (the default), messages to the same partition (and transaction) are grouped
 /// by count, bytes and delay; each batch is one `SEND` whose entry carries
 /// `num_messages_in_batch` (also for a batch of one), and each message's future resolves to
-/// its own [`MessageId`] (batch index and size included). A partition's batches go out one
-/// after another, in order. With [`BatchingOptions::key_based`] (which Key_Shared consumers
+/// its own [`MessageId`] (batch index and size included). A partition's batches go out in
+/// the order they are sealed, and many of them may wait for their receipts at once (bounded
+/// by [`ProducerOptions::max_pending_messages`], and by the batcher's own bound). With [`BatchingOptions::key_based`] (which Key_Shared consumers
 /// need), batches are formed per key: a key's batches go out in order, batches of different
 /// keys may be sealed concurrently and go out in the order they are sealed.
 ///
@@ -222,6 +223,8 @@ struct ProducerInner {
     send_timeout: Duration,
     partitions: Arc<PartitionSet>,
     partitioned: bool,
+    /// The producer of a topic that is not partitioned (`None` for a partitioned one).
+    single: Option<Arc<PartitionProducer>>,
     router: Arc<dyn PartitionRouter>,
     batcher: Option<ProducerBatcher>,
     /// A place per message sent and not receipted yet.
@@ -301,6 +304,9 @@ impl Producer {
                 .await?,
             );
         }
+        let single = (!partitioned)
+            .then(|| partitions.first().cloned())
+            .flatten();
         let partitions = Arc::new(PartitionSet::new(partitions));
         let batcher = options
             .batching
@@ -316,6 +322,7 @@ impl Producer {
             send_timeout: options.send_timeout,
             partitions,
             partitioned,
+            single,
             router: options.router,
             batcher,
             queue,
@@ -486,7 +493,15 @@ impl Producer {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the producer"));
         }
-        let (index, producer) = self.route(&message)?;
+        let routed;
+        let (index, producer) = match &self.inner.single {
+            // A topic that is not partitioned: no router, no partition list.
+            Some(single) => (0, single),
+            None => {
+                routed = self.route(&message)?;
+                (routed.0, &routed.1)
+            }
+        };
         producer.check_size(&message)?;
         // Held by the message until it is resolved, given back before its result is known.
         let slot = self.inner.queue.admit().await?;
@@ -539,10 +554,10 @@ impl Producer {
         }
         self.inner.queue.close();
         if let Some(batcher) = &self.inner.batcher {
-            let report = batcher.close().await;
-            if report.abandoned > 0 {
+            let abandoned = batcher.close().await;
+            if abandoned > 0 {
                 tracing::warn!(
-                    abandoned = report.abandoned,
+                    abandoned,
                     topic = %self.inner.topic,
                     "messages abandoned while closing the producer"
                 );

@@ -1,23 +1,24 @@
-//! Producer batching on `ack-batcher`: one batcher per producer keyed by partition (and
-//! transaction, since one `SEND` carries at most one; and, with key-based batching, by the
-//! message's key), every flush one `SEND` of a batch, every message's future resolving to its
-//! own [`MessageId`].
+//! Producer batching: per partition (and transaction, since one `SEND` carries at most one;
+//! and, with key-based batching, per message key) one open batch, sealed by count, bytes,
+//! delay, flush or close; every sealed batch one `SEND`, every message's future resolving to
+//! its own [`MessageId`].
 //!
-//! Order: the batcher keeps one batch in flight per key, so a key's batches reach the wire in
-//! order. Batches of different keys of one partition may be flushed at the same time; the
-//! partition producer assigns their sequence ids and queues their frames under one lock
-//! ([`super::partition::PartitionProducer`]), so sequence ids still grow in the order the
-//! frames are written, as a broker with deduplication requires.
+//! Order: a batch is sealed and its frame queued on the partition producer under one lock
+//! ([`Batches`]'s, then the partition's sequencer), so a partition's batches reach the wire
+//! in the order they were sealed, with growing sequence ids, as a broker with deduplication
+//! requires; many of them may wait for their receipts at once (the Java client's pipelining),
+//! bounded by the messages the batcher holds. A batch's messages share one [`Outcome`]: one
+//! completion per batch, not per message.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-
-use ack_batcher::{Batcher, Flush, FlushResult, ItemOptions, ItemReply, RetryPolicy};
 use parking_lot::Mutex;
+use tokio::sync::{Notify, Semaphore, TryAcquireError};
 use txn_ack::TxnId;
 
 use super::message::OutgoingMessage;
@@ -124,6 +125,14 @@ pub(crate) struct BatchKey {
     pub(crate) group: Option<KeyGroup>,
 }
 
+impl BatchKey {
+    /// Whether it is a partition's default batch (no transaction, no key), which has a place
+    /// of its own instead of an entry in a map.
+    fn is_plain(&self) -> bool {
+        self.txn.is_none() && self.group.is_none()
+    }
+}
+
 /// The key a key-based batch is formed by: the ordering key takes precedence over the
 /// partition key, as the broker's sticky key does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -143,43 +152,39 @@ impl KeyGroup {
     }
 }
 
-/// One message waiting for its batch.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    message: OutgoingMessage,
-    /// Which open batch of its key the accounting put it in.
-    epoch: u64,
-    /// Its place in the producer's pending queue: given back once its batch is answered,
-    /// before the batcher hands the result to the sender.
-    slot: Mutex<Option<Slot>>,
-}
+/// The wait for the receipt of a batch entry: the entry's id (`batch_size` set, batch index
+/// to be filled in per message).
+pub(crate) type BatchReceipt =
+    Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Send + 'static>>;
 
 /// Where sealed batches go: the partition producers (or, in tests, a recorder).
 pub(crate) trait BatchSink: Send + Sync + 'static {
-    /// Sends `messages` as one batch entry to `partition`; returns each message's id.
-    fn send_batch(
+    /// Numbers `messages` and queues them as one batch entry to `partition` before it
+    /// returns, so that batches reach the wire in the order they are started; returns the
+    /// wait for the entry's receipt.
+    fn start_batch(
         &self,
         partition: usize,
-        messages: &[&OutgoingMessage],
+        messages: &[OutgoingMessage],
         txn: Option<TxnId>,
-    ) -> impl Future<Output = Result<Vec<MessageId>, Error>> + Send;
+    ) -> Result<BatchReceipt, Error>;
 
     /// The smallest `max_message_size` of the partitions.
     fn max_message_size(&self) -> usize;
 }
 
 impl BatchSink for PartitionSet {
-    async fn send_batch(
+    fn start_batch(
         &self,
         partition: usize,
-        messages: &[&OutgoingMessage],
+        messages: &[OutgoingMessage],
         txn: Option<TxnId>,
-    ) -> Result<Vec<MessageId>, Error> {
+    ) -> Result<BatchReceipt, Error> {
         let producer = self.get(partition).ok_or_else(|| Error::Invalid {
             what: "partition",
             reason: format!("{partition} is not a partition of this producer"),
         })?;
-        producer.send_batch(messages, txn).await
+        producer.start_batch(messages, txn)
     }
 
     fn max_message_size(&self) -> usize {
@@ -191,93 +196,251 @@ impl BatchSink for PartitionSet {
     }
 }
 
-/// The `ack-batcher` transport: one `SEND` per batch.
-#[derive(Debug)]
-pub(crate) struct BatchSender<S> {
-    sink: Arc<S>,
-    open: Arc<Mutex<OpenBatches>>,
+/// The result of one batch, shared by its messages' sends: set once, when the receipt (or
+/// the failure) comes, then every waiting send is woken.
+#[derive(Debug, Default)]
+struct Outcome {
+    result: OnceLock<Result<MessageId, Error>>,
+    done: Notify,
 }
 
-impl<S: BatchSink> Flush<BatchKey, Pending> for BatchSender<S> {
-    type Output = MessageId;
-    type Error = Error;
+impl Outcome {
+    /// Sets the result (the first one set stays) and wakes the waiting sends.
+    fn resolve(&self, result: Result<MessageId, Error>) {
+        let _ = self.result.set(result);
+        self.done.notify_waiters();
+    }
 
-    async fn flush(&self, key: &BatchKey, items: &[Pending]) -> FlushResult<MessageId, Error> {
-        // A batch sealed by its delay ends the accounting's open batch too.
-        if let Some(first) = items.first() {
-            self.open.lock().seal(key, first.epoch);
+    /// Waits for the result.
+    async fn wait(&self) -> Result<MessageId, Error> {
+        loop {
+            let notified = self.done.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so that a result set in between still wakes it.
+            notified.as_mut().enable();
+            if let Some(result) = self.result.get() {
+                return result.clone();
+            }
+            notified.await;
         }
-        let messages: Vec<&OutgoingMessage> = items.iter().map(|p| &p.message).collect();
-        let sent = self
-            .sink
-            .send_batch(key.partition, &messages, key.txn)
-            .await;
-        for item in items {
-            drop(item.slot.lock().take());
-        }
-        Ok(sent?.into_iter().map(ItemReply::Ok).collect())
+    }
+
+    fn is_resolved(&self) -> bool {
+        self.result.get().is_some()
     }
 }
 
-/// The bytes and messages of a key's open batch, as far as the producer can tell.
+/// A batch being filled.
 #[derive(Debug)]
 struct OpenBatch {
+    messages: Vec<OutgoingMessage>,
+    /// The messages' places in the producer's pending queue, given back when the batch is
+    /// answered, before the senders learn the result.
+    slots: Vec<Slot>,
     bytes: usize,
-    messages: usize,
-    /// Unique over the producer's batches, so that a stale flush never seals a newer batch.
+    /// Unique over the producer's batches, so that a stale timer never seals a newer batch.
     epoch: u64,
+    outcome: Arc<Outcome>,
 }
 
-/// The open batches by key; a key is dropped once its batch is sealed, so that keys of
-/// key-based batching do not pile up.
+/// The open batches and the batches on the wire.
 #[derive(Debug, Default)]
-pub(crate) struct OpenBatches {
-    batches: HashMap<BatchKey, OpenBatch>,
+struct Batches {
+    /// Each partition's default batch (no transaction, no key), by partition index.
+    plain: Vec<Option<OpenBatch>>,
+    /// The batches of transactions and keys; a key is dropped once its batch is sealed, so
+    /// that the keys of key-based batching do not pile up.
+    keyed: HashMap<BatchKey, OpenBatch>,
     next_epoch: u64,
+    /// The batches sealed and not answered yet, by epoch, with their message counts.
+    in_flight: HashMap<u64, (Arc<Outcome>, usize)>,
+    closed: bool,
 }
 
-impl OpenBatches {
-    /// The open batch of `key`, opened when there is none.
-    fn open(&mut self, key: &BatchKey) -> &mut OpenBatch {
-        let epoch = &mut self.next_epoch;
-        self.batches.entry(key.clone()).or_insert_with(|| {
-            *epoch += 1;
-            OpenBatch {
-                bytes: 0,
-                messages: 0,
-                epoch: *epoch,
-            }
-        })
+impl Batches {
+    fn open_mut(&mut self, key: &BatchKey) -> Option<&mut OpenBatch> {
+        if key.is_plain() {
+            self.plain.get_mut(key.partition)?.as_mut()
+        } else {
+            self.keyed.get_mut(key)
+        }
     }
 
-    /// Ends `key`'s open batch if it is the one of `epoch`.
-    fn seal(&mut self, key: &BatchKey, epoch: u64) {
-        if self.batches.get(key).is_some_and(|b| b.epoch == epoch) {
-            self.batches.remove(key);
+    /// The open batch of `key`, started when there is none (then `true`).
+    fn open_or_start(&mut self, key: &BatchKey, max_messages: usize) -> (&mut OpenBatch, bool) {
+        let epoch = self.next_epoch + 1;
+        let start = || OpenBatch {
+            messages: Vec::with_capacity(max_messages.min(1024)),
+            slots: Vec::with_capacity(max_messages.min(1024)),
+            bytes: 0,
+            epoch,
+            outcome: Arc::default(),
+        };
+        let (batch, opened) = if key.is_plain() {
+            if self.plain.len() <= key.partition {
+                self.plain.resize_with(key.partition + 1, || None);
+            }
+            let place = &mut self.plain[key.partition];
+            let opened = place.is_none();
+            (place.get_or_insert_with(start), opened)
+        } else {
+            let opened = !self.keyed.contains_key(key);
+            (self.keyed.entry(key.clone()).or_insert_with(start), opened)
+        };
+        if opened {
+            self.next_epoch = epoch;
         }
+        (batch, opened)
+    }
+
+    fn take(&mut self, key: &BatchKey) -> Option<OpenBatch> {
+        if key.is_plain() {
+            self.plain.get_mut(key.partition)?.take()
+        } else {
+            self.keyed.remove(key)
+        }
+    }
+
+    /// The keys of every open batch.
+    fn open_keys(&self) -> Vec<BatchKey> {
+        let plain = self.plain.iter().enumerate().filter(|(_, b)| b.is_some());
+        plain
+            .map(|(partition, _)| BatchKey {
+                partition,
+                txn: None,
+                group: None,
+            })
+            .chain(self.keyed.keys().cloned())
+            .collect()
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.batches.len()
+    fn open_count(&self) -> usize {
+        self.plain.iter().flatten().count() + self.keyed.len()
     }
 }
 
-/// The producer's batcher with the byte limit the batcher itself does not know.
+/// What the batcher shares with its timers and completion tasks.
+#[derive(Debug)]
+struct Shared<S> {
+    sink: Arc<S>,
+    options: BatchingOptions,
+    batches: Mutex<Batches>,
+    /// Bounds the messages the batcher holds (open and on the wire); a send waits for room.
+    room: Semaphore,
+}
+
+impl<S: BatchSink> Shared<S> {
+    /// Seals `key`'s open batch (the one of `epoch`, when given) and starts it on the sink,
+    /// under the batches' lock: a partition's batches reach the wire in the order they are
+    /// sealed. Returns the messages, to be dropped once the lock is released.
+    fn seal(
+        self: &Arc<Self>,
+        batches: &mut Batches,
+        key: &BatchKey,
+        epoch: Option<u64>,
+    ) -> Vec<OutgoingMessage> {
+        if epoch.is_some_and(|epoch| batches.open_mut(key).is_none_or(|b| b.epoch != epoch)) {
+            return Vec::new();
+        }
+        let Some(batch) = batches.take(key) else {
+            return Vec::new();
+        };
+        let OpenBatch {
+            messages,
+            slots,
+            epoch,
+            outcome,
+            ..
+        } = batch;
+        let count = messages.len();
+        match self.sink.start_batch(key.partition, &messages, key.txn) {
+            Ok(receipt) => {
+                batches
+                    .in_flight
+                    .insert(epoch, (Arc::clone(&outcome), count));
+                let shared = Arc::clone(self);
+                tokio::spawn(async move {
+                    let result = receipt.await;
+                    shared.answered(epoch, slots, count, &outcome, result);
+                });
+            }
+            Err(error) => {
+                drop(slots);
+                self.room.add_permits(count);
+                outcome.resolve(Err(error));
+            }
+        }
+        messages
+    }
+
+    /// A batch of `count` messages was answered: gives their places back, then tells the
+    /// senders.
+    fn answered(
+        &self,
+        epoch: u64,
+        slots: Vec<Slot>,
+        count: usize,
+        outcome: &Outcome,
+        result: Result<MessageId, Error>,
+    ) {
+        drop(slots);
+        self.room.add_permits(count);
+        self.batches.lock().in_flight.remove(&epoch);
+        outcome.resolve(result);
+    }
+
+    /// Seals the batch of `key` and `epoch` once the batching delay has passed (unless it was
+    /// sealed before).
+    fn arm_timer(self: &Arc<Self>, key: BatchKey, epoch: u64) {
+        let weak = Arc::downgrade(self);
+        let delay = self.options.max_delay;
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(shared) = weak.upgrade() {
+                let sealed = {
+                    let mut batches = shared.batches.lock();
+                    shared.seal(&mut batches, &key, Some(epoch))
+                };
+                drop(sealed);
+            }
+        });
+    }
+
+    /// Seals every open batch; returns the outcomes of every batch on the wire then.
+    fn seal_all(self: &Arc<Self>, close: bool) -> Vec<(Arc<Outcome>, usize)> {
+        let mut dropped = Vec::new();
+        let outcomes = {
+            let mut batches = self.batches.lock();
+            if close {
+                batches.closed = true;
+            }
+            for key in batches.open_keys() {
+                dropped.push(self.seal(&mut batches, &key, None));
+            }
+            batches.in_flight.values().cloned().collect()
+        };
+        drop(dropped);
+        outcomes
+    }
+}
+
+/// The producer's batcher: per partition (and transaction, and with key-based batching, key)
+/// one open batch, sealed by count, bytes, delay, [`ProducerBatcher::flush`] or
+/// [`ProducerBatcher::close`]; many sealed batches of a partition may wait for their
+/// receipts at once, in order on the wire.
 #[derive(Debug)]
 pub(crate) struct ProducerBatcher<S: BatchSink = PartitionSet> {
-    batcher: Batcher<BatchKey, Pending, BatchSender<S>>,
-    open: Arc<Mutex<OpenBatches>>,
-    options: BatchingOptions,
+    shared: Arc<Shared<S>>,
 }
 
 /// How long closing a producer waits for its batches.
 pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl<S: BatchSink> ProducerBatcher<S> {
-    /// A batcher sending to `sink`; with a limit on the producer's pending messages, the
-    /// batcher's own bound is raised to it, so that the producer's limit is the one that
-    /// applies.
+    /// A batcher sending to `sink`. It holds at most the larger of 65,536 messages and 64
+    /// full batches (or the producer's pending limit, when larger, so that the producer's
+    /// limit is the one that applies); further sends wait for room.
     pub(crate) fn new(
         sink: Arc<S>,
         mut options: BatchingOptions,
@@ -286,28 +449,17 @@ impl<S: BatchSink> ProducerBatcher<S> {
         options.validate()?;
         let smallest = sink.max_message_size();
         options.max_bytes = options.max_bytes.min(smallest / 2).max(1);
-        let open = Arc::new(Mutex::new(OpenBatches::default()));
-        let batcher = Batcher::builder()
-            .max_items(options.max_messages)
-            .max_delay(options.max_delay)
-            // Keeps each key's batches in order on the wire.
-            .max_in_flight_per_key(1)
-            .max_pending(
-                (options.max_messages * 64)
-                    .max(65_536)
-                    .max(max_pending_messages.unwrap_or(0)),
-            )
-            // A SEND that failed may still have been written: never send it twice.
-            .retry(RetryPolicy::never())
-            .build(BatchSender {
-                sink,
-                open: Arc::clone(&open),
-            })
-            .map_err(|e| crate::error::batcher_error(e, "the producer"))?;
+        let room = (options.max_messages * 64)
+            .max(65_536)
+            .max(max_pending_messages.unwrap_or(0))
+            .min(Semaphore::MAX_PERMITS);
         Ok(Self {
-            batcher,
-            open,
-            options,
+            shared: Arc::new(Shared {
+                sink,
+                options,
+                batches: Mutex::new(Batches::default()),
+                room: Semaphore::new(room),
+            }),
         })
     }
 
@@ -322,7 +474,7 @@ impl<S: BatchSink> ProducerBatcher<S> {
         BatchKey {
             partition,
             txn,
-            group: if self.options.key_based {
+            group: if self.shared.options.key_based {
                 KeyGroup::of(message)
             } else {
                 None
@@ -331,60 +483,91 @@ impl<S: BatchSink> ProducerBatcher<S> {
     }
 
     /// Adds a message to its key's batch and waits for its id; the message holds `slot`
-    /// until its batch is answered.
+    /// until its batch is answered. A send whose future is dropped still goes out.
     pub(crate) async fn send(
         &self,
         key: BatchKey,
         message: OutgoingMessage,
         slot: Slot,
     ) -> Result<MessageId, Error> {
-        let size = message.encoded_size();
-        let epoch = {
-            let mut open = self.open.lock();
-            let batch = open.open(&key);
-            let batch = if batch.messages > 0 && batch.bytes + size > self.options.max_bytes {
-                // Seal the open batch now; the flush starts without being awaited.
-                drop(self.batcher.flush(&key));
-                let epoch = batch.epoch;
-                open.seal(&key, epoch);
-                open.open(&key)
-            } else {
-                batch
-            };
-            batch.bytes += size;
-            batch.messages += 1;
-            let epoch = batch.epoch;
-            if batch.messages >= self.options.max_messages {
-                open.seal(&key, epoch);
+        let shared = &self.shared;
+        let closed = || Error::Closed("the producer");
+        match shared.room.try_acquire() {
+            Ok(permit) => permit.forget(),
+            Err(TryAcquireError::Closed) => return Err(closed()),
+            Err(TryAcquireError::NoPermits) => {
+                shared.room.acquire().await.map_err(|_| closed())?.forget();
             }
-            epoch
+        }
+        let size = message.encoded_size();
+        let options = &shared.options;
+        let mut dropped = Vec::new();
+        let (outcome, index) = {
+            let mut batches = shared.batches.lock();
+            if batches.closed {
+                drop(batches);
+                shared.room.add_permits(1);
+                return Err(closed());
+            }
+            if batches
+                .open_mut(&key)
+                .is_some_and(|b| b.bytes + size > options.max_bytes)
+            {
+                dropped = shared.seal(&mut batches, &key, None);
+            }
+            let (batch, opened) = batches.open_or_start(&key, options.max_messages);
+            if opened {
+                shared.arm_timer(key.clone(), batch.epoch);
+            }
+            batch.messages.push(message);
+            batch.slots.push(slot);
+            batch.bytes += size;
+            let index = batch.messages.len() - 1;
+            let outcome = Arc::clone(&batch.outcome);
+            if batch.messages.len() >= options.max_messages {
+                let sealed = shared.seal(&mut batches, &key, None);
+                drop(batches);
+                drop(sealed);
+            }
+            (outcome, index)
         };
-        let ticket = self
-            .batcher
-            .enqueue(
-                key,
-                Pending {
-                    message,
-                    epoch,
-                    slot: Mutex::new(Some(slot)),
-                },
-                ItemOptions::new(),
-            )
-            .await
-            .map_err(|e| crate::error::batcher_error(e, "the producer"))?;
-        ticket
-            .await
-            .map_err(|e| crate::error::batcher_error(e, "the producer"))
+        drop(dropped);
+        let entry = outcome.wait().await?;
+        Ok(MessageId {
+            batch_index: i32::try_from(index).unwrap_or(i32::MAX),
+            ..entry
+        })
     }
 
-    /// Flushes every open batch and waits for the answers.
+    /// Seals every open batch and waits for the answers of every batch on the wire.
     pub(crate) async fn flush(&self) {
-        self.batcher.flush_all().await;
+        for (outcome, _) in self.shared.seal_all(false) {
+            let _ = outcome.wait().await;
+        }
     }
 
-    /// Flushes and stops taking messages.
-    pub(crate) async fn close(&self) -> ack_batcher::CloseReport {
-        self.batcher.close(CLOSE_TIMEOUT).await
+    /// Stops taking messages, seals every open batch and waits for every batch on the wire,
+    /// at most [`CLOSE_TIMEOUT`]; the sends of batches still unanswered then fail with
+    /// [`Error::Closed`]. Returns how many messages were abandoned so.
+    pub(crate) async fn close(&self) -> usize {
+        self.shared.room.close();
+        let outcomes = self.shared.seal_all(true);
+        let all = async {
+            for (outcome, _) in &outcomes {
+                let _ = outcome.wait().await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_TIMEOUT, all).await.is_ok() {
+            return 0;
+        }
+        let mut abandoned = 0;
+        for (outcome, count) in outcomes {
+            if !outcome.is_resolved() {
+                abandoned += count;
+                outcome.resolve(Err(Error::Closed("the producer")));
+            }
+        }
+        abandoned
     }
 }
 
@@ -404,29 +587,29 @@ mod tests {
     }
 
     impl BatchSink for Recorder {
-        async fn send_batch(
+        fn start_batch(
             &self,
             partition: usize,
-            messages: &[&OutgoingMessage],
+            messages: &[OutgoingMessage],
             _txn: Option<TxnId>,
-        ) -> Result<Vec<MessageId>, Error> {
+        ) -> Result<BatchReceipt, Error> {
             let entry = {
                 let mut batches = self.batches.lock();
-                batches.push(messages.iter().map(|m| (*m).clone()).collect());
+                batches.push(messages.to_vec());
                 batches.len() as u64 - 1
             };
-            // Lets other batches' flushes run before this one is answered.
-            tokio::task::yield_now().await;
             let size = messages.len() as u32;
-            Ok((0..size)
-                .map(|index| MessageId {
+            Ok(Box::pin(async move {
+                // Lets other batches start before this one is answered.
+                tokio::task::yield_now().await;
+                Ok(MessageId {
                     ledger_id: 1,
                     entry_id: entry,
                     partition: partition as i32,
-                    batch_index: index as i32,
+                    batch_index: -1,
                     batch_size: Some(size),
                 })
-                .collect())
+            }))
         }
 
         fn max_message_size(&self) -> usize {
@@ -483,7 +666,7 @@ mod tests {
                 .into_iter()
                 .collect::<Result<Vec<_>, Error>>()
                 .expect("every send succeeds");
-            let open = batcher.open.lock().len();
+            let open = batcher.shared.batches.lock().open_count();
             assert_eq!(queue.pending(), 0, "every message gave its place back");
             batcher.close().await;
             let batches = std::mem::take(&mut *recorder.batches.lock());
@@ -562,6 +745,175 @@ mod tests {
             .collect();
         groups.sort();
         assert_eq!(groups, [vec![0, 1], vec![2, 4], vec![3, 5]]);
+    }
+
+    /// Starts batches at once and answers them only when the test lets it (`answers`), or
+    /// refuses every batch (`refuse`).
+    #[derive(Debug)]
+    struct Gate {
+        started: Mutex<Vec<usize>>,
+        answers: Arc<tokio::sync::Semaphore>,
+        refuse: bool,
+    }
+
+    impl Gate {
+        fn new(refuse: bool) -> Arc<Self> {
+            Arc::new(Self {
+                started: Mutex::new(Vec::new()),
+                answers: Arc::new(tokio::sync::Semaphore::new(0)),
+                refuse,
+            })
+        }
+    }
+
+    impl BatchSink for Gate {
+        fn start_batch(
+            &self,
+            partition: usize,
+            messages: &[OutgoingMessage],
+            _txn: Option<TxnId>,
+        ) -> Result<BatchReceipt, Error> {
+            if self.refuse {
+                return Err(Error::Invalid {
+                    what: "batch",
+                    reason: "refused by the test".into(),
+                });
+            }
+            let entry = {
+                let mut started = self.started.lock();
+                started.push(messages.len());
+                started.len() as u64 - 1
+            };
+            let answers = Arc::clone(&self.answers);
+            let size = messages.len() as u32;
+            Ok(Box::pin(async move {
+                answers
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::Closed("gate"))?
+                    .forget();
+                Ok(MessageId {
+                    ledger_id: 1,
+                    entry_id: entry,
+                    partition: partition as i32,
+                    batch_index: -1,
+                    batch_size: Some(size),
+                })
+            }))
+        }
+
+        fn max_message_size(&self) -> usize {
+            crate::DEFAULT_MAX_MESSAGE_SIZE
+        }
+    }
+
+    /// Spawns a send of message `index` to partition 0.
+    fn spawn_send(
+        batcher: &Arc<ProducerBatcher<Gate>>,
+        queue: &Arc<crate::producer::queue::PendingQueue>,
+        index: usize,
+    ) -> tokio::task::JoinHandle<Result<MessageId, Error>> {
+        let batcher = Arc::clone(batcher);
+        let queue = Arc::clone(queue);
+        tokio::spawn(async move {
+            let message = message(index, None, None);
+            let slot = queue.admit().await?;
+            batcher
+                .send(batcher.key(0, None, &message), message, slot)
+                .await
+        })
+    }
+
+    /// The regression of issue 17: one batch per partition on the wire at a time held the
+    /// producer to a batch per round trip. Now a partition's sealed batches all go out
+    /// before the first is answered, and each message still gets its own id, in order.
+    #[tokio::test(start_paused = true)]
+    async fn a_partition_has_many_batches_on_the_wire_at_once() {
+        let gate = Gate::new(false);
+        let options = BatchingOptions::default()
+            .max_messages(2)
+            .max_delay(Duration::from_millis(10));
+        let batcher =
+            Arc::new(ProducerBatcher::new(Arc::clone(&gate), options, None).expect("valid"));
+        let queue = Arc::new(crate::producer::queue::PendingQueue::unbounded());
+        let mut sends = Vec::new();
+        for index in 0..7 {
+            sends.push(spawn_send(&batcher, &queue, index));
+            tokio::task::yield_now().await;
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(
+            *gate.started.lock(),
+            [2, 2, 2],
+            "three full batches out, none answered"
+        );
+        assert_eq!(queue.pending(), 7);
+        // The odd one goes out after the batching delay.
+        tokio::time::sleep(Duration::from_millis(11)).await;
+        assert_eq!(*gate.started.lock(), [2, 2, 2, 1]);
+        gate.answers.add_permits(4);
+        for (index, send) in sends.into_iter().enumerate() {
+            let id = send.await.expect("joined").expect("sent");
+            assert_eq!(
+                (id.entry_id, id.batch_index, id.batch_size),
+                (
+                    (index / 2) as u64,
+                    (index % 2) as i32,
+                    Some(if index == 6 { 1 } else { 2 })
+                )
+            );
+        }
+        assert_eq!(queue.pending(), 0, "every place given back");
+        assert_eq!(batcher.close().await, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_batch_fails_each_of_its_messages_and_gives_their_places_back() {
+        let gate = Gate::new(true);
+        let options = BatchingOptions::default().max_messages(3);
+        let batcher =
+            Arc::new(ProducerBatcher::new(Arc::clone(&gate), options, None).expect("valid"));
+        let queue = Arc::new(crate::producer::queue::PendingQueue::unbounded());
+        let sends: Vec<_> = (0..3).map(|i| spawn_send(&batcher, &queue, i)).collect();
+        for send in sends {
+            match send.await.expect("joined") {
+                Err(Error::Invalid { what: "batch", .. }) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(queue.pending(), 0);
+    }
+
+    /// Closing waits for the batches on the wire at most [`CLOSE_TIMEOUT`], then fails their
+    /// sends with `Closed` and counts them; later sends fail at once.
+    #[tokio::test(start_paused = true)]
+    async fn close_gives_up_on_unanswered_batches_after_its_timeout() {
+        let gate = Gate::new(false);
+        let options = BatchingOptions::default().max_messages(2);
+        let batcher =
+            Arc::new(ProducerBatcher::new(Arc::clone(&gate), options, None).expect("valid"));
+        let queue = Arc::new(crate::producer::queue::PendingQueue::unbounded());
+        let sends: Vec<_> = (0..3).map(|i| spawn_send(&batcher, &queue, i)).collect();
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        gate.answers.add_permits(1);
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            batcher.close().await,
+            1,
+            "the second batch (one message) abandoned"
+        );
+        assert_eq!(started.elapsed(), CLOSE_TIMEOUT);
+        assert_eq!(*gate.started.lock(), [2, 1], "close sealed the open batch");
+        let results: Vec<_> = futures_util::future::join_all(sends).await;
+        assert!(results[0].as_ref().expect("joined").is_ok());
+        assert!(results[1].as_ref().expect("joined").is_ok());
+        assert!(matches!(
+            results[2].as_ref().expect("joined"),
+            Err(Error::Closed(_))
+        ));
+        let late = spawn_send(&batcher, &queue, 9).await.expect("joined");
+        assert!(matches!(late, Err(Error::Closed(_))));
     }
 
     #[test]

@@ -6,15 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
+use prost::Message as _;
 use tokio::sync::oneshot;
 use txn_ack::TxnId;
 
 use super::message::OutgoingMessage;
 use super::queue::Slot;
 use crate::backoff::Retries;
-use crate::batch::{BatchedMessage, encode_batch};
 use crate::connection::ProducerGone;
 use crate::id::MessageId;
 use crate::link::{LinkSlot, LinkState};
@@ -575,13 +575,14 @@ impl PartitionProducer {
         }
     }
 
-    /// Sends messages as one batch entry (`num_messages_in_batch` set, even for one message);
-    /// returns each message's id.
-    pub(crate) async fn send_batch(
+    /// Numbers `messages` and queues them as one batch entry (`num_messages_in_batch` set,
+    /// even for one message) before it returns; returns the wait for the entry's receipt,
+    /// the entry's id with `batch_size` set (the batch index is each message's own).
+    pub(crate) fn start_batch(
         self: &Arc<Self>,
-        messages: &[&OutgoingMessage],
+        messages: &[OutgoingMessage],
         txn: Option<TxnId>,
-    ) -> Result<Vec<MessageId>, Error> {
+    ) -> Result<super::batching::BatchReceipt, Error> {
         let count = i32::try_from(messages.len())
             .ok()
             .filter(|n| (1..=crate::MAX_BATCH_MESSAGES).contains(n))
@@ -593,20 +594,20 @@ impl PartitionProducer {
                     crate::MAX_BATCH_MESSAGES
                 ),
             })?;
-        let id = self
-            .write(messages.len() as u64, None, |first| {
-                self.batch_frame(messages, count, first, txn)
-            })?
-            .await?;
-        Ok((0..count)
-            .map(|index| MessageId {
+        let receipt = self.write(messages.len() as u64, None, |first| {
+            self.batch_frame(messages, count, first, txn)
+        })?;
+        let partition = self.partition;
+        Ok(Box::pin(async move {
+            let id = receipt.await?;
+            Ok(MessageId {
                 ledger_id: id.ledger_id,
                 entry_id: id.entry_id,
-                partition: self.partition,
-                batch_index: index,
+                partition,
+                batch_index: -1,
                 batch_size: Some(count as u32),
             })
-            .collect())
+        }))
     }
 
     /// Numbers `count` messages from the next sequence id, has `build` make the frame of
@@ -631,27 +632,12 @@ impl PartitionProducer {
     /// The `SEND` frame of a batch entry whose messages are numbered from `first`.
     fn batch_frame(
         &self,
-        messages: &[&OutgoingMessage],
+        messages: &[OutgoingMessage],
         count: i32,
         first: u64,
         txn: Option<TxnId>,
     ) -> Result<Frame, Error> {
-        let singles: Vec<BatchedMessage> = messages
-            .iter()
-            .zip(first..)
-            .map(|(message, sequence_id)| BatchedMessage {
-                metadata: SingleMessageMetadata {
-                    properties: message.key_values(),
-                    partition_key: message.key.clone(),
-                    ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-                    event_time: message.event_time,
-                    sequence_id: Some(sequence_id),
-                    ..SingleMessageMetadata::default()
-                },
-                payload: message.payload.clone(),
-            })
-            .collect();
-        let plain = encode_batch(&singles);
+        let plain = encode_messages(messages, first);
         if self.compression == Compression::None && plain.len() > self.max_message_size {
             return Err(Error::Invalid {
                 what: "batch",
@@ -931,9 +917,33 @@ async fn registered(
     })
 }
 
+/// The uncompressed payload of a batch of `messages` numbered from `first`: each message's
+/// size, [`SingleMessageMetadata`] and payload, written in one pass into one buffer.
+fn encode_messages(messages: &[OutgoingMessage], first: u64) -> Bytes {
+    let metadata = |message: &OutgoingMessage, sequence_id: u64| SingleMessageMetadata {
+        properties: message.key_values(),
+        partition_key: message.key.clone(),
+        ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+        event_time: message.event_time,
+        sequence_id: Some(sequence_id),
+        payload_size: i32::try_from(message.payload.len()).unwrap_or(i32::MAX),
+        ..SingleMessageMetadata::default()
+    };
+    let size: usize = messages.iter().map(|m| m.encoded_size() + 32).sum();
+    let mut out = BytesMut::with_capacity(size);
+    for (message, sequence_id) in messages.iter().zip(first..) {
+        let single = metadata(message, sequence_id);
+        out.put_u32(single.encoded_len() as u32);
+        // Writing into a growable buffer cannot fail.
+        let _ = single.encode(&mut out);
+        out.put_slice(&message.payload);
+    }
+    out.freeze()
+}
+
 /// The key `of` every message, when all have the same one.
 fn shared_key<'a>(
-    messages: &[&'a OutgoingMessage],
+    messages: &'a [OutgoingMessage],
     of: impl Fn(&'a OutgoingMessage) -> Option<&'a [u8]>,
 ) -> Option<Vec<u8>> {
     let first = of(messages.first()?)?;
