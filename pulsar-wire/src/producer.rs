@@ -505,8 +505,10 @@ impl Producer {
         producer.check_size(&message)?;
         // Held by the message until it is resolved, given back before its result is known.
         let slot = self.inner.queue.admit().await?;
+        // The rare and large futures are boxed, so that a send's own future stays small:
+        // an application holding thousands of sends moves and stores it.
         if let Some(txn) = txn {
-            txn.add_partition(&producer.topic).await?;
+            Box::pin(txn.add_partition(&producer.topic)).await?;
         }
         let txn = txn.map(Transaction::id);
         match &self.inner.batcher {
@@ -514,7 +516,10 @@ impl Producer {
                 let key = batcher.key(index, txn, &message);
                 batcher.send(key, message, slot).await
             }
-            None => producer.send_single(&message, txn, slot).await,
+            None => {
+                let producer = Arc::clone(producer);
+                Box::pin(async move { producer.send_single(&message, txn, slot).await }).await
+            }
         }
     }
 

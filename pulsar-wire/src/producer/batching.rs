@@ -496,7 +496,10 @@ impl<S: BatchSink> ProducerBatcher<S> {
             Ok(permit) => permit.forget(),
             Err(TryAcquireError::Closed) => return Err(closed()),
             Err(TryAcquireError::NoPermits) => {
-                shared.room.acquire().await.map_err(|_| closed())?.forget();
+                Box::pin(shared.room.acquire())
+                    .await
+                    .map_err(|_| closed())?
+                    .forget();
             }
         }
         let size = message.encoded_size();

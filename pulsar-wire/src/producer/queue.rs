@@ -99,7 +99,12 @@ impl PendingQueue {
             }
             Err(TryAcquireError::NoPermits) => {}
         }
-        match tokio::time::timeout(self.wait, Arc::clone(&self.room).acquire_owned()).await {
+        // Boxed: the wait is rare, and its timer would make every send's future larger.
+        let waited = Box::pin(tokio::time::timeout(
+            self.wait,
+            Arc::clone(&self.room).acquire_owned(),
+        ));
+        match waited.await {
             Ok(Ok(permit)) => Ok(Slot { _permit: permit }),
             Ok(Err(_)) => Err(Error::Closed("the producer")),
             Err(_) => Err(full(Some(self.wait))),

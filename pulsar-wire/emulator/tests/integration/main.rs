@@ -10,6 +10,7 @@ mod key_shared;
 mod link_state;
 mod outages;
 mod pending;
+mod pipelining;
 mod priority;
 mod restarts;
 mod scripted;
