@@ -6,9 +6,19 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::Error;
 use crate::bar_chart::{self, Bar, Chart, ColorBy, DrawResult, FONT, Scale, draw_err};
-use crate::csv_table::{Row, Table};
+use crate::csv_table::{CsvError, Row, Table};
+
+/// Why a figure or table could not be made from its data.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FigureError {
+    /// The data is malformed (the error names the file and the line).
+    #[error(transparent)]
+    Csv(#[from] CsvError),
+    /// Drawing failed.
+    #[error("{0}")]
+    Draw(String),
+}
 
 /// A figure: the SVG file it is written to, the CSV it is drawn from, and how.
 #[derive(Debug, Clone, Copy)]
@@ -18,7 +28,7 @@ pub(crate) struct Figure {
     /// The input's file name, in the data folder.
     pub(crate) csv: &'static str,
     /// Draws the figure from the parsed input.
-    pub(crate) render: fn(&Table) -> Result<String, Error>,
+    pub(crate) render: fn(&Table) -> Result<String, FigureError>,
 }
 
 /// Every figure, in the order BENCHMARKS.md shows them.
@@ -65,14 +75,15 @@ fn svg(
     title: &str,
     footnote: Option<&str>,
     draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> DrawResult,
-) -> Result<String, Error> {
+) -> Result<String, FigureError> {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| Error::Draw(draw_err(e)))?;
+        root.fill(&WHITE)
+            .map_err(|e| FigureError::Draw(draw_err(e)))?;
         let body = root
             .titled(title, (FONT, 22))
-            .map_err(|e| Error::Draw(draw_err(e)))?;
+            .map_err(|e| FigureError::Draw(draw_err(e)))?;
         let body = match footnote {
             Some(note) => {
                 let (_, height) = body.dim_in_pixel();
@@ -81,19 +92,19 @@ fn svg(
                     .pos(Pos::new(HPos::Left, VPos::Center))
                     .color(&RGBColor(80, 80, 80));
                 foot.draw_text(note, &style, (12, 10))
-                    .map_err(|e| Error::Draw(draw_err(e)))?;
+                    .map_err(|e| FigureError::Draw(draw_err(e)))?;
                 body
             }
             None => body,
         };
-        draw(&body).map_err(Error::Draw)?;
-        root.present().map_err(|e| Error::Draw(draw_err(e)))?;
+        draw(&body).map_err(FigureError::Draw)?;
+        root.present().map_err(|e| FigureError::Draw(draw_err(e)))?;
     }
     Ok(out)
 }
 
 /// The distinct values of column `col`, in order of first appearance.
-fn distinct(table: &Table, col: usize) -> Result<Vec<String>, Error> {
+fn distinct(table: &Table, col: usize) -> Result<Vec<String>, FigureError> {
     let mut seen: Vec<String> = Vec::new();
     for row in &table.rows {
         let value = table.required_text(row, col)?;
@@ -105,9 +116,9 @@ fn distinct(table: &Table, col: usize) -> Result<Vec<String>, Error> {
 }
 
 /// Fails when the table has no record.
-fn non_empty(table: &Table) -> Result<(), Error> {
+fn non_empty(table: &Table) -> Result<(), FigureError> {
     if table.rows.is_empty() {
-        return Err(Error::Csv(crate::csv_table::CsvError {
+        return Err(FigureError::Csv(CsvError {
             file: table.file.clone(),
             line: 0,
             message: "no records after the header".to_owned(),
@@ -122,15 +133,15 @@ fn grid(
     table: &Table,
     (group_col, groups): (usize, &[String]),
     (series_col, series): (usize, &[String]),
-    mut value: impl FnMut(&Row) -> Result<Option<Bar>, Error>,
-) -> Result<Vec<Vec<Option<Bar>>>, Error> {
+    mut value: impl FnMut(&Row) -> Result<Option<Bar>, FigureError>,
+) -> Result<Vec<Vec<Option<Bar>>>, FigureError> {
     let mut cells = vec![vec![None; series.len()]; groups.len()];
     let mut filled = vec![vec![false; series.len()]; groups.len()];
     for row in &table.rows {
         let g = index_of(groups, table.text(row, group_col));
         let s = index_of(series, table.text(row, series_col));
         if std::mem::replace(&mut filled[g][s], true) {
-            return Err(Error::Csv(table.row_error(
+            return Err(FigureError::Csv(table.row_error(
                 row,
                 format!("a second record for `{}` / `{}`", groups[g], series[s]),
             )));
@@ -147,7 +158,7 @@ fn index_of(names: &[String], name: &str) -> usize {
 
 /// Throughput and CPU per million messages, per path and client, from bench-e2e's CSV: one
 /// column of two charts per path.
-pub(crate) fn e2e(table: &Table) -> Result<String, Error> {
+pub(crate) fn e2e(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let path = table.column("path")?;
     let client = table.column("client")?;
@@ -168,7 +179,7 @@ pub(crate) fn e2e(table: &Table) -> Result<String, Error> {
         for row in &rows {
             let name = table.text(row, client);
             if clients.iter().any(|c| c == name) {
-                return Err(Error::Csv(
+                return Err(FigureError::Csv(
                     table.row_error(row, format!("a second record for `{p}` / `{name}`")),
                 ));
             }
@@ -217,7 +228,7 @@ pub(crate) fn e2e(table: &Table) -> Result<String, Error> {
 
 /// AckMessage RPCs per 10,000 acknowledged messages and consumer CPU per message, immediate
 /// against batched acks (and the Java client where measured), per scenario.
-pub(crate) fn ack_rpcs(table: &Table) -> Result<String, Error> {
+pub(crate) fn ack_rpcs(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let scenario = table.column("scenario")?;
     let client = table.column("client")?;
@@ -229,7 +240,7 @@ pub(crate) fn ack_rpcs(table: &Table) -> Result<String, Error> {
     let per_10k = grid(table, (scenario, &groups), (client, &series), |row| {
         let acked_n = table.required_number(row, acked)?;
         if acked_n <= 0.0 {
-            return Err(Error::Csv(table.field_error(
+            return Err(FigureError::Csv(table.field_error(
                 row,
                 acked,
                 "must be above 0".to_owned(),
@@ -301,7 +312,7 @@ struct Runs {
 
 /// Blocked time and refused commits in the steady transactional stream with aborts, per ack
 /// loop and client: the median of the runs, a whisker from the least to the most.
-pub(crate) fn txn_stall(table: &Table) -> Result<String, Error> {
+pub(crate) fn txn_stall(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let lp = table.column("loop")?;
     let run = table.column("run")?;
@@ -319,7 +330,7 @@ pub(crate) fn txn_stall(table: &Table) -> Result<String, Error> {
         let cell = &mut runs[g][s];
         let run_name = table.required_text(row, run)?.to_owned();
         if cell.names.contains(&run_name) {
-            return Err(Error::Csv(table.row_error(
+            return Err(FigureError::Csv(table.row_error(
                 row,
                 format!(
                     "a second record for run {run_name} of `{}` / `{}`",
@@ -336,7 +347,7 @@ pub(crate) fn txn_stall(table: &Table) -> Result<String, Error> {
             "yes" => {}
             "no" => cell.not_drained = true,
             other => {
-                return Err(Error::Csv(table.field_error(
+                return Err(FigureError::Csv(table.field_error(
                     row,
                     drained,
                     format!("is `{other}`, not yes or no"),
@@ -405,7 +416,7 @@ pub(crate) fn txn_stall(table: &Table) -> Result<String, Error> {
 
 /// The high-priority messages' p99 latency per scenario, without priority, with the published
 /// replica's design and with our gate.
-pub(crate) fn priority_latency(table: &Table) -> Result<String, Error> {
+pub(crate) fn priority_latency(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let scenario = table.column("scenario")?;
     let consumer = table.column("consumer")?;
@@ -455,7 +466,7 @@ fn cell(text: &str) -> String {
 }
 
 /// The Markdown table of bench-e2e's results (all nine columns, numbers checked).
-pub(crate) fn e2e_table(table: &Table) -> Result<String, Error> {
+pub(crate) fn e2e_table(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let cols = E2E_COLUMNS
         .iter()

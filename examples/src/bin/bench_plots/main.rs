@@ -41,9 +41,9 @@ pub(crate) enum Error {
     /// A CSV file is unreadable or malformed.
     #[error(transparent)]
     Csv(#[from] CsvError),
-    /// Drawing a figure failed.
-    #[error("{0}")]
-    Draw(String),
+    /// A figure or the table could not be made from the data.
+    #[error(transparent)]
+    Figure(#[from] figures::FigureError),
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
