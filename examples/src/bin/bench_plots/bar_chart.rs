@@ -156,9 +156,11 @@ pub(crate) fn wrap(label: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// The y range to draw: linear from 0 to a little above the largest value or whisker; log
-/// from the decade below the smallest positive value to a decade above the largest.
-fn y_range(chart: &Chart) -> (f64, f64) {
+/// The y range to draw, keeping the fraction `top` (below 1) of the height free above the
+/// tallest bar or whisker for its label and the legend: linear from 0, log from the decade
+/// below the smallest positive value.
+fn y_range(chart: &Chart, top: f64) -> (f64, f64) {
+    let top = top.clamp(0.0, 0.8);
     let mut values = chart
         .values
         .iter()
@@ -169,7 +171,7 @@ fn y_range(chart: &Chart) -> (f64, f64) {
     match chart.scale {
         Scale::Linear => {
             let max = values.fold(0.0_f64, f64::max);
-            (0.0, if max > 0.0 { max * 1.18 } else { 1.0 })
+            (0.0, if max > 0.0 { max / (1.0 - top) } else { 1.0 })
         }
         Scale::Log => {
             let (mut lo, mut hi) = (f64::INFINITY, 0.0_f64);
@@ -180,18 +182,16 @@ fn y_range(chart: &Chart) -> (f64, f64) {
             if !lo.is_finite() {
                 return (1.0, 10.0);
             }
-            let lo = 10f64.powf(lo.log10().floor());
-            // Room above the tallest bar for its label: a third of a decade at least.
-            let hi = 10f64.powf((hi.log10() + 0.35).ceil().max(lo.log10() + 1.0));
-            (lo, hi)
+            let lo_log = lo.log10().floor();
+            let span = (hi.log10() - lo_log).max(0.5);
+            (10f64.powf(lo_log), 10f64.powf(lo_log + span / (1.0 - top)))
         }
     }
 }
 
 /// Draws `chart` into `area`.
 pub(crate) fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, chart: &Chart) -> DrawResult {
-    let (lo, hi) = y_range(chart);
-    let (width, _) = area.dim_in_pixel();
+    let (width, height) = area.dim_in_pixel();
     let groups = chart.groups.len().max(1);
     // Characters that fit under a group at the label font (about 0.55 em per character).
     let em = f64::from(LABEL_SIZE) / 1.24;
@@ -204,12 +204,21 @@ pub(crate) fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, chart: &Ch
         .unwrap_or(1)
         .max(chart.label_lines)
         .max(1);
+    // Room above the bars: a value label, and the legend in the upper right corner.
+    let x_area = 16 + 15 * label_lines as u32;
+    let plot_height = f64::from(height.saturating_sub(x_area + 44).max(40));
+    let legend = if chart.legend && chart.color_by == ColorBy::Series {
+        18.0 * chart.series.len() as f64 + 14.0
+    } else {
+        0.0
+    };
+    let (lo, hi) = y_range(chart, (legend + 20.0) / plot_height);
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(&chart.title, (FONT, 18))
         .margin(8)
         .margin_right(16)
-        .x_label_area_size(16 + 15 * label_lines as u32)
+        .x_label_area_size(x_area)
         .y_label_area_size(62);
     let x = 0.0..groups as f64;
     match chart.scale {
@@ -372,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn log_range_spans_whole_decades() {
+    fn the_log_range_starts_at_a_decade_and_leaves_room_on_top() {
         let chart = Chart {
             title: String::new(),
             y_desc: String::new(),
@@ -384,6 +393,9 @@ mod tests {
             legend: true,
             label_lines: 1,
         };
-        assert_eq!(y_range(&chart), (1.0, 100_000.0));
+        assert_eq!(y_range(&chart, 0.0), (1.0, 10_000.0));
+        let (lo, hi) = y_range(&chart, 0.2);
+        assert_eq!(lo, 1.0);
+        assert!((hi.log10() - 5.0).abs() < 1e-9, "{hi}");
     }
 }
