@@ -76,14 +76,20 @@ pub(crate) enum Error {
 /// The command line's settings.
 #[derive(Debug, Clone, PartialEq)]
 struct Options {
+    /// The folder of the CSV files.
     data: PathBuf,
+    /// The folder the SVG files go to.
     out: PathBuf,
+    /// The Markdown file whose marked table is rewritten.
     markdown: PathBuf,
+    /// bench-e2e's results, to replace `e2e.csv` with first.
     e2e: Option<PathBuf>,
+    /// Only compare; write nothing.
     check: bool,
 }
 
 impl Options {
+    /// Parses the arguments (without the program's name); `None` for `--help`.
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, Error> {
         let mut options = Options {
             data: PathBuf::from("scripts/benchmarks/data"),
@@ -122,6 +128,7 @@ impl Options {
     }
 }
 
+/// Reads a text file.
 fn read(path: &Path) -> Result<String, Error> {
     std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.display().to_string(),
@@ -129,6 +136,7 @@ fn read(path: &Path) -> Result<String, Error> {
     })
 }
 
+/// Writes a text file.
 fn write(path: &Path, text: &str) -> Result<(), Error> {
     std::fs::write(path, text).map_err(|source| Error::Io {
         path: path.display().to_string(),
@@ -153,6 +161,7 @@ fn render(data: &Path, out: &Path, markdown: &Path) -> Result<Vec<(PathBuf, Stri
     Ok(outputs)
 }
 
+/// Does what `options` say: replace the e2e data, then write (or check) every output.
 fn run(options: &Options) -> Result<(), Error> {
     if let Some(results) = &options.e2e {
         // Check the whole file before it replaces the committed data.
