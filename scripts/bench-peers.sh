@@ -8,7 +8,8 @@
 #
 # Uses the brokers named by ROCKETMQ_ENDPOINT and PULSAR_SERVICE_URL when both are set;
 # otherwise starts both through scripts/brokers and stops them at the end. The tables go to
-# standard output; BENCHMARKS.md ("## Peers: the official Java clients") holds a reviewed run.
+# standard output; BENCHMARKS-archive.md ("## Peers: the official Java clients") holds a
+# reviewed run; BENCHMARKS.md summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -10,7 +10,8 @@
 #   RUNS=1 MODES=term scripts/bench-restart.sh
 #
 # It starts the broker through scripts/brokers/pulsar (which it must restart) and stops it at
-# the end. BENCHMARKS.md ("## pulsar-wire: back after a broker restart") holds a reviewed run.
+# the end. BENCHMARKS-archive.md ("## pulsar-wire: back after a broker restart") holds a reviewed
+# run; BENCHMARKS.md summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-2}

@@ -2,17 +2,20 @@
 # Immediate against batched RocketMQ acks under load: builds the load example and the emulator's
 # binary in release, runs `rocketmq_ack_load` (which starts `rocketmq_emulator` as a separate
 # process) with the given arguments, and appends the tables, the exact command and the machine
-# to BENCHMARKS.md under "## rocketmq-grpc: batched acks under load".
+# to BENCHMARKS-archive.md (the full run logs) under "## rocketmq-grpc: batched acks under load".
+# BENCHMARKS.md's summary and scripts/benchmarks/data/ack_rpcs.csv are updated by hand from a
+# reviewed run (then the command in BENCHMARKS.md, "How to rerun", redraws the plots).
 #
 #   scripts/bench-rocketmq-acks.sh                         # the full run: 60 s per mode, (a) (b) (c)
 #   scripts/bench-rocketmq-acks.sh --duration 10 --scenarios a,c
-#   NO_APPEND=1 scripts/bench-rocketmq-acks.sh ...        # print only, leave BENCHMARKS.md alone
+#   NO_APPEND=1 scripts/bench-rocketmq-acks.sh ...        # print only, leave BENCHMARKS-archive.md alone
 #
 # Every argument goes to `rocketmq_ack_load` (see `target/release/rocketmq_ack_load --help`).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 HEADING="## rocketmq-grpc: batched acks under load"
+LOG=BENCHMARKS-archive.md
 
 cargo build --release -p examples --bin rocketmq_ack_load --bin rocketmq_emulator
 
@@ -44,8 +47,8 @@ trap 'rm -f "$tables" "$run"' EXIT
   cat "$tables"
 } >"$run"
 
-if ! grep -qxF "$HEADING" BENCHMARKS.md; then
-  printf '\n%s\n\n' "$HEADING" >>BENCHMARKS.md
+if ! grep -qxF "$HEADING" "$LOG"; then
+  printf '\n%s\n\n' "$HEADING" >>"$LOG"
 fi
 # Insert the run at the end of the section: before the next "## " heading, or at the end.
 awk -v heading="$HEADING" -v runfile="$run" '
@@ -54,6 +57,6 @@ awk -v heading="$HEADING" -v runfile="$run" '
   inside && /^## / && !done { emit(); print ""; inside = 0 }
   { print }
   END { if (!done) { print ""; emit() } }
-' BENCHMARKS.md >BENCHMARKS.md.new
-mv BENCHMARKS.md.new BENCHMARKS.md
-echo "appended to BENCHMARKS.md under \"${HEADING}\"" >&2
+' "$LOG" >"$LOG.new"
+mv "$LOG.new" "$LOG"
+echo "appended to $LOG under \"${HEADING}\"" >&2

@@ -14,7 +14,8 @@
 # was down or not yet routing, sends that failed for good, duplicates, payloads lost, and the
 # time from the proxy serving again to the first acknowledged batch (1 s resolution, from the
 # forwarder). It starts the proxy through scripts/brokers/rocketmq and stops it at the end.
-# BENCHMARKS.md ("## rocketmq-grpc: through a proxy restart") holds a reviewed run.
+# BENCHMARKS-archive.md ("## rocketmq-grpc: through a proxy restart") holds a reviewed run;
+# BENCHMARKS.md summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-1}

@@ -10,7 +10,7 @@
 #   RUNS=1 SECONDS_PER_RUN=20 scripts/bench-txn-steady.sh
 #
 # Uses the broker named by PULSAR_SERVICE_URL and PULSAR_ADMIN_URL when both are set; otherwise
-# starts it through scripts/brokers/pulsar and stops it at the end. BENCHMARKS.md
+# starts it through scripts/brokers/pulsar and stops it at the end. BENCHMARKS-archive.md
 # ("## txn-ack and pulsar-wire: transactional acks in a steady stream with aborts") holds a
 # reviewed run.
 set -euo pipefail

@@ -121,10 +121,10 @@ const ZSTD_LEVEL: i32 = 3;
 // One ZSTD context of each kind per thread, made on the thread's first use and kept: making
 // one costs more than compressing or decompressing a small payload (1 KiB of JSON-like text:
 // 25 µs with a new context against 5 µs with a kept one to compress, 20 µs against 2 µs to
-// decompress; BENCHMARKS.md, "compression against the pulsar crate"). A context is about 96 KB
-// to decompress and, at level 3, 42 KB to 1.3 MB to compress depending on the largest recent
-// input (the C library shrinks a workspace that stays much too large). A call that fails
-// drops its context, so that no error leaves one in an unknown state.
+// decompress; BENCHMARKS-archive.md, "compression against the pulsar crate"). A context is
+// about 96 KB to decompress and, at level 3, 42 KB to 1.3 MB to compress depending on the
+// largest recent input (the C library shrinks a workspace that stays much too large). A call
+// that fails drops its context, so that no error leaves one in an unknown state.
 #[cfg(feature = "zstd")]
 thread_local! {
     static ZSTD_COMPRESSOR: std::cell::Cell<Option<zstd::bulk::Compressor<'static>>> =

@@ -2,7 +2,7 @@ package peers;
 
 import java.lang.management.ManagementFactory;
 
-/** This process's CPU time, for the comparison in BENCHMARKS.md. */
+/** This process's CPU time, for the comparison in BENCHMARKS-archive.md. */
 final class Cpu {
     private Cpu() {}
 
