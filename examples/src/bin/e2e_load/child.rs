@@ -1,0 +1,203 @@
+//! Every client, ours included, runs as a child process, so that its CPU is its own.
+//!
+//! The line protocol of our children and of the Java and Python peers: `start` when the
+//! measured window opens (connected, producer or consumer created), then
+//! `result messages=N seconds=S [p50_ms=X p99_ms=Y]` when it closes; the child then waits
+//! for its standard input to close and exits. The driver reads the child's CPU time from
+//! `/proc/PID/stat` at both lines (the window's CPU) and the whole process's from `getrusage`
+//! after reaping it. `pulsar-perf` speaks its own log lines instead ([`crate::perf`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::process::Stdio;
+use std::time::Duration;
+
+use broker_tools::cpu;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use crate::perf::PerfLog;
+
+/// How a child reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// `start` / `result …` lines.
+    Lines,
+    /// `pulsar-perf produce`'s log.
+    PulsarPerf,
+}
+
+/// A client process to run.
+#[derive(Debug, Clone)]
+pub(crate) struct Spec {
+    pub(crate) label: String,
+    pub(crate) program: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) protocol: Protocol,
+}
+
+/// What one child measured.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Outcome {
+    pub(crate) messages: u64,
+    pub(crate) seconds: f64,
+    pub(crate) cpu_s: f64,
+    pub(crate) process_cpu_s: f64,
+    pub(crate) p50_ms: Option<f64>,
+    pub(crate) p99_ms: Option<f64>,
+}
+
+/// Parses `result k=v k=v …` (without the leading word) into its fields.
+pub(crate) fn parse_result(rest: &str) -> Result<HashMap<&str, &str>, String> {
+    rest.split_whitespace()
+        .map(|field| {
+            field
+                .split_once('=')
+                .ok_or_else(|| format!("bad field {field:?} in result line"))
+        })
+        .collect()
+}
+
+fn field<T: std::str::FromStr>(fields: &HashMap<&str, &str>, name: &str) -> Result<T, String> {
+    let text = fields
+        .get(name)
+        .ok_or_else(|| format!("result line without {name}"))?;
+    text.parse()
+        .map_err(|_| format!("result line: bad {name} {text:?}"))
+}
+
+fn optional(fields: &HashMap<&str, &str>, name: &str) -> Option<f64> {
+    fields.get(name).and_then(|v| v.parse().ok())
+}
+
+fn proc_cpu(pid: Option<u32>) -> Option<f64> {
+    pid.and_then(cpu::of_process).map(|d| d.as_secs_f64())
+}
+
+/// Runs one client to its end within `limit`.
+pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String> {
+    let label = &spec.label;
+    let children_before = cpu::children();
+    let mut child = Command::new(&spec.program)
+        .args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{label}: cannot start {}: {e}", spec.program))?;
+    let pid = child.id();
+    let mut stdin = child.stdin.take();
+    if spec.protocol == Protocol::PulsarPerf {
+        drop(stdin.take());
+    }
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let mut stderr = BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut keep = |line: String| {
+        if tail.len() == 40 {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    };
+
+    let mut window_start: Option<f64> = None;
+    let mut window_end: Option<f64> = None;
+    let mut measured: Option<(u64, f64, Option<f64>, Option<f64>)> = None;
+    let mut perf = PerfLog::default();
+    let exchange = async {
+        let mut stderr_open = true;
+        loop {
+            tokio::select! {
+                line = stdout.next_line() => {
+                    let Some(line) = line.map_err(|e| format!("{label}: {e}"))? else { break };
+                    match spec.protocol {
+                        Protocol::Lines => {
+                            if line.trim() == "start" {
+                                window_start = proc_cpu(pid);
+                            } else if let Some(rest) = line.strip_prefix("result ") {
+                                window_end = proc_cpu(pid);
+                                let fields = parse_result(rest)?;
+                                measured = Some((
+                                    field(&fields, "messages")?,
+                                    field(&fields, "seconds")?,
+                                    optional(&fields, "p50_ms"),
+                                    optional(&fields, "p99_ms"),
+                                ));
+                                drop(stdin.take());
+                            } else {
+                                keep(line);
+                            }
+                        }
+                        Protocol::PulsarPerf => {
+                            let before = (perf.started_ms.is_some(), perf.closed_ms.is_some());
+                            perf.line(&line);
+                            if !before.0 && perf.started_ms.is_some() {
+                                window_start = proc_cpu(pid);
+                            }
+                            if !before.1 && perf.closed_ms.is_some() {
+                                window_end = proc_cpu(pid);
+                            }
+                            keep(line);
+                        }
+                    }
+                }
+                line = stderr.next_line(), if stderr_open => match line {
+                    Ok(Some(line)) => keep(line),
+                    _ => stderr_open = false,
+                },
+            }
+        }
+        child.wait().await.map_err(|e| format!("{label}: {e}"))
+    };
+    let status = tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| format!("{label}: not done within {limit:?}"));
+    let failure = |what: String| {
+        let lines: Vec<String> = tail.iter().map(|l| format!("    {l}")).collect();
+        format!("{what}; its last lines:\n{}", lines.join("\n"))
+    };
+    let status = status.and_then(|s| s).map_err(&failure)?;
+    if !status.success() {
+        return Err(failure(format!("{label} exited with {status}")));
+    }
+    let process_cpu_s = cpu::children()
+        .saturating_sub(children_before)
+        .as_secs_f64();
+    let (messages, seconds, p50_ms, p99_ms) = match spec.protocol {
+        Protocol::Lines => measured.ok_or_else(|| failure(format!("{label}: no result line")))?,
+        Protocol::PulsarPerf => perf
+            .outcome()
+            .map_err(|e| failure(format!("{label}: {e}")))?,
+    };
+    let cpu_s = match (window_start, window_end) {
+        (Some(start), Some(end)) => end - start,
+        // Without both readings: the whole process's.
+        _ => process_cpu_s,
+    };
+    Ok(Outcome {
+        messages,
+        seconds,
+        cpu_s,
+        process_cpu_s,
+        p50_ms,
+        p99_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_lines() {
+        let fields = parse_result("messages=1000 seconds=1.5 p50_ms=2.25").unwrap();
+        assert_eq!(field::<u64>(&fields, "messages"), Ok(1000));
+        assert_eq!(field::<f64>(&fields, "seconds"), Ok(1.5));
+        assert_eq!(optional(&fields, "p50_ms"), Some(2.25));
+        assert_eq!(optional(&fields, "p99_ms"), None);
+        assert!(field::<u64>(&fields, "bytes").is_err());
+        assert!(parse_result("messages").is_err());
+    }
+}

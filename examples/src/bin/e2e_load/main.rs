@@ -1,0 +1,242 @@
+//! One reproducible end-to-end benchmark on real brokers: ours against the official clients,
+//! 1 KiB messages, one topic per measurement, interleaved runs, medians.
+//!
+//! `scripts/bench-e2e.sh` builds this in release, brings the brokers (or uses those named by
+//! `PULSAR_SERVICE_URL` / `ROCKETMQ_ENDPOINT`), builds the Java peers and the Python venv, and
+//! runs it:
+//!
+//! ```sh
+//! scripts/bench-e2e.sh --quick                 # a smoke run: small counts, 1 run
+//! scripts/bench-e2e.sh --runs 3                # the full run (the defaults below)
+//! scripts/bench-e2e.sh --paths pulsar-produce --clients ours,java
+//! ```
+//!
+//! Paths (`--paths`, all by default):
+//! - `pulsar-produce`: `--messages` (500,000) to a fresh topic, batches of at most 1,000
+//!   messages / 10 ms / 4 MiB, at 10,000 and at 1,000 sends in flight; ours, `pulsar-perf
+//!   produce` (`-o` in flight, `-r 100000000`), the Python client (`max_pending_messages`).
+//!   p50/p99 from each send to its receipt.
+//! - `pulsar-consume`: a `--backlog` (1,000,000) written by our producer before the consumer
+//!   starts, consumed on a Shared subscription (created before the backlog), each message
+//!   acknowledged individually; ours, the Java client, the Python client.
+//! - `rocketmq-produce`: `--rocketmq-messages` (100,000), 256 sends in flight; ours, the
+//!   RocketMQ 5 Java client.
+//! - `rocketmq-consume`: a `--rocketmq-backlog` (200,000) on a fresh topic, a fresh group's
+//!   push consumer; ours, the Java push consumer.
+//!
+//! Interleaving: `for run in 1..=runs { for path { for client { measure } } }`. Every client
+//! runs as a child process (ours through `e2e_load child …`); its CPU within the measured
+//! window comes from `/proc/PID/stat`, and the whole process's (start-up included) from
+//! `getrusage`. Writes `runs.csv` (every measurement) and `results.csv` (medians) to `--out`
+//! (`target/bench-e2e`) and prints the markdown table.
+//!
+//! Bounded data: Pulsar topics go in `--namespace` (`public/bench`), with retention 0, a 2 GiB
+//! backlog quota (`producer_exception`) and a 1 h TTL, each force-deleted after its
+//! measurement; RocketMQ topics are created and deleted per measurement through
+//! `scripts/brokers/rocketmq create-topic|delete-topic`. Before each measurement the driver
+//! stops if the disk holding `--out` has less than `--min-free-gib` (10) free.
+
+mod admin;
+mod args;
+mod child;
+mod perf;
+mod pulsar_consume;
+mod pulsar_produce;
+mod report;
+mod rocketmq_consume;
+mod rocketmq_produce;
+mod stats;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use broker_tools::pulsar_admin::PulsarAdmin;
+use tokio::io::AsyncReadExt;
+
+use args::{Family, Options, Path};
+use child::{Outcome, Spec};
+use report::Run;
+
+/// Blocks until standard input is closed: the driver's signal to shut down.
+pub(crate) async fn stdin_closed() {
+    let mut sink = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+}
+
+/// The short name of a client family in topic names.
+pub(crate) fn family_name(family: Family) -> &'static str {
+    match family {
+        Family::Ours => "ours",
+        Family::Java => "java",
+        Family::Python => "python",
+    }
+}
+
+/// The driver's state: its options, this binary's path, the runs so far.
+pub(crate) struct Driver {
+    pub(crate) options: Options,
+    pub(crate) ourselves: String,
+    runs: Vec<Run>,
+    failures: Vec<String>,
+}
+
+impl Driver {
+    /// The Pulsar admin client of `--admin`.
+    pub(crate) fn pulsar_admin(&self) -> Result<PulsarAdmin, String> {
+        let url = self.options.admin.as_deref().ok_or("no --admin")?;
+        PulsarAdmin::new(url).map_err(|e| e.to_string())
+    }
+
+    /// Runs one client. `Err` only when the benchmark must stop (the disk is nearly full);
+    /// a failing client is reported and gives `Ok(None)`.
+    pub(crate) async fn measure(&mut self, spec: &Spec) -> Result<Option<Outcome>, String> {
+        let free = admin::free_bytes(&self.options.out).await?;
+        if free < self.options.min_free_gib << 30 {
+            return Err(format!(
+                "stopping: only {:.1} GiB free on the disk of {} (--min-free-gib {})",
+                free as f64 / f64::from(1u32 << 30),
+                self.options.out.display(),
+                self.options.min_free_gib
+            ));
+        }
+        eprintln!("e2e_load: {} ...", spec.label);
+        match child::run(spec, Duration::from_secs(1800)).await {
+            Ok(outcome) => Ok(Some(outcome)),
+            Err(e) => {
+                eprintln!("e2e_load: FAILED: {e}");
+                self.failures.push(format!(
+                    "{}: {}",
+                    spec.label,
+                    e.lines().next().unwrap_or("")
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Records a measurement (nothing for a failed one) and writes the CSV files so far.
+    pub(crate) fn record(
+        &mut self,
+        path: &'static str,
+        client: &str,
+        in_flight: usize,
+        run: usize,
+        outcome: Option<Outcome>,
+    ) {
+        let Some(o) = outcome else { return };
+        let row = Run {
+            path,
+            client: client.to_owned(),
+            in_flight,
+            run,
+            messages: o.messages,
+            size: self.options.size,
+            seconds: o.seconds,
+            cpu_s: o.cpu_s,
+            process_cpu_s: o.process_cpu_s,
+            p50_ms: o.p50_ms,
+            p99_ms: o.p99_ms,
+        };
+        eprintln!(
+            "e2e_load: {path} {client} run {run}: {:.0} msg/s, {:.2} CPU s per M, p50 {} p99 {}",
+            row.msgs_per_s(),
+            row.cpu_s_per_million(),
+            row.p50_ms.map_or("-".into(), |v| format!("{v:.1} ms")),
+            row.p99_ms.map_or("-".into(), |v| format!("{v:.1} ms")),
+        );
+        self.runs.push(row);
+        if let Err(e) = report::write(&self.options.out, &self.runs) {
+            eprintln!("e2e_load: {e}");
+        }
+    }
+}
+
+async fn drive(options: Options) -> Result<(), String> {
+    let ourselves = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .to_string_lossy()
+        .into_owned();
+    let mut driver = Driver {
+        options,
+        ourselves,
+        runs: Vec::new(),
+        failures: Vec::new(),
+    };
+    std::fs::create_dir_all(&driver.options.out)
+        .map_err(|e| format!("{}: {e}", driver.options.out.display()))?;
+    let o = &driver.options;
+    if o.paths.contains(&Path::PulsarProduce) || o.paths.contains(&Path::PulsarConsume) {
+        admin::prepare_namespace(&driver.pulsar_admin()?, &o.namespace).await?;
+    }
+    println!(
+        "e2e_load: {} run(s) of {:?}, {} B messages; pulsar produce {} msgs, consume backlog {}; \
+         rocketmq produce {}, consume backlog {}",
+        o.runs,
+        o.paths.iter().map(|p| p.name()).collect::<Vec<_>>(),
+        o.size,
+        o.messages,
+        o.backlog,
+        o.rocketmq_messages,
+        o.rocketmq_backlog
+    );
+    let paths = o.paths.clone();
+    let mut stopped = None;
+    'runs: for run in 1..=driver.options.runs {
+        for path in &paths {
+            let result = match path {
+                Path::PulsarProduce => pulsar_produce::measure(&mut driver, run).await,
+                Path::PulsarConsume => pulsar_consume::measure(&mut driver, run).await,
+                Path::RocketmqProduce => rocketmq_produce::measure(&mut driver, run).await,
+                Path::RocketmqConsume => rocketmq_consume::measure(&mut driver, run).await,
+            };
+            if let Err(e) = result {
+                stopped = Some(e);
+                break 'runs;
+            }
+        }
+    }
+    let summaries = report::summarize(&driver.runs);
+    report::write(&driver.options.out, &driver.runs)?;
+    println!();
+    print!("{}", report::markdown(&summaries));
+    println!();
+    println!(
+        "every run: {}; medians: {}",
+        driver.options.out.join("runs.csv").display(),
+        driver.options.out.join("results.csv").display()
+    );
+    for failure in &driver.failures {
+        println!("failed: {failure}");
+    }
+    match stopped {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = if args.first().map(String::as_str) == Some("child") {
+        let rest = args.get(2..).unwrap_or_default();
+        match args.get(1).map(String::as_str) {
+            Some("pulsar-produce") => pulsar_produce::child(rest).await,
+            Some("pulsar-consume") => pulsar_consume::child(rest).await,
+            Some("rocketmq-produce") => rocketmq_produce::child(rest).await,
+            Some("rocketmq-consume") => rocketmq_consume::child(rest).await,
+            _ => Err(args::USAGE.into()),
+        }
+    } else {
+        match args::parse(&args) {
+            Ok(options) => drive(options).await,
+            Err(e) => Err(format!("{e}\n{}", args::USAGE)),
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("e2e_load: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

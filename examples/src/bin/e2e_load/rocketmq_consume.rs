@@ -1,0 +1,112 @@
+//! RocketMQ push consume: a backlog of N messages on a fresh topic (written by our producer,
+//! not measured), then a fresh group's push consumer drains it; every handler returns
+//! success, so the client acknowledges each message. The window runs from before the
+//! consumer's start to the N-th handled message. Ours (`rocketmq-grpc` `PushConsumer`, batched
+//! acks, default settings), the Java push consumer (default settings).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rocketmq_grpc::{ClientConfig, ConsumeResult, MessageHandler, PushConsumer, ReceivedMessage};
+use tokio::sync::Notify;
+
+use crate::args::Family;
+use crate::child::{Protocol, Spec};
+use crate::rocketmq_produce::{IN_FLIGHT, fresh_topic, producer, send_all};
+use crate::{Driver, stdin_closed};
+
+struct Counter {
+    target: usize,
+    handled: AtomicUsize,
+    done: Notify,
+}
+
+#[async_trait::async_trait]
+impl MessageHandler for Counter {
+    async fn handle(&self, _message: &ReceivedMessage) -> ConsumeResult {
+        if self.handled.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            self.done.notify_one();
+        }
+        ConsumeResult::Success
+    }
+}
+
+/// `child rocketmq-consume ENDPOINT TOPIC GROUP MESSAGES`
+pub(crate) async fn child(args: &[String]) -> Result<(), String> {
+    let [endpoint, topic, group, messages] = args else {
+        return Err("rocketmq-consume ENDPOINT TOPIC GROUP MESSAGES".into());
+    };
+    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
+    let counter = Arc::new(Counter {
+        target: n,
+        handled: AtomicUsize::new(0),
+        done: Notify::new(),
+    });
+    let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
+    println!("start");
+    let started = Instant::now();
+    let consumer = PushConsumer::builder(config, group.as_str())
+        .subscribe(topic.as_str(), "*")
+        .start(Arc::clone(&counter))
+        .await
+        .map_err(|e| e.to_string())?;
+    counter.done.notified().await;
+    let seconds = started.elapsed().as_secs_f64();
+    println!("result messages={n} seconds={seconds:.6}");
+    stdin_closed().await;
+    consumer.shutdown(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+/// Run `run` of every client, each on its own topic and backlog, deleted after.
+pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
+    let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
+    let n = driver.options.rocketmq_backlog;
+    for family in driver.options.clients.clone() {
+        let (label, program, mut args): (&str, String, Vec<String>) = match family {
+            Family::Ours => (
+                "ours (rocketmq-grpc)",
+                driver.ourselves.clone(),
+                vec!["child".into(), "rocketmq-consume".into()],
+            ),
+            Family::Java => (
+                "rocketmq-client-java 5.0.8",
+                driver.options.java_peers.clone(),
+                vec!["E2eRocketMqPushConsume".into()],
+            ),
+            Family::Python => continue,
+        };
+        let topic = fresh_topic(driver, "consume", family).await?;
+        eprintln!("e2e_load: writing a backlog of {n} to {topic}");
+        let filled = async {
+            let producer = producer(&endpoint, &topic).await?;
+            send_all(&producer, &topic, n, driver.options.size, IN_FLIGHT).await
+        }
+        .await;
+        args.extend([
+            endpoint.clone(),
+            topic.clone(),
+            format!("{topic}-group"),
+            n.to_string(),
+        ]);
+        let spec = Spec {
+            label: label.into(),
+            program,
+            args,
+            env: Vec::new(),
+            protocol: Protocol::Lines,
+        };
+        let outcome = match filled {
+            Ok(_) => driver.measure(&spec).await,
+            Err(e) => {
+                eprintln!("e2e_load: FAILED: backlog of {topic}: {e}");
+                Ok(None)
+            }
+        };
+        crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
+            .await?;
+        driver.record("rocketmq-consume", label, 0, run, outcome?);
+    }
+    Ok(())
+}

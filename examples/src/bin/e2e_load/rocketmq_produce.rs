@@ -1,0 +1,136 @@
+//! RocketMQ produce: N messages of SIZE bytes to a fresh topic (4 queues), at most 256 sends
+//! in flight; latency from each send to its receipt. Ours (`rocketmq-grpc`), the RocketMQ 5
+//! Java client (`sendAsync` under a semaphore).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+
+use crate::args::Family;
+use crate::child::{Protocol, Spec};
+use crate::{Driver, stdin_closed};
+
+/// Sends in flight.
+pub(crate) const IN_FLIGHT: usize = 256;
+
+/// Our producer for `topic`, started (settings announced, route known).
+pub(crate) async fn producer(endpoint: &str, topic: &str) -> Result<Producer, String> {
+    let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
+    let session: Arc<Session> = Session::new(config).map_err(|e| e.to_string())?;
+    let producer = Producer::new(session).topic(topic);
+    producer.start().await.map_err(|e| e.to_string())?;
+    Ok(producer)
+}
+
+/// Sends `n` messages of `size` bytes, `in_flight` at a time; the latencies in µs.
+pub(crate) async fn send_all(
+    producer: &Producer,
+    topic: &str,
+    n: usize,
+    size: usize,
+    in_flight: usize,
+) -> Result<Vec<u32>, String> {
+    let body = vec![b'x'; size];
+    let mut latencies = Vec::with_capacity(n);
+    let mut pending = FuturesUnordered::new();
+    let mut next = 0;
+    while next < n || !pending.is_empty() {
+        while next < n && pending.len() < in_flight {
+            let send = producer.send(OutgoingMessage::new(topic, body.clone()));
+            pending.push(async move {
+                let sent = Instant::now();
+                let result = send.await;
+                (sent.elapsed(), result)
+            });
+            next += 1;
+        }
+        if let Some((latency, result)) = pending.next().await {
+            result.map_err(|e| format!("send: {e}"))?;
+            latencies.push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
+        }
+    }
+    Ok(latencies)
+}
+
+/// `child rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT`
+pub(crate) async fn child(args: &[String]) -> Result<(), String> {
+    let [endpoint, topic, messages, size, in_flight] = args else {
+        return Err("rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT".into());
+    };
+    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
+    let size: usize = size.parse().map_err(|e| format!("SIZE: {e}"))?;
+    let in_flight: usize = in_flight.parse().map_err(|e| format!("IN_FLIGHT: {e}"))?;
+    let producer = producer(endpoint, topic).await?;
+    println!("start");
+    let started = Instant::now();
+    let mut latencies = send_all(&producer, topic, n, size, in_flight).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (p50, p99) = crate::stats::p50_p99_ms(&mut latencies);
+    println!(
+        "result messages={n} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
+        p50.unwrap_or(f64::NAN),
+        p99.unwrap_or(f64::NAN)
+    );
+    stdin_closed().await;
+    Ok(())
+}
+
+/// Creates a fresh topic and waits until our producer finds its route.
+pub(crate) async fn fresh_topic(
+    driver: &Driver,
+    kind: &str,
+    family: Family,
+) -> Result<String, String> {
+    let topic = format!(
+        "e2e-{kind}-{}-{}",
+        crate::family_name(family),
+        crate::admin::stamp()
+    );
+    crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "create-topic", &topic).await?;
+    // The proxy caches routes for 2 s: give it that before the first client looks.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(topic)
+}
+
+/// Run `run` of every client, each on its own topic, deleted after.
+pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
+    let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
+    for family in driver.options.clients.clone() {
+        let (label, program, mut args): (&str, String, Vec<String>) = match family {
+            Family::Ours => (
+                "ours (rocketmq-grpc)",
+                driver.ourselves.clone(),
+                vec!["child".into(), "rocketmq-produce".into()],
+            ),
+            Family::Java => (
+                "rocketmq-client-java 5.0.8",
+                driver.options.java_peers.clone(),
+                vec!["E2eRocketMqProduce".into()],
+            ),
+            Family::Python => continue,
+        };
+        let topic = fresh_topic(driver, "produce", family).await?;
+        args.extend([
+            endpoint.clone(),
+            topic.clone(),
+            driver.options.rocketmq_messages.to_string(),
+            driver.options.size.to_string(),
+            IN_FLIGHT.to_string(),
+        ]);
+        let spec = Spec {
+            label: label.into(),
+            program,
+            args,
+            env: Vec::new(),
+            protocol: Protocol::Lines,
+        };
+        let outcome = driver.measure(&spec).await;
+        crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
+            .await?;
+        driver.record("rocketmq-produce", label, IN_FLIGHT, run, outcome?);
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One reproducible end-to-end benchmark on real brokers (release builds): ours against the
+# official clients, 1 KiB messages, one fresh topic per measurement, interleaved runs, medians.
+#
+#   scripts/bench-e2e.sh --quick                       # smoke run: small counts, 1 run
+#   scripts/bench-e2e.sh                               # 3 interleaved runs of every path
+#   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce,pulsar-consume --clients ours,java
+#   flags: --runs N --paths LIST --clients ours,java,python --messages N --backlog N
+#          --rocketmq-messages N --rocketmq-backlog N --size BYTES --out DIR (target/bench-e2e)
+#
+# Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python; 10,000 and
+# 1,000 in flight), pulsar-consume (ours, Java, Python; Shared, individual acks),
+# rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers).
+# See examples/src/bin/e2e_load/main.rs for what each measures.
+#
+# Brokers: uses those named by PULSAR_SERVICE_URL (+ PULSAR_ADMIN_URL, default
+# http://127.0.0.1:8080) and ROCKETMQ_ENDPOINT; otherwise starts what the chosen paths need
+# through scripts/brokers and stops what it started on exit. A Pulsar already listening on
+# 127.0.0.1:6650 is reused and left running. Bounded data: Pulsar topics live in public/bench
+# (retention 0, 2 GiB backlog quota, 1 h TTL) and are force-deleted after each measurement;
+# RocketMQ topics are created and deleted per measurement, and a RocketMQ started here keeps its
+# commit-log files for 1 hour at most; the driver stops when the disk has < 10 GiB free.
+# Writes target/bench-e2e/runs.csv (every run) and results.csv (medians), prints the table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+args=("$@")
+paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume
+clients=ours,java,python
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case ${args[i]} in
+    --paths) paths=${args[i + 1]:-} ;;
+    --clients) clients=${args[i + 1]:-} ;;
+  esac
+done
+want_pulsar=false; want_rocketmq=false
+[[ $paths == *pulsar-* ]] && want_pulsar=true
+[[ $paths == *rocketmq-* ]] && want_rocketmq=true
+
+log() { printf '[bench-e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+log "building e2e_load (release)"
+cargo build -q --release -p examples --bin e2e_load
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+if [[ $clients == *java* ]]; then
+  log "building the Java peers"
+  scripts/java-peers/run
+fi
+if [[ $clients == *python* && $want_pulsar == true ]]; then
+  log "setting up the Python peer's venv"
+  scripts/python-peers/run
+fi
+
+started=()
+stop_started() {
+  local broker
+  for broker in "${started[@]}"; do
+    log "stopping $broker (started here)"
+    scripts/brokers/"$broker" stop || true
+  done
+}
+trap stop_started EXIT
+
+if $want_pulsar && [[ -z ${PULSAR_SERVICE_URL:-} ]]; then
+  if (exec 3<>/dev/tcp/127.0.0.1/6650) 2>/dev/null; then
+    log "a Pulsar already listens on 127.0.0.1:6650: using it (not stopped at the end)"
+    PULSAR_SERVICE_URL=pulsar://127.0.0.1:6650
+  else
+    log "starting Pulsar"
+    env_lines=$(scripts/brokers/pulsar start)
+    started+=(pulsar)
+    PULSAR_SERVICE_URL=$(grep -o 'PULSAR_SERVICE_URL=[^[:space:]]*' <<<"$env_lines" | tail -n 1 | cut -d= -f2-)
+    PULSAR_ADMIN_URL=$(grep -o 'PULSAR_ADMIN_URL=[^[:space:]]*' <<<"$env_lines" | tail -n 1 | cut -d= -f2-)
+  fi
+fi
+if $want_rocketmq && [[ -z ${ROCKETMQ_ENDPOINT:-} ]]; then
+  if scripts/brokers/rocketmq status >/dev/null 2>&1; then
+    log "RocketMQ already runs here: using it (not stopped at the end)"
+    ROCKETMQ_ENDPOINT=127.0.0.1:8081
+  else
+    log "starting RocketMQ (commit-log files kept 1 h at most)"
+    hours=$(seq -s ';' -f '%02g' 0 23)
+    env_lines=$(ROCKETMQ_BROKER_CONF_EXTRA=$'fileReservedTime=1\ndeleteWhen='"$hours" scripts/brokers/rocketmq start)
+    started+=(rocketmq)
+    ROCKETMQ_ENDPOINT=$(grep -o 'ROCKETMQ_ENDPOINT=[^[:space:]]*' <<<"$env_lines" | tail -n 1 | cut -d= -f2-)
+  fi
+fi
+
+pulsar_perf=$root/target/brokers/pulsar/apache-pulsar-4.0.8/bin/pulsar-perf
+if $want_pulsar && [[ $clients == *java* && ! -x $pulsar_perf ]]; then
+  log "fetching the Pulsar distribution for pulsar-perf"
+  bash -c ". scripts/brokers/common.sh; . scripts/brokers/pulsar-common.sh; fetch"
+fi
+
+broker_args=()
+if $want_pulsar; then
+  broker_args+=(--pulsar "$PULSAR_SERVICE_URL" --admin "${PULSAR_ADMIN_URL:-http://127.0.0.1:8080}"
+    --pulsar-perf "$pulsar_perf")
+fi
+$want_rocketmq && broker_args+=(--rocketmq "$ROCKETMQ_ENDPOINT")
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+"$target_dir/release/e2e_load" --out "$root/target/bench-e2e" \
+  --java-peers "$root/scripts/java-peers/run" --python-peers "$root/scripts/python-peers/run" \
+  --rocketmq-admin "$root/scripts/brokers/rocketmq" "${broker_args[@]}" "$@"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
