@@ -31,7 +31,10 @@
 //! - [`PushConsumer`]: receives from every assigned queue, runs a [`MessageHandler`] with
 //!   bounded concurrency (FIFO messages in order), acknowledges through `ack-batcher` keyed by
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
-//!   `ChangeInvisibleDuration`.
+//!   `ChangeInvisibleDuration`. Batches flush at 1,024 entries, 5 s, or before their earliest
+//!   receipt handle expires; [`AckSettings::follow_deadlines`] lets them wait longer (25 s,
+//!   say) for many quiet topics, trading more entries per request for more acks lost (and
+//!   messages redelivered) if the process crashes.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ack_batcher::{BatchInfo, Batcher, ItemReply, ItemView, Next, Observer, RetryPolicy};
 use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use super::counters::Counters;
 use super::unacked::Unacked;
@@ -21,6 +22,7 @@ pub struct AckSettings {
     pub(crate) max_delay: Duration,
     pub(crate) late_after: Duration,
     pub(crate) deadline_margin: Duration,
+    pub(crate) follow_deadlines: bool,
     pub(crate) retry_backoff: Duration,
     pub(crate) max_retry_backoff: Duration,
     pub(crate) observer: Option<AckObserver>,
@@ -34,6 +36,7 @@ impl std::fmt::Debug for AckSettings {
             .field("max_delay", &self.max_delay)
             .field("late_after", &self.late_after)
             .field("deadline_margin", &self.deadline_margin)
+            .field("follow_deadlines", &self.follow_deadlines)
             .field("retry_backoff", &self.retry_backoff)
             .field("max_retry_backoff", &self.max_retry_backoff)
             .field("observer", &self.observer.is_some())
@@ -54,6 +57,7 @@ impl Default for AckSettings {
             max_delay: Duration::from_secs(5),
             late_after: Duration::from_secs(25),
             deadline_margin: Duration::from_secs(1),
+            follow_deadlines: false,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             max_retry_backoff: DEFAULT_MAX_RETRY_BACKOFF,
             observer: None,
@@ -96,6 +100,37 @@ impl AckSettings {
         self
     }
 
+    /// Lets an ack wait for its batch up to `max_delay` (25 s, say, instead of 5 s), for
+    /// many topics with few messages each, while still flushing before the receipt handles
+    /// expire: a batch is flushed at the latest when its earliest handle's invisibility
+    /// ends minus a margin of [`deadline_margin`](Self::deadline_margin) or a tenth of that
+    /// message's invisible duration, whichever is longer (6 s for the proxy's 60 s; 1 s for
+    /// an 8 s one). Without it (the default) the tenth does not apply and `max_delay` is 5 s.
+    ///
+    /// The trade-off: a quiet (endpoint, topic) puts up to 5 times more entries in one
+    /// `AckMessage` request (with 1,000 topics, a batch that collects 40 acks in 5 s collects
+    /// 200 in 25 s), but acks spend up to `max_delay` in memory before they are sent. Acks
+    /// not yet sent when the process crashes are lost: their messages are delivered again
+    /// once their invisibility ends, so the redelivery exposure (messages handled but whose
+    /// acks were not sent) grows with the delay, about `max_delay` × the consume rate at the
+    /// worst. A graceful [`PushConsumer::shutdown`](crate::PushConsumer::shutdown) still
+    /// flushes everything.
+    ///
+    /// The bound on acks held at once grows with the delay (65,536 per 5 s of `max_delay`,
+    /// at most 1,048,576), so that a consumer of 8,000 messages per second is not throttled by
+    /// its own pending acks; they take a few hundred bytes each.
+    ///
+    /// FIFO and late messages (see [`late_after`](Self::late_after)) are still acknowledged
+    /// at once, and `max_items` still flushes full batches. Retries of a failed ack stop at
+    /// the same margin before the deadline (a retry in the last tenth of the invisibility
+    /// races its end). This sets [`max_delay`](Self::max_delay); a later `max_delay` call
+    /// changes it again.
+    pub fn follow_deadlines(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self.follow_deadlines = true;
+        self
+    }
+
     /// The wait before the first retry of an ack or a nack (default 100 ms). Each further
     /// retry of the same message waits twice as long, up to
     /// [`max_retry_backoff`](Self::max_retry_backoff), with jitter; retries stop at the
@@ -132,7 +167,7 @@ impl AckSettings {
             .max_items(self.max_items)
             .max_delay(self.max_delay)
             .deadline_margin(self.deadline_margin)
-            .max_pending(self.max_items.max(65_536))
+            .max_pending(self.max_pending())
             // Immediate acks (one entry per request) are not limited per topic, as in the
             // official clients; batches keep a few in flight per (endpoint, topic).
             .max_in_flight_per_key(if self.batching { 4 } else { 1024 })
@@ -147,6 +182,43 @@ impl AckSettings {
     }
 }
 
+impl AckSettings {
+    /// The deadline handed to the ack batcher with a message's ack: the handle's expiry,
+    /// moved earlier under [`follow_deadlines`](Self::follow_deadlines) so that the batcher
+    /// (which subtracts `deadline_margin` itself) flushes at the latest a tenth of the
+    /// invisible duration before the expiry when that is longer than `deadline_margin`.
+    /// The most acks held at once (waiting or in flight) before `ack` waits for room: 65,536
+    /// (at least `max_items`); under `follow_deadlines` 65,536 per 5 s of `max_delay`, at most
+    /// 1,048,576, so that waiting longer does not throttle the consumer at the same rate.
+    fn max_pending(&self) -> usize {
+        let mut limit = PENDING_PER_5_S;
+        if self.follow_deadlines {
+            let periods = self.max_delay.as_secs_f64() / 5.0;
+            if periods.is_finite() && periods > 1.0 {
+                let scaled = (periods.ceil().min(16.0) as usize) * PENDING_PER_5_S;
+                limit = scaled.min(MAX_PENDING);
+            }
+        }
+        limit.max(self.max_items)
+    }
+
+    pub(super) fn ack_deadline(&self, received_at: Instant, invisible_until: Instant) -> Instant {
+        if !self.follow_deadlines {
+            return invisible_until;
+        }
+        let invisible = invisible_until.saturating_duration_since(received_at);
+        let margin = self.deadline_margin.max(invisible / DEADLINE_SHARE);
+        let extra = margin.saturating_sub(self.deadline_margin);
+        invisible_until.checked_sub(extra).unwrap_or(received_at)
+    }
+}
+
+/// Acks held at once per 5 s of `max_delay`.
+const PENDING_PER_5_S: usize = 65_536;
+/// The most acks held at once under `follow_deadlines`.
+const MAX_PENDING: usize = 16 * PENDING_PER_5_S;
+/// Under `follow_deadlines`, the margin is at least the invisible duration divided by this.
+const DEADLINE_SHARE: u32 = 10;
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 const DEFAULT_MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 /// The random share of each ack retry's wait.
@@ -221,5 +293,56 @@ impl Observer<AckKey, AckEntry, (), Error> for Counting {
         if let Some(user) = &self.user {
             user.on_abandoned(key, count);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follow_deadlines_moves_the_ack_deadline_by_a_tenth_of_the_invisibility() {
+        let received = Instant::now();
+        let secs = Duration::from_secs;
+        let default = AckSettings::default();
+        assert_eq!(
+            default.ack_deadline(received, received + secs(60)),
+            received + secs(60),
+            "unchanged by default"
+        );
+        let follow = AckSettings::default().follow_deadlines(secs(25));
+        assert_eq!(follow.max_delay, secs(25));
+        assert_eq!(default.max_pending(), 65_536);
+        assert_eq!(follow.max_pending(), 5 * 65_536);
+        assert_eq!(
+            AckSettings::default()
+                .follow_deadlines(secs(3600))
+                .max_pending(),
+            16 * 65_536
+        );
+        assert_eq!(
+            AckSettings::default().max_items(100_000).max_pending(),
+            100_000
+        );
+        // The batcher subtracts its 1 s margin: flushed 6 s before a 60 s handle expires.
+        assert_eq!(
+            follow.ack_deadline(received, received + secs(60)),
+            received + secs(55)
+        );
+        // A tenth of 8 s is less than the 1 s margin, which the batcher applies alone.
+        assert_eq!(
+            follow.ack_deadline(received, received + secs(8)),
+            received + secs(8)
+        );
+        // An expiry at or before the receipt (a clock oddity) is left as it is.
+        assert_eq!(follow.ack_deadline(received + secs(1), received), received);
+        let wide = AckSettings::default()
+            .deadline_margin(secs(10))
+            .follow_deadlines(secs(25));
+        assert_eq!(
+            wide.ack_deadline(received, received + secs(30)),
+            received + secs(30),
+            "the longer deadline margin wins"
+        );
     }
 }

@@ -16,7 +16,10 @@ impl Inner {
     pub(super) async fn ack(&self, message: ReceivedMessage) {
         let late = message.received_at.elapsed() > self.ack_settings.late_after;
         let fifo = message.is_fifo();
-        let mut options = ItemOptions::new().deadline(message.invisible_until);
+        let deadline = self
+            .ack_settings
+            .ack_deadline(message.received_at, message.invisible_until);
+        let mut options = ItemOptions::new().deadline(deadline);
         if !self.ack_settings.batching || fifo || late {
             options = options.immediate();
         }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ack_batcher::Observer;
-use ack_batcher::{BatchInfo, ItemReply, ItemView, Next};
+use ack_batcher::{BatchInfo, FlushReason, ItemReply, ItemView, Next};
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, MessageHandler, PushConsumer,
     ReceivedMessage,
@@ -24,6 +24,8 @@ pub(crate) struct ConsumeArgs {
     pub(crate) queues: u32,
     pub(crate) group: String,
     pub(crate) batched: bool,
+    /// `AckSettings::follow_deadlines` with this `max_delay` in seconds (batched only).
+    pub(crate) follow_deadlines: Option<u64>,
 }
 
 /// Handler-return times by message id, sharded to keep lock contention low.
@@ -36,6 +38,11 @@ pub(crate) struct Latency {
     pub(crate) errors: Mutex<BTreeMap<String, u64>>,
     pub(crate) confirmed: AtomicU64,
     pub(crate) failed: AtomicU64,
+    /// Sum of the consume-to-confirmed latencies (µs), for the mean.
+    pub(crate) latency_sum_us: AtomicU64,
+    /// Entries handed to the transport for the first time (retries not counted): handled
+    /// messages minus this are the acks a crash would lose.
+    pub(crate) sent: AtomicU64,
 }
 
 impl Latency {
@@ -48,6 +55,8 @@ impl Latency {
             errors: Mutex::new(BTreeMap::new()),
             confirmed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            latency_sum_us: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
         }
     }
 
@@ -74,6 +83,9 @@ impl std::fmt::Debug for Latency {
 
 impl Observer<AckKey, AckEntry, (), rocketmq_grpc::Error> for Latency {
     fn before_flush(&self, _key: &AckKey, batch: &BatchInfo, _items: &[AckEntry]) {
+        if batch.reason != FlushReason::Retry {
+            self.sent.fetch_add(batch.len as u64, Ordering::Relaxed);
+        }
         *self
             .requests_by_reason
             .lock()
@@ -124,6 +136,7 @@ impl Observer<AckKey, AckEntry, (), rocketmq_grpc::Error> for Latency {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for micros in latencies {
+            self.latency_sum_us.fetch_add(micros, Ordering::Relaxed);
             histogram.record(micros);
         }
     }
@@ -184,7 +197,9 @@ pub(crate) async fn consume(args: ConsumeArgs) -> Result<(), BoxError> {
         first: AtomicU64::new(0),
         last: AtomicU64::new(0),
     });
-    let acks = if args.batched {
+    let acks = if let Some(secs) = args.follow_deadlines.filter(|_| args.batched) {
+        AckSettings::default().follow_deadlines(Duration::from_secs(secs))
+    } else if args.batched {
         AckSettings::default()
     } else {
         AckSettings::immediate()
@@ -219,6 +234,31 @@ pub(crate) async fn consume(args: ConsumeArgs) -> Result<(), BoxError> {
     println!("ready");
     let _ = std::io::stdout().flush();
 
+    // Redelivery exposure: handled messages whose acks were not sent yet (lost in a crash),
+    // sampled every 100 ms until the shutdown.
+    let exposure = Arc::new(Mutex::new((0u64, 0u64, 0u64))); // (samples, sum, max)
+    let sampler = {
+        let (handler, latency, exposure) = (
+            Arc::clone(&handler),
+            Arc::clone(&latency),
+            Arc::clone(&exposure),
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                let consumed = handler.consumed.load(Ordering::Relaxed);
+                if consumed == 0 {
+                    continue; // the producer has not started
+                }
+                let unsent = consumed.saturating_sub(latency.sent.load(Ordering::Relaxed));
+                let mut e = exposure.lock().unwrap_or_else(PoisonError::into_inner);
+                e.0 += 1;
+                e.1 += unsent;
+                e.2 = e.2.max(unsent);
+            }
+        })
+    };
     let expected = expect_rx.recv().await.unwrap_or(u64::MAX);
     // Wait until everything is consumed, or nothing moved for 30 s.
     let mut last_progress = (handler.consumed.load(Ordering::Relaxed), Instant::now());
@@ -233,6 +273,9 @@ pub(crate) async fn consume(args: ConsumeArgs) -> Result<(), BoxError> {
         }
     }
     let before = consumer.stats();
+    sampler.abort();
+    let (samples, unsent_sum, unsent_max) =
+        *exposure.lock().unwrap_or_else(PoisonError::into_inner);
     let report = consumer.shutdown(Duration::from_secs(30)).await;
     let cpu = own_cpu_seconds() - cpu_start;
     let wall = wall_start.elapsed().as_secs_f64();
@@ -252,7 +295,28 @@ pub(crate) async fn consume(args: ConsumeArgs) -> Result<(), BoxError> {
         .clone();
     let ms = |micros: u64| format!("{:.3}", micros as f64 / 1000.0);
     let mut kv = Kv::default();
-    kv.put("mode", if args.batched { "batched" } else { "immediate" });
+    kv.put(
+        "mode",
+        match (args.batched, args.follow_deadlines) {
+            (true, Some(_)) => "follow_deadlines",
+            (true, None) => "batched",
+            (false, _) => "immediate",
+        },
+    );
+    kv.put(
+        "unsent_mean",
+        format!("{:.1}", unsent_sum as f64 / samples.max(1) as f64),
+    );
+    kv.put("unsent_max", unsent_max);
+    kv.put(
+        "lat_mean_ms",
+        format!(
+            "{:.3}",
+            latency.latency_sum_us.load(Ordering::Relaxed) as f64
+                / histogram.total.max(1) as f64
+                / 1000.0
+        ),
+    );
     kv.put("expected", expected);
     kv.put("consumed", consumed);
     kv.put("received", before.received);

@@ -23,8 +23,13 @@ pub(crate) fn run_mode(
     topics: u32,
     queues: u32,
     batched: bool,
+    follow_deadlines: Option<u64>,
 ) -> Result<ModeResult, BoxError> {
-    let mode = if batched { "batched" } else { "immediate" };
+    let mode = match (batched, follow_deadlines) {
+        (true, Some(_)) => "follow-deadlines batched",
+        (true, None) => "batched",
+        (false, _) => "immediate",
+    };
     eprintln!("== {prefix}: {topics} topic(s) x {queues} queue(s), {mode} acks");
     let group = "load";
     let emulator = EmulatorProcess::start(
@@ -57,6 +62,9 @@ pub(crate) fn run_mode(
     ];
     if batched {
         consumer_args.push("--batched".into());
+    }
+    if let Some(secs) = follow_deadlines {
+        consumer_args.extend(["--follow-deadlines".into(), secs.to_string()]);
     }
     let mut consumer = Command::new(&exe)
         .args(&consumer_args)
@@ -383,6 +391,129 @@ pub(crate) fn flow_table(
         String::new(),
         "",
         "",
+    );
+    out.push('\n');
+    out
+}
+
+/// The markdown table of `AckSettings::default()` against `follow_deadlines(max_delay)` in
+/// one scenario: entries per request against the redelivery exposure.
+pub(crate) fn deadline_table(
+    title: &str,
+    max_delay: u64,
+    batched: &ModeResult,
+    follow: &ModeResult,
+) -> String {
+    let (b, f) = (batched, follow);
+    let mut out = String::new();
+    let _ = writeln!(out, "#### {title}: `follow_deadlines({max_delay} s)`\n");
+    let _ = writeln!(
+        out,
+        "| metric | default (5 s) | follow_deadlines ({max_delay} s) | change |\n| --- | ---: | ---: | ---: |"
+    );
+    let mut row = |metric: &str, a: String, b: String, change: String| {
+        let _ = writeln!(out, "| {metric} | {a} | {b} | {change} |");
+    };
+    row(
+        "messages produced / consumed",
+        format!(
+            "{} / {}",
+            b.producer.u64("sent"),
+            b.consumer.u64("consumed")
+        ),
+        format!(
+            "{} / {}",
+            f.producer.u64("sent"),
+            f.consumer.u64("consumed")
+        ),
+        String::new(),
+    );
+    let (rb, rf) = (
+        b.emulator.u64("ack_rpcs") as f64,
+        f.emulator.u64("ack_rpcs") as f64,
+    );
+    row(
+        "ack RPCs",
+        format!("{rb:.0}"),
+        format!("{rf:.0}"),
+        pct_change(rb, rf),
+    );
+    let per_ack = |rpcs: f64, kv: &Kv| rpcs / (kv.u64("acked").max(1) as f64);
+    let (pb, pf) = (per_ack(rb, &b.emulator), per_ack(rf, &f.emulator));
+    row(
+        "ack RPCs per acknowledged message",
+        format!("{pb:.4}"),
+        format!("{pf:.4}"),
+        pct_change(pb, pf),
+    );
+    let (eb, ef) = (
+        b.emulator.f64("mean_entries_per_ack_rpc"),
+        f.emulator.f64("mean_entries_per_ack_rpc"),
+    );
+    row(
+        "mean entries per AckMessage request",
+        b.emulator.str("mean_entries_per_ack_rpc").into(),
+        f.emulator.str("mean_entries_per_ack_rpc").into(),
+        pct_change(eb, ef),
+    );
+    row(
+        "flushes by reason (client)",
+        b.consumer.str("flush_reasons").into(),
+        f.consumer.str("flush_reasons").into(),
+        String::new(),
+    );
+    for (metric, key) in [
+        ("ack delay mean, handled to confirmed (ms)", "lat_mean_ms"),
+        ("ack delay p50 (ms)", "lat_p50_ms"),
+        ("ack delay p99 (ms)", "lat_p99_ms"),
+        ("ack delay max (ms)", "lat_max_ms"),
+        (
+            "redelivery exposure: handled, ack not sent, mean (every 100 ms)",
+            "unsent_mean",
+        ),
+        ("redelivery exposure: max", "unsent_max"),
+    ] {
+        row(
+            metric,
+            b.consumer.str(key).into(),
+            f.consumer.str(key).into(),
+            pct_change(b.consumer.f64(key), f.consumer.f64(key)),
+        );
+    }
+    let per_msg = |kv: &Kv| kv.f64("cpu_s") / (kv.u64("consumed").max(1) as f64) * 1e6;
+    row(
+        "client CPU µs per consumed message",
+        format!("{:.1}", per_msg(&b.consumer)),
+        format!("{:.1}", per_msg(&f.consumer)),
+        pct_change(per_msg(&b.consumer), per_msg(&f.consumer)),
+    );
+    row(
+        "expired receipt handles / redelivered",
+        format!(
+            "{} / {}",
+            b.emulator.u64("expired_handles"),
+            b.emulator.u64("redelivered")
+        ),
+        format!(
+            "{} / {}",
+            f.emulator.u64("expired_handles"),
+            f.emulator.u64("redelivered")
+        ),
+        String::new(),
+    );
+    row(
+        "acknowledged (emulator) / unacknowledged after shutdown",
+        format!(
+            "{} / {}",
+            b.emulator.u64("acked"),
+            b.consumer.u64("unacknowledged")
+        ),
+        format!(
+            "{} / {}",
+            f.emulator.u64("acked"),
+            f.consumer.u64("unacknowledged")
+        ),
+        String::new(),
     );
     out.push('\n');
     out

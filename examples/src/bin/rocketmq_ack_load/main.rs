@@ -26,6 +26,13 @@
 //!   another 1,000,000 received messages, measured in the same run and against the same
 //!   emulator process.
 //!
+//! With `--follow-deadlines SECS`, (a) and (b) also run the batched mode with
+//! `AckSettings::default().follow_deadlines(SECS)` and print a second table against the
+//! default batched mode: entries per `AckMessage` request, ack RPCs per message, the ack
+//! delay (handler return to confirmed ack) and the redelivery exposure (handled messages whose
+//! acks were not sent yet, sampled every 100 ms: what a crash would redeliver).
+//! `--no-immediate` skips the immediate mode and its table.
+//!
 //! It prints a markdown table per scenario with the targets of the issue and whether each was
 //! met (`--markdown-out PATH` also writes them to a file). Run `--help` for every flag.
 
@@ -44,7 +51,7 @@ use std::time::Duration;
 
 use crate::ack_path::scenario_c;
 use crate::consume::{ConsumeArgs, consume_role};
-use crate::load_runs::{flow_table, run_mode};
+use crate::load_runs::{deadline_table, flow_table, run_mode};
 use crate::options::{Options, USAGE, parse_options};
 use crate::produce::{ProduceArgs, produce_role};
 use crate::support::BoxError;
@@ -67,30 +74,32 @@ fn orchestrate(options: &Options) -> Result<String, BoxError> {
     );
     for scenario in &options.scenarios {
         let section = match scenario {
-            'a' => {
-                let immediate = run_mode(options, "a", 1, options.queues_a, false)?;
-                let batched = run_mode(options, "a", 1, options.queues_a, true)?;
-                flow_table(
-                    &format!("(a) one topic, {} queues", options.queues_a),
-                    true,
-                    options,
-                    &immediate,
-                    &batched,
-                )
-            }
-            'b' => {
-                let immediate = run_mode(options, "b", options.topics_b, options.queues_b, false)?;
-                let batched = run_mode(options, "b", options.topics_b, options.queues_b, true)?;
-                flow_table(
-                    &format!(
+            'a' | 'b' => {
+                let (prefix, topics, queues, title, one_topic) = if *scenario == 'a' {
+                    let title = format!("(a) one topic, {} queues", options.queues_a);
+                    ("a", 1, options.queues_a, title, true)
+                } else {
+                    let title = format!(
                         "(b) {} topics, {} queue(s) each",
                         options.topics_b, options.queues_b
-                    ),
-                    false,
-                    options,
-                    &immediate,
-                    &batched,
-                )
+                    );
+                    ("b", options.topics_b, options.queues_b, title, false)
+                };
+                let immediate = if options.no_immediate {
+                    None
+                } else {
+                    Some(run_mode(options, prefix, topics, queues, false, None)?)
+                };
+                let batched = run_mode(options, prefix, topics, queues, true, None)?;
+                let mut section = match &immediate {
+                    Some(immediate) => flow_table(&title, one_topic, options, immediate, &batched),
+                    None => String::new(),
+                };
+                if let Some(secs) = options.follow_deadlines {
+                    let follow = run_mode(options, prefix, topics, queues, true, Some(secs))?;
+                    section.push_str(&deadline_table(&title, secs, &batched, &follow));
+                }
+                section
             }
             _ => scenario_c(options)?,
         };
@@ -163,6 +172,11 @@ fn role(args: Vec<String>) -> Result<(), BoxError> {
             queues: num("queues")? as u32,
             group: get("group")?,
             batched,
+            follow_deadlines: kv
+                .get("follow-deadlines")
+                .map(|v| v.parse())
+                .transpose()
+                .map_err(|_| "--follow-deadlines needs a number")?,
         }),
         "produce" => produce_role(ProduceArgs {
             endpoint: get("endpoint")?,

@@ -18,6 +18,9 @@ usage: rocketmq_ack_load [options]
                          batcher's max_in_flight_per_key)
   --c-submitters N       tasks submitting acks to the batcher in (c) (default 1)
   --c-single N           also ack N messages with one entry per call in (c) (default 50000; 0 = skip)
+  --follow-deadlines SECS  also run (a)/(b) with AckSettings::follow_deadlines(SECS) and print
+                         it against the default batched mode (entries per request, exposure)
+  --no-immediate         skip the immediate mode of (a)/(b) and its table
   --emulator PATH        the rocketmq_emulator binary (default: next to this executable)
   --markdown-out PATH    also write the tables to PATH
 ";
@@ -35,6 +38,8 @@ pub(crate) struct Options {
     pub(crate) c_in_flight: usize,
     pub(crate) c_submitters: usize,
     pub(crate) c_single: usize,
+    pub(crate) follow_deadlines: Option<u64>,
+    pub(crate) no_immediate: bool,
     pub(crate) emulator: PathBuf,
     pub(crate) markdown_out: Option<PathBuf>,
 }
@@ -53,6 +58,8 @@ pub(crate) fn parse_options(args: Vec<String>) -> Result<Options, String> {
         c_in_flight: 4,
         c_submitters: 1,
         c_single: 50_000,
+        follow_deadlines: None,
+        no_immediate: false,
         emulator: exe.with_file_name("rocketmq_emulator"),
         markdown_out: None,
     };
@@ -81,6 +88,10 @@ pub(crate) fn parse_options(args: Vec<String>) -> Result<Options, String> {
             "--c-in-flight" => options.c_in_flight = number(&flag, args.next())?,
             "--c-submitters" => options.c_submitters = number(&flag, args.next())?,
             "--c-single" => options.c_single = number(&flag, args.next())?,
+            "--follow-deadlines" => {
+                options.follow_deadlines = Some(number(&flag, args.next())?);
+            }
+            "--no-immediate" => options.no_immediate = true,
             "--emulator" => options.emulator = args.next().ok_or("--emulator needs a path")?.into(),
             "--markdown-out" => {
                 options.markdown_out =

@@ -1,5 +1,6 @@
 //! Integration tests of the RocketMQ adapter against the embedded proxy emulator.
 
+mod ack_delay;
 mod bad_input;
 mod batching;
 mod faults;
