@@ -583,10 +583,14 @@ mod tests {
 
     use super::*;
 
-    /// Records every batch it is given and answers with ids (entry = the batch's number).
+    /// Records every batch it is given and answers with ids (entry = the batch's number):
+    /// at once, or once the test adds a permit to `answers`; with `refuse`, refuses every
+    /// batch.
     #[derive(Debug, Default)]
     struct Recorder {
         batches: Mutex<Vec<Vec<OutgoingMessage>>>,
+        answers: Option<Arc<tokio::sync::Semaphore>>,
+        refuse: bool,
     }
 
     impl BatchSink for Recorder {
@@ -596,15 +600,29 @@ mod tests {
             messages: &[OutgoingMessage],
             _txn: Option<TxnId>,
         ) -> Result<BatchReceipt, Error> {
+            if self.refuse {
+                return Err(Error::Invalid {
+                    what: "batch",
+                    reason: "refused by the test".into(),
+                });
+            }
             let entry = {
                 let mut batches = self.batches.lock();
                 batches.push(messages.to_vec());
                 batches.len() as u64 - 1
             };
             let size = messages.len() as u32;
+            let answers = self.answers.clone();
             Ok(Box::pin(async move {
-                // Lets other batches start before this one is answered.
-                tokio::task::yield_now().await;
+                match answers {
+                    Some(answers) => answers
+                        .acquire()
+                        .await
+                        .map_err(|_| Error::Closed("the test's answers"))?
+                        .forget(),
+                    // Lets other batches start before this one is answered.
+                    None => tokio::task::yield_now().await,
+                }
                 Ok(MessageId {
                     ledger_id: 1,
                     entry_id: entry,
@@ -750,69 +768,30 @@ mod tests {
         assert_eq!(groups, [vec![0, 1], vec![2, 4], vec![3, 5]]);
     }
 
-    /// Starts batches at once and answers them only when the test lets it (`answers`), or
-    /// refuses every batch (`refuse`).
-    #[derive(Debug)]
-    struct Gate {
-        started: Mutex<Vec<usize>>,
-        answers: Arc<tokio::sync::Semaphore>,
-        refuse: bool,
+    /// A recorder whose batches are answered only when the test adds permits to `answers`,
+    /// or (`refuse`) that refuses every batch.
+    fn gate(refuse: bool) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            answers: Some(Arc::new(tokio::sync::Semaphore::new(0))),
+            refuse,
+            ..Recorder::default()
+        })
     }
 
-    impl Gate {
-        fn new(refuse: bool) -> Arc<Self> {
-            Arc::new(Self {
-                started: Mutex::new(Vec::new()),
-                answers: Arc::new(tokio::sync::Semaphore::new(0)),
-                refuse,
-            })
-        }
+    /// The sizes of the batches `recorder` was given.
+    fn batch_sizes(recorder: &Recorder) -> Vec<usize> {
+        recorder.batches.lock().iter().map(Vec::len).collect()
     }
 
-    impl BatchSink for Gate {
-        fn start_batch(
-            &self,
-            partition: usize,
-            messages: &[OutgoingMessage],
-            _txn: Option<TxnId>,
-        ) -> Result<BatchReceipt, Error> {
-            if self.refuse {
-                return Err(Error::Invalid {
-                    what: "batch",
-                    reason: "refused by the test".into(),
-                });
-            }
-            let entry = {
-                let mut started = self.started.lock();
-                started.push(messages.len());
-                started.len() as u64 - 1
-            };
-            let answers = Arc::clone(&self.answers);
-            let size = messages.len() as u32;
-            Ok(Box::pin(async move {
-                answers
-                    .acquire()
-                    .await
-                    .map_err(|_| Error::Closed("gate"))?
-                    .forget();
-                Ok(MessageId {
-                    ledger_id: 1,
-                    entry_id: entry,
-                    partition: partition as i32,
-                    batch_index: -1,
-                    batch_size: Some(size),
-                })
-            }))
-        }
-
-        fn max_message_size(&self) -> usize {
-            crate::DEFAULT_MAX_MESSAGE_SIZE
+    fn answer(recorder: &Recorder, batches: usize) {
+        if let Some(answers) = &recorder.answers {
+            answers.add_permits(batches);
         }
     }
 
     /// Spawns a send of message `index` to partition 0.
     fn spawn_send(
-        batcher: &Arc<ProducerBatcher<Gate>>,
+        batcher: &Arc<ProducerBatcher<Recorder>>,
         queue: &Arc<crate::producer::queue::PendingQueue>,
         index: usize,
     ) -> tokio::task::JoinHandle<Result<MessageId, Error>> {
@@ -832,7 +811,7 @@ mod tests {
     /// before the first is answered, and each message still gets its own id, in order.
     #[tokio::test(start_paused = true)]
     async fn a_partition_has_many_batches_on_the_wire_at_once() {
-        let gate = Gate::new(false);
+        let gate = gate(false);
         let options = BatchingOptions::default()
             .max_messages(2)
             .max_delay(Duration::from_millis(10));
@@ -846,15 +825,15 @@ mod tests {
         }
         tokio::task::yield_now().await;
         assert_eq!(
-            *gate.started.lock(),
+            batch_sizes(&gate),
             [2, 2, 2],
             "three full batches out, none answered"
         );
         assert_eq!(queue.pending(), 7);
         // The odd one goes out after the batching delay.
         tokio::time::sleep(Duration::from_millis(11)).await;
-        assert_eq!(*gate.started.lock(), [2, 2, 2, 1]);
-        gate.answers.add_permits(4);
+        assert_eq!(batch_sizes(&gate), [2, 2, 2, 1]);
+        answer(&gate, 4);
         for (index, send) in sends.into_iter().enumerate() {
             let id = send.await.expect("joined").expect("sent");
             assert_eq!(
@@ -872,7 +851,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_batch_fails_each_of_its_messages_and_gives_their_places_back() {
-        let gate = Gate::new(true);
+        let gate = gate(true);
         let options = BatchingOptions::default().max_messages(3);
         let batcher =
             Arc::new(ProducerBatcher::new(Arc::clone(&gate), options, None).expect("valid"));
@@ -891,7 +870,7 @@ mod tests {
     /// sends with `Closed` and counts them; later sends fail at once.
     #[tokio::test(start_paused = true)]
     async fn close_gives_up_on_unanswered_batches_after_its_timeout() {
-        let gate = Gate::new(false);
+        let gate = gate(false);
         let options = BatchingOptions::default().max_messages(2);
         let batcher =
             Arc::new(ProducerBatcher::new(Arc::clone(&gate), options, None).expect("valid"));
@@ -899,7 +878,7 @@ mod tests {
         let sends: Vec<_> = (0..3).map(|i| spawn_send(&batcher, &queue, i)).collect();
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
-        gate.answers.add_permits(1);
+        answer(&gate, 1);
         let started = tokio::time::Instant::now();
         assert_eq!(
             batcher.close().await,
@@ -907,7 +886,7 @@ mod tests {
             "the second batch (one message) abandoned"
         );
         assert_eq!(started.elapsed(), CLOSE_TIMEOUT);
-        assert_eq!(*gate.started.lock(), [2, 1], "close sealed the open batch");
+        assert_eq!(batch_sizes(&gate), [2, 1], "close sealed the open batch");
         let results: Vec<_> = futures_util::future::join_all(sends).await;
         assert!(results[0].as_ref().expect("joined").is_ok());
         assert!(results[1].as_ref().expect("joined").is_ok());
