@@ -121,10 +121,20 @@ impl AckSettings {
     /// its own pending acks; they take a few hundred bytes each.
     ///
     /// FIFO and late messages (see [`late_after`](Self::late_after)) are still acknowledged
-    /// at once, and `max_items` still flushes full batches. Retries of a failed ack stop at
-    /// the same margin before the deadline (a retry in the last tenth of the invisibility
-    /// races its end). This sets [`max_delay`](Self::max_delay); a later `max_delay` call
-    /// changes it again.
+    /// at once, and `max_items` still flushes full batches. Retries of a failed ack stop
+    /// earlier too, by the part of the margin beyond `deadline_margin` (5 s before a 60 s
+    /// handle expires: a retry in the last tenth of the invisibility races its end). This
+    /// sets [`max_delay`](Self::max_delay); a later `max_delay` call changes it again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rocketmq_grpc::AckSettings;
+    ///
+    /// // 1,024 entries or 25 s per (endpoint, topic), and never later than 54 s after the
+    /// // receipt of a message invisible for 60 s.
+    /// let acks = AckSettings::default().follow_deadlines(Duration::from_secs(25));
+    /// # let _ = acks;
+    /// ```
     pub fn follow_deadlines(mut self, max_delay: Duration) -> Self {
         self.max_delay = max_delay;
         self.follow_deadlines = true;
