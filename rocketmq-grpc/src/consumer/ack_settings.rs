@@ -121,6 +121,11 @@ impl AckSettings {
     /// at most 1,048,576), so that a consumer of 8,000 messages per second is not throttled by
     /// its own pending acks; they take a few hundred bytes each.
     ///
+    /// Keep `max_delay` below the proxy's first renewal of an auto-renewed handle (about 45 s
+    /// after the receipt with its 60 s invisibility): a later ack is mapped to the renewed
+    /// handle by the proxy, but an ack that fails there loses that mapping, and its retry
+    /// carries the superseded handle.
+    ///
     /// FIFO and late messages (see [`late_after`](Self::late_after)) are still acknowledged
     /// at once, and `max_items` still flushes full batches. Retries of a failed ack stop
     /// earlier too, by the part of the margin beyond `deadline_margin` (5 s before a 60 s
