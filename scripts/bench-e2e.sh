@@ -5,11 +5,12 @@
 #   scripts/bench-e2e.sh --quick                       # smoke run: small counts, 1 run
 #   scripts/bench-e2e.sh                               # 3 interleaved runs of every path
 #   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce,pulsar-consume --clients ours,java
-#   flags: --runs N --paths LIST --clients ours,java,python --messages N --backlog N
+#   flags: --runs N --paths LIST --clients ours,java,python,pulsar-rs --messages N --backlog N
 #          --rocketmq-messages N --rocketmq-backlog N --size BYTES --out DIR (target/bench-e2e)
 #
-# Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python; 10,000 and
-# 1,000 in flight), pulsar-consume (ours, Java, Python; Shared, individual acks),
+# Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python, the pulsar
+# crate; 10,000 and 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate;
+# Shared, individual acks),
 # rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers).
 # See examples/src/bin/e2e_load/main.rs for what each measures.
 #
@@ -27,7 +28,7 @@ root=$(pwd)
 
 args=("$@")
 paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume
-clients=ours,java,python
+clients=ours,java,python,pulsar-rs
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in
     --paths) paths=${args[i + 1]:-} ;;
@@ -50,6 +51,17 @@ fi
 if [[ $clients == *python* && $want_pulsar == true ]]; then
   log "setting up the Python peer's venv"
   scripts/python-peers/run
+fi
+pulsar_rs_args=()
+if [[ $clients == *pulsar-rs* && $want_pulsar == true ]]; then
+  if command -v protoc >/dev/null; then
+    log "building the pulsar crate's peer (scripts/pulsar-rs-peer, release)"
+    cargo build -q --release --manifest-path scripts/pulsar-rs-peer/Cargo.toml \
+      --target-dir "$target_dir/pulsar-rs-peer"
+    pulsar_rs_args=(--pulsar-rs "$target_dir/pulsar-rs-peer/release/pulsar-rs-peer")
+  else
+    log "no protoc (the pulsar crate's build needs it: apt-get install -y protobuf-compiler): leaving the pulsar crate out"
+  fi
 fi
 
 started=()
@@ -103,5 +115,5 @@ $want_rocketmq && broker_args+=(--rocketmq "$ROCKETMQ_ENDPOINT")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 "$target_dir/release/e2e_load" --out "$root/target/bench-e2e" \
   --java-peers "$root/scripts/java-peers/run" --python-peers "$root/scripts/python-peers/run" \
-  --rocketmq-admin "$root/scripts/brokers/rocketmq" "${broker_args[@]}" "$@"
+  --rocketmq-admin "$root/scripts/brokers/rocketmq" "${broker_args[@]}" ${pulsar_rs_args[@]+"${pulsar_rs_args[@]}"} "$@"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -122,7 +122,7 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
                 driver.options.java_peers.clone(),
                 vec!["E2eRocketMqProduce".into()],
             ),
-            Family::Python => continue,
+            Family::Python | Family::PulsarRs => continue,
         };
         let topic = fresh_topic(driver, "produce", family).await?;
         args.extend([
