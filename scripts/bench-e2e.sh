@@ -5,11 +5,12 @@
 #   scripts/bench-e2e.sh --quick                       # smoke run: small counts, 1 run
 #   scripts/bench-e2e.sh                               # 3 interleaved runs of every path
 #   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce,pulsar-consume --clients ours,java
-#   flags: --runs N --paths LIST --clients ours,java,python --messages N --backlog N
+#   flags: --runs N --paths LIST --clients ours,java,python,pulsar-rs --messages N --backlog N
 #          --rocketmq-messages N --rocketmq-backlog N --size BYTES --out DIR (target/bench-e2e)
 #
-# Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python; 10,000 and
-# 1,000 in flight), pulsar-consume (ours, Java, Python; Shared, individual acks),
+# Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python, the pulsar
+# crate; 10,000 and 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate;
+# Shared, individual acks),
 # rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers).
 # See examples/src/bin/e2e_load/main.rs for what each measures.
 #
@@ -19,7 +20,11 @@
 # 127.0.0.1:6650 is reused and left running. Bounded data: Pulsar topics live in public/bench
 # (retention 0, 2 GiB backlog quota, 1 h TTL) and are force-deleted after each measurement;
 # RocketMQ topics are created and deleted per measurement, and a RocketMQ started here keeps its
-# commit-log files for 1 hour at most; the driver stops when the disk has < 10 GiB free.
+# commit-log files for 1 hour at most; the driver stops before a measurement when the disk of
+# target/ has < 10 GiB free (--min-free-gib N). Deleted Pulsar topics' bytes stay in the bookie
+# until its garbage collection (not seen within minutes): about 1.4x the payload written (a
+# --quick run: 2.4 GB at its peak; the default 3 runs write about 25 GB of payload).
+# Prints the size of a Pulsar's data started here at the end.
 # Writes target/bench-e2e/runs.csv (every run) and results.csv (medians), prints the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +32,7 @@ root=$(pwd)
 
 args=("$@")
 paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume
-clients=ours,java,python
+clients=ours,java,python,pulsar-rs
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in
     --paths) paths=${args[i + 1]:-} ;;
@@ -51,6 +56,17 @@ if [[ $clients == *python* && $want_pulsar == true ]]; then
   log "setting up the Python peer's venv"
   scripts/python-peers/run
 fi
+pulsar_rs_args=()
+if [[ $clients == *pulsar-rs* && $want_pulsar == true ]]; then
+  if command -v protoc >/dev/null; then
+    log "building the pulsar crate's peer (scripts/pulsar-rs-peer, release)"
+    cargo build -q --release --manifest-path scripts/pulsar-rs-peer/Cargo.toml \
+      --target-dir "$target_dir/pulsar-rs-peer"
+    pulsar_rs_args=(--pulsar-rs "$target_dir/pulsar-rs-peer/release/pulsar-rs-peer")
+  else
+    log "no protoc (the pulsar crate's build needs it: apt-get install -y protobuf-compiler): leaving the pulsar crate out"
+  fi
+fi
 
 started=()
 stop_started() {
@@ -67,8 +83,16 @@ if $want_pulsar && [[ -z ${PULSAR_SERVICE_URL:-} ]]; then
     log "a Pulsar already listens on 127.0.0.1:6650: using it (not stopped at the end)"
     PULSAR_SERVICE_URL=pulsar://127.0.0.1:6650
   else
-    log "starting Pulsar"
-    env_lines=$(scripts/brokers/pulsar start)
+    log "starting Pulsar (small bookie journal and entry-log files, garbage collection every minute)"
+    # A deleted topic's data stays in the bookie until its garbage collection reclaims the
+    # entry logs (1 GB each by default, shared by every ledger): smaller files, a journal of
+    # 256 MB with one backup, and shorter GC/compaction intervals. Measured (a 0.8 GB run):
+    # the journal is trimmed, but the deleted topics' entry logs were still there 5 min later,
+    # so the free-disk guard (e2e_load --min-free-gib, 10) is what bounds a long run.
+    bookie_gc=$'gcWaitTime=60000\nminorCompactionInterval=300\nminorCompactionThreshold=0.5'
+    bookie_gc+=$'\nmajorCompactionInterval=900\nmajorCompactionThreshold=0.8\nlogSizeLimit=134217728'
+    bookie_gc+=$'\njournalMaxSizeMB=256\njournalMaxBackups=1\nisForceGCAllowWhenNoSpace=true'
+    env_lines=$(PULSAR_CONF_EXTRA=$bookie_gc scripts/brokers/pulsar start)
     started+=(pulsar)
     PULSAR_SERVICE_URL=$(grep -o 'PULSAR_SERVICE_URL=[^[:space:]]*' <<<"$env_lines" | tail -n 1 | cut -d= -f2-)
     PULSAR_ADMIN_URL=$(grep -o 'PULSAR_ADMIN_URL=[^[:space:]]*' <<<"$env_lines" | tail -n 1 | cut -d= -f2-)
@@ -103,5 +127,8 @@ $want_rocketmq && broker_args+=(--rocketmq "$ROCKETMQ_ENDPOINT")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 "$target_dir/release/e2e_load" --out "$root/target/bench-e2e" \
   --java-peers "$root/scripts/java-peers/run" --python-peers "$root/scripts/python-peers/run" \
-  --rocketmq-admin "$root/scripts/brokers/rocketmq" "${broker_args[@]}" "$@"
+  --rocketmq-admin "$root/scripts/brokers/rocketmq" "${broker_args[@]}" ${pulsar_rs_args[@]+"${pulsar_rs_args[@]}"} "$@"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ " ${started[*]} " == *" pulsar "* ]]; then
+  echo "Pulsar data now: $(du -sh target/brokers/pulsar/data 2>/dev/null | cut -f1)"
+fi

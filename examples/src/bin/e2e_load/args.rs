@@ -54,6 +54,8 @@ pub(crate) enum Family {
     Java,
     /// The official Python `pulsar-client` wheel (Pulsar only).
     Python,
+    /// The `pulsar` crate (pulsar-rs; Pulsar only), `scripts/pulsar-rs-peer`.
+    PulsarRs,
 }
 
 impl Family {
@@ -62,7 +64,10 @@ impl Family {
             "ours" => Ok(Family::Ours),
             "java" => Ok(Family::Java),
             "python" => Ok(Family::Python),
-            other => Err(format!("unknown client {other:?} (ours, java, python)")),
+            "pulsar-rs" => Ok(Family::PulsarRs),
+            other => Err(format!(
+                "unknown client {other:?} (ours, java, python, pulsar-rs)"
+            )),
         }
     }
 }
@@ -98,6 +103,9 @@ pub(crate) struct Options {
     pub(crate) namespace: String,
     /// `bin/pulsar-perf` of the Pulsar distribution.
     pub(crate) pulsar_perf: Option<String>,
+    /// The `pulsar-rs-peer` binary (`scripts/pulsar-rs-peer`); without it that client is left
+    /// out.
+    pub(crate) pulsar_rs: Option<String>,
     /// `scripts/java-peers/run`.
     pub(crate) java_peers: String,
     /// `scripts/python-peers/run`.
@@ -109,10 +117,10 @@ pub(crate) struct Options {
 }
 
 /// The usage text.
-pub(crate) const USAGE: &str = "usage: e2e_load [--runs N] [--paths LIST] [--clients ours,java,python] \
+pub(crate) const USAGE: &str = "usage: e2e_load [--runs N] [--paths LIST] [--clients ours,java,python,pulsar-rs] \
 [--messages N] [--backlog N] [--rocketmq-messages N] [--rocketmq-backlog N] [--size BYTES] [--quick] \
 [--out DIR] [--pulsar URL] [--admin URL] [--rocketmq HOST:PORT] [--namespace TENANT/NS] \
-[--pulsar-perf PATH] [--java-peers PATH] [--python-peers PATH] [--rocketmq-admin PATH] [--min-free-gib N]
+[--pulsar-perf PATH] [--pulsar-rs PATH] [--java-peers PATH] [--python-peers PATH] [--rocketmq-admin PATH] [--min-free-gib N]
        e2e_load child pulsar-produce|pulsar-consume|rocketmq-produce|rocketmq-consume ARGS...";
 
 fn repo_path(relative: &str) -> String {
@@ -124,7 +132,7 @@ impl Default for Options {
         Self {
             runs: 3,
             paths: Path::ALL.to_vec(),
-            clients: vec![Family::Ours, Family::Java, Family::Python],
+            clients: vec![Family::Ours, Family::Java, Family::Python, Family::PulsarRs],
             messages: 500_000,
             backlog: 1_000_000,
             rocketmq_messages: 100_000,
@@ -136,6 +144,7 @@ impl Default for Options {
             rocketmq: None,
             namespace: "public/bench".into(),
             pulsar_perf: None,
+            pulsar_rs: None,
             java_peers: repo_path("scripts/java-peers/run"),
             python_peers: repo_path("scripts/python-peers/run"),
             rocketmq_admin: repo_path("scripts/brokers/rocketmq"),
@@ -200,6 +209,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
             "--rocketmq" => options.rocketmq = Some(value.into()),
             "--namespace" => options.namespace = value.into(),
             "--pulsar-perf" => options.pulsar_perf = Some(value.into()),
+            "--pulsar-rs" => options.pulsar_rs = Some(value.into()),
             "--java-peers" => options.java_peers = value.into(),
             "--python-peers" => options.python_peers = value.into(),
             "--rocketmq-admin" => options.rocketmq_admin = value.into(),
@@ -256,8 +266,8 @@ mod tests {
         assert_eq!(options.pulsar.as_deref(), Some("pulsar://h:6650"));
 
         let options = parse(&args(&format!(
-            "{BROKERS} --runs 5 --paths pulsar-consume,rocketmq-produce --clients ours,java \
-             --messages 1_000 --backlog 2,000 --out /tmp/x --size 100"
+            "{BROKERS} --runs 5 --paths pulsar-consume,rocketmq-produce --clients ours,java,pulsar-rs \
+             --pulsar-rs /bin/peer --messages 1_000 --backlog 2,000 --out /tmp/x --size 100"
         )))
         .unwrap();
         assert_eq!(options.runs, 5);
@@ -265,7 +275,11 @@ mod tests {
             options.paths,
             vec![Path::PulsarConsume, Path::RocketmqProduce]
         );
-        assert_eq!(options.clients, vec![Family::Ours, Family::Java]);
+        assert_eq!(
+            options.clients,
+            vec![Family::Ours, Family::Java, Family::PulsarRs]
+        );
+        assert_eq!(options.pulsar_rs.as_deref(), Some("/bin/peer"));
         assert_eq!((options.messages, options.backlog), (1000, 2000));
         assert_eq!(options.size, 100);
         assert_eq!(options.out, PathBuf::from("/tmp/x"));

@@ -14,11 +14,12 @@
 //! Paths (`--paths`, all by default):
 //! - `pulsar-produce`: `--messages` (500,000) to a fresh topic, batches of at most 1,000
 //!   messages / 10 ms / 4 MiB, at 10,000 and at 1,000 sends in flight; ours, `pulsar-perf
-//!   produce` (`-o` in flight, `-r 100000000`), the Python client (`max_pending_messages`).
+//!   produce` (`-o` in flight, `-r 100000000`), the Python client (`max_pending_messages`),
+//!   the `pulsar` crate (`scripts/pulsar-rs-peer`, when `--pulsar-rs` names its binary).
 //!   p50/p99 from each send to its receipt.
 //! - `pulsar-consume`: a `--backlog` (1,000,000) written by our producer before the consumer
 //!   starts, consumed on a Shared subscription (created before the backlog), each message
-//!   acknowledged individually; ours, the Java client, the Python client.
+//!   acknowledged individually; ours, the Java client, the Python client, the `pulsar` crate.
 //! - `rocketmq-produce`: `--rocketmq-messages` (100,000), 256 sends in flight; ours, the
 //!   RocketMQ 5 Java client.
 //! - `rocketmq-consume`: a `--rocketmq-backlog` (200,000) on a fresh topic, a fresh group's
@@ -69,6 +70,7 @@ pub(crate) fn family_name(family: Family) -> &'static str {
         Family::Ours => "ours",
         Family::Java => "java",
         Family::Python => "python",
+        Family::PulsarRs => "pulsar-rs",
     }
 }
 

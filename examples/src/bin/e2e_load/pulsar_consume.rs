@@ -1,7 +1,8 @@
 //! Pulsar consume: a backlog of N messages on a fresh topic (its Shared subscription created
 //! first, the backlog written by our producer), then one consumer drains it, acknowledging
 //! each message individually. The window runs from the consumer's subscribe to its N-th
-//! acknowledgement call. Ours (`pulsar-wire`), the Java client, the Python client.
+//! acknowledgement call. Ours (`pulsar-wire`), the Java client, the Python client, the
+//! `pulsar` crate.
 
 use std::time::{Duration, Instant};
 
@@ -113,6 +114,10 @@ fn specs(driver: &Driver, topic: &str) -> Vec<(Family, Spec)> {
                 &o.python_peers,
                 vec!["e2e_pulsar", "consume"],
             ),
+            Family::PulsarRs => match &o.pulsar_rs {
+                Some(peer) => ("pulsar 6.9.1 (Rust crate)", peer, vec!["consume"]),
+                None => continue,
+            },
         };
         let mut args: Vec<String> = args.into_iter().map(String::from).collect();
         args.extend([

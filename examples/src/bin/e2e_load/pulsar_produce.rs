@@ -1,7 +1,7 @@
 //! Pulsar produce: N messages of SIZE bytes to a fresh topic, batches of at most 1,000
 //! messages or 10 ms, with at most IN_FLIGHT sends not yet receipted; latency from each send
 //! to its receipt. Ours (`pulsar-wire`), `pulsar-perf produce` from the Pulsar distribution,
-//! the Python client.
+//! the Python client, the `pulsar` crate.
 
 use std::time::{Duration, Instant};
 
@@ -158,6 +158,27 @@ fn specs(driver: &Driver, topic: &str, in_flight: usize) -> Vec<(Family, Spec)> 
                 env: Vec::new(),
                 protocol: Protocol::Lines,
             },
+            Family::PulsarRs => {
+                let Some(peer) = &o.pulsar_rs else { continue };
+                Spec {
+                    label: "pulsar 6.9.1 (Rust crate)".into(),
+                    program: peer.clone(),
+                    args: [
+                        "produce",
+                        &url,
+                        topic,
+                        &n,
+                        &size,
+                        &flight,
+                        &BATCH_MESSAGES.to_string(),
+                        &BATCH_DELAY_MS.to_string(),
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                    env: Vec::new(),
+                    protocol: Protocol::Lines,
+                }
+            }
         };
         specs.push((*family, spec));
     }

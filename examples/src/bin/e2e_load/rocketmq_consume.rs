@@ -75,7 +75,7 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
                 driver.options.java_peers.clone(),
                 vec!["E2eRocketMqPushConsume".into()],
             ),
-            Family::Python => continue,
+            Family::Python | Family::PulsarRs => continue,
         };
         let topic = fresh_topic(driver, "consume", family).await?;
         eprintln!("e2e_load: writing a backlog of {n} to {topic}");
