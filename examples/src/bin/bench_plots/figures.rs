@@ -162,19 +162,28 @@ pub(crate) fn e2e(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let path = table.column("path")?;
     let client = table.column("client")?;
+    let in_flight = table.column("in_flight")?;
     let rate = table.column("msgs_per_s")?;
     let cpu = table.column("cpu_s_per_million")?;
-    let paths = distinct(table, path)?;
+    distinct(table, path)?;
     distinct(table, client)?;
+    // One panel per path and in-flight setting (a produce path is measured at several).
+    let panel_of = |row: &Row| match table.text(row, in_flight) {
+        "" => table.text(row, path).to_owned(),
+        n => format!("{}, {n} in flight", table.text(row, path)),
+    };
+    let mut paths: Vec<String> = Vec::new();
+    for row in &table.rows {
+        let panel = panel_of(row);
+        if !paths.contains(&panel) {
+            paths.push(panel);
+        }
+    }
     let mut panels = Vec::new();
     // Client names wrap under narrow panels; every panel keeps room for the longest.
     let label_lines = 2;
     for p in &paths {
-        let rows: Vec<&Row> = table
-            .rows
-            .iter()
-            .filter(|r| table.text(r, path) == p)
-            .collect();
+        let rows: Vec<&Row> = table.rows.iter().filter(|r| &panel_of(r) == p).collect();
         let mut clients: Vec<String> = Vec::new();
         for row in &rows {
             let name = table.text(row, client);
@@ -559,8 +568,8 @@ mod tests {
         );
         let svg = e2e(&e2e_csv).unwrap();
         for label in [
-            "Pulsar produce",
-            "RocketMQ produce",
+            "Pulsar produce, 10000 in flight",
+            "RocketMQ produce, 256 in flight",
             "messages per second",
             "client CPU s per million messages",
             "186k",
@@ -588,7 +597,7 @@ mod tests {
             e2e(&missing)
                 .unwrap_err()
                 .to_string()
-                .starts_with("test.csv:1: no column `msgs_per_s`")
+                .starts_with("test.csv:1: no column `in_flight`")
         );
         let empty = parse("scenario,client,messages_acked,ack_rpcs,cpu_us_per_msg\n");
         assert!(

@@ -297,7 +297,7 @@ mod tests {
             ..options.clone()
         })
         .unwrap();
-        assert!(read(&md).unwrap().contains("| Pulsar produce | ours |"));
+        assert!(read(&md).unwrap().contains("| pulsar-produce | ours (pulsar-wire) |"));
 
         let results = dir.join("results.csv");
         write(
