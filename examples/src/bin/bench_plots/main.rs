@@ -297,7 +297,11 @@ mod tests {
             ..options.clone()
         })
         .unwrap();
-        assert!(read(&md).unwrap().contains("| pulsar-produce | ours (pulsar-wire) |"));
+        assert!(
+            read(&md)
+                .unwrap()
+                .contains("| pulsar-produce | ours (pulsar-wire) |")
+        );
 
         let results = dir.join("results.csv");
         write(
