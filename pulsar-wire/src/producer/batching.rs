@@ -11,8 +11,6 @@
 //! completion per batch, not per message.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ use tokio::sync::{Notify, Semaphore, TryAcquireError};
 use txn_ack::TxnId;
 
 use super::message::OutgoingMessage;
-use super::partition::PartitionSet;
+use super::partition::{BatchReceipt, PartitionSet};
 use super::queue::Slot;
 use crate::Error;
 use crate::id::MessageId;
@@ -151,11 +149,6 @@ impl KeyGroup {
         }
     }
 }
-
-/// The wait for the receipt of a batch entry: the entry's id (`batch_size` set, batch index
-/// to be filled in per message).
-pub(crate) type BatchReceipt =
-    Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Send + 'static>>;
 
 /// Where sealed batches go: the partition producers (or, in tests, a recorder).
 pub(crate) trait BatchSink: Send + Sync + 'static {

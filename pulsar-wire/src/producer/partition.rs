@@ -66,6 +66,11 @@ impl PartitionSet {
 /// The wait for an entry's receipt.
 type Receipt = std::pin::Pin<Box<dyn Future<Output = Result<pb::MessageIdData, Error>> + Send>>;
 
+/// The wait for the receipt of a batch entry: the entry's id (`batch_size` set, batch index
+/// to be filled in per message).
+pub(crate) type BatchReceipt =
+    std::pin::Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Send + 'static>>;
+
 /// The wait for the end of a registration, set up before `PRODUCER` is sent.
 type Ending = std::pin::Pin<Box<dyn Future<Output = ProducerGone> + Send>>;
 
@@ -582,7 +587,7 @@ impl PartitionProducer {
         self: &Arc<Self>,
         messages: &[OutgoingMessage],
         txn: Option<TxnId>,
-    ) -> Result<super::batching::BatchReceipt, Error> {
+    ) -> Result<BatchReceipt, Error> {
         let count = i32::try_from(messages.len())
             .ok()
             .filter(|n| (1..=crate::MAX_BATCH_MESSAGES).contains(n))
