@@ -47,6 +47,7 @@ mod report;
 mod rocketmq_consume;
 mod rocketmq_produce;
 mod stats;
+mod window;
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -6,8 +6,6 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use pulsar_wire::{BatchingOptions, Client, ConnectOptions, OutgoingMessage, ProducerOptions};
 
 use crate::args::Family;
@@ -49,24 +47,10 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
     let payload = Bytes::from(vec![b'x'; size]);
     println!("start");
     let started = Instant::now();
-    let mut latencies: Vec<u32> = Vec::with_capacity(n);
-    let mut pending = FuturesUnordered::new();
-    let mut next = 0;
-    while next < n || !pending.is_empty() {
-        while next < n && pending.len() < in_flight {
-            let send = producer.send(OutgoingMessage::new(payload.clone()));
-            pending.push(async move {
-                let sent = Instant::now();
-                let result = send.await;
-                (sent.elapsed(), result)
-            });
-            next += 1;
-        }
-        if let Some((latency, result)) = pending.next().await {
-            result.map_err(|e| format!("send: {e}"))?;
-            latencies.push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
-        }
-    }
+    let mut latencies = crate::window::send_windowed(n, in_flight, || {
+        producer.send(OutgoingMessage::new(payload.clone()))
+    })
+    .await?;
     let seconds = started.elapsed().as_secs_f64();
     let (p50, p99) = crate::stats::p50_p99_ms(&mut latencies);
     println!(

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
 
 use crate::args::Family;
@@ -46,25 +44,10 @@ pub(crate) async fn send_all(
     in_flight: usize,
 ) -> Result<Vec<u32>, String> {
     let body = vec![b'x'; size];
-    let mut latencies = Vec::with_capacity(n);
-    let mut pending = FuturesUnordered::new();
-    let mut next = 0;
-    while next < n || !pending.is_empty() {
-        while next < n && pending.len() < in_flight {
-            let send = producer.send(OutgoingMessage::new(topic, body.clone()));
-            pending.push(async move {
-                let sent = Instant::now();
-                let result = send.await;
-                (sent.elapsed(), result)
-            });
-            next += 1;
-        }
-        if let Some((latency, result)) = pending.next().await {
-            result.map_err(|e| format!("send: {e}"))?;
-            latencies.push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
-        }
-    }
-    Ok(latencies)
+    crate::window::send_windowed(n, in_flight, || {
+        producer.send(OutgoingMessage::new(topic, body.clone()))
+    })
+    .await
 }
 
 /// `child rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT`
