@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use rocketmq_grpc::{ClientConfig, ConsumeResult, MessageHandler, PushConsumer, ReceivedMessage};
 use tokio::sync::Notify;
 
-use crate::args::Family;
 use crate::child::{Protocol, Spec};
 use crate::rocketmq_produce::{IN_FLIGHT, fresh_topic, producer, send_all};
 use crate::{Driver, stdin_closed};
@@ -64,18 +63,13 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
     let n = driver.options.rocketmq_backlog;
     for family in driver.options.clients.clone() {
-        let (label, program, mut args): (&str, String, Vec<String>) = match family {
-            Family::Ours => (
-                "ours (rocketmq-grpc)",
-                driver.ourselves.clone(),
-                vec!["child".into(), "rocketmq-consume".into()],
-            ),
-            Family::Java => (
-                "rocketmq-client-java 5.0.8",
-                driver.options.java_peers.clone(),
-                vec!["E2eRocketMqPushConsume".into()],
-            ),
-            Family::Python | Family::PulsarRs => continue,
+        let Some((label, program, mut args)) = crate::rocketmq_produce::client(
+            driver,
+            family,
+            "rocketmq-consume",
+            "E2eRocketMqPushConsume",
+        ) else {
+            continue;
         };
         let topic = fresh_topic(driver, "consume", family).await?;
         eprintln!("e2e_load: writing a backlog of {n} to {topic}");

@@ -90,22 +90,38 @@ pub(crate) async fn fresh_topic(
     Ok(topic)
 }
 
+/// A RocketMQ path's client of `family`: its label, program and first arguments (ours: the
+/// `child` mode `path`; Java: the peer class `java_class`); `None` for the families without
+/// a RocketMQ client.
+pub(crate) fn client(
+    driver: &Driver,
+    family: Family,
+    path: &str,
+    java_class: &str,
+) -> Option<(&'static str, String, Vec<String>)> {
+    match family {
+        Family::Ours => Some((
+            "ours (rocketmq-grpc)",
+            driver.ourselves.clone(),
+            vec!["child".into(), path.into()],
+        )),
+        Family::Java => Some((
+            "rocketmq-client-java 5.0.8",
+            driver.options.java_peers.clone(),
+            vec![java_class.into()],
+        )),
+        Family::Python | Family::PulsarRs => None,
+    }
+}
+
 /// Run `run` of every client, each on its own topic, deleted after.
 pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
     for family in driver.options.clients.clone() {
-        let (label, program, mut args): (&str, String, Vec<String>) = match family {
-            Family::Ours => (
-                "ours (rocketmq-grpc)",
-                driver.ourselves.clone(),
-                vec!["child".into(), "rocketmq-produce".into()],
-            ),
-            Family::Java => (
-                "rocketmq-client-java 5.0.8",
-                driver.options.java_peers.clone(),
-                vec!["E2eRocketMqProduce".into()],
-            ),
-            Family::Python | Family::PulsarRs => continue,
+        let Some((label, program, mut args)) =
+            client(driver, family, "rocketmq-produce", "E2eRocketMqProduce")
+        else {
+            continue;
         };
         let topic = fresh_topic(driver, "produce", family).await?;
         args.extend([
