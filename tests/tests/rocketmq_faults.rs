@@ -44,8 +44,8 @@ fn fault(name: &'static str, steps: Vec<Vec<&'static str>>, gap: Duration) -> Fa
 fn print(what: &str, report: &Report) {
     println!(
         "{what}: sent {} (failed {}, {} during the fault, longest send {:?}), received {}, \
-         lost {}, copies {}, copies of messages acked before the fault {}, AckMessage \
-         requests {} ({} during the fault window {:?}), acked {}, first ack {:?} after the \
+         lost {}, copies {}, copies of messages acked before the fault {} ({} redelivered by \
+         the broker, {} repeated) {:?}, AckMessage requests {} ({} during the fault window {:?}), acked {}, first ack {:?} after the \
          fault, shutdown report {:?}\nack failures {}: {:?}\nconsumer: {}",
         report.sent,
         report.send_failures,
@@ -54,7 +54,10 @@ fn print(what: &str, report: &Report) {
         report.received,
         report.lost,
         report.copies,
-        report.copies_of_acked,
+        report.copies_of_acked.total,
+        report.copies_of_acked.redelivered,
+        report.copies_of_acked.repeated,
+        report.copies_of_acked.detail,
         report.ack_requests,
         report.ack_requests_during_fault,
         report.fault_window,
@@ -69,8 +72,9 @@ fn print(what: &str, report: &Report) {
 
 /// The proxy (with its broker: local mode) stopped for 30 s and started again on its data
 /// under a steady stream of 100 msg/s: nothing is lost, no message acknowledged before the
-/// outage is handled again (after TERM; -9 may lose the broker's last seconds of consume
-/// progress), at most 100 `AckMessage` requests go out during the outage (a
+/// outage is handled again unless the broker delivered it again, and few are (after TERM, see
+/// [`assert_acked_stay_acked`]; -9 may lose the broker's last seconds of consume progress),
+/// at most 100 `AckMessage` requests go out during the outage (a
 /// constant 1 s backoff made 56,028 of a 34 s restart), every send made during the outage is
 /// retried until the proxy is back and succeeds, and the shutdown report lists nothing.
 async fn the_stream_survives_a_proxy_restart(kill: bool) {
@@ -119,10 +123,7 @@ async fn the_stream_survives_a_proxy_restart(kill: bool) {
     print(&format!("proxy restart ({tag})"), &report);
     assert_no_shortfalls(&report, kill);
     if !kill {
-        assert_eq!(
-            report.copies_of_acked, 0,
-            "messages acknowledged before the outage were handled again"
-        );
+        assert_acked_stay_acked(&report);
     }
     assert!(
         report.ack_requests_during_fault <= 100,
@@ -160,10 +161,31 @@ fn assert_no_shortfalls(report: &Report, kill: bool) {
     assert!(report.shutdown.unacknowledged.len() <= 1_000);
 }
 
+/// After TERM, no message whose ack the proxy confirmed before the fault is handed to the
+/// handler again unless the broker delivered it again (a higher delivery attempt): a repeat
+/// would be the client's doing, or a consume offset the broker lost. The 5.3.3 broker does
+/// revive a few acknowledged pop checkpoints when it comes back after TERM: one CI run had 99
+/// such copies, a local run 24 (a run of one queue's messages handled within 1 s and acked 4 s
+/// later, OK per entry, delivered again from the retry queue with attempt 2 after the
+/// restart). At most 500 (5 s of the stream) are accepted.
+fn assert_acked_stay_acked(report: &Report) {
+    let copies = &report.copies_of_acked;
+    assert_eq!(
+        copies.repeated, 0,
+        "messages acknowledged before the fault were handed to the handler again without a \
+         new delivery: {copies:?}"
+    );
+    assert!(
+        copies.redelivered <= 500,
+        "the broker delivered {} acknowledged messages again: {copies:?}",
+        copies.redelivered
+    );
+}
+
 /// One broker of the two stopped (TERM, or killed with -9) mid-stream for 20 s and started
 /// again: sends are retried on the other broker and none fails, no ack is given up while its
-/// receipt handle is valid, nothing is lost. After TERM no acknowledged message comes back;
-/// after -9 some do (the broker loses the consume progress of its last seconds; counted and
+/// receipt handle is valid, nothing is lost. After TERM acknowledged messages come back only
+/// as the broker's few redeliveries ([`assert_acked_stay_acked`]); after -9 more do (the broker loses the consume progress of its last seconds; counted and
 /// printed, not asserted).
 async fn the_stream_survives_a_broker_stop(kill: bool) {
     let Some(endpoint) = var("ROCKETMQ_CLUSTER_ENDPOINT") else {
@@ -215,10 +237,7 @@ async fn the_stream_survives_a_broker_stop(kill: bool) {
     print(&format!("broker-a stopped ({tag})"), &report);
     assert_no_shortfalls(&report, kill);
     if !kill {
-        assert_eq!(
-            report.copies_of_acked, 0,
-            "messages acknowledged before the stop were handled again"
-        );
+        assert_acked_stay_acked(&report);
     }
 }
 
