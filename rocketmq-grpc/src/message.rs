@@ -102,8 +102,26 @@ pub struct ReceivedMessage {
     pub(crate) invisible_until: Instant,
 }
 
-/// The invisibility the proxy gives auto-renewed pops when the message does not say.
+/// The invisibility the proxy gives auto-renewed pops by default (`defaultInvisibleTimeMills`),
+/// assumed when neither the message nor its receipt handle says.
 pub(crate) const DEFAULT_INVISIBLE: Duration = Duration::from_secs(60);
+
+/// The invisible time a receipt handle was issued with: its third space-separated field, in
+/// milliseconds (`startOffset retrieveTime invisibleTime reviveQueueId topicType brokerName
+/// queueId offset [commitLogOffset]`, the broker's format). The 5.3.3 proxy does not set the
+/// message's `invisible_duration`, and its auto-renewed receives take the proxy's configured
+/// `defaultInvisibleTimeMills` (60 s unless configured; 20 s in this project's broker script),
+/// so the handle is the only place the client learns it. `None` for a handle of another shape:
+/// the format is the broker's, not the protocol's.
+fn invisible_in_handle(handle: &str) -> Option<Duration> {
+    let mut fields = handle.split(' ');
+    let invisible_ms: u64 = fields.nth(2)?.parse().ok()?;
+    // The broker's decoder needs at least 8 fields.
+    if fields.count() < 5 || invisible_ms == 0 {
+        return None;
+    }
+    Some(Duration::from_millis(invisible_ms))
+}
 
 impl ReceivedMessage {
     /// Reads a received `Message`; `None` (logged) when it lacks what an ack needs.
@@ -127,6 +145,7 @@ impl ReceivedMessage {
         let invisible = system
             .invisible_duration
             .and_then(|d| Duration::try_from(d).ok())
+            .or_else(|| invisible_in_handle(&receipt_handle))
             .unwrap_or(DEFAULT_INVISIBLE);
         Ok(Self {
             topic: message.topic.map(|t| t.name).unwrap_or_default(),
@@ -148,5 +167,57 @@ impl ReceivedMessage {
     /// Whether this is a FIFO message (it has a message group).
     pub fn is_fifo(&self) -> bool {
         self.message_group.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_invisible_time_is_read_from_a_broker_handle_and_nothing_else() {
+        let broker = "7 1796410169007 20000 2 0 broker-a 3 7 123456";
+        assert_eq!(invisible_in_handle(broker), Some(Duration::from_secs(20)));
+        // Eight fields (no commit log offset) are a broker handle too.
+        assert_eq!(
+            invisible_in_handle("7 1796410169007 60000 2 0 broker-a 3 7"),
+            Some(Duration::from_secs(60))
+        );
+        for other in [
+            "",
+            "opaque-handle",
+            "7 1796410169007 20000 2 0 broker-a 3",
+            "7 1796410169007 soon 2 0 broker-a 3 7",
+            "7 1796410169007 -5 2 0 broker-a 3 7",
+            "7 1796410169007 0 2 0 broker-a 3 7",
+        ] {
+            assert_eq!(invisible_in_handle(other), None, "{other:?}");
+        }
+    }
+
+    fn message(handle: &str, invisible: Option<Duration>) -> pb::Message {
+        pb::Message {
+            system_properties: Some(pb::SystemProperties {
+                receipt_handle: Some(handle.to_owned()),
+                message_id: "id".to_owned(),
+                invisible_duration: invisible.and_then(|d| d.try_into().ok()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_received_message_is_invisible_for_what_the_message_then_the_handle_says() {
+        let endpoint = Endpoint::parse("127.0.0.1:8081").unwrap();
+        let handle = "7 1796410169007 20000 2 0 broker-a 3 7 123456";
+        let invisible = |m: ReceivedMessage| m.invisible_until - m.received_at;
+        let m = ReceivedMessage::from_pb(message(handle, None), &endpoint).unwrap();
+        assert_eq!(invisible(m), Duration::from_secs(20));
+        let explicit = Some(Duration::from_secs(30));
+        let m = ReceivedMessage::from_pb(message(handle, explicit), &endpoint).unwrap();
+        assert_eq!(invisible(m), Duration::from_secs(30));
+        let m = ReceivedMessage::from_pb(message("opaque", None), &endpoint).unwrap();
+        assert_eq!(invisible(m), DEFAULT_INVISIBLE);
     }
 }

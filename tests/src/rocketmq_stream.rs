@@ -36,7 +36,16 @@ pub struct Stream {
     /// How long to go on handling after every payload arrived, so that redeliveries of
     /// messages whose acks were lost are counted: longer than the proxy's invisible time.
     pub settle: Duration,
+    /// The proxy's invisibility of auto-renewed receives (`defaultInvisibleTimeMills`, 20 s in
+    /// `scripts/brokers/rocketmq` and `rocketmq-cluster`): an ack that fails for good in the
+    /// last [`LAST_RETRY_WINDOW`] of it ran out of time, not of patience.
+    pub invisible: Duration,
 }
+
+/// The end of a receipt handle's invisibility where an ack that fails may give up: the ack
+/// retries' longest wait (5 s) and 1 s of margin. A retry that would start after the end is
+/// not made; it could only be refused as expired.
+pub const LAST_RETRY_WINDOW: Duration = Duration::from_secs(6);
 
 /// What one run counted.
 #[derive(Debug, Default)]
@@ -72,7 +81,8 @@ pub struct Report {
     /// See [`Report::ack_failures`].
     pub ack_errors: Vec<(String, u64, Duration, u32)>,
     /// Of [`Report::ack_failures`], those the proxy did not refuse for an invalid (expired)
-    /// receipt handle: acks given up while the handle may still have been valid.
+    /// receipt handle and that failed before the last [`LAST_RETRY_WINDOW`] of the handle's
+    /// invisibility: acks given up while the handle was still valid.
     pub acks_given_up: u64,
     /// The fault window, from the first send.
     pub fault_window: (Duration, Duration),
@@ -198,6 +208,8 @@ struct Seen {
     deliveries: Mutex<HashMap<String, Vec<Delivery>>>,
     /// Message id to payload.
     payloads: Mutex<HashMap<String, String>>,
+    /// Every message id handled (other runs' messages too) to its latest delivery time.
+    received: Mutex<HashMap<String, Duration>>,
 }
 
 struct Handler {
@@ -209,9 +221,13 @@ struct Handler {
 #[async_trait::async_trait]
 impl MessageHandler for Handler {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
+        let at = self.started.elapsed();
+        self.seen
+            .received
+            .lock()
+            .insert(message.message_id.clone(), at);
         let payload = String::from_utf8_lossy(&message.body).into_owned();
         if payload.starts_with(&self.prefix) {
-            let at = self.started.elapsed();
             self.seen
                 .payloads
                 .lock()
@@ -236,9 +252,23 @@ struct AckClock {
     started: Instant,
     flushes: Mutex<Vec<Duration>>,
     confirmed: Mutex<Vec<(Duration, String)>>,
-    /// Final ack failures: when, after how many attempts, the error, and whether the proxy
-    /// said the receipt handle is no longer valid.
+    /// Final ack failures: when, after how many attempts, the error, and whether the handle
+    /// was no longer valid (the proxy said so) or about to end (see [`LAST_RETRY_WINDOW`]).
     failed: Mutex<Vec<(Duration, u32, String, bool)>>,
+    seen: Arc<Seen>,
+    invisible: Duration,
+}
+
+impl AckClock {
+    /// Whether `at` is in the last [`LAST_RETRY_WINDOW`] of the invisibility of the latest
+    /// delivery of `message_id`, or after it.
+    fn handle_ending(&self, message_id: &str, at: Duration) -> bool {
+        self.seen
+            .received
+            .lock()
+            .get(message_id)
+            .is_some_and(|delivered| at + LAST_RETRY_WINDOW >= *delivered + self.invisible)
+    }
 }
 
 impl Observer<AckKey, AckEntry, (), Error> for AckClock {
@@ -256,12 +286,15 @@ impl Observer<AckKey, AckEntry, (), Error> for AckClock {
                     at,
                     view.attempt,
                     error.to_string(),
-                    rocketmq_grpc::is_invalid_receipt_handle(error),
+                    rocketmq_grpc::is_invalid_receipt_handle(error)
+                        || self.handle_ending(&view.item.message_id, at),
                 )),
-                _ => self
-                    .failed
-                    .lock()
-                    .push((at, view.attempt, "no result".into(), false)),
+                _ => self.failed.lock().push((
+                    at,
+                    view.attempt,
+                    "no result".into(),
+                    self.handle_ending(&view.item.message_id, at),
+                )),
             }
         }
     }
@@ -287,6 +320,8 @@ pub async fn run(
         flushes: Mutex::new(Vec::new()),
         confirmed: Mutex::new(Vec::new()),
         failed: Mutex::new(Vec::new()),
+        seen: Arc::clone(&seen),
+        invisible: stream.invisible,
     });
     let consumer = PushConsumer::builder(config, group)
         .subscribe(topic, "*")

@@ -116,6 +116,7 @@ async fn the_stream_survives_a_proxy_restart(kill: bool) {
             patience: Duration::from_secs(60),
             prefix: format!("restart-{tag}-"),
             settle: Duration::from_secs(25),
+            invisible: Duration::from_secs(20),
         },
         faults,
     )
@@ -230,6 +231,7 @@ async fn the_stream_survives_a_broker_stop(kill: bool) {
             patience: Duration::from_secs(60),
             prefix: format!("cluster-{tag}-"),
             settle: Duration::from_secs(25),
+            invisible: Duration::from_secs(20),
         },
         faults,
     )

@@ -7,10 +7,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ack_batcher::{BatchInfo, FlushReason, ItemReply, ItemView, Next, Observer};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
-    AckSettings, ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer,
-    PushConsumer, ReceivedMessage, Session, wire,
+    AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage,
+    Producer, PushConsumer, ReceivedMessage, Session, wire,
 };
 
 fn endpoint() -> Option<String> {
@@ -172,6 +173,78 @@ async fn shutdown_flushes_pending_acks_and_acked_messages_are_not_redelivered() 
         "acknowledged messages came back"
     );
     second.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The distinct errors of the acks that failed for good.
+#[derive(Default)]
+struct AckErrors(Mutex<Vec<String>>);
+
+impl Observer<AckKey, AckEntry, (), rocketmq_grpc::Error> for AckErrors {
+    fn after_flush(
+        &self,
+        _: &AckKey,
+        _: &BatchInfo,
+        items: &[ItemView<'_, AckEntry, (), rocketmq_grpc::Error>],
+    ) {
+        for view in items.iter().filter(|view| view.next == Next::Resolved) {
+            if let ItemReply::Err(error) = view.reply {
+                let error = error.to_string();
+                let mut errors = self.0.lock();
+                if !errors.contains(&error) {
+                    errors.push(error);
+                }
+            }
+        }
+    }
+}
+
+/// `AckSettings::follow_deadlines` on the real proxy, whose auto-renewed receives are
+/// invisible for 20 s (`scripts/brokers/rocketmq`): with a 25 s delay the batch goes out at the
+/// handles' deadline (their 20 s minus a margin of 2 s, a tenth), not after 25 s when they would
+/// have expired, so the invisible duration the proxy reports is the one the deadline follows.
+/// The proxy renews those handles 10 s before they expire, before the ack comes: it accepts
+/// every entry all the same, and nothing comes back after the invisibility.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_that_follow_the_deadlines_go_out_before_the_handles_expire() {
+    let Some(endpoint) = endpoint() else {
+        eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
+        return;
+    };
+    let group = format!("it-deadlines-{}", std::process::id());
+    let errors = Arc::new(AckErrors::default());
+    let acks = AckSettings::default()
+        .follow_deadlines(Duration::from_secs(25))
+        .observer(errors.clone());
+    let (consumer, recorder, sent) =
+        consume_fresh(&endpoint, "it-normal", &group, 40, None, acks).await;
+    wait_for("40 messages", Duration::from_secs(60), || {
+        count_of(&recorder.seen.lock(), &sent) == 40
+    })
+    .await;
+    let all_seen = tokio::time::Instant::now();
+    // A new group also reads what earlier runs left on the topic: every message it handled.
+    wait_for("their acks", Duration::from_secs(30), || {
+        let stats = consumer.stats();
+        stats.acked + stats.ack_failed >= stats.consumed
+    })
+    .await;
+    let waited = all_seen.elapsed();
+    let stats = consumer.stats();
+    assert_eq!(stats.ack_failed, 0, "{stats:?} {:?}", errors.0.lock());
+    assert!(
+        stats.acks.batches(FlushReason::Deadline) >= 1
+            && stats.acks.batches(FlushReason::Delay) == 0,
+        "the acks went out at the handles' deadline: {stats:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(20),
+        "acked {waited:?} after the last receipt"
+    );
+    // Past the 20 s invisibility (and the renewed one's start): nothing comes back.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(count_of(&recorder.seen.lock(), &sent), 40, "duplicates");
+    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    assert!(report.unacknowledged.is_empty(), "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

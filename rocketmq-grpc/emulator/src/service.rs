@@ -843,7 +843,8 @@ impl Service {
                 receipt_handle: Some(d.handle.clone()),
                 queue_id: i32::try_from(d.queue_id).unwrap_or(i32::MAX),
                 queue_offset: Some(i64::try_from(d.offset).unwrap_or(i64::MAX)),
-                invisible_duration: Some(ms_to_proto(d.invisible_ms)),
+                // The 5.3.3 proxy never sets it: the invisible time is only in the handle.
+                invisible_duration: None,
                 delivery_attempt: Some(i32::try_from(d.attempt).unwrap_or(i32::MAX)),
                 message_group: m.message_group.as_deref().map(str::to_owned),
             }),

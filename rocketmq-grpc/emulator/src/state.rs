@@ -289,7 +289,7 @@ pub(crate) struct PopRequest<'a> {
     /// Queues to take from, in order.
     pub(crate) queues: Vec<usize>,
     pub(crate) max: usize,
-    /// The invisible time written into the handle and the `invisible_duration` property.
+    /// The invisible time written into the handle.
     pub(crate) invisible_ms: u64,
     /// Proxy auto-renewal: the client, and how long after the pop renewal stops.
     pub(crate) renew: Option<(Arc<str>, u64)>,
@@ -305,7 +305,6 @@ pub(crate) struct Delivery {
     pub(crate) message: Arc<StoredMessage>,
     pub(crate) attempt: u32,
     pub(crate) handle: String,
-    pub(crate) invisible_ms: u64,
 }
 
 /// What a pop found.
@@ -439,7 +438,6 @@ impl TopicInner {
                         offset,
                         s,
                     ),
-                    invisible_ms: req.invisible_ms,
                 });
             }
             if let Some(&(d, _)) = c.deadlines.first() {

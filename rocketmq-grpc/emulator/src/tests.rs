@@ -290,7 +290,10 @@ async fn send_receive_ack_ok() {
     assert_eq!(msgs.len(), 2);
     let sp = msgs[0].system_properties.as_ref().unwrap();
     assert_eq!(sp.delivery_attempt, Some(1));
-    assert_eq!(sp.invisible_duration.map(|d| d.seconds), Some(60));
+    // As the real proxy: no invisible_duration; the handle's third field has it.
+    assert_eq!(sp.invisible_duration, None);
+    let handle = sp.receipt_handle.as_deref().unwrap();
+    assert_eq!(handle.split(' ').nth(2), Some("60000"));
     assert_eq!(sp.message_type, pb::MessageType::Normal as i32);
     assert!(sp.queue_offset.is_some());
     assert_eq!(sp.tag.as_deref(), Some("t"));

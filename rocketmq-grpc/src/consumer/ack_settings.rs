@@ -107,6 +107,14 @@ impl AckSettings {
     /// message's invisible duration, whichever is longer (6 s for the proxy's 60 s; 1 s for
     /// an 8 s one). Without it (the default) the tenth does not apply and `max_delay` is 5 s.
     ///
+    /// A message's invisibility is its `invisible_duration` when the proxy sends one, else
+    /// the invisible time in its receipt handle, else 60 s. The 5.3.3 proxy sends only the
+    /// handle's: its auto-renewed receives take its `defaultInvisibleTimeMills` (60 s unless
+    /// configured). Against a real proxy configured with 20 s, a 25 s delay flushes 18 s after
+    /// the receipt and every entry is accepted (the test
+    /// `acks_that_follow_the_deadlines_go_out_before_the_handles_expire`); assuming 60 s, it
+    /// flushed after 25 s and the proxy refused every entry as expired.
+    ///
     /// The trade-off: a quiet (endpoint, topic) puts up to `max_delay` / 5 s times more
     /// entries in one `AckMessage` request, but acks spend up to `max_delay` in memory before
     /// they are sent. Acks not yet sent when the process crashes are lost: their messages are
@@ -199,10 +207,6 @@ impl AckSettings {
 }
 
 impl AckSettings {
-    /// The deadline handed to the ack batcher with a message's ack: the handle's expiry,
-    /// moved earlier under [`follow_deadlines`](Self::follow_deadlines) so that the batcher
-    /// (which subtracts `deadline_margin` itself) flushes at the latest a tenth of the
-    /// invisible duration before the expiry when that is longer than `deadline_margin`.
     /// The most acks held at once (waiting or in flight) before `ack` waits for room: 65,536
     /// (at least `max_items`); under `follow_deadlines` 65,536 per 5 s of `max_delay`, at most
     /// 1,048,576, so that waiting longer does not throttle the consumer at the same rate.
@@ -218,6 +222,10 @@ impl AckSettings {
         limit.max(self.max_items)
     }
 
+    /// The deadline handed to the ack batcher with a message's ack: the handle's expiry,
+    /// moved earlier under [`follow_deadlines`](Self::follow_deadlines) so that the batcher
+    /// (which subtracts `deadline_margin` itself) flushes at the latest a tenth of the
+    /// invisible duration before the expiry when that is longer than `deadline_margin`.
     pub(super) fn ack_deadline(&self, received_at: Instant, invisible_until: Instant) -> Instant {
         if !self.follow_deadlines {
             return invisible_until;
