@@ -45,8 +45,8 @@ fn print(what: &str, report: &Report) {
     println!(
         "{what}: sent {} (failed {}, {} during the fault, longest send {:?}), received {}, \
          lost {}, copies {}, copies of messages acked before the fault {} ({} redelivered by \
-         the broker, {} repeated) {:?}, AckMessage requests {} ({} during the fault window {:?}), acked {}, first ack {:?} after the \
-         fault, shutdown report {:?}\nack failures {}: {:?}\nconsumer: {}",
+         the broker, {} repeated) {:?}, AckMessage requests {} ({} during the fault window \
+         {:?}), acked {}, first ack {:?} after the fault, shutdown report {:?}\nack failures {}: {:?}\nconsumer: {}",
         report.sent,
         report.send_failures,
         report.sent_during_fault,
@@ -186,8 +186,8 @@ fn assert_acked_stay_acked(report: &Report) {
 /// One broker of the two stopped (TERM, or killed with -9) mid-stream for 20 s and started
 /// again: sends are retried on the other broker and none fails, no ack is given up while its
 /// receipt handle is valid, nothing is lost. After TERM acknowledged messages come back only
-/// as the broker's few redeliveries ([`assert_acked_stay_acked`]); after -9 more do (the broker loses the consume progress of its last seconds; counted and
-/// printed, not asserted).
+/// as the broker's few redeliveries ([`assert_acked_stay_acked`]); after -9 more do (the
+/// broker loses the consume progress of its last seconds; counted and printed, not asserted).
 async fn the_stream_survives_a_broker_stop(kill: bool) {
     let Some(endpoint) = var("ROCKETMQ_CLUSTER_ENDPOINT") else {
         eprintln!("ROCKETMQ_CLUSTER_ENDPOINT is not set; skipping");

@@ -201,9 +201,9 @@ impl Observer<AckKey, AckEntry, (), rocketmq_grpc::Error> for AckErrors {
 /// `AckSettings::follow_deadlines` on the real proxy, whose auto-renewed receives are
 /// invisible for 20 s (`scripts/brokers/rocketmq`): with a 25 s delay the batch goes out at the
 /// handles' deadline (their 20 s minus a margin of 2 s, a tenth), not after 25 s when they would
-/// have expired, so the invisible duration the proxy reports is the one the deadline follows.
-/// The proxy renews those handles 10 s before they expire, before the ack comes: it accepts
-/// every entry all the same, and nothing comes back after the invisibility.
+/// have expired: the deadline follows the invisible time in the receipt handles (the proxy
+/// sends no `invisible_duration`). The proxy accepts every entry, and nothing comes back after
+/// the invisibility.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_that_follow_the_deadlines_go_out_before_the_handles_expire() {
     let Some(endpoint) = endpoint() else {
@@ -240,7 +240,7 @@ async fn acks_that_follow_the_deadlines_go_out_before_the_handles_expire() {
         waited < Duration::from_secs(20),
         "acked {waited:?} after the last receipt"
     );
-    // Past the 20 s invisibility (and the renewed one's start): nothing comes back.
+    // Past the 20 s invisibility: nothing comes back.
     tokio::time::sleep(Duration::from_secs(25)).await;
     assert_eq!(count_of(&recorder.seen.lock(), &sent), 40, "duplicates");
     let report = consumer.shutdown(Duration::from_secs(10)).await;

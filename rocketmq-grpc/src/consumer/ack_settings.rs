@@ -129,10 +129,10 @@ impl AckSettings {
     /// at most 1,048,576), so that a consumer of 8,000 messages per second is not throttled by
     /// its own pending acks; they take a few hundred bytes each.
     ///
-    /// Keep `max_delay` below the proxy's first renewal of an auto-renewed handle (about 45 s
-    /// after the receipt with its 60 s invisibility): a later ack is mapped to the renewed
-    /// handle by the proxy, but an ack that fails there loses that mapping, and its retry
-    /// carries the superseded handle.
+    /// Do not count on the proxy's auto-renewal to extend the deadline: on the 5.3.3 proxy
+    /// with 20 s invisibility, an ack sent 30 s after the receipt was refused as expired and
+    /// the message delivered again, for this client and for the official Java client alike.
+    /// The deadline above is the handle's first invisibility, whatever the renewal does.
     ///
     /// FIFO and late messages (see [`late_after`](Self::late_after)) are still acknowledged
     /// at once, and `max_items` still flushes full batches. Retries of a failed ack stop
