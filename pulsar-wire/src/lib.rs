@@ -141,7 +141,7 @@
 //! parent, a parent's `use child::…` as a use of the child; re-exports and test modules do
 //! not). From the bottom up: the leaves (`pb`, the generated types; `error`, with the mapping
 //! of `ack-batcher`'s errors; `auth`, `backoff`, `link`, the frame `codec`, `batch` payloads,
-//! `compression`, `id` with [`MessageId`], and the consumers' `ledger` of transactional acks);
+//! `compression`, `id` with [`MessageId`]);
 //! `tls` under `connection`, one broker connection (`CONNECT`, request ids, keep-alive);
 //! `pool`, the connections per broker with lookups, partitioned metadata and topic names,
 //! which is what producers, consumers and transactions hold; `txn` on the pool, `producer` on
@@ -283,7 +283,6 @@ mod consume;
 mod consumer;
 mod error;
 mod id;
-mod ledger;
 mod link;
 mod pool;
 

@@ -2,8 +2,10 @@
 //!
 //! A transaction registers what it touches before touching it: `ADD_PARTITION_TO_TXN` before
 //! the first transactional send to a partition, `ADD_SUBSCRIPTION_TO_TXN` before the first
-//! transactional ack of a subscription. Its commit or abort waits for the sends and acks still
-//! in flight, then sends `END_TXN` and tells the consumers' transactional ack trackers.
+//! transactional ack of a subscription. Its commit first has the consumers send the acks they
+//! held back ([`Participant`]), its abort has them stop sending acks to the partitions it
+//! acknowledged on; both wait for the sends and acks still in flight, then send `END_TXN` and
+//! tell the consumers the outcome.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +16,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use txn_ack::TxnId;
 
-use crate::ledger::Ledger;
+use futures_util::future::BoxFuture;
+
 use crate::pb::base_command::Type;
 use crate::pb::{self, ServerError, TxnAction};
 use crate::pool::Pool;
@@ -181,7 +184,7 @@ impl TransactionCoordinator {
                 coordinator: self.clone(),
                 partitions: tokio::sync::Mutex::new(HashSet::new()),
                 subscriptions: tokio::sync::Mutex::new(HashSet::new()),
-                trackers: Mutex::new(Vec::new()),
+                participants: Mutex::new(Vec::new()),
                 state: Mutex::new(TxnState::Open),
                 failed: Mutex::new(Vec::new()),
                 in_flight: AtomicUsize::new(0),
@@ -242,13 +245,26 @@ struct TxnInner {
     coordinator: TransactionCoordinator,
     partitions: tokio::sync::Mutex<HashSet<String>>,
     subscriptions: tokio::sync::Mutex<HashSet<(String, String)>>,
-    /// The ledgers of the consumers that acknowledged in it.
-    trackers: Mutex<Vec<Weak<Mutex<Ledger>>>>,
+    /// The consumers (partition consumers) that acknowledged in it: kept until it ends, so
+    /// that its commit can still send what a consumer dropped meanwhile held back.
+    participants: Mutex<Vec<Arc<dyn Participant>>>,
     state: Mutex<TxnState>,
     /// Operations that failed, described: a transaction with any cannot commit.
     failed: Mutex<Vec<String>>,
     in_flight: AtomicUsize,
     idle: Notify,
+}
+
+impl Drop for TxnInner {
+    /// A transaction dropped while open: the coordinator aborts it when it times out; its
+    /// participants give back what they held for it.
+    fn drop(&mut self) {
+        if matches!(*self.state.get_mut(), TxnState::Open | TxnState::Ending) {
+            for participant in self.participants.get_mut().iter() {
+                participant.ended(self.id, Outcome::Abandoned);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Transaction {
@@ -257,6 +273,84 @@ impl std::fmt::Debug for Transaction {
             .field("id", &self.inner.id)
             .field("state", &*self.inner.state.lock())
             .finish_non_exhaustive()
+    }
+}
+
+/// How a transaction ended, as its participants are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Committed: its acks are acknowledgements for good.
+    Committed,
+    /// Aborted: its acks are undone.
+    Aborted,
+    /// `END_TXN(ABORT)` failed: the transaction stays open in the client.
+    AbortFailed,
+    /// Dropped without an end: the coordinator aborts it once it times out.
+    Abandoned,
+}
+
+/// A consumer (one partition's) that acknowledged in a transaction: what the transaction asks
+/// of it around `END_TXN`.
+pub(crate) trait Participant: Send + Sync {
+    /// Before `END_TXN(COMMIT)`: sends the acks of `txn` it still holds back and waits for
+    /// their answers (a refused one is recorded with [`TxnRef::failed`], so the commit is
+    /// refused).
+    fn before_commit<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()>;
+    /// Before `END_TXN(ABORT)`: stops sending transactional acks until
+    /// [`Participant::ended`], and waits for those in flight (a replay that the abort
+    /// triggers must not find one half persisted).
+    fn before_abort<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()>;
+    /// `END_TXN` was answered (or the transaction was dropped): `outcome`. Called once per
+    /// [`Participant::before_commit`] or [`Participant::before_abort`], and once at the end.
+    fn ended(&self, txn: TxnId, outcome: Outcome);
+}
+
+/// A transaction as its participants hold it: it does not keep the transaction alive.
+#[derive(Clone)]
+pub(crate) struct TxnRef {
+    id: TxnId,
+    inner: Weak<TxnInner>,
+}
+
+impl std::fmt::Debug for TxnRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TxnRef").field(&self.id).finish()
+    }
+}
+
+impl TxnRef {
+    /// The transaction id.
+    pub(crate) fn id(&self) -> TxnId {
+        self.id
+    }
+
+    /// Marks an ack of it in flight, whatever its state (an ack it held back, sent while it
+    /// is still open or while its commit waits); `None` once the transaction is gone.
+    pub(crate) fn op(&self) -> Option<TxnOp> {
+        let txn = self.inner.upgrade()?;
+        txn.in_flight.fetch_add(1, Ordering::AcqRel);
+        Some(TxnOp { txn })
+    }
+
+    /// Whether it is still open (neither ending nor ended).
+    pub(crate) fn is_open(&self) -> bool {
+        self.inner
+            .upgrade()
+            .is_some_and(|txn| *txn.state.lock() == TxnState::Open)
+    }
+
+    /// Whether it ended (committed, aborted, or dropped).
+    pub(crate) fn has_ended(&self) -> bool {
+        self.inner
+            .upgrade()
+            .is_none_or(|txn| matches!(*txn.state.lock(), TxnState::Committed | TxnState::Aborted))
+    }
+
+    /// Records a failed operation: the transaction can then only be aborted.
+    pub(crate) fn failed(&self, what: String) {
+        if let Some(txn) = self.inner.upgrade() {
+            txn.failed.lock().push(what);
+        }
     }
 }
 
@@ -376,15 +470,24 @@ impl Transaction {
         self.inner.failed.lock().push(what);
     }
 
-    /// Remembers a consumer's ledger, to tell it the outcome.
-    pub(crate) fn watch(&self, tracker: &Arc<Mutex<Ledger>>) {
-        let mut trackers = self.inner.trackers.lock();
-        if !trackers
-            .iter()
-            .any(|t| std::ptr::eq(t.as_ptr(), Arc::as_ptr(tracker)))
-        {
-            trackers.push(Arc::downgrade(tracker));
+    /// Remembers a consumer that acknowledges in it, to involve it in the end.
+    pub(crate) fn join(&self, participant: Arc<dyn Participant>) {
+        let mut participants = self.inner.participants.lock();
+        if !participants.iter().any(|p| Arc::ptr_eq(p, &participant)) {
+            participants.push(participant);
         }
+    }
+
+    /// The transaction as its participants hold it.
+    pub(crate) fn as_ref(&self) -> TxnRef {
+        TxnRef {
+            id: self.inner.id,
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    fn participants(&self) -> Vec<Arc<dyn Participant>> {
+        self.inner.participants.lock().clone()
     }
 
     /// Commits: waits for the sends and acks in flight in it, then `END_TXN(COMMIT)`.
@@ -424,25 +527,42 @@ impl Transaction {
             }
             *state = TxnState::Ending;
         }
-        self.wait_idle().await;
         let id = self.inner.id;
-        if action == TxnAction::Commit {
-            let failed = self.inner.failed.lock();
-            if let Some(first) = failed.first() {
-                let error = Error::TransactionFailed {
-                    txn: id.to_string(),
-                    failed: failed.len(),
-                    first: first.clone(),
-                };
-                drop(failed);
-                *self.inner.state.lock() = TxnState::Open;
-                return Err(error);
+        // A commit that cannot succeed sends nothing more: no held-back ack goes out for it.
+        if action == TxnAction::Commit
+            && let Err(error) = self.refuse_if_failed()
+        {
+            *self.inner.state.lock() = TxnState::Open;
+            return Err(error);
+        }
+        let txn = self.as_ref();
+        let participants = self.participants();
+        for participant in &participants {
+            match action {
+                TxnAction::Commit => participant.before_commit(&txn).await,
+                TxnAction::Abort => participant.before_abort(&txn).await,
             }
+        }
+        self.wait_idle().await;
+        // What the participants hear when the abort does not go through: they send acks again.
+        let not_ended = |participants: &[Arc<dyn Participant>]| {
+            if action == TxnAction::Abort {
+                for participant in participants {
+                    participant.ended(id, Outcome::AbortFailed);
+                }
+            }
+        };
+        if action == TxnAction::Commit
+            && let Err(error) = self.refuse_if_failed()
+        {
+            *self.inner.state.lock() = TxnState::Open;
+            return Err(error);
         }
         let result = match self.coordinator().await {
             Ok(connection) => connection,
             Err(error) => {
                 *self.inner.state.lock() = TxnState::Open;
+                not_ended(&participants);
                 return Err(outcome_unknown(error, id, action, false));
             }
         }
@@ -457,20 +577,37 @@ impl Transaction {
             })
         })
         .await;
-        let mut state = self.inner.state.lock();
         if let Err(error) = result {
-            *state = TxnState::Open;
+            *self.inner.state.lock() = TxnState::Open;
+            not_ended(&participants);
             return Err(outcome_unknown(error, id, action, true));
         }
-        let trackers: Vec<_> = self.inner.trackers.lock().drain(..).collect();
-        for tracker in trackers.iter().filter_map(Weak::upgrade) {
-            tracker.lock().ended(id, action == TxnAction::Commit);
-        }
-        *state = match action {
+        let outcome = match action {
+            TxnAction::Commit => Outcome::Committed,
+            TxnAction::Abort => Outcome::Aborted,
+        };
+        *self.inner.state.lock() = match action {
             TxnAction::Commit => TxnState::Committed,
             TxnAction::Abort => TxnState::Aborted,
         };
+        self.inner.participants.lock().clear();
+        for participant in &participants {
+            participant.ended(id, outcome);
+        }
         Ok(())
+    }
+
+    /// [`Error::TransactionFailed`] when an operation of it failed.
+    fn refuse_if_failed(&self) -> Result<(), Error> {
+        let failed = self.inner.failed.lock();
+        match failed.first() {
+            Some(first) => Err(Error::TransactionFailed {
+                txn: self.inner.id.to_string(),
+                failed: failed.len(),
+                first: first.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     async fn wait_idle(&self) {

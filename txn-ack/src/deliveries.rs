@@ -64,6 +64,13 @@ struct Entry {
 }
 
 impl Entry {
+    /// Nothing of it is held or acknowledged here.
+    fn is_released(&self) -> bool {
+        self.states
+            .iter()
+            .all(|state| matches!(state, State::Unseen | State::Released | State::Skipped))
+    }
+
     fn is_settled(&self) -> bool {
         self.states.iter().all(|state| {
             matches!(
@@ -156,6 +163,9 @@ pub struct Deliveries {
     settled: HashMap<EntryId, Entry, FxBuildHasher>,
     settled_order: VecDeque<EntryId>,
     settled_capacity: usize,
+    /// Copies that arrived of messages acknowledged in a transaction not ended yet, by
+    /// transaction: an abort (or its timeout) sent them again.
+    copies: HashMap<TxnId, Vec<MessagePosition>, FxBuildHasher>,
     drift: i64,
     duplicates: u64,
 }
@@ -175,6 +185,7 @@ impl Deliveries {
             settled: HashMap::with_capacity_and_hasher(recent_capacity, FxBuildHasher),
             settled_order: VecDeque::with_capacity(recent_capacity),
             settled_capacity: recent_capacity,
+            copies: HashMap::with_hasher(FxBuildHasher),
             drift: 0,
             duplicates: 0,
         }
@@ -241,6 +252,11 @@ impl Deliveries {
             }
         };
         *state = next;
+        if let Delivery::Duplicate(DuplicateOf::PendingIn(txn)) = verdict {
+            // Sent again because the transaction is aborting (or timed out), or read while
+            // its ack was persisted: its end tells which.
+            self.copies.entry(txn).or_default().push(*position);
+        }
         self.drift += drift;
         if verdict.is_duplicate() {
             self.duplicates += 1;
@@ -284,6 +300,33 @@ impl Deliveries {
         self.settle(position.entry());
     }
 
+    /// The broker refused the transactional ack of this message (for example
+    /// `TransactionConflict`): the message is held again. A 4.0.x broker took the ack's count
+    /// off before it refused it, so the held message is no longer counted.
+    pub fn ack_refused(&mut self, position: &MessagePosition) {
+        let Some(state) = self.state(position) else {
+            return;
+        };
+        if let State::Acked {
+            txn: Some(_),
+            committed: false,
+            ..
+        } = *state
+        {
+            *state = State::Held { counted: false };
+        }
+    }
+
+    /// The indexes of `entry` that the application holds (delivered, not acknowledged).
+    pub fn held_indexes(&self, entry: &EntryId) -> impl Iterator<Item = usize> + '_ {
+        self.entries
+            .get(entry)
+            .into_iter()
+            .flat_map(|found| found.states.iter().enumerate())
+            .filter(|(_, state)| matches!(state, State::Held { .. }))
+            .map(|(index, _)| index)
+    }
+
     /// A negative ack of this message's entry went out (`REDELIVER_UNACKNOWLEDGED_MESSAGES`
     /// with its id): the broker takes the entry's unacknowledged messages off and sends them
     /// again, so the held ones are released.
@@ -312,9 +355,13 @@ impl Deliveries {
     }
 
     /// `txn` ended: committed (its messages are acknowledged for good) or aborted (they are
-    /// released; the broker sends them again).
-    pub fn ended(&mut self, txn: TxnId, committed: bool) {
+    /// released; the broker sends them again, to any consumer). Returns the copies of its
+    /// messages that arrived before the abort was known ([`DuplicateOf::PendingIn`]): the
+    /// abort sent them, and they are new to the application now (held again, counted once).
+    pub fn ended(&mut self, txn: TxnId, committed: bool) -> Vec<MessagePosition> {
+        let copies = self.copies.remove(&txn).unwrap_or_default();
         let mut settled = Vec::new();
+        let mut released = Vec::new();
         for (entry, found) in &mut self.entries {
             for state in &mut found.states {
                 if let State::Acked {
@@ -338,11 +385,33 @@ impl Deliveries {
             }
             if found.is_settled() {
                 settled.push(*entry);
+            } else if found.is_released() {
+                released.push(*entry);
             }
         }
         for entry in settled {
             self.settle(entry);
         }
+        if committed {
+            return Vec::new();
+        }
+        // Nothing of a released entry is held or acknowledged here: another consumer may
+        // get it, and if this one does, it is new.
+        for entry in released {
+            self.entries.remove(&entry);
+        }
+        let mut returned = Vec::with_capacity(copies.len());
+        for position in copies {
+            if let Some(state) = self.state(&position)
+                && matches!(*state, State::Unseen | State::Released)
+            {
+                *state = State::Held { counted: true };
+                // The copy was counted as a drift; the abort made it the message's only count.
+                self.drift -= 1;
+                returned.push(position);
+            }
+        }
+        returned
     }
 
     /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids went out: the broker's count is 0 and it

@@ -81,6 +81,19 @@ pub enum Error {
         /// The transaction holding the earlier ack, least significant bits.
         least_bits: u64,
     },
+    /// The message was already acknowledged outside any transaction.
+    #[error(
+        "message {ledger_id}:{entry_id} index {index} is already acknowledged outside a \
+         transaction; a transactional ack would be a TransactionConflict"
+    )]
+    AlreadyAcked {
+        /// The entry's ledger.
+        ledger_id: u64,
+        /// The entry.
+        entry_id: u64,
+        /// The batch index (-1 for a message that is not in a batch).
+        index: i32,
+    },
     /// The entry was acknowledged completely by committed transactions.
     #[error(
         "entry {ledger_id}:{entry_id} is already acknowledged by committed transactions; a \

@@ -178,8 +178,7 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
     );
     let client = Client::connect(ConnectOptions::new(&url)?).await?;
     // The legacy mode is the Go client of the issue: its acks go out raw, past this crate's
-    // ledger, and nothing resyncs the broker's count behind them (this crate's consumer
-    // resyncs after 1 s without a delivery, which would unblock the stall it reproduces).
+    // ledger, and nothing asks the broker to unblock the consumer behind them.
     let consumer = client
         .subscribe(
             &topic,

@@ -142,7 +142,7 @@ fn print(label: &str, report: &ClientReport, blocked: &BlockedPeriods, unacked: 
     println!(
         "result client={label} produced={} committed={} duplicates={} txns_committed={} \
          txns_aborted={} acks_refused={} acks_refused_by_client={} commits_refused={} \
-         committed_redeliveries={} duplicates_hidden={} resyncs={} drained={} drain_ms={} blocked_periods={} blocked_total_ms={} \
+         committed_redeliveries={} duplicates_hidden={} redelivery_requests={} acks_held_back={} handed_again={} drained={} drain_ms={} blocked_periods={} blocked_total_ms={} \
          blocked_longest_ms={} max_unacked={} final_unacked={unacked} final_backlog={backlog}",
         report.produced,
         report.committed,
@@ -154,7 +154,9 @@ fn print(label: &str, report: &ClientReport, blocked: &BlockedPeriods, unacked: 
         report.commits_refused,
         report.committed_redeliveries,
         report.duplicates_hidden,
-        report.resyncs,
+        report.redelivery_requests,
+        report.acks_held_back,
+        report.handed_again,
         report.drained,
         report.drain.as_millis(),
         blocked.count,

@@ -29,6 +29,8 @@ pub struct Message {
     pub(crate) chunks: Arc<[MessagePosition]>,
     /// Which consumer delivered it, and which of its partitions.
     pub(crate) origin: Origin,
+    /// Handed over again by the consumer itself (its flow permit came back the first time).
+    pub(crate) handed_again: bool,
 }
 
 /// The consumer and partition slot a message came from.
@@ -93,9 +95,18 @@ impl Message {
             .collect()
     }
 
-    /// How often the broker delivered it before.
+    /// How often it was delivered before: by the broker, or by the consumer itself when it
+    /// hands a message over again (after an abort or a negative ack of a message whose batch
+    /// the application still holds part of).
     pub fn redelivery_count(&self) -> u32 {
         self.redelivery_count
+    }
+
+    /// The same message, delivered once more.
+    pub(crate) fn delivered_again(mut self) -> Self {
+        self.redelivery_count = self.redelivery_count.saturating_add(1);
+        self.handed_again = true;
+        self
     }
 
     /// When the broker stored it, in milliseconds since the epoch.
@@ -272,6 +283,7 @@ pub(crate) fn decode(
         topic: Arc::clone(topic),
         chunks: Arc::new([]),
         origin,
+        handed_again: false,
     };
     let Some(size) = batch else {
         let position = MessagePosition::single(entry.ledger_id, entry.entry_id, partition);
@@ -365,6 +377,7 @@ pub(crate) fn assembled(
         topic: Arc::clone(topic),
         chunks: assembled.others.into(),
         origin,
+        handed_again: false,
     })
 }
 

@@ -3,9 +3,11 @@
 //! [`txn_ack::AckTracker`], transactional acks built only by [`txn_ack::TxnAckTracker`].
 
 mod acks;
+mod again;
 mod chunks;
 mod dead_letter;
 mod key_shared;
+mod ledger;
 mod message;
 mod options;
 mod partition;
@@ -19,26 +21,30 @@ use ack_batcher::{Batcher, ItemOptions};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use txn_ack::{AckId, AckKind, EntryId, MessagePosition, TxnAck};
+use txn_ack::{AckId, AckKind, EntryId, MessagePosition};
 
 use acks::{AckFlusher, AckKey};
+use again::Again;
 pub use chunks::ChunkLimits;
 use dead_letter::DeadLetters;
 pub use dead_letter::{DeadLetterPolicy, ORIGIN_MESSAGE_ID, REAL_TOPIC, UNDECODABLE_REASON};
 pub use key_shared::{
     HashRange, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, NONE_KEY, sticky_key_hash,
 };
+use ledger::HeldBackAck;
 pub use message::Message;
 use message::Origin;
 pub use options::{ConsumerOptions, InitialPosition, SubType};
 use partition::PartitionList;
+use partition::Parts;
 use partition::Undecodable;
-pub(crate) use partition::{ConsumerLink, Delivery, EndPosition, PartitionConsumer};
+pub(crate) use partition::{Delivery, EndPosition, PartitionConsumer};
 pub use stats::ConsumerStats;
 use stats::Counters;
 
 use crate::link::LinkHub;
 use crate::pool::Pool;
+use crate::txn::Participant;
 use crate::{Connection, Error, LinkStates, MessageId, Transaction};
 
 /// The deliveries waiting for [`Consumer::receive`]: a receiver queue's worth, and room for
@@ -103,6 +109,8 @@ pub struct Consumer {
     dead_letters: Option<DeadLetters>,
     /// The link state of every partition consumer.
     links: Arc<LinkHub>,
+    /// Messages the consumer hands over again itself.
+    again: Arc<Again>,
 }
 
 /// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
@@ -139,6 +147,8 @@ impl Consumer {
         let topics = pool.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let links = LinkHub::new("consumer");
+        let counters = Arc::new(Counters::default());
+        let again = Arc::new(Again::default());
         let mut partitions = Vec::with_capacity(topics.len());
         let mut receivers = Vec::with_capacity(topics.len());
         for (index, partition_topic) in topics.into_iter().enumerate() {
@@ -150,7 +160,11 @@ impl Consumer {
                 subscription,
                 &options,
                 sizing(index as u32),
-                links.slot(partition),
+                Parts {
+                    state: links.slot(partition),
+                    again: Arc::clone(&again),
+                    counters: Arc::clone(&counters),
+                },
             )
             .await
             {
@@ -166,7 +180,6 @@ impl Consumer {
                 }
             }
         }
-        let counters = Arc::new(Counters::default());
         let key = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
         // Bounded: a partition's task waits while the application is behind (the broker is
         // out of permits by then anyway).
@@ -221,6 +234,7 @@ impl Consumer {
             refresh: tokio::sync::Mutex::new(()),
             dead_letters,
             links,
+            again,
         })
     }
 
@@ -297,7 +311,11 @@ impl Consumer {
                 &self.subscription,
                 &self.options,
                 sizing(index as u32),
-                self.links.slot(index as i32),
+                Parts {
+                    state: self.links.slot(index as i32),
+                    again: Arc::clone(&self.again),
+                    counters: Arc::clone(&self.counters),
+                },
             )
             .await?;
             let consumer = Arc::new(consumer);
@@ -396,10 +414,22 @@ impl Consumer {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed("the consumer"));
             }
-            let delivery = self.deliveries.lock().await.recv().await;
+            let delivery = match self.again.pop() {
+                Some(message) => Some(Delivery::Message(Box::new(message))),
+                None => {
+                    let mut deliveries = self.deliveries.lock().await;
+                    tokio::select! {
+                        biased;
+                        () = self.again.ready() => continue,
+                        delivery = deliveries.recv() => delivery,
+                    }
+                }
+            };
             match delivery {
                 Some(Delivery::Message(message)) => {
-                    if let Some(partition) = self.partitions.get(message.origin.slot) {
+                    if !message.handed_again
+                        && let Some(partition) = self.partitions.get(message.origin.slot)
+                    {
                         partition.consumed(1, &self.counters);
                     }
                     if let Some(dead) = &self.dead_letters
@@ -526,6 +556,17 @@ impl Consumer {
             .unwrap_or(Error::Closed("the consumer"))
     }
 
+    /// The next message the consumer hands over again itself, if any (for a consumer that
+    /// orders the deliveries itself).
+    pub(crate) fn take_again(&self) -> Option<Message> {
+        self.again.pop()
+    }
+
+    /// Waits until a message is there for [`Consumer::take_again`].
+    pub(crate) async fn again_ready(&self) {
+        self.again.ready().await;
+    }
+
     /// The receiver of the partitions' deliveries (for a consumer that orders them itself).
     pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::Receiver<Delivery>> {
         &self.deliveries
@@ -628,7 +669,7 @@ impl Consumer {
     async fn enqueue_at(
         &self,
         slot: usize,
-        partition: &PartitionConsumer,
+        partition: &Arc<PartitionConsumer>,
         position: &MessagePosition,
         cumulative: bool,
     ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
@@ -641,6 +682,9 @@ impl Consumer {
             }
         };
         partition.ledger.lock().deliveries.acked(position, None);
+        // It may have been the last message of its batch that the application held: the
+        // transactional acks held back for the batch can go out now.
+        partition.release_entry(&position.entry());
         let Some(ack) = ack else {
             return Ok(None);
         };
@@ -653,23 +697,33 @@ impl Consumer {
     }
 
     /// Acknowledges a message in a transaction: an independent set with the batch size (from
-    /// [`txn_ack::TxnAckTracker`]), the transaction's bits and a request id, sent at once;
-    /// returns the broker's answer. Registers the subscription with the coordinator
-    /// (`ADD_SUBSCRIPTION_TO_TXN`) before the transaction's first ack on it.
+    /// [`txn_ack::TxnAckTracker`]), the transaction's bits and a request id. Registers the
+    /// subscription with the coordinator (`ADD_SUBSCRIPTION_TO_TXN`) before the transaction's
+    /// first ack on it.
+    ///
+    /// On a Shared or Key_Shared subscription, the ack of a message whose batch still has
+    /// messages the application holds (received, or waiting to be, and not acknowledged) is
+    /// **held back**: it goes out as soon as every other message of the batch is acknowledged
+    /// (in a transaction or not), or with [`Transaction::commit`], and this call returns
+    /// without waiting for it. A 4.0.x broker would answer the abort of a transaction that
+    /// acknowledged part of a batch by sending the whole batch again to any consumer, the
+    /// messages this application still holds included; a held-back ack is never on the
+    /// broker when its transaction aborts, and its message is handed to this consumer's
+    /// application again ([`Message::redelivery_count`] one higher). Every other ack is sent
+    /// at once and its `ACK_RESPONSE` awaited.
     ///
     /// # Errors
     /// [`Error::Server`] when the broker refuses the ack (for example `TransactionConflict`),
     /// naming the message and the transaction: the transaction then refuses to commit
-    /// ([`Error::TransactionFailed`]) and must be aborted;
-    /// [`Error::Ack`] when the message is already acknowledged in this or another open or
-    /// committed transaction (the broker would answer `TransactionConflict`);
-    /// [`Error::Invalid`] when the transaction is not open; connection errors (retryable:
-    /// the ack may or may not have reached the broker). After any error the transaction
-    /// refuses to commit and must be aborted; after the abort the message is delivered again,
-    /// as every message acknowledged in an aborted transaction (when the broker did not get
-    /// the ack, the consumer's resync of a quiet link has it sent again). A transactional ack
-    /// waits for the consumer's new registration while it subscribes again after a lost
-    /// connection or an unload (up to the operation timeout).
+    /// ([`Error::TransactionFailed`]) and must be aborted (a held-back ack refused at commit
+    /// time fails the commit the same way); [`Error::Ack`] when the message is already
+    /// acknowledged in this or another open or committed transaction (the broker would
+    /// answer `TransactionConflict`); [`Error::Invalid`] when the transaction is not open;
+    /// connection errors (retryable: the ack may or may not have reached the broker). After
+    /// any error the transaction refuses to commit and must be aborted; after the abort the
+    /// message is delivered again. A transactional ack waits for the consumer's new
+    /// registration while it subscribes again after a lost connection or an unload (up to
+    /// the operation timeout).
     pub async fn ack_in(&self, txn: &Transaction, message: &Message) -> Result<(), Error> {
         self.txn_ack(txn, AckKind::Individual, message).await
     }
@@ -697,113 +751,110 @@ impl Consumer {
         self.check_open()?;
         let partition = self.partition(message)?;
         let _op = txn.start_op()?;
+        txn.join(Arc::clone(&partition) as Arc<dyn Participant>);
+        let chunks = message.chunks.iter().map(|chunk| (chunk, false));
+        let positions: Vec<(&MessagePosition, bool)> =
+            chunks.chain([(message.position(), true)]).collect();
         if let Err(error) = txn
             .add_subscription(&partition.topic, &self.subscription)
             .await
         {
             // Nothing of the ack was sent; the transaction refuses to commit all the same,
-            // and the message counts as acknowledged in it, so that every failed operation
-            // means the same thing: abort it, and its messages come again.
+            // and its abort hands the message over again.
             {
                 let mut ledger = partition.ledger.lock();
-                for position in message.chunks.iter().chain([message.position()]) {
-                    ledger.deliveries.acked(position, Some(txn.id()));
+                for (position, hand_over) in positions {
+                    if let Ok(ack) = ledger.txn_acks.ack(txn.id(), kind, position) {
+                        ledger.refused(HeldBackAck {
+                            txn: txn.as_ref(),
+                            ack,
+                            message: message.clone(),
+                            hand_over,
+                        });
+                    }
                 }
             }
-            txn.watch(&partition.ledger);
-            let error = refused_txn_ack(error, message, txn);
+            let error = partition::refused_txn_ack(error, message.id(), txn.id());
             txn.failed(format!("the ack of message {}: {error}", message.id()));
             return Err(error);
         }
-        if kind == AckKind::Individual && !message.chunks.is_empty() {
-            // A chunked message: every chunk's entry in the transaction.
-            let acks = message
-                .chunks
-                .iter()
-                .map(|chunk| self.txn_ack_at(txn, kind, &partition, chunk, message));
-            for acked in futures_util::future::join_all(acks).await {
-                acked?;
-            }
+        let acked = positions.into_iter().map(|(position, hand_over)| {
+            self.txn_ack_at(txn, kind, &partition, position, message, hand_over)
+        });
+        for acked in futures_util::future::join_all(acked).await {
+            acked?;
         }
-        self.txn_ack_at(txn, kind, &partition, message.position(), message)
-            .await
+        Ok(())
     }
 
+    /// Acknowledges one entry's message (`position`) of `message` in `txn`: sends it, with
+    /// the acks held back for its entry once it frees the entry, or holds it back.
     async fn txn_ack_at(
         &self,
         txn: &Transaction,
         kind: AckKind,
-        partition: &PartitionConsumer,
+        partition: &Arc<PartitionConsumer>,
         position: &MessagePosition,
         message: &Message,
+        hand_over: bool,
     ) -> Result<(), Error> {
-        let ack = {
+        if partition.acks.lock().acked_again(position).is_some() {
+            return Err(txn_ack::Error::AlreadyAcked {
+                ledger_id: position.ledger_id(),
+                entry_id: position.entry_id(),
+                index: position.batch_index(),
+            }
+            .into());
+        }
+        let (acks, _ops) = {
             let mut ledger = partition.ledger.lock();
             let ack = ledger.txn_acks.ack(txn.id(), kind, position)?;
-            ledger.deliveries.acked(position, Some(txn.id()));
-            ledger.txn_in_flight += 1;
-            ack
-        };
-        txn.watch(&partition.ledger);
-        let answer = Self::send_txn_ack(partition, &ack).await;
-        partition.ledger.lock().txn_in_flight -= 1;
-        partition.maybe_resync(&self.counters, false);
-        if let Err(error) = answer {
-            let error = refused_txn_ack(error, message, txn);
-            let error = refused_txn_ack(error, message, txn);
-            txn.failed(format!("the ack of message {}: {error}", message.id()));
-            return Err(error);
-        }
-        self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Sends a transactional ack and waits for the broker's answer. While the consumer is
-    /// subscribing again (its connection was lost, or the broker closed it: an unload, a
-    /// restart), the ack waits for the new link, up to the operation timeout, instead of
-    /// going out on the old one: there it would be lost with the connection, or refused
-    /// with `ConsumerNotFound`, and either would leave the transaction unable to commit.
-    /// A `ConsumerNotFound` answer (the broker took nothing) is sent again on the new link.
-    async fn send_txn_ack(
-        partition: &PartitionConsumer,
-        ack: &TxnAck,
-    ) -> Result<crate::pb::BaseCommand, Error> {
-        let mut refused = 0;
-        loop {
-            let (link, generation) = partition.link_and_generation();
-            if link.connection.is_closed()
-                && let Some(_relinked) = partition.relinked(generation).await
+            let held = HeldBackAck {
+                txn: txn.as_ref(),
+                ack,
+                message: message.clone(),
+                hand_over,
+            };
+            // A transaction whose commit has begun sends at once: its commit may already have
+            // taken what was held back.
+            if partition.holds_back
+                && kind == AckKind::Individual
+                && txn.as_ref().is_open()
+                && !ledger.entry_is_free(position)
             {
-                continue;
+                ledger.hold_back(held);
+                self.counters.acks_held_back.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
             }
-            let ConsumerLink {
-                connection,
-                consumer_id,
-            } = link;
-            let answer = connection
-                .request("ACK", |request_id| {
-                    acks::txn_ack_frame(consumer_id, ack, request_id)
-                })
-                .await;
-            let not_found = matches!(&answer, Err(error)
-                if error.server_error() == Some(crate::pb::ServerError::ConsumerNotFound));
-            if not_found && refused < 3 && partition.relinked(generation).await.is_some() {
-                refused += 1;
-                continue;
-            }
-            return answer;
-        }
+            let (others, ops) = ledger.take_entry(&position.entry());
+            (std::iter::once(held).chain(others).collect::<Vec<_>>(), ops)
+        };
+        let mut answers = partition.send_txn_acks(acks).await.into_iter();
+        answers.next().unwrap_or(Ok(()))
     }
 
-    /// Asks the broker to deliver this message's entry again
-    /// (`REDELIVER_UNACKNOWLEDGED_MESSAGES`); messages of the entry acknowledged before are
-    /// skipped on redelivery.
+    /// Gives a message back for a new delivery: asks the broker to deliver its entry again
+    /// (`REDELIVER_UNACKNOWLEDGED_MESSAGES` with its id; messages of the entry acknowledged
+    /// before are skipped on redelivery), which on a Shared or Key_Shared subscription may be
+    /// to any consumer. A message in a batch of more than one on a Shared or Key_Shared
+    /// subscription is handed to this consumer's application again instead
+    /// ([`Message::redelivery_count`] one higher), since the broker would send the whole
+    /// batch again to any consumer, the messages of it this application still holds
+    /// included.
     ///
     /// # Errors
     /// As [`Consumer::ack`]; connection errors.
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
+        if partition.holds_back && message.position().batch_size() > 1 {
+            // The broker would send the whole batch again, to any consumer, the messages of
+            // it this application still holds included: it is handed over again here.
+            partition.again.push(message.clone());
+            self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+            self.counters.handed_again.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         for chunk in message.chunks.iter() {
             partition.nack_at(chunk)?;
         }
@@ -927,8 +978,10 @@ impl Consumer {
             nacks: load(&c.nacks),
             committed_redeliveries: load(&c.committed_redeliveries),
             duplicates: load(&c.duplicates),
-            resyncs: load(&c.resyncs),
-            blind_resyncs: load(&c.blind_resyncs),
+            unblocks: load(&c.unblocks),
+            redelivery_requests: load(&c.redelivery_requests),
+            acks_held_back: load(&c.acks_held_back),
+            handed_again: load(&c.handed_again),
             reconnects: load(&c.reconnects),
             acks_resent: load(&c.acks_resent),
             closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),
@@ -984,39 +1037,6 @@ async fn initial_subscription(pool: &Pool, topic: &str, name: &str) -> Result<()
     )
     .await?;
     consumer.close().await
-}
-
-/// The broker's refusal of a transactional ack, with the message and the transaction named and
-/// what to do.
-fn refused_txn_ack(error: Error, message: &Message, txn: &Transaction) -> Error {
-    match error {
-        Error::Server {
-            operation,
-            code,
-            message: reason,
-        } => Error::Server {
-            operation,
-            code,
-            message: format!(
-                "{reason} (message {} in transaction {}; the broker took nothing of this ack \
-                 into the transaction, which can now only be aborted: abort it and \
-                 acknowledge its messages again after their redelivery)",
-                message.id(),
-                txn.id()
-            ),
-        },
-        Error::ConnectionLost { addr, reason } => Error::ConnectionLost {
-            addr,
-            reason: format!(
-                "{reason} (message {} in transaction {}: the broker may or may not have taken \
-                 this ack into the transaction, which now refuses to commit: abort it, and \
-                 the message comes again)",
-                message.id(),
-                txn.id()
-            ),
-        },
-        other => other,
-    }
 }
 
 impl Drop for Consumer {

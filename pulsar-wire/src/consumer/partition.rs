@@ -5,22 +5,27 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures_util::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::mpsc;
-use txn_ack::{AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition};
+use tokio::sync::{Notify, mpsc};
+use txn_ack::{
+    AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition, TxnAck, TxnId,
+};
 
 use super::Message;
+use super::again::Again;
 use super::chunks::{Added, Assembler, Chunk};
+use super::ledger::{HeldBackAck, Ledger};
 use super::message::{Origin, assembled, decode};
 use super::options::{ConsumerOptions, InitialPosition, SubType};
 use super::stats::Counters;
 use crate::backoff::Retries;
-use crate::ledger::Ledger;
 use crate::link::{LinkSlot, LinkState};
 use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
 use crate::pb::{self, ServerError, command_subscribe};
 use crate::pool::Pool;
+use crate::txn::{Outcome, Participant, TxnRef};
 use crate::{Connection, ConsumerEvent, Error, Frame, command_frame};
 
 /// What the partition tasks hand to [`super::Consumer::receive`].
@@ -113,25 +118,32 @@ impl PartitionList {
     }
 }
 
-/// How long a consumer with a drifted count waits without deliveries before it resyncs.
+/// How long a partition goes without frames before the consumer looks at whether it may be
+/// blocked (and at expired chunked messages).
 const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The least time between two resyncs that are not for a quiet consumer.
-const RESYNC_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// When a consumer that gets nothing new resyncs although its ledger sees no drift: a
-/// blocked consumer and an idle topic look the same from here, so the first blind resync
-/// comes after [`QuietResyncs::FIRST`] without a new delivery and each further one after
-/// twice the wait before, up to [`QuietResyncs::MOST`]; a new delivery starts over. A
-/// resync replays only what the application holds, so an idle consumer costs one small
-/// command per half minute, and a blocked one is unblocked within about a second.
+/// When a consumer whose unacked count on the broker is higher than what it holds asks the
+/// broker to unblock it.
+///
+/// A 4.0.x broker stops dispatching to a Shared consumer whose count reached the limit, and
+/// starts again only when an entry leaves the consumer's pending acks with the count at half
+/// the limit or lower, or on a redelivery request. When the count drifted above what the
+/// application will ever acknowledge ([`txn_ack::Deliveries::drift`]: deliveries counted
+/// twice that another client's abort or a broker restart replayed), no ack can get it there.
+/// The consumer then sends `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming one id that no consumer
+/// holds: the broker unblocks the consumer and replays nothing (a request without ids would
+/// hand every message the application holds to the other consumers), then a `FLOW`, since
+/// the broker reads nothing more until something asks it to. The first comes after
+/// [`Unblocks::FIRST`] without a new delivery, each further one after twice the wait before,
+/// up to [`Unblocks::MOST`]; a new delivery starts over. A consumer whose count has not
+/// drifted never sends one: an idle consumer sends nothing but flow permits.
 #[derive(Debug)]
-struct QuietResyncs {
+struct Unblocks {
     since: tokio::time::Instant,
     wait: std::time::Duration,
 }
 
-impl QuietResyncs {
+impl Unblocks {
     const FIRST: std::time::Duration = std::time::Duration::from_secs(1);
     const MOST: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -148,9 +160,9 @@ impl QuietResyncs {
         self.wait = Self::FIRST;
     }
 
-    /// Nothing arrived for [`QUIET`]: resyncs `consumer` blindly when due.
+    /// Nothing arrived for [`QUIET`]: asks the broker to unblock `consumer` when due.
     fn quiet(&mut self, consumer: &PartitionConsumer, counters: &Counters) {
-        if self.since.elapsed() < self.wait || !consumer.resync_blind(counters) {
+        if self.since.elapsed() < self.wait || !consumer.unblock(counters) {
             return;
         }
         self.since = tokio::time::Instant::now();
@@ -165,6 +177,17 @@ struct Permits {
     owed: u32,
     /// While paused no `FLOW` is sent; permits accumulate in `owed`.
     paused: bool,
+}
+
+/// What a partition consumer shares with its consumer.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    /// Its entry in the consumer's link states.
+    pub(crate) state: LinkSlot,
+    /// Where messages handed over again go.
+    pub(crate) again: Arc<Again>,
+    /// The consumer's counters.
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// The connection a partition consumer is subscribed on, and its id there.
@@ -205,9 +228,19 @@ pub(crate) struct PartitionConsumer {
     refill_at: u32,
     /// Ordinary acks, accumulated per entry.
     pub(crate) acks: Mutex<AckTracker>,
-    /// Transactional acks and deliveries; transactions report their outcome to it.
-    pub(crate) ledger: Arc<Mutex<Ledger>>,
-    /// Tests only: deliver duplicates and never resync (the behaviour before the ledger).
+    /// Transactional acks and deliveries, and the transactional acks held back.
+    pub(crate) ledger: Mutex<Ledger>,
+    /// Told when the transactional acks in flight or the aborts under way drop.
+    ledger_changed: Notify,
+    /// Whether transactional acks of partly held batches are held back (Shared and
+    /// Key_Shared subscriptions, where the broker replays an aborted batch to any consumer).
+    pub(crate) holds_back: bool,
+    /// Where messages handed over again go (its consumer's).
+    pub(crate) again: Arc<Again>,
+    /// Its consumer's counters.
+    counters: Arc<Counters>,
+    /// Tests only: deliver duplicates and never ask to be unblocked (the behaviour before the
+    /// ledger).
     legacy: bool,
     /// The largest payload a compressed entry may decompress to.
     max_uncompressed: usize,
@@ -237,7 +270,11 @@ impl PartitionConsumer {
         subscription: &str,
         options: &ConsumerOptions,
         (queue_size, paused): (u32, bool),
-        state: LinkSlot,
+        Parts {
+            state,
+            again,
+            counters,
+        }: Parts,
     ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
         let (connection, consumer_id, events) =
@@ -269,7 +306,12 @@ impl PartitionConsumer {
             queue_size,
             refill_at: (queue_size / 2).max(1),
             acks: Mutex::new(AckTracker::new(options.partial_batches)),
-            ledger: Arc::new(Mutex::new(Ledger::default())),
+            ledger: Mutex::new(Ledger::default()),
+            ledger_changed: Notify::new(),
+            holds_back: matches!(options.sub_type, SubType::Shared | SubType::KeyShared)
+                && !options.legacy_committed_redeliveries,
+            again,
+            counters,
             legacy: options.legacy_committed_redeliveries,
             max_uncompressed,
             chunks: Mutex::new(Assembler::new(options.chunk_limits)),
@@ -306,7 +348,6 @@ impl PartitionConsumer {
         if verdict.is_duplicate() {
             // A copy of an entry held (a resync replays them): nothing new.
             counters.duplicates.fetch_add(1, Ordering::Relaxed);
-            self.maybe_resync(counters, false);
             self.consumed(1, counters);
             return Vec::new();
         }
@@ -315,7 +356,6 @@ impl PartitionConsumer {
         let mut dropped = Vec::new();
         let added = self.chunks.lock().add(chunk, &mut dropped);
         self.redeliver_dropped(dropped, counters);
-        self.maybe_resync(counters, false);
         let mut out = self.expired_chunks(origin.slot, counters);
         let (undecodable, others) = match added {
             Added::Held | Added::Dropped => {
@@ -586,75 +626,179 @@ impl PartitionConsumer {
                         consumer_epoch: None,
                     });
             })
-        })
+        })?;
+        self.counters
+            .redelivery_requests
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Repairs a drifted unacked count on the broker with `REDELIVER_UNACKNOWLEDGED_MESSAGES`
-    /// without ids (the count goes to 0; what is neither acknowledged nor pending in a
-    /// transaction is sent again, and the held messages' copies replace their counts), once no
-    /// transactional ack is in flight. It resyncs when the drift is positive and at least a
-    /// quarter of the messages held, at most once per [`RESYNC_SPACING`] (each resync
-    /// replays the held ones, so a resync costs at most four replays per message of drift,
-    /// and a drift that could block the consumer for good, more than half of the limit, is
-    /// never reached), or, when `quiet` (nothing
-    /// arrived for a while), whenever there is any drift or the broker owes messages it
-    /// released (it then holds them back because the consumer is blocked, and only a
-    /// redelivery request unblocks it).
-    pub(crate) fn maybe_resync(&self, counters: &Counters, quiet: bool) -> bool {
-        if self.legacy {
+    /// Asks the broker to unblock this consumer without replaying anything, when its count
+    /// drifted above what the application holds ([`Unblocks`]): `REDELIVER_UNACKNOWLEDGED_MESSAGES`
+    /// naming an entry no consumer holds, then a `FLOW` with the permits owed (the broker
+    /// reads nothing more until something asks it to). Whether it was sent.
+    fn unblock(&self, counters: &Counters) -> bool {
+        if self.legacy || self.ledger.lock().deliveries.drift() <= 0 {
             return false;
         }
-        let mut ledger = self.ledger.lock();
-        // Called on every frame and ack: the cheap checks first (counting held or owed
-        // messages walks the tracked entries).
-        if ledger.txn_in_flight > 0 {
-            return false;
-        }
-        let drift = ledger.deliveries.drift();
-        let due = if quiet {
-            drift != 0 || ledger.deliveries.owed() > 0
-        } else {
-            drift > 0
-                && ledger
-                    .last_resync
-                    .is_none_or(|last| last.elapsed() >= RESYNC_SPACING)
-                && drift.saturating_mul(4) >= ledger.deliveries.held() as i64
+        let nobody = pb::MessageIdData {
+            ledger_id: u64::MAX,
+            entry_id: u64::MAX,
+            ..pb::MessageIdData::default()
         };
-        if !due {
+        if self.redeliver(vec![nobody]).is_err() {
             return false;
         }
-        self.resync(&mut ledger, counters, drift, quiet)
-    }
-
-    /// Resyncs although the ledger sees no drift: the consumer got nothing new for a while
-    /// ([`QuietResyncs`]), and a broker whose count drifted in a way the ledger does not
-    /// follow would keep it blocked for good. Not while a transactional ack is in flight.
-    fn resync_blind(&self, counters: &Counters) -> bool {
-        if self.legacy {
-            return false;
+        counters.unblocks.fetch_add(1, Ordering::Relaxed);
+        let grant = {
+            let mut permits = self.permits.lock();
+            if permits.paused {
+                0
+            } else {
+                std::mem::take(&mut permits.owed)
+            }
+        };
+        if self.flow(grant).is_ok() {
+            counters.flow_frames.fetch_add(1, Ordering::Relaxed);
         }
-        let mut ledger = self.ledger.lock();
-        if ledger.txn_in_flight > 0 {
-            return false;
-        }
-        let drift = ledger.deliveries.drift();
-        let sent = self.resync(&mut ledger, counters, drift, true);
-        if sent {
-            counters.blind_resyncs.fetch_add(1, Ordering::Relaxed);
-        }
-        sent
-    }
-
-    /// Sends the resync and tells the ledger.
-    fn resync(&self, ledger: &mut Ledger, counters: &Counters, drift: i64, quiet: bool) -> bool {
-        if self.redeliver(Vec::new()).is_err() {
-            return false;
-        }
-        ledger.deliveries.resynced();
-        ledger.last_resync = Some(tokio::time::Instant::now());
-        counters.resyncs.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(topic = %self.topic, drift, quiet, "resynced the unacked count");
+        tracing::debug!(topic = %self.topic, "asked the broker to unblock a consumer whose count drifted");
         true
+    }
+
+    /// Sends transactional acks once no abort is under way on this partition, and waits for
+    /// the answers: the result of each, in order. The caller keeps each transaction waiting
+    /// meanwhile (an op of it, or its commit awaiting this). A refused ack fails its
+    /// transaction and is kept, so that an abort hands its message over again.
+    pub(crate) async fn send_txn_acks(&self, acks: Vec<HeldBackAck>) -> Vec<Result<(), Error>> {
+        if acks.is_empty() {
+            return Vec::new();
+        }
+        loop {
+            let changed = self.ledger_changed.notified();
+            {
+                let mut ledger = self.ledger.lock();
+                if !ledger.is_aborting() {
+                    ledger.txn_in_flight += acks.len();
+                    for held in &acks {
+                        ledger
+                            .deliveries
+                            .acked(held.position(), Some(held.txn.id()));
+                    }
+                    break;
+                }
+            }
+            changed.await;
+        }
+        let answers =
+            futures_util::future::join_all(acks.iter().map(|held| self.send_txn_ack(&held.ack)))
+                .await;
+        let mut results = Vec::with_capacity(acks.len());
+        {
+            let mut ledger = self.ledger.lock();
+            ledger.txn_in_flight -= acks.len();
+            for (held, answer) in acks.into_iter().zip(answers) {
+                match answer {
+                    Ok(_) => {
+                        self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
+                        results.push(Ok(()));
+                    }
+                    Err(error) => {
+                        let error = refused_txn_ack(error, held.message.id(), held.txn.id());
+                        held.txn
+                            .failed(format!("the ack of message {}: {error}", held.message.id()));
+                        if error.server_error().is_some() {
+                            // The broker took nothing into the transaction: the message is
+                            // held again, and handed over again when the transaction aborts
+                            // (now, if it ended already).
+                            ledger.deliveries.ack_refused(held.position());
+                            if held.txn.has_ended() {
+                                if held.hand_over {
+                                    self.counters.handed_again.fetch_add(1, Ordering::Relaxed);
+                                    self.again.push(held.message);
+                                }
+                            } else {
+                                ledger.refused(held);
+                            }
+                        }
+                        results.push(Err(error));
+                    }
+                }
+            }
+        }
+        self.ledger_changed.notify_waiters();
+        results
+    }
+
+    /// Sends one transactional ack and waits for the broker's answer. While the consumer is
+    /// subscribing again (its connection was lost, or the broker closed it: an unload, a
+    /// restart), the ack waits for the new link, up to the operation timeout, instead of
+    /// going out on the old one: there it would be lost with the connection, or refused
+    /// with `ConsumerNotFound`, and either would leave the transaction unable to commit.
+    /// A `ConsumerNotFound` answer (the broker took nothing) is sent again on the new link.
+    async fn send_txn_ack(&self, ack: &TxnAck) -> Result<pb::BaseCommand, Error> {
+        let mut refused = 0;
+        loop {
+            let (link, generation) = self.link_and_generation();
+            if link.connection.is_closed()
+                && let Some(_relinked) = self.relinked(generation).await
+            {
+                continue;
+            }
+            let ConsumerLink {
+                connection,
+                consumer_id,
+            } = link;
+            let answer = connection
+                .request("ACK", |request_id| {
+                    super::acks::txn_ack_frame(consumer_id, ack, request_id)
+                })
+                .await;
+            let not_found = matches!(&answer, Err(error)
+                if error.server_error() == Some(ServerError::ConsumerNotFound));
+            if not_found && refused < 3 && self.relinked(generation).await.is_some() {
+                refused += 1;
+                continue;
+            }
+            return answer;
+        }
+    }
+
+    /// Sends the acks held back for `entry` if no message of it is held otherwise any more
+    /// (an ack of its last such message just went out), in the background.
+    pub(crate) fn release_entry(self: &Arc<Self>, entry: &EntryId) {
+        let (acks, ops) = self.ledger.lock().take_if_free(entry);
+        if acks.is_empty() {
+            return;
+        }
+        let mut live = Vec::with_capacity(acks.len());
+        let mut live_ops = Vec::with_capacity(acks.len());
+        for (held, op) in acks.into_iter().zip(ops) {
+            match op {
+                Some(op) => {
+                    live.push(held);
+                    live_ops.push(op);
+                }
+                // Its transaction was dropped without an end: the coordinator aborts it.
+                None if held.hand_over => self.again.push(held.message),
+                None => {}
+            }
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            this.send_txn_acks(live).await;
+            drop(live_ops);
+        });
+    }
+
+    /// Gives back the messages of the acks of `txn` held back or refused (its abort, or its
+    /// end without one): they are handed to the application again.
+    fn give_back(&self, ledger: &mut Ledger, txn: TxnId) {
+        let mut back = ledger.take_txn(txn);
+        back.extend(ledger.take_refused(txn));
+        for held in back.into_iter().filter(|held| held.hand_over) {
+            self.counters.handed_again.fetch_add(1, Ordering::Relaxed);
+            self.again.push(held.message);
+        }
     }
 
     /// `GET_LAST_MESSAGE_ID`: where the partition ends now, and whether anything after the
@@ -699,8 +843,17 @@ impl PartitionConsumer {
         })
     }
 
-    /// `CLOSE_CONSUMER`.
+    /// Sends the transactional acks it holds back (their transactions' commits would find no
+    /// consumer to send them on), then `CLOSE_CONSUMER`.
     pub(crate) async fn close(&self) -> Result<(), Error> {
+        let (acks, ops) = self.ledger.lock().take_all();
+        let live: Vec<HeldBackAck> = acks
+            .into_iter()
+            .zip(&ops)
+            .filter_map(|(held, op)| op.is_some().then_some(held))
+            .collect();
+        self.send_txn_acks(live).await;
+        drop(ops);
         self.closing.store(true, Ordering::Release);
         let ConsumerLink {
             connection,
@@ -851,7 +1004,7 @@ pub(crate) async fn pump(
     counters: Arc<Counters>,
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
-    let mut blind = QuietResyncs::new();
+    let mut unblocks = Unblocks::new();
     let mut retries = Retries::new();
     loop {
         let event = match tokio::time::timeout(QUIET, events.recv()).await {
@@ -877,9 +1030,7 @@ pub(crate) async fn pump(
                         return;
                     }
                 }
-                if !consumer.maybe_resync(&counters, true) {
-                    blind.quiet(&consumer, &counters);
-                }
+                unblocks.quiet(&consumer, &counters);
                 continue;
             }
         };
@@ -924,7 +1075,7 @@ pub(crate) async fn pump(
         if let Some(chunk) = decoded.chunk {
             let out = consumer.take_chunk(chunk, origin, &topic, &counters);
             if !out.is_empty() {
-                blind.delivered();
+                unblocks.delivered();
             }
             for delivery in out {
                 if deliveries.send(delivery).await.is_err() {
@@ -957,13 +1108,11 @@ pub(crate) async fn pump(
             if verdict.is_duplicate() {
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
                 if !consumer.legacy {
-                    consumer.maybe_resync(&counters, false);
                     consumer.consumed(decoded.permits, &counters);
                     continue;
                 }
             }
-            consumer.maybe_resync(&counters, false);
-            blind.delivered();
+            unblocks.delivered();
             let undecodable = Undecodable {
                 slot: origin.slot,
                 id: crate::MessageId {
@@ -1016,6 +1165,13 @@ pub(crate) async fn pump(
                 if matches!(of, DuplicateOf::Acknowledged) {
                     acked.push(*message.position());
                 }
+                if let DuplicateOf::PendingIn(txn) = of
+                    && !consumer.legacy
+                {
+                    // Its transaction's abort may have sent it before the consumer heard of
+                    // the abort: kept until the transaction ends.
+                    ledger.keep_copy(txn, message.clone());
+                }
                 if matches!(of, DuplicateOf::CommittedIn(_)) {
                     counters
                         .committed_redeliveries
@@ -1033,10 +1189,9 @@ pub(crate) async fn pump(
         if !consumer.legacy {
             consumer.ack_again(&acked, &counters);
         }
-        consumer.maybe_resync(&counters, false);
         let delivered = messages.len() as u32;
         if delivered > 0 {
-            blind.delivered();
+            unblocks.delivered();
         }
         counters
             .received
@@ -1052,6 +1207,79 @@ pub(crate) async fn pump(
         }
         // Permits of the messages not delivered come back now; the rest on receive.
         consumer.consumed(decoded.permits.saturating_sub(delivered), &counters);
+    }
+}
+
+impl Participant for PartitionConsumer {
+    fn before_commit<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let acks = self.ledger.lock().take_txn(txn.id());
+            self.send_txn_acks(acks).await;
+        })
+    }
+
+    fn before_abort<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.ledger.lock().abort_started(txn.id());
+            loop {
+                let changed = self.ledger_changed.notified();
+                if self.ledger.lock().txn_in_flight == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        })
+    }
+
+    fn ended(&self, txn: TxnId, outcome: Outcome) {
+        {
+            let mut ledger = self.ledger.lock();
+            match outcome {
+                Outcome::Committed => {
+                    // Whatever it still held back went out before END_TXN.
+                    ledger.take_refused(txn);
+                    ledger.ended(txn, true);
+                }
+                Outcome::Aborted | Outcome::Abandoned => {
+                    ledger.abort_ended(txn);
+                    self.give_back(&mut ledger, txn);
+                    for copy in ledger.ended(txn, false) {
+                        self.again.push_copy(copy);
+                    }
+                }
+                Outcome::AbortFailed => ledger.abort_ended(txn),
+            }
+        }
+        self.ledger_changed.notify_waiters();
+    }
+}
+
+/// The broker's refusal of a transactional ack, with the message and the transaction named and
+/// what to do.
+pub(crate) fn refused_txn_ack(error: Error, id: crate::MessageId, txn: TxnId) -> Error {
+    match error {
+        Error::Server {
+            operation,
+            code,
+            message: reason,
+        } => Error::Server {
+            operation,
+            code,
+            message: format!(
+                "{reason} (message {id} in transaction {txn}; the broker took nothing of this \
+                 ack into the transaction, which can now only be aborted: abort it, and the \
+                 message is handed over again)"
+            ),
+        },
+        Error::ConnectionLost { addr, reason } => Error::ConnectionLost {
+            addr,
+            reason: format!(
+                "{reason} (message {id} in transaction {txn}: the broker may or may not have \
+                 taken this ack into the transaction, which now refuses to commit: abort it, \
+                 and the message comes again)"
+            ),
+        },
+        other => other,
     }
 }
 

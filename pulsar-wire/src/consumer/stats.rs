@@ -19,8 +19,10 @@ pub(crate) struct Counters {
     pub(super) nacks: AtomicU64,
     pub(super) committed_redeliveries: AtomicU64,
     pub(super) duplicates: AtomicU64,
-    pub(super) resyncs: AtomicU64,
-    pub(super) blind_resyncs: AtomicU64,
+    pub(super) unblocks: AtomicU64,
+    pub(super) redelivery_requests: AtomicU64,
+    pub(super) acks_held_back: AtomicU64,
+    pub(super) handed_again: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     pub(crate) acks_resent: AtomicU64,
     pub(super) closed_by_broker: AtomicBool,
@@ -64,14 +66,20 @@ pub struct ConsumerStats {
     /// Duplicate deliveries not handed over again: messages held by the application or
     /// acknowledged (those of committed transactions included).
     pub duplicates: u64,
-    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` sent to repair a drifted unacked count on the
-    /// broker.
-    pub resyncs: u64,
-    /// Of [`ConsumerStats::resyncs`], those sent although the count had not drifted as far
-    /// as the consumer can tell, because nothing new arrived for a while (a blocked
-    /// consumer and an idle topic look the same from the client): on a busy topic, each one
-    /// is a drift of the broker's count that the consumer did not follow.
-    pub blind_resyncs: u64,
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` requests sent, of every kind (negative acks of
+    /// messages not in a batch, undecodable entries, chunks dropped, unblocks, and
+    /// [`Consumer::redeliver_unacknowledged`](super::Consumer::redeliver_unacknowledged)).
+    pub redelivery_requests: u64,
+    /// Of those, requests that named only an entry no consumer holds, to unblock a consumer
+    /// whose unacked count on the broker drifted above what the application holds: they
+    /// replay nothing.
+    pub unblocks: u64,
+    /// Transactional acks held back because other messages of their batch were still held
+    /// by the application (sent later, or with the commit).
+    pub acks_held_back: u64,
+    /// Messages handed to the application again by the consumer itself: those of aborted
+    /// transactions whose acks were held back, and negative acks of messages in a batch.
+    pub handed_again: u64,
     /// Times a partition consumer subscribed again after its connection was lost or the
     /// broker closed it.
     pub reconnects: u64,

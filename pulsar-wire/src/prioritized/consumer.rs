@@ -546,7 +546,9 @@ impl Inner {
             let _ = state.gate.on_delivered(partition, now, &mut control);
             if let Some(message) = message {
                 state.delivered_at(partition, &message.id(), now, &mut control);
-                if let Some(p) = self.consumer.partition_at(partition as usize) {
+                if !message.handed_again
+                    && let Some(p) = self.consumer.partition_at(partition as usize)
+                {
                     p.consumed(1, self.consumer.counters());
                 }
                 return Some(Ok(message));
@@ -724,7 +726,19 @@ async fn end_positions(
 async fn forward(inner: Arc<Inner>) {
     let mut deliveries = inner.consumer.deliveries().lock().await;
     let mut batch = Vec::new();
-    while deliveries.recv_many(&mut batch, 256).await > 0 {
+    loop {
+        tokio::select! {
+            received = deliveries.recv_many(&mut batch, 256) => {
+                if received == 0 {
+                    break;
+                }
+            }
+            // Messages the consumer hands over again itself (aborts, negative acks).
+            () = inner.consumer.again_ready() => {}
+        }
+        while let Some(message) = inner.consumer.take_again() {
+            batch.push(Delivery::Message(Box::new(message)));
+        }
         inner.arrived(std::mem::take(&mut batch));
         inner.arrived.notify_one();
     }

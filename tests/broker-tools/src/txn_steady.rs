@@ -111,11 +111,14 @@ pub struct ClientReport {
     pub committed_redeliveries: u64,
     /// Duplicate deliveries the consumer recognised (and did not hand over again).
     pub duplicates_hidden: u64,
-    /// Resyncs of the broker's unacked count the consumer sent.
-    pub resyncs: u64,
-    /// Of those, the blind ones: sent with no drift the consumer could see, after nothing
-    /// new arrived for a while.
-    pub blind_resyncs: u64,
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` requests the consumer sent.
+    pub redelivery_requests: u64,
+    /// Of those, the ones that only unblocked the consumer (they replay nothing).
+    pub unblocks: u64,
+    /// Transactional acks held back until their batch was free or their commit.
+    pub acks_held_back: u64,
+    /// Messages the consumer handed to the application again itself.
+    pub handed_again: u64,
     /// The subscription's unacked count once settled, the consumer still connected (`None`
     /// when not measured).
     pub final_unacked: Option<i64>,
@@ -382,8 +385,10 @@ pub async fn run(
     let stats = consumer.stats();
     report.committed_redeliveries = stats.committed_redeliveries;
     report.duplicates_hidden = stats.duplicates;
-    report.resyncs = stats.resyncs;
-    report.blind_resyncs = stats.blind_resyncs;
+    report.redelivery_requests = stats.redelivery_requests;
+    report.unblocks = stats.unblocks;
+    report.acks_held_back = stats.acks_held_back;
+    report.handed_again = stats.handed_again;
     if let Some(task) = producing {
         task.abort();
     }

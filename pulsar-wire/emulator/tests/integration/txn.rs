@@ -164,26 +164,106 @@ async fn separate_transactions_ack_messages_of_one_batch() {
 }
 
 #[tokio::test]
-async fn broker_conflicts_surface_as_server_errors() {
+async fn a_message_acknowledged_outside_a_transaction_is_refused_in_one() {
     let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
-    let consumer = setup.shared("conflict", ConsumerOptions::default()).await;
-    let producer = setup.producer("conflict", 3).await;
+    let consumer = setup
+        .shared("acked-first", ConsumerOptions::default())
+        .await;
+    let producer = setup.producer("acked-first", 3).await;
     send_all(&producer, 3).await;
     let messages = receive(&consumer, 3).await;
-    // An ordinary batch-index ack first; the transaction does not know about it.
     consumer.ack_and_wait(&messages[0]).await.expect("acked");
     let txn = new_txn(&setup).await;
     let error = consumer
         .ack_in(&txn, &messages[0])
+        .await
+        .expect_err("refused by the client");
+    assert!(
+        matches!(error, Error::Ack(txn_ack::Error::AlreadyAcked { .. })),
+        "{error}"
+    );
+    txn.abort().await.expect("aborted");
+}
+
+/// Acknowledges `message` outside the client's trackers (a raw `ACK` frame), as another
+/// client or an application bypassing this crate would: the broker knows, the client does not.
+async fn raw_ack(consumer: &Consumer, message: &Message) {
+    use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
+    let (connection, consumer_id) = consumer.wire_of(message).expect("wire");
+    let id = message.id();
+    connection
+        .request("ACK", |request_id| {
+            command_frame(Type::Ack, |c| {
+                c.ack = Some(pulsar_wire::pb::CommandAck {
+                    consumer_id,
+                    ack_type: pulsar_wire::pb::command_ack::AckType::Individual as i32,
+                    message_id: vec![pulsar_wire::pb::MessageIdData {
+                        ledger_id: id.ledger_id,
+                        entry_id: id.entry_id,
+                        ..Default::default()
+                    }],
+                    request_id: Some(request_id),
+                    ..Default::default()
+                });
+            })
+        })
+        .await
+        .expect("the raw ack is answered");
+}
+
+#[tokio::test]
+async fn broker_conflicts_surface_as_server_errors() {
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    // A message not in a batch: its transactional ack goes out at once and is refused.
+    let consumer = setup.shared("conflict", ConsumerOptions::default()).await;
+    let producer = setup.producer("conflict", 0).await;
+    send_all(&producer, 1).await;
+    let message = receive(&consumer, 1).await.remove(0);
+    raw_ack(&consumer, &message).await;
+    let txn = new_txn(&setup).await;
+    let error = consumer
+        .ack_in(&txn, &message)
         .await
         .expect_err("a conflict");
     assert_eq!(error.server_error(), Some(ServerError::TransactionConflict));
     assert!(error.to_string().contains("TransactionConflict"), "{error}");
     txn.abort().await.expect("aborted");
     assert!(matches!(
-        consumer.ack_in(&txn, &messages[1]).await,
+        consumer.ack_in(&txn, &message).await,
         Err(Error::Invalid { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_held_back_ack_refused_at_commit_fails_the_commit_and_its_abort_hands_the_message_over_again()
+ {
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let consumer = setup
+        .shared("conflict-late", ConsumerOptions::default())
+        .await;
+    let producer = setup.producer("conflict-late", 3).await;
+    send_all(&producer, 3).await;
+    let messages = receive(&consumer, 3).await;
+    // The whole entry acknowledged behind the client's back.
+    raw_ack(&consumer, &messages[0]).await;
+    let txn = new_txn(&setup).await;
+    // Its batch has two more messages the application holds: held back, nothing sent yet.
+    consumer
+        .ack_in(&txn, &messages[0])
+        .await
+        .expect("held back");
+    assert_eq!(consumer.stats().acks_held_back, 1);
+    assert_eq!(consumer.stats().txn_acks, 0);
+    let error = txn
+        .commit()
+        .await
+        .expect_err("the held-back ack is refused at commit");
+    assert!(matches!(error, Error::TransactionFailed { .. }), "{error}");
+    assert!(error.to_string().contains("TransactionConflict"), "{error}");
+    txn.abort().await.expect("aborted");
+    let again = receive(&consumer, 1).await.remove(0);
+    assert_eq!(again.id(), messages[0].id());
+    assert_eq!(again.redelivery_count(), messages[0].redelivery_count() + 1);
 }
 
 #[tokio::test]
@@ -227,10 +307,9 @@ async fn a_refused_txn_ack_names_the_message_and_the_transaction_and_blocks_the_
     let producer = setup.producer("refused", 0).await;
     send_all(&producer, 2).await;
     let messages = receive(&consumer, 2).await;
-    consumer.ack(&messages[0]).await.expect("ack queued");
-    consumer.flush_acks().await;
+    raw_ack(&consumer, &messages[0]).await;
     let txn = new_txn(&setup).await;
-    // Acknowledged already outside the transaction: the broker answers TransactionConflict.
+    // Acknowledged already, behind the client's back: the broker answers TransactionConflict.
     let refused = consumer
         .ack_in(&txn, &messages[0])
         .await
