@@ -46,10 +46,10 @@ enum State {
     /// transaction (not by this consumer, as far as it knows).
     Skipped,
     /// With the application, unacknowledged. `counted`: the broker counts it (false between a
-    /// resync and its replay).
+    /// count reset and its replay).
     Held { counted: bool },
     /// Acknowledged (in `txn`, if any). `counted`: false when the ack went out between a
-    /// resync and the replay, so it took one off a count that did not hold it.
+    /// count reset and the replay, so it took one off a count that did not hold it.
     Acked {
         txn: Option<TxnId>,
         committed: bool,
@@ -93,66 +93,76 @@ impl Entry {
 
 /// The deliveries of one consumer on one topic or partition.
 ///
-///
 /// A 4.0.x broker counts a consumer's unacked messages **per delivery**, not per message
 /// (`Consumer.sendMessages` adds every index a dispatch carries, even for an entry already in
 /// the consumer's `pendingAcks`), and an abort gives no count back: it only restores the
-/// aborted indexes and queues the entries for replay. So after an abort the consumer receives
-/// again, and is counted again for, indexes it still holds unacknowledged; and a replay read
-/// while a transactional ack is being persisted carries an index that transaction goes on to
-/// commit. Nothing but a conflicting transactional ack (what the Java client sends, at the
-/// price of the transaction) ever takes those extra counts off, so a client that sends
-/// nothing for them leaks them until the consumer is blocked for good.
+/// aborted indexes and queues the entries for replay **to any consumer** of the
+/// subscription. So after an abort a consumer can receive again, and be counted again for,
+/// indexes it still holds; on a Shared subscription with several consumers, *another*
+/// consumer receives them, while this one's application still holds them.
 ///
 /// [`Deliveries`] follows every index through delivery, acknowledgement and the end of its
-/// transaction, recognises the duplicates (which must not reach the application a second
-/// time: it has them, or has acknowledged them) and keeps [`Deliveries::drift`], the broker's
-/// count minus what the application's future acks will take off. A positive drift is repaired
-/// with `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids, which sets the broker's count to 0 and
-/// replays what is neither acknowledged nor pending in a transaction; call
-/// [`Deliveries::resynced`] when it is sent, and the replayed copies of held messages count as
-/// their replacements, not as duplicates.
+/// transaction; it recognises the duplicates (which must not reach the application a second
+/// time: it has them, or has acknowledged them), says which indexes of an entry the
+/// application holds ([`Deliveries::held_indexes`]: a client that acknowledges part of such
+/// an entry in a transaction holds the ack back, since the transaction's abort would replay
+/// the rest of the entry to any consumer), keeps the copies that a transaction's abort sent
+/// before the client knew of it ([`Deliveries::ended`] returns them), and keeps
+/// [`Deliveries::drift`], the broker's count minus what the application's future acks will
+/// take off. A positive drift (another client's abort, a replay after a restart) can leave
+/// the consumer blocked for good; the repair that replays nothing is a redelivery request
+/// naming an entry no consumer holds (the broker then unblocks the consumer and reads with
+/// the permits it kept aside). A redelivery request *without* ids must not be used for it:
+/// it sets the count to 0 but hands every message the application holds to the other
+/// consumers.
 ///
 /// # The broker's rules behind it
 /// Read in the Apache Pulsar 4.0.8 sources (`pulsar-broker`, `managed-ledger`; paths under
 /// `org/apache/pulsar/broker/`), unchanged in these places since 4.0.0, and checked on a real
-/// 4.0.8 standalone by this workspace's real-broker suites (`tests/tests/pulsar_real.rs`: the
-/// steady shape stalls without this ledger and drains with it; the conformance harness
-/// compares the model step by step):
+/// 4.0.8 standalone (`acknowledgmentAtBatchIndexLevelEnabled=true`) by this workspace's
+/// real-broker suites (`tests/tests/pulsar_real.rs` for one consumer, `pulsar_shared.rs` for
+/// several; the conformance harness compares the model step by step):
 ///
-/// | rule | where |
-/// |---|---|
-/// | a dispatch adds the indexes its ack set carries (cursor's batch-deleted set AND the pending-ack set), also for an entry still in `pendingAcks`, whose slot is overwritten | `service/Consumer.sendMessages`, `PendingAcksMap.addPendingAckIfAllowed` |
-/// | a transactional ack subtracts `batch_size - card(ack_set)` at once, before the pending-ack handle checks it, and never gives it back (not on `TransactionConflict`, not on abort) | `Consumer.individualAckWithTransaction` |
-/// | the pending-ack handle records a transactional ack only after persisting it; a replay read meanwhile carries the index, which the transaction then commits | `transaction/pendingack/impl/PendingAckHandleImpl.internalIndividualAcknowledgeMessage`, `service/AbstractBaseDispatcher.filterEntriesForConsumer` |
-/// | an abort restores the indexes and queues the entries for replay to any consumer; no consumer's count changes | `PendingAckHandleImpl.individualAckAbortCommon`, `PersistentSubscription.endTxn` |
-/// | an ordinary ack with an ack set subtracts only indexes still outstanding in the cursor, so nothing for an index a committed transaction acknowledged | `Consumer.individualAckNormal`, `getAckedCountForBatchIndexLevelEnabled` |
-/// | the consumer unblocks only when an entry leaves `pendingAcks` with the count at most half the limit, or on a redelivery request | `Consumer.updateBlockedConsumerOnUnackedMsgs`, `removePendingAcks` |
-/// | `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids clears the count and `pendingAcks`, unblocks and replays; with ids it reads only ledger and entry | `Consumer.redeliverUnacknowledgedMessages` |
+/// | rule | where | seen on 4.0.8 |
+/// |---|---|---|
+/// | a dispatch adds the indexes its ack set carries (cursor's batch-deleted set AND the pending-ack set), also for an entry still in `pendingAcks`, whose slot is overwritten | `service/Consumer.sendMessages`, `PendingAcksMap.addPendingAckIfAllowed` | the steady shape stalls without this ledger |
+/// | a transactional ack subtracts `batch_size - card(ack_set)` at once, before the pending-ack handle checks it, and never gives it back (not on `TransactionConflict`, not on abort) | `Consumer.individualAckWithTransaction` | after an aborted ack of 1 of 10 held: unacked 9 |
+/// | the pending-ack handle records a transactional ack only after persisting it; a replay read meanwhile carries the index, which the transaction then commits | `transaction/pendingack/impl/PendingAckHandleImpl.internalIndividualAcknowledgeMessage`, `service/AbstractBaseDispatcher.filterEntriesForConsumer` | committed indexes redelivered after aborts |
+/// | an abort restores the indexes and queues the entries for replay to **any** consumer with permits, carrying every index neither acknowledged nor pending in another transaction; no consumer's count changes | `PendingAckHandleImpl.internalAbortTxn`, `PersistentDispatcherMultipleConsumers.redeliverUnacknowledgedMessages` | A held a batch of 10, aborted an ack of 1: B received all 10 (3 of 3) |
+/// | an ordinary ack with an ack set subtracts only indexes still outstanding in the cursor, so nothing for an index a committed transaction acknowledged | `Consumer.individualAckNormal`, `getAckedCountForBatchIndexLevelEnabled` | |
+/// | an ack counts for whichever consumer of the subscription has the entry in its `pendingAcks` (this one first, then the others) | `Consumer.getAckOwnerConsumerAndBatchSize` | |
+/// | the consumer unblocks only when an entry leaves `pendingAcks` with the count at most half the limit, or on a redelivery request; a `FLOW` while the count is at the limit blocks it again, and its permits wait for the unblock | `Consumer.updateBlockedConsumerOnUnackedMsgs`, `removePendingAcks`, `flowPermits` | |
+/// | `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids clears this consumer's count and `pendingAcks`, unblocks and replays them to any consumer | `Consumer.redeliverUnacknowledgedMessages(long)` | B received all 10 that A held |
+/// | with ids, only entries in this consumer's `pendingAcks` are taken off (their unacked indexes) and replayed, whole (ledger and entry only), to any consumer; then the consumer is unblocked and the permits it sent while blocked are applied, which is the only read it triggers | `Consumer.redeliverUnacknowledgedMessages(List)` | an id no one holds on a blocked consumer: unblocked, nothing replayed, nothing read; with a permit sent before, 1 message read |
+/// | a `FLOW` of 0 permits is refused (`checkArgument`) and the connection ends | `Consumer.flowPermits` | the consumer subscribed again and was sent everything again |
 ///
-/// So the count drifts up by one for every copy of a held message an abort's replay brings,
-/// and for every index replayed while its transactional ack was being persisted. The Java
-/// client 4.0.8 works its way out by acknowledging those copies in its transactions: the
-/// acks conflict, still take one off each, and the transactions fail to commit. This ledger
-/// sends no conflicting ack: it hides the copies and resyncs the count instead.
+/// So the count drifts up by one for every copy of a held message a replay brings to the
+/// same consumer, and for every index replayed while its transactional ack was being
+/// persisted. The Java client 4.0.8 works its way out by acknowledging those copies in its
+/// transactions: the acks conflict, still take one off each, and the transactions fail to
+/// commit. A client built on this ledger sends no conflicting ack and no redelivery request
+/// without ids: it avoids the replays it would cause (held-back acks), hides the copies it
+/// still gets, and unblocks a drifted consumer without a replay.
 ///
 /// ```
-/// use txn_ack::{Deliveries, Delivery, MessagePosition, TxnId};
+/// use txn_ack::{Deliveries, Delivery, EntryId, MessagePosition, TxnId};
 ///
 /// let txn = TxnId { most_bits: 0, least_bits: 1 };
 /// let at = |i| MessagePosition::in_batch(1, 2, -1, i, 2).unwrap();
 /// let mut deliveries = Deliveries::default();
 /// assert_eq!(deliveries.delivered(&at(0)), Delivery::New);
 /// assert_eq!(deliveries.delivered(&at(1)), Delivery::New);
+/// let entry = EntryId { ledger_id: 1, entry_id: 2 };
+/// // Both held: a transactional ack of index 0 would be held back.
+/// assert_eq!(deliveries.held_indexes(&entry).collect::<Vec<_>>(), [0, 1]);
 /// deliveries.acked(&at(0), Some(txn));
-/// deliveries.ended(txn, false); // aborted: the broker sends the entry again
-/// assert_eq!(deliveries.delivered(&at(0)), Delivery::New); // released by the abort
+/// // Its abort replays the entry, here to this consumer, before the client knows of it:
+/// assert!(deliveries.delivered(&at(0)).is_duplicate()); // pending in the transaction
 /// assert!(deliveries.delivered(&at(1)).is_duplicate()); // the application still holds it
-/// assert_eq!(deliveries.drift(), 1); // counted twice, acknowledged once
-/// deliveries.resynced(); // REDELIVER_UNACKNOWLEDGED_MESSAGES sent: the count is 0
-/// assert_eq!(deliveries.drift(), 0);
-/// assert!(deliveries.delivered(&at(1)).is_duplicate()); // its replay replaces the count
-/// assert_eq!(deliveries.drift(), 0);
+/// assert_eq!(deliveries.drift(), 2);
+/// // The abort is answered: the copy of index 0 is new to the application after all.
+/// assert_eq!(deliveries.ended(txn, false), [at(0)]);
+/// assert_eq!(deliveries.drift(), 1); // index 1 is counted twice, and acknowledged once
 /// ```
 #[derive(Debug, Clone)]
 pub struct Deliveries {
@@ -414,9 +424,11 @@ impl Deliveries {
         returned
     }
 
-    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids went out: the broker's count is 0 and it
-    /// replays every message neither acknowledged nor pending in a transaction.
-    pub fn resynced(&mut self) {
+    /// The broker's count of this consumer starts over at 0: the consumer subscribed again
+    /// (a new registration; the broker replays what the old one had), or asked for everything
+    /// unacknowledged again. The copies of held messages that come count as their
+    /// replacements, not as drift.
+    pub fn count_reset(&mut self) {
         self.drift = 0;
         let mut settled = Vec::new();
         for (entry, found) in &mut self.entries {
@@ -438,10 +450,10 @@ impl Deliveries {
 
     /// The application asked for everything unacknowledged again
     /// (`REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids on its behalf): as
-    /// [`Deliveries::resynced`], but the held messages are released, so their copies are
+    /// [`Deliveries::count_reset`], but the held messages are released, so their copies are
     /// delivered again.
     pub fn redelivery_requested(&mut self) {
-        self.resynced();
+        self.count_reset();
         for found in self.entries.values_mut() {
             for state in &mut found.states {
                 if matches!(state, State::Held { .. }) {
@@ -548,8 +560,8 @@ mod tests {
         assert_eq!(d.delivered(&at(2)), Delivery::Duplicate(DuplicateOf::Held));
         assert_eq!(d.drift(), 2);
         assert_eq!(d.duplicates(), 2);
-        d.resynced();
-        // The resync's replay: 0 and 2 held (replacements), 1 not sent.
+        d.count_reset();
+        // The replay after the reset: 0 and 2 held (replacements), 1 not sent.
         assert!(d.delivered(&at(0)).is_duplicate());
         assert!(d.delivered(&at(2)).is_duplicate());
         assert_eq!(d.drift(), 0);
@@ -559,10 +571,10 @@ mod tests {
     }
 
     #[test]
-    fn an_ack_between_a_resync_and_its_replay_is_made_good_by_the_replay() {
+    fn an_ack_between_a_count_reset_and_its_replay_is_made_good_by_the_replay() {
         let mut d = Deliveries::default();
         d.delivered(&at(0));
-        d.resynced();
+        d.count_reset();
         d.acked(&at(0), Some(T1));
         assert_eq!(d.drift(), -1, "took one off a count of 0");
         // The replay was read before the ack was recorded: the broker counts it again.

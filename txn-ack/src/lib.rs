@@ -12,10 +12,11 @@
 //!   batch size leaks `batch_size - 1` per batch until Shared consumers stall, and one that
 //!   reuses an accumulated set gets `TransactionConflict`;
 //! - **deliveries** ([`Deliveries`]): a 4.0.x broker counts a Shared consumer's unacked
-//!   messages per delivery and gives nothing back on abort, so after aborts it sends (and
-//!   counts) again messages the application holds or has acknowledged. [`Deliveries`]
-//!   recognises those duplicates and measures the drift, which a client repairs with one
-//!   `REDELIVER_UNACKNOWLEDGED_MESSAGES`.
+//!   messages per delivery, gives nothing back on abort, and replays an aborted batch to any
+//!   consumer of the subscription, with the messages of it an application still holds.
+//!   [`Deliveries`] says which messages of a batch the application holds (so that a client
+//!   holds back the transactional acks whose abort would replay them), recognises the
+//!   duplicates it still gets and measures the drift of the broker's count.
 //!
 //! Everything here is pure: no I/O, no protocol types. An adapter turns an [`AckId`] into a
 //! `MessageIdData`.

@@ -68,22 +68,33 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 ///   grouped: one `CommandAck` carries every id of a group.
 /// - [`Consumer::ack_in`] acknowledges in a transaction: `txn-ack`'s
 ///   [`txn_ack::TxnAckTracker`] builds an independent set with the batch size for each message;
-///   the ack is sent at once with a request id and its `ACK_RESPONSE` awaited.
-/// - [`Consumer::nack`] asks for a redelivery.
+///   the ack is sent with a request id and its `ACK_RESPONSE` awaited, at once, or, on a
+///   Shared or Key_Shared subscription while other messages of its batch are still held,
+///   when the batch is free or the transaction commits (see [`Consumer::ack_in`]).
+/// - [`Consumer::nack`] gives a message back for a new delivery.
 /// - [`Consumer::ack_id`] and [`Consumer::nack_id`] do the same by id, for the entries that
 ///   [`Consumer::receive`] reports as [`Error::Undecodable`]: an entry that cannot be decoded
 ///   is never acknowledged behind the application's back.
 ///
+/// Several consumers on one subscription: on a Shared or Key_Shared subscription a 4.0.x
+/// broker sends a replayed entry to *any* consumer, with every message of it neither
+/// acknowledged nor pending in another transaction. This consumer never makes a request that
+/// replays a message its application holds: no redelivery request without ids (unless the
+/// application asks for one, [`Consumer::redeliver_unacknowledged`]), transactional acks
+/// held back while their batch is partly held (so an abort has nothing on the broker to undo),
+/// and negative acks of batched messages handed over again by the consumer itself. An idle
+/// consumer sends nothing but flow permits.
+///
 /// Redeliveries: a 4.0.x broker counts a Shared consumer's unacked messages per delivery and
-/// gives nothing back when a transaction aborts, so after aborts it sends again (and counts
-/// again) messages the application holds or has acknowledged, some of them in transactions
-/// that committed. The consumer follows every delivery with `txn-ack`'s
+/// gives nothing back when a transaction aborts, so after aborts, restarts or another
+/// client's requests it may send again (and count again) messages the application holds or
+/// has acknowledged. The consumer follows every delivery with `txn-ack`'s
 /// [`txn_ack::Deliveries`]: such duplicates are not handed over a second time (they show in
-/// [`ConsumerStats::duplicates`] and [`ConsumerStats::committed_redeliveries`]), and once the
-/// broker's count has drifted it sends one `REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids
-/// (when no transactional ack is in flight, at most every 100 ms, or after 500 ms without
-/// deliveries), which resets the count; no conflicting ack is ever sent for them
-/// ([`ConsumerStats::resyncs`]).
+/// [`ConsumerStats::duplicates`] and [`ConsumerStats::committed_redeliveries`]); copies sent
+/// by an abort before its answer arrived are handed over once it did. When the broker's
+/// count has drifted above what the application holds and nothing arrives, the consumer
+/// asks the broker to unblock it without a replay ([`ConsumerStats::unblocks`]); no
+/// conflicting ack is ever sent.
 #[derive(Debug)]
 pub struct Consumer {
     pool: Pool,

@@ -180,9 +180,9 @@ impl ConsumerOptions {
     }
 
     /// Tests only: delivers redeliveries of messages already committed in a transaction to the
-    /// application and sends nothing for them, and never resyncs the broker's unacked count,
-    /// as this crate did before it handled them (the consumer then stalls on a 4.0.x
-    /// broker). Never set it in an application.
+    /// application and sends nothing for them, never holds transactional acks back and never
+    /// asks the broker to unblock the consumer, as this crate did before it handled them (the
+    /// consumer then stalls on a 4.0.x broker). Never set it in an application.
     #[doc(hidden)]
     pub fn legacy_committed_redeliveries(mut self, legacy: bool) -> Self {
         self.legacy_committed_redeliveries = legacy;

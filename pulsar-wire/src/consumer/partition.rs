@@ -130,10 +130,13 @@ const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 /// the limit or lower, or on a redelivery request. When the count drifted above what the
 /// application will ever acknowledge ([`txn_ack::Deliveries::drift`]: deliveries counted
 /// twice that another client's abort or a broker restart replayed), no ack can get it there.
-/// The consumer then sends `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming one id that no consumer
-/// holds: the broker unblocks the consumer and replays nothing (a request without ids would
-/// hand every message the application holds to the other consumers), then a `FLOW`, since
-/// the broker reads nothing more until something asks it to. The first comes after
+/// The consumer then sends a `FLOW` with the permits it owes (one, lent, if it owes none),
+/// which a blocked consumer's broker keeps aside, and `REDELIVER_UNACKNOWLEDGED_MESSAGES`
+/// naming one id that no consumer holds: the broker unblocks the consumer, replays nothing (a
+/// request without ids would hand every message the application holds to the other
+/// consumers) and reads with the permits kept aside (seen on 4.0.8: without them it reads
+/// nothing; a `FLOW` after the unblock re-blocks a consumer at the limit; a `FLOW` of 0
+/// permits is refused and ends the connection). The first comes after
 /// [`Unblocks::FIRST`] without a new delivery, each further one after twice the wait before,
 /// up to [`Unblocks::MOST`]; a new delivery starts over. A consumer whose count has not
 /// drifted never sends one: an idle consumer sends nothing but flow permits.
@@ -177,6 +180,18 @@ struct Permits {
     owed: u32,
     /// While paused no `FLOW` is sent; permits accumulate in `owed`.
     paused: bool,
+    /// Permits granted ahead of the messages taken (to unblock a consumer that owed none),
+    /// kept back from the next ones owed.
+    lent: u32,
+}
+
+impl Permits {
+    /// `messages` taken from the queue: owed, once what was lent is made up.
+    fn take(&mut self, messages: u32) {
+        let repaid = self.lent.min(messages);
+        self.lent -= repaid;
+        self.owed = self.owed.saturating_add(messages - repaid);
+    }
 }
 
 /// What a partition consumer shares with its consumer.
@@ -302,6 +317,7 @@ impl PartitionConsumer {
             permits: Mutex::new(Permits {
                 owed: if paused { queue_size } else { 0 },
                 paused,
+                lent: 0,
             }),
             queue_size,
             refill_at: (queue_size / 2).max(1),
@@ -346,7 +362,7 @@ impl PartitionConsumer {
     ) -> Vec<Delivery> {
         let verdict = self.ledger.lock().deliveries.delivered(&chunk.position);
         if verdict.is_duplicate() {
-            // A copy of an entry held (a resync replays them): nothing new.
+            // A copy of an entry held (a new registration is sent them again): nothing new.
             counters.duplicates.fetch_add(1, Ordering::Relaxed);
             self.consumed(1, counters);
             return Vec::new();
@@ -578,9 +594,10 @@ impl PartitionConsumer {
             };
             self.generation.send_modify(|generation| *generation += 1);
         }
-        self.ledger.lock().deliveries.resynced();
+        self.ledger.lock().deliveries.count_reset();
         let grant = {
             let mut permits = self.permits.lock();
+            permits.lent = 0;
             if permits.paused {
                 permits.owed = self.queue_size;
                 None
@@ -603,7 +620,7 @@ impl PartitionConsumer {
     pub(crate) fn consumed(&self, messages: u32, counters: &Counters) {
         let grant = {
             let mut permits = self.permits.lock();
-            permits.owed = permits.owed.saturating_add(messages);
+            permits.take(messages);
             if permits.paused || permits.owed < self.refill_at {
                 return;
             }
@@ -634,12 +651,31 @@ impl PartitionConsumer {
     }
 
     /// Asks the broker to unblock this consumer without replaying anything, when its count
-    /// drifted above what the application holds ([`Unblocks`]): `REDELIVER_UNACKNOWLEDGED_MESSAGES`
-    /// naming an entry no consumer holds, then a `FLOW` with the permits owed (the broker
-    /// reads nothing more until something asks it to). Whether it was sent.
+    /// drifted above what the application holds ([`Unblocks`]): a `FLOW` with the permits
+    /// owed (at least one), then `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming an entry no
+    /// consumer holds. Whether it was sent.
     fn unblock(&self, counters: &Counters) -> bool {
         if self.legacy || self.ledger.lock().deliveries.drift() <= 0 {
             return false;
+        }
+        // Permits sent while blocked wait on the broker for the unblock, which then reads
+        // with them; without any, it reads nothing. A paused consumer withholds them on
+        // purpose, and is not unblocked.
+        let grant = {
+            let mut permits = self.permits.lock();
+            if permits.paused {
+                return false;
+            }
+            match std::mem::take(&mut permits.owed) {
+                0 => {
+                    permits.lent = permits.lent.saturating_add(1);
+                    1
+                }
+                owed => owed,
+            }
+        };
+        if self.flow(grant).is_ok() {
+            counters.flow_frames.fetch_add(1, Ordering::Relaxed);
         }
         let nobody = pb::MessageIdData {
             ledger_id: u64::MAX,
@@ -650,17 +686,6 @@ impl PartitionConsumer {
             return false;
         }
         counters.unblocks.fetch_add(1, Ordering::Relaxed);
-        let grant = {
-            let mut permits = self.permits.lock();
-            if permits.paused {
-                0
-            } else {
-                std::mem::take(&mut permits.owed)
-            }
-        };
-        if self.flow(grant).is_ok() {
-            counters.flow_frames.fetch_add(1, Ordering::Relaxed);
-        }
         tracing::debug!(topic = %self.topic, "asked the broker to unblock a consumer whose count drifted");
         true
     }

@@ -45,3 +45,48 @@ pub async fn txn_ack_without_batch_size(
         .await
         .map(drop)
 }
+
+/// The transactional ack of one message as the Java client sends it (an independent set and
+/// the batch size, from `txn_ack::txn_ack`), put on the wire raw, past the consumer's own
+/// bookkeeping: what another client of the subscription does, which this consumer cannot see.
+///
+/// It first adds the subscription to the transaction.
+///
+/// # Errors
+/// What the broker or the connection answered, as [`Error`]; [`Error::Ack`] for a position
+/// `txn_ack` refuses.
+pub async fn txn_ack_with_batch_size(
+    consumer: &Consumer,
+    txn: &Transaction,
+    message: &Message,
+) -> Result<(), Error> {
+    txn.add_subscription(message.topic(), consumer.subscription())
+        .await?;
+    let ack = txn_ack::txn_ack(txn.id(), txn_ack::AckKind::Individual, message.position())?;
+    let (connection, consumer_id) = consumer.wire_of(message)?;
+    let id = txn.id();
+    let message_id = pb::MessageIdData {
+        ledger_id: ack.id.entry.ledger_id,
+        entry_id: ack.id.entry.entry_id,
+        partition: (ack.id.partition >= 0).then_some(ack.id.partition),
+        batch_index: (ack.id.batch_index >= 0).then_some(ack.id.batch_index),
+        ack_set: ack.id.wire_ack_set().collect(),
+        batch_size: ack.id.batch_size.and_then(|size| i32::try_from(size).ok()),
+    };
+    connection
+        .request("ACK", |request_id| {
+            command_frame(Type::Ack, |c| {
+                c.ack = Some(pb::CommandAck {
+                    consumer_id,
+                    ack_type: AckType::Individual as i32,
+                    message_id: vec![message_id],
+                    txnid_least_bits: Some(id.least_bits),
+                    txnid_most_bits: Some(id.most_bits),
+                    request_id: Some(request_id),
+                    ..pb::CommandAck::default()
+                });
+            })
+        })
+        .await
+        .map(drop)
+}
