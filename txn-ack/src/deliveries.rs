@@ -1,9 +1,10 @@
 //! [`Deliveries`]: duplicate deliveries and the drift of a 4.0.x broker's unacked count.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
+use crate::recent::{Recall, Recent};
 use crate::{EntryId, MessagePosition, TxnId};
 
 /// What a delivery is.
@@ -61,6 +62,35 @@ enum State {
 #[derive(Debug, Clone)]
 struct Entry {
     states: Vec<State>,
+}
+
+/// A settled entry as remembered: one state for every index when they are all alike (the
+/// usual case, and no allocation), or each.
+#[derive(Debug, Clone)]
+enum Settled {
+    Alike { size: u32, state: State },
+    Each(Entry),
+}
+
+impl Settled {
+    fn of(entry: Entry) -> Self {
+        match entry.states.first() {
+            Some(first) if entry.states.iter().all(|state| state == first) => Self::Alike {
+                size: u32::try_from(entry.states.len()).unwrap_or(u32::MAX),
+                state: *first,
+            },
+            _ => Self::Each(entry),
+        }
+    }
+
+    fn entry(self) -> Entry {
+        match self {
+            Self::Alike { size, state } => Entry {
+                states: vec![state; size as usize],
+            },
+            Self::Each(entry) => entry,
+        }
+    }
 }
 
 impl Entry {
@@ -169,10 +199,8 @@ pub struct Deliveries {
     entries: HashMap<EntryId, Entry, FxBuildHasher>,
     /// Entries whose every message is acknowledged for good or was left out by the broker,
     /// with their states, so that a late copy is recognised (and a message the broker had
-    /// left out is delivered when it comes after all); the oldest are forgotten first.
-    settled: HashMap<EntryId, Entry, FxBuildHasher>,
-    settled_order: VecDeque<EntryId>,
-    settled_capacity: usize,
+    /// left out is delivered when it comes after all), as long as the [`Recall`] keeps them.
+    settled: Recent<Settled>,
     /// Copies that arrived of messages acknowledged in a transaction not ended yet, by
     /// transaction: an abort (or its timeout) sent them again.
     copies: HashMap<TxnId, Vec<MessagePosition>, FxBuildHasher>,
@@ -182,30 +210,45 @@ pub struct Deliveries {
 
 impl Default for Deliveries {
     fn default() -> Self {
-        Self::with_capacity(4096)
+        Self::with_recall(Recall::default())
     }
 }
 
 impl Deliveries {
-    /// Remembers up to `recent_capacity` settled entries (every message acknowledged for
-    /// good), so that their late redeliveries are recognised.
+    /// Remembers at least the last `recent_capacity` settled entries (every message
+    /// acknowledged for good), so that their late redeliveries are recognised; otherwise as
+    /// [`Recall::default`].
     pub fn with_capacity(recent_capacity: usize) -> Self {
+        Self::with_recall(Recall::default().at_least(recent_capacity))
+    }
+
+    /// Remembers settled entries as `recall` says.
+    pub fn with_recall(recall: Recall) -> Self {
         Self {
             entries: HashMap::with_hasher(FxBuildHasher),
-            settled: HashMap::with_capacity_and_hasher(recent_capacity, FxBuildHasher),
-            settled_order: VecDeque::with_capacity(recent_capacity),
-            settled_capacity: recent_capacity,
+            settled: Recent::new(recall),
             copies: HashMap::with_hasher(FxBuildHasher),
             drift: 0,
             duplicates: 0,
         }
     }
 
+    /// The time now, on any monotonic clock of the caller's: settled entries are
+    /// remembered by the [`Recall`] on it (its count bounds without a clock).
+    pub fn set_clock(&mut self, now: std::time::Duration) {
+        self.settled.set_clock(now);
+    }
+
+    /// Settled entries remembered now.
+    pub fn settled(&self) -> usize {
+        self.settled.len()
+    }
+
     fn state(&mut self, position: &MessagePosition) -> Option<&mut State> {
         let size = position.batch_size().max(1) as usize;
         let index = usize::try_from(position.batch_index().max(0)).ok()?;
         if let Some(settled) = self.settled.remove(&position.entry()) {
-            self.entries.insert(position.entry(), settled);
+            self.entries.insert(position.entry(), settled.entry());
         }
         let entry = self
             .entries
@@ -464,23 +507,11 @@ impl Deliveries {
     }
 
     fn settle(&mut self, entry: EntryId) {
-        if !self.entries.get(&entry).is_some_and(Entry::is_settled) || self.settled_capacity == 0 {
+        if !self.entries.get(&entry).is_some_and(Entry::is_settled) {
             return;
         }
-        let Some(found) = self.entries.remove(&entry) else {
-            return;
-        };
-        self.settled.insert(entry, found);
-        self.settled_order.push_back(entry);
-        while self.settled.len() > self.settled_capacity
-            && let Some(oldest) = self.settled_order.pop_front()
-        {
-            self.settled.remove(&oldest);
-        }
-        // Ids of entries revived and settled again appear twice; keep the queue bounded.
-        if self.settled_order.len() > 2 * self.settled_capacity {
-            let settled = &self.settled;
-            self.settled_order.retain(|id| settled.contains_key(id));
+        if let Some(found) = self.entries.remove(&entry) {
+            self.settled.insert(entry, Settled::of(found));
         }
     }
 
@@ -583,6 +614,52 @@ mod tests {
             Delivery::Duplicate(DuplicateOf::PendingIn(T1))
         );
         assert_eq!(d.drift(), 0);
+    }
+
+    /// A stream of `rate` unbatched entries a second for 30 s, each acknowledged as it
+    /// arrives, on `deliveries`; then the copies of the last `replayed` entries come (a broker
+    /// killed with -9 loses about a second of acknowledgements and sends them again). Returns
+    /// how many copies were recognised.
+    fn replay_after_a_kill(mut deliveries: Deliveries, rate: u64, replayed: u64) -> u64 {
+        let at = |entry_id| MessagePosition::single(7, entry_id, -1);
+        let total = rate * 30;
+        for entry_id in 0..total {
+            deliveries.set_clock(std::time::Duration::from_micros(
+                entry_id * 1_000_000 / rate,
+            ));
+            deliveries.delivered(&at(entry_id));
+            deliveries.acked(&at(entry_id), None);
+        }
+        (total - replayed..total)
+            .filter(|entry_id| deliveries.delivered(&at(*entry_id)).is_duplicate())
+            .count() as u64
+    }
+
+    #[test]
+    fn copies_of_the_last_seconds_are_recognised_at_ten_times_the_rate_tried() {
+        // The restart and kill tests stream 100 messages a second; at ten times that, the
+        // copies of the last 5 s are recognised (the broker loses about 1 s).
+        assert_eq!(
+            replay_after_a_kill(Deliveries::default(), 1_000, 5_000),
+            5_000
+        );
+        // A fixed memory of 4,096 entries (before the recall) misses the oldest of them.
+        let fixed = Recall::default()
+            .at_least(4096)
+            .at_most(4096)
+            .keep_for(std::time::Duration::ZERO);
+        assert_eq!(
+            replay_after_a_kill(Deliveries::with_recall(fixed), 1_000, 5_000),
+            4096
+        );
+        // The bound: however fast, at most 131,072 are remembered.
+        let mut d = Deliveries::default();
+        for entry_id in 0..300_000 {
+            let at = MessagePosition::single(8, entry_id, -1);
+            d.delivered(&at);
+            d.acked(&at, None);
+        }
+        assert_eq!(d.settled(), 1 << 17);
     }
 
     #[test]

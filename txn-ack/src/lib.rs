@@ -68,6 +68,7 @@ pub use deliveries::{Deliveries, Delivery, DuplicateOf};
 pub use error::{Error, MAX_BATCH_SIZE};
 pub use ids::{EntryId, TxnId};
 pub use position::{AckId, AckKind, MessagePosition};
+pub use recent::Recall;
 pub use tracker::{Ack, AckTracker, PartialBatches};
 pub use txn::{TxnAck, TxnAckTracker, txn_ack};
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use crate::recent::RecentlyCompleted;
+use crate::recent::{Recall, Recent};
 use crate::{AckId, AckKind, AckSet, EntryId, Error, MessagePosition};
 
 /// What to do with acks of a batch that is not complete yet.
@@ -59,7 +59,7 @@ pub struct Ack {
 pub struct AckTracker {
     mode: PartialBatches,
     partial: HashMap<EntryId, AckSet, FxBuildHasher>,
-    completed: RecentlyCompleted,
+    completed: Recent<()>,
     last_cumulative: Option<(EntryId, i32)>,
 }
 
@@ -79,9 +79,15 @@ impl AckTracker {
         Self {
             mode,
             partial: HashMap::with_capacity_and_hasher(partial_entries, FxBuildHasher),
-            completed: RecentlyCompleted::with_capacity(recent_capacity),
+            completed: Recent::new(Recall::default().at_least(recent_capacity)),
             last_cumulative: None,
         }
+    }
+
+    /// The time now, on any monotonic clock of the caller's: completed entries are
+    /// remembered by the [`Recall`](crate::Recall) on it (its count bounds without a clock).
+    pub fn set_clock(&mut self, now: std::time::Duration) {
+        self.completed.set_clock(now);
     }
 
     /// How many batches are partially acknowledged.
@@ -106,13 +112,13 @@ impl AckTracker {
             return Ok(None);
         }
         if !position.is_batched() {
-            self.completed.insert(entry);
+            self.completed.insert(entry, ());
             return Ok(Some(individual(AckId::whole_entry(position))));
         }
         let index = position.index_in_batch("an individual ack")?;
         if position.batch_size() == 1 {
             // A batch of one completes at once: no partial state to keep.
-            self.completed.insert(entry);
+            self.completed.insert(entry, ());
             return Ok(Some(individual(AckId::whole_entry(position))));
         }
         let mode = self.mode;
@@ -122,7 +128,7 @@ impl AckTracker {
         }
         if set.is_complete() {
             self.partial.remove(&entry);
-            self.completed.insert(entry);
+            self.completed.insert(entry, ());
             return Ok(Some(individual(AckId::whole_entry(position))));
         }
         Ok(match mode {
@@ -142,7 +148,7 @@ impl AckTracker {
             return None;
         }
         self.partial.remove(&entry);
-        self.completed.insert(entry);
+        self.completed.insert(entry, ());
         Some(individual(AckId::whole_entry(position)))
     }
 
@@ -199,7 +205,7 @@ impl AckTracker {
         set.ack_up_to(index)?;
         if set.is_complete() {
             self.partial.remove(&entry);
-            self.completed.insert(entry);
+            self.completed.insert(entry, ());
             return Ok(Some(cumulative(AckId::whole_entry(position))));
         }
         Ok(match mode {

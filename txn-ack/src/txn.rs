@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use crate::ids::{EntryId, TxnId};
-use crate::recent::RecentlyCompleted;
+use crate::recent::{Recall, Recent};
 use crate::{AckId, AckKind, AckSet, Error, MessagePosition};
 
 /// One transactional ack to send (`CommandAck` with the txn bits and a request id).
@@ -91,7 +91,7 @@ impl Claims {
 #[derive(Debug, Clone)]
 pub struct TxnAckTracker {
     entries: HashMap<EntryId, Claims, FxBuildHasher>,
-    completed: RecentlyCompleted,
+    completed: Recent<()>,
 }
 
 impl Default for TxnAckTracker {
@@ -106,8 +106,14 @@ impl TxnAckTracker {
     pub fn with_capacity(entries: usize, recent_capacity: usize) -> Self {
         Self {
             entries: HashMap::with_capacity_and_hasher(entries, FxBuildHasher),
-            completed: RecentlyCompleted::with_capacity(recent_capacity),
+            completed: Recent::new(Recall::default().at_least(recent_capacity)),
         }
+    }
+
+    /// The time now, on any monotonic clock of the caller's: fully committed entries are
+    /// remembered by the [`Recall`](crate::Recall) on it (its count bounds without a clock).
+    pub fn set_clock(&mut self, now: std::time::Duration) {
+        self.completed.set_clock(now);
     }
 
     /// Builds the ack of `position` in `txn` and records the claim.
@@ -206,7 +212,7 @@ impl TxnAckTracker {
             }
             let complete = acked.is_some_and(|acked| acked.is_complete());
             if complete {
-                completed.insert(*entry);
+                completed.insert(*entry, ());
             }
             !complete
         });

@@ -650,6 +650,14 @@ impl PartitionConsumer {
         Ok(())
     }
 
+    /// The time since the pump started, for the trackers that remember acknowledged entries.
+    fn set_clock(&self, now: std::time::Duration) {
+        self.acks.lock().set_clock(now);
+        let mut ledger = self.ledger.lock();
+        ledger.txn_acks.set_clock(now);
+        ledger.deliveries.set_clock(now);
+    }
+
     /// Asks the broker to unblock this consumer without replaying anything, when its count
     /// drifted above what the application holds ([`Unblocks`]): a `FLOW` with the permits
     /// owed (at least one), then `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming an entry no
@@ -1030,8 +1038,16 @@ pub(crate) async fn pump(
 ) {
     let topic: Arc<str> = consumer.topic.as_str().into();
     let mut unblocks = Unblocks::new();
+    let started = tokio::time::Instant::now();
+    let mut clock_set = started;
     let mut retries = Retries::new();
     loop {
+        // The trackers remember acknowledged entries for a while (txn_ack::Recall): their
+        // clock moves once a second.
+        if clock_set.elapsed() >= std::time::Duration::from_secs(1) {
+            clock_set = tokio::time::Instant::now();
+            consumer.set_clock(clock_set - started);
+        }
         let event = match tokio::time::timeout(QUIET, events.recv()).await {
             Ok(Some(event)) => event,
             Ok(None) => {
