@@ -382,3 +382,79 @@ async fn a_drifted_consumer_is_unblocked_without_a_replay() {
     assert_eq!(stats.redelivery_requests, stats.unblocks, "{stats:?}");
     broker.done();
 }
+
+/// What no client request can prevent: a consumer's registration ends (here its topic is
+/// unloaded) and the broker gives everything it held to any consumer. The application of the
+/// old registration still holds those messages; `held_elsewhere` says which may be with
+/// another consumer now (exactly those no copy of came back), and a transactional ack of one
+/// fails the commit instead of committing it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_lost_registration_held_is_said_to_be_held_elsewhere() {
+    // A paused (no permits after it subscribes again): the batch goes to B.
+    let elsewhere = lost_registration("lost-registration-paused", true).await;
+    assert!(elsewhere.is_none_or(|n| n == 10), "{elsewhere:?}");
+    // A with permits: whoever subscribes first gets it.
+    lost_registration("lost-registration", false).await;
+}
+
+/// Returns how many of the 10 messages A held are said to be held elsewhere.
+async fn lost_registration(scenario: &str, pause_a: bool) -> Option<usize> {
+    let broker = broker(scenario, 100).await?;
+    let options = || ConsumerOptions::default().sub_type(SubType::Shared);
+    let a = broker
+        .consumer("A", options().receiver_queue_size(10))
+        .await;
+    let producer = broker.producer(10).await;
+    send(&producer, "held-", 10, 0).await;
+    let held = receive(&a, 10).await;
+    let b = broker.consumer("B", options()).await;
+    assert!(
+        held.iter()
+            .all(|m| !a.held_elsewhere(m).expect("A's message"))
+    );
+    if pause_a {
+        a.pause();
+    }
+    broker.admin.unload(&broker.topic).await.expect("unloaded");
+    // Both consumers subscribe again; the broker dispatches the batch again, to A or B.
+    let to_b = take_until(&b, Instant::now() + Duration::from_secs(8)).await;
+    let elsewhere: HashSet<String> = held
+        .iter()
+        .filter(|m| a.held_elsewhere(m).expect("A's message"))
+        .map(payload)
+        .collect();
+    let to_b: HashSet<String> = to_b.into_iter().collect();
+    println!(
+        "after the unload: {} of 10 went to B, {} said to be held elsewhere; A's stats {:?}",
+        to_b.len(),
+        elsewhere.len(),
+        a.stats()
+    );
+    assert!(
+        to_b.is_subset(&elsewhere),
+        "B got {to_b:?}, elsewhere {elsewhere:?}"
+    );
+    assert!(a.stats().held_at_link_loss >= 10, "{:?}", a.stats());
+    // A transaction over all ten: the ones that may be elsewhere fail the commit.
+    let txn = broker.new_txn().await;
+    for message in &held {
+        a.ack_in(&txn, message).await.expect("acked (or held back)");
+    }
+    let committed = txn.commit().await;
+    if elsewhere.is_empty() {
+        committed.expect("all ten came back to A: committed");
+    } else {
+        let error = committed.expect_err("a message may be elsewhere: not committed");
+        assert!(error.to_string().contains("another consumer"), "{error}");
+        txn.abort().await.expect("aborted");
+        // A lets the others go: only what came back to A is still A's to acknowledge.
+        for message in held.iter().filter(|m| !elsewhere.contains(&payload(m))) {
+            a.ack(message).await.expect("ack queued");
+        }
+    }
+    a.resume();
+    take_until(&a, Instant::now() + Duration::from_secs(2)).await;
+    broker.assert_drained().await;
+    broker.done();
+    Some(elsewhere.len())
+}

@@ -370,6 +370,18 @@ impl Deliveries {
         }
     }
 
+    /// Whether the application holds this message and the broker counts it for the
+    /// consumer's current registration: false after [`Deliveries::count_reset`] until a copy
+    /// of it arrives (the broker hands what an old registration held to any consumer), and
+    /// after [`Deliveries::ack_refused`].
+    pub fn held_and_counted(&self, position: &MessagePosition) -> bool {
+        let index = usize::try_from(position.batch_index().max(0)).unwrap_or(usize::MAX);
+        self.entries
+            .get(&position.entry())
+            .and_then(|found| found.states.get(index))
+            .is_some_and(|state| matches!(state, State::Held { counted: true }))
+    }
+
     /// The indexes of `entry` that the application holds (delivered, not acknowledged).
     pub fn held_indexes(&self, entry: &EntryId) -> impl Iterator<Item = usize> + '_ {
         self.entries

@@ -31,6 +31,8 @@ pub struct Message {
     pub(crate) origin: Origin,
     /// Handed over again by the consumer itself (its flow permit came back the first time).
     pub(crate) handed_again: bool,
+    /// The registration (link generation) of its partition consumer that delivered it.
+    pub(crate) link: u64,
 }
 
 /// The consumer and partition slot a message came from.
@@ -284,6 +286,7 @@ pub(crate) fn decode(
         chunks: Arc::new([]),
         origin,
         handed_again: false,
+        link: 0,
     };
     let Some(size) = batch else {
         let position = MessagePosition::single(entry.ledger_id, entry.entry_id, partition);
@@ -378,6 +381,7 @@ pub(crate) fn assembled(
         chunks: assembled.others.into(),
         origin,
         handed_again: false,
+        link: 0,
     })
 }
 

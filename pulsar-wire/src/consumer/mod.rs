@@ -827,11 +827,12 @@ impl Consumer {
                 hand_over,
             };
             // A transaction whose commit has begun sends at once: its commit may already have
-            // taken what was held back.
+            // taken what was held back. A message that may be with another consumer now waits
+            // for its copy to come back here (or fails at the commit).
             if partition.holds_back
                 && kind == AckKind::Individual
                 && txn.as_ref().is_open()
-                && !ledger.entry_is_free(position)
+                && (!ledger.entry_is_free(position) || partition.held_elsewhere(&ledger, message))
             {
                 ledger.hold_back(held);
                 self.counters.acks_held_back.fetch_add(1, Ordering::Relaxed);
@@ -842,6 +843,23 @@ impl Consumer {
         };
         let mut answers = partition.send_txn_acks(acks).await.into_iter();
         answers.next().unwrap_or(Ok(()))
+    }
+
+    /// Whether the broker may have handed `message` to another consumer of the subscription
+    /// since this one delivered it: this consumer's link was lost or closed since (a broker
+    /// restart, an unload, a network fault), the broker then gives everything the lost
+    /// registration held to any consumer, and no copy of the message came back here. No
+    /// client request can prevent that; on a Shared or Key_Shared subscription the
+    /// application should treat such a message as possibly processed elsewhere: a
+    /// transactional ack of it waits for its copy to come back and fails the commit if none
+    /// did ([`Consumer::ack_in`]). Counted in [`ConsumerStats::held_at_link_loss`].
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a message of another consumer.
+    pub fn held_elsewhere(&self, message: &Message) -> Result<bool, Error> {
+        let partition = self.partition(message)?;
+        let ledger = partition.ledger.lock();
+        Ok(partition.held_elsewhere(&ledger, message))
     }
 
     /// Gives a message back for a new delivery: asks the broker to deliver its entry again
@@ -993,6 +1011,7 @@ impl Consumer {
             redelivery_requests: load(&c.redelivery_requests),
             acks_held_back: load(&c.acks_held_back),
             handed_again: load(&c.handed_again),
+            held_at_link_loss: load(&c.held_at_link_loss),
             reconnects: load(&c.reconnects),
             acks_resent: load(&c.acks_resent),
             closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),

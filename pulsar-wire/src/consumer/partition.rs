@@ -383,9 +383,10 @@ impl PartitionConsumer {
                 let others = done.others.clone();
                 let redelivery_count = done.redelivery_count;
                 match assembled(*done, origin, topic, self.max_chunked) {
-                    Ok(message) => {
+                    Ok(mut message) => {
                         counters.chunked.fetch_add(1, Ordering::Relaxed);
                         counters.received.fetch_add(1, Ordering::Relaxed);
+                        message.link = *self.generation.borrow();
                         out.push(Delivery::Message(Box::new(message)));
                         return out;
                     }
@@ -594,7 +595,14 @@ impl PartitionConsumer {
             };
             self.generation.send_modify(|generation| *generation += 1);
         }
-        self.ledger.lock().deliveries.count_reset();
+        {
+            let mut ledger = self.ledger.lock();
+            // What the application holds now, the broker hands to any consumer.
+            self.counters
+                .held_at_link_loss
+                .fetch_add(ledger.deliveries.held() as u64, Ordering::Relaxed);
+            ledger.deliveries.count_reset();
+        }
         let grant = {
             let mut permits = self.permits.lock();
             permits.lent = 0;
@@ -648,6 +656,14 @@ impl PartitionConsumer {
             .redelivery_requests
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether `message` may be held by another consumer of the subscription now: this
+    /// consumer subscribed again since it was delivered (the broker hands what the old
+    /// registration held to any consumer) and no copy of it came back here.
+    pub(crate) fn held_elsewhere(&self, ledger: &Ledger, message: &Message) -> bool {
+        message.link != *self.generation.borrow()
+            && !ledger.deliveries.held_and_counted(message.position())
     }
 
     /// The time since the pump started, for the trackers that remember acknowledged entries.
@@ -706,6 +722,30 @@ impl PartitionConsumer {
         if acks.is_empty() {
             return Vec::new();
         }
+        // Messages the broker may have handed to another consumer since they arrived: their
+        // ack could commit them a second time. Not sent; their transactions fail.
+        let mut results: Vec<Option<Result<(), Error>>> = Vec::with_capacity(acks.len());
+        let mut acks = {
+            let mut ledger = self.ledger.lock();
+            let mut sending = Vec::with_capacity(acks.len());
+            for mut held in acks {
+                if self.holds_back && self.held_elsewhere(&ledger, &held.message) {
+                    let error = handed_elsewhere(&held.message);
+                    held.txn
+                        .failed(format!("the ack of message {}: {error}", held.message.id()));
+                    held.hand_over = false;
+                    ledger.refused(held);
+                    results.push(Some(Err(error)));
+                } else {
+                    results.push(None);
+                    sending.push(held);
+                }
+            }
+            sending
+        };
+        if acks.is_empty() {
+            return results.into_iter().flatten().collect();
+        }
         loop {
             let changed = self.ledger_changed.notified();
             {
@@ -725,15 +765,15 @@ impl PartitionConsumer {
         let answers =
             futures_util::future::join_all(acks.iter().map(|held| self.send_txn_ack(&held.ack)))
                 .await;
-        let mut results = Vec::with_capacity(acks.len());
+        let mut sent = Vec::with_capacity(acks.len());
         {
             let mut ledger = self.ledger.lock();
             ledger.txn_in_flight -= acks.len();
-            for (held, answer) in acks.into_iter().zip(answers) {
+            for (held, answer) in std::mem::take(&mut acks).into_iter().zip(answers) {
                 match answer {
                     Ok(_) => {
                         self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
-                        results.push(Ok(()));
+                        sent.push(Ok(()));
                     }
                     Err(error) => {
                         let error = refused_txn_ack(error, held.message.id(), held.txn.id());
@@ -753,13 +793,18 @@ impl PartitionConsumer {
                                 ledger.refused(held);
                             }
                         }
-                        results.push(Err(error));
+                        sent.push(Err(error));
                     }
                 }
             }
         }
         self.ledger_changed.notify_waiters();
+        // In the order given: the ones not sent kept their places.
+        let mut sent = sent.into_iter();
         results
+            .into_iter()
+            .map(|result| result.unwrap_or_else(|| sent.next().unwrap_or(Ok(()))))
+            .collect()
     }
 
     /// Sends one transactional ack and waits for the broker's answer. While the consumer is
@@ -1195,7 +1240,12 @@ pub(crate) async fn pump(
                 .fetch_add(decoded.skipped.len() as u64, Ordering::Relaxed);
         }
         let mut messages = decoded.messages;
+        let link = *consumer.generation.borrow();
+        for message in &mut messages {
+            message.link = link;
+        }
         let mut acked = Vec::new();
+        let mut back = Vec::new();
         {
             let mut ledger = consumer.ledger.lock();
             messages.retain(|message| {
@@ -1205,6 +1255,11 @@ pub(crate) async fn pump(
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
                 if matches!(of, DuplicateOf::Acknowledged) {
                     acked.push(*message.position());
+                }
+                if of == DuplicateOf::Held && !back.contains(&message.position().entry()) {
+                    // Back with this consumer (after it subscribed again): acks held back for
+                    // it may go out.
+                    back.push(message.position().entry());
                 }
                 if let DuplicateOf::PendingIn(txn) = of
                     && !consumer.legacy
@@ -1229,6 +1284,9 @@ pub(crate) async fn pump(
         }
         if !consumer.legacy {
             consumer.ack_again(&acked, &counters);
+            for entry in &back {
+                consumer.release_entry(entry);
+            }
         }
         let delivered = messages.len() as u32;
         if delivered > 0 {
@@ -1292,6 +1350,22 @@ impl Participant for PartitionConsumer {
             }
         }
         self.ledger_changed.notify_waiters();
+    }
+}
+
+/// The error of a transactional ack of a message the broker may have handed to another
+/// consumer ([`PartitionConsumer::held_elsewhere`]).
+pub(crate) fn handed_elsewhere(message: &Message) -> Error {
+    Error::Invalid {
+        what: "transactional ack",
+        reason: format!(
+            "message {} may have been handed to another consumer of the subscription: this \
+             consumer's link was lost or closed since it arrived, and the broker gives what a \
+             lost consumer held to any consumer; acknowledged in a transaction it could be \
+             committed twice. Abort the transaction and leave the message (the broker delivers \
+             it again), or acknowledge it outside a transaction",
+            message.id()
+        ),
     }
 }
 
