@@ -12,6 +12,7 @@ mod message;
 mod options;
 mod partition;
 mod stats;
+mod txn_frame;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -828,7 +828,7 @@ impl PartitionConsumer {
             } = link;
             let answer = connection
                 .request("ACK", |request_id| {
-                    super::acks::txn_ack_frame(consumer_id, ack, request_id)
+                    super::txn_frame::txn_ack_frame(consumer_id, ack, request_id)
                 })
                 .await;
             let not_found = matches!(&answer, Err(error)
