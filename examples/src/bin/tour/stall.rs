@@ -41,7 +41,7 @@ async fn stream(emulator: &Emulator, legacy: bool) -> Result<Outcome, Error> {
             ConsumerOptions::default()
                 .sub_type(SubType::Shared)
                 .initial_position(InitialPosition::Earliest)
-                // The legacy client of the issue does not resync the broker's count either.
+                // The legacy client of the issue does not ask the broker to unblock it either.
                 .legacy_committed_redeliveries(legacy),
         )
         .await?;
