@@ -962,7 +962,12 @@ impl Consumer {
         Ok(())
     }
 
-    /// Asks the broker to deliver everything unacknowledged again, on every partition.
+    /// Asks the broker to deliver everything unacknowledged again, on every partition
+    /// (`REDELIVER_UNACKNOWLEDGED_MESSAGES` without ids). On a Shared or Key_Shared
+    /// subscription the broker sends them to *any* consumer: call it only for messages the
+    /// application no longer works on. Transactional acks still held back (of messages in
+    /// partly held batches) are given up with their messages: their transactions fail to
+    /// commit (abort them), since another consumer may commit the same messages.
     ///
     /// # Errors
     /// [`Error::Closed`]; connection errors.
@@ -972,6 +977,16 @@ impl Consumer {
             let mut ledger = partition.ledger.lock();
             partition.redeliver(Vec::new())?;
             ledger.deliveries.redelivery_requested();
+            let (acks, _ops) = ledger.take_all();
+            for mut held in acks {
+                held.txn.failed(format!(
+                    "the ack of message {}: the application asked for everything \
+                     unacknowledged again before it went out",
+                    held.message.id()
+                ));
+                held.hand_over = false;
+                ledger.refused(held);
+            }
         }
         Ok(())
     }
