@@ -693,10 +693,7 @@ impl Consumer {
                 tracker.ack(position)?
             }
         };
-        partition.ledger.lock().deliveries.acked(position, None);
-        // It may have been the last message of its batch that the application held: the
-        // transactional acks held back for the batch can go out now.
-        partition.release_entry(&position.entry());
+        partition.acked_plainly(position);
         let Some(ack) = ack else {
             return Ok(None);
         };

@@ -25,7 +25,7 @@ use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
 use crate::pb::{self, ServerError, command_subscribe};
 use crate::pool::Pool;
-use crate::txn::{Outcome, Participant, TxnRef};
+use crate::txn::{Outcome, Participant, TxnOp, TxnRef};
 use crate::{Connection, ConsumerEvent, Error, Frame, command_frame};
 
 /// What the partition tasks hand to [`super::Consumer::receive`].
@@ -841,10 +841,27 @@ impl PartitionConsumer {
         }
     }
 
+    /// An ordinary ack of `position` was queued. It may have been the last message of its
+    /// batch that the application held: the transactional acks held back for the batch go out.
+    pub(crate) fn acked_plainly(self: &Arc<Self>, position: &MessagePosition) {
+        let taken = {
+            let mut ledger = self.ledger.lock();
+            ledger.deliveries.acked(position, None);
+            ledger.take_if_free(&position.entry())
+        };
+        self.send_released(taken);
+    }
+
     /// Sends the acks held back for `entry` if no message of it is held otherwise any more
     /// (an ack of its last such message just went out), in the background.
     pub(crate) fn release_entry(self: &Arc<Self>, entry: &EntryId) {
-        let (acks, ops) = self.ledger.lock().take_if_free(entry);
+        let taken = self.ledger.lock().take_if_free(entry);
+        self.send_released(taken);
+    }
+
+    /// Sends acks taken from those held back, each counted in flight in its transaction, in
+    /// the background; those of a transaction dropped meanwhile are handed over again.
+    fn send_released(self: &Arc<Self>, (acks, ops): (Vec<HeldBackAck>, Vec<Option<TxnOp>>)) {
         if acks.is_empty() {
             return;
         }
