@@ -98,12 +98,14 @@ mod acks;
 mod java_bits;
 mod outcome;
 mod pending_ack;
+mod subscription;
 
 pub use accounting::ConsumerModel;
 pub use outcome::{
     Aborted, AckEffect, AckOutcome, Committed, Conflict, ConflictReason, Counters, CursorState,
     Dispatch, EntryView, IgnoredReason, PendingAckView, Redelivered, SkipReason, TxnStatus,
 };
+pub use subscription::{ConsumerId, ConsumerView, SubscriptionModel};
 
 use crate::{Ack, AckId, AckKind, EntryId, TxnAck, TxnId};
 
