@@ -981,3 +981,5 @@ async fn a_restart_keeps_the_data_and_forgets_the_connections() {
         (0, 1)
     );
 }
+
+mod shared;
