@@ -107,6 +107,31 @@ pub struct ConsumerView<'a> {
 /// clients. Every entry dispatched once is remembered for good, so that late acks of it are
 /// recognised; so is each consumer's share of its count per entry, while the consumer is
 /// connected.
+///
+/// ```
+/// use txn_ack::model::{ConsumerId, Dispatch, ModelConfig, SubscriptionModel, WireAck};
+/// use txn_ack::{AckKind, EntryId, MessagePosition, TxnId, txn_ack};
+///
+/// let (a, b) = (ConsumerId(1), ConsumerId(2));
+/// let mut broker = SubscriptionModel::new(ModelConfig::new(0).with_batch_index_ack(true));
+/// broker.add_consumer(a);
+/// broker.add_consumer(b);
+/// let entry = EntryId { ledger_id: 1, entry_id: 0 };
+/// broker.dispatch(a, entry, 10)?;
+/// // A acknowledges index 0 in a transaction that then aborts.
+/// let txn = TxnId { most_bits: 0, least_bits: 1 };
+/// let index_0 = MessagePosition::in_batch(1, 0, -1, 0, 10)?;
+/// broker.ack(a, &WireAck::from(&txn_ack(txn, AckKind::Individual, &index_0)?))?;
+/// let replay = broker.abort(txn)?.redeliver;
+/// // The dispatcher sends the replay to B, whose turn it is: every index again.
+/// assert!(matches!(
+///     broker.dispatch(b, replay[0], 10)?,
+///     Dispatch::Dispatched { counted: 10, .. }
+/// ));
+/// assert_eq!((broker.unacked(a), broker.unacked(b)), (Some(9), Some(10)));
+/// assert_eq!(broker.holders(&entry).count(), 2);
+/// # Ok::<(), txn_ack::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct SubscriptionModel {
     pub(super) config: ModelConfig,
