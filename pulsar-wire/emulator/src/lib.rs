@@ -137,7 +137,14 @@
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
 //! consumers come and go: the 4.0 broker's draining (a moved hash waits until the old consumer
-//! acknowledged its messages) and `allowOutOfOrderDelivery` are not modelled. A topic's limit
+//! acknowledged its messages) and `allowOutOfOrderDelivery` are not modelled. Shared
+//! dispatch has no consumer priority levels, no adaptive read size and no dispatch rate
+//! limits, and it reads at once on every event instead of when a read completes, so which
+//! consumer a replay reaches follows the round robin exactly, where on a broker it also
+//! depends on timing. Acks are handled one after the other: the 4.0.8 broker's race that
+//! accepts two transactional acks of the same message arriving close together (both
+//! committed, issue 27) is not reproduced; the second is a `TransactionConflict` here. A
+//! topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).

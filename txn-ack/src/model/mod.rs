@@ -108,6 +108,12 @@
 //!   ack); a partial one leaves the cursor unchanged, since the cursor keeps no batch-deleted
 //!   indexes then.
 //!
+//! - **Acks are taken one after the other.** A 4.0.8 broker that gets two transactional acks
+//!   of the same message from two consumers close together can accept both (its conflict
+//!   check and the recording of the first are not atomic; seen in issue 27: payloads
+//!   committed in two transactions). The model checks each ack against everything before it,
+//!   so the second is always a conflict.
+//!
 //! # Rules taken from the broker sources beyond the reference
 //! Read in the 4.0-era `Consumer`, `PendingAckHandleImpl`, `ManagedCursorImpl`,
 //! `PersistentSubscription` and the dispatcher's `filterEntriesForConsumer`; marked
