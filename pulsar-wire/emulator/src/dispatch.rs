@@ -199,6 +199,9 @@ pub(super) struct Subscription {
     mark_delete: u64,
     /// Deleted entries at or above `mark_delete`.
     deleted: BTreeSet<u64>,
+    /// `mark_delete` when the consumers' `pendingAcks` were last pruned up to it
+    /// (`lastMarkDeletePositionBeforeReadMoreEntries`).
+    pruned_to: u64,
     /// Connected consumers in subscription order: the first is the active one for
     /// Exclusive and Failover.
     pub(super) consumers: Vec<Consumer>,
@@ -243,6 +246,7 @@ impl Subscription {
             redelivery_counts: HashMap::new(),
             mark_delete: start,
             deleted: BTreeSet::new(),
+            pruned_to: start,
             consumers: Vec::new(),
             round_robin: 0,
             idle: BTreeSet::new(),
@@ -509,9 +513,11 @@ impl Subscription {
     /// position (without touching the counts, as 4.0.8 does).
     pub(super) fn dispatch(&mut self, topic: &TopicView<'_>, out: &mut Vec<Outgoing>) {
         if self.shared()
+            && self.mark_delete > self.pruned_to
             && let Some(last) = self.mark_delete_position()
         {
             self.model.remove_pending_acks_up_to(topic.entry_id(last));
+            self.pruned_to = self.mark_delete;
         }
         for consumer in &mut self.consumers {
             if !self.model.is_blocked(consumer.id()).unwrap_or(false) {

@@ -281,7 +281,8 @@ impl SubscriptionModel {
     }
 
     /// The part of a consumer's unacked count that `entry` accounts for (`None` if the
-    /// consumer is not connected or never had anything to do with the entry).
+    /// consumer is not connected, or the entry is not in its `pendingAcks` and accounts for
+    /// nothing of its count).
     pub fn counted(&self, id: ConsumerId, entry: &EntryId) -> Option<i64> {
         self.consumers
             .iter()
@@ -470,6 +471,18 @@ impl SubscriptionModel {
         consumer.unacked = consumer.unacked.saturating_add(delta);
         let held = consumer.held.entry(*entry).or_default();
         held.counted = held.counted.saturating_add(delta);
+        Self::forget_if_settled(&mut consumer.held, entry);
+    }
+
+    /// Drops a consumer's record of an entry that is out of its `pendingAcks` and accounts
+    /// for nothing of its count, so that a long run keeps only what matters.
+    fn forget_if_settled(held: &mut BTreeMap<EntryId, Held>, entry: &EntryId) {
+        if held
+            .get(entry)
+            .is_some_and(|h| !h.in_pending_acks && h.counted == 0)
+        {
+            held.remove(entry);
+        }
     }
 
     /// Whether consumer `c` holds `entry` in its `pendingAcks`.
@@ -490,6 +503,7 @@ impl SubscriptionModel {
             return (false, false);
         }
         held.in_pending_acks = false;
+        Self::forget_if_settled(&mut self.consumers[c].held, entry);
         (true, self.update_blocked(c))
     }
 
@@ -695,6 +709,9 @@ impl SubscriptionModel {
                     removed += 1;
                 }
             }
+            consumer
+                .held
+                .retain(|entry, held| *entry > last || held.counted != 0);
         }
         removed
     }
@@ -737,6 +754,7 @@ impl SubscriptionModel {
                 held.in_pending_acks = false;
                 held.recounted = held.recounted.min(held.counted.max(0));
             }
+            Self::forget_if_settled(&mut self.consumers[c].held, entry);
         }
         let taken = redelivered.entries.len() as u64;
         self.tally(c, |k| k.redelivered_entries += taken);
@@ -758,14 +776,13 @@ impl SubscriptionModel {
             entries: Vec::new(),
             messages: consumer.unacked,
         };
-        for (entry, held) in &mut consumer.held {
+        for (entry, held) in &consumer.held {
             if held.in_pending_acks {
-                held.in_pending_acks = false;
                 redelivered.entries.push(*entry);
             }
-            held.counted = 0;
-            held.recounted = 0;
         }
+        // Nothing is in its pendingAcks nor counted any more: nothing to remember.
+        consumer.held.clear();
         consumer.unacked = 0;
         let taken = redelivered.entries.len() as u64;
         self.tally(c, |k| k.redelivered_entries += taken);
