@@ -635,6 +635,11 @@ impl Subscription {
             }
             start += chunk.len();
         }
+        if start > 0 {
+            // The dispatcher read, and reads again after sending: every available consumer
+            // is considered from now on.
+            self.read_triggered();
+        }
         start
     }
 
@@ -725,6 +730,9 @@ impl Subscription {
             if let Offer::Refused = self.offer_by_key(hash, index, topic, out) {
                 stalled.insert(hash);
                 self.held.insert(index);
+            } else {
+                // The dispatcher read: every available consumer is considered from now on.
+                self.read_triggered();
             }
         }
     }
@@ -862,6 +870,7 @@ impl Subscription {
             return;
         };
         let id = ConsumerId(key);
+        let was_blocked = self.model.is_blocked(id).unwrap_or(false);
         let redelivered = if ids.is_empty() {
             self.consumers[at].counters.redeliver_all_commands += 1;
             self.redeliver_all_commands += 1;
@@ -892,7 +901,8 @@ impl Subscription {
         let flowed = std::mem::take(&mut self.consumers[at].flowed_while_blocked);
         if ids.is_empty() || replayed || flowed {
             self.read_triggered();
-        } else {
+        } else if was_blocked {
+            // Unblocked, but the dispatcher, which stopped reading for it, is not told.
             self.idle.insert(key);
         }
     }

@@ -171,11 +171,12 @@ async fn a_request_with_ids_touches_only_the_senders_pending_acks() {
     let owners: Vec<_> = sent.iter().map(|m| delivery(m).0).collect();
     assert_eq!(owners, [1, 2]);
 
-    // A names B's entry: nothing moves.
+    // A names B's entry: nothing moves, and A, which was not blocked, is served as before.
     client.redeliver(1, vec![entry_of(&sent[1])]).await;
     assert!(client.sync().await.is_empty());
     assert_eq!(accounting(&emulator, "ids", 1), (1, false, 1));
     assert_eq!(accounting(&emulator, "ids", 2), (1, false, 1));
+    assert!(!consumer(&emulator, "ids", 1).idle);
     // A names its own entry: it leaves A and is replayed (A's turn again: 1, 2, then 1).
     client.redeliver(1, vec![entry_of(&sent[0])]).await;
     let replayed: Vec<_> = client.sync().await.iter().map(delivery).collect();
