@@ -397,3 +397,65 @@ async fn a_read_is_handed_out_in_runs_of_up_to_twenty_entries() {
     }
     assert_eq!(runs, [(2, 20), (1, 20), (2, 10)]);
 }
+
+/// The transactional pending acks belong to the subscription (`PendingAckHandleImpl`), not
+/// to a consumer: a batch acknowledged in one transaction partly through a consumer that
+/// closed and partly through the one that got the rest is wholly acknowledged at commit. (The
+/// emulator kept them per consumer before, and left such an entry undeleted.)
+#[tokio::test]
+async fn one_transaction_acknowledges_a_batch_through_two_consumers() {
+    let emulator = emulator(EmulatorConfig::default().batch_index_ack(true)).await;
+    let mut client = Client::connect(&emulator).await;
+    client.producer("split", 1).await;
+    client.subscribe("split", "s", SubType::Shared, 1).await;
+    client.subscribe("split", "s", SubType::Shared, 2).await;
+    client.flow(1, 100).await;
+    client.send_batch(1, 0, 4, None).await;
+    let first = client.sync().await;
+    assert_eq!(delivery(&first[0]).0, 1);
+    let txn = client.new_txn(0).await;
+    // Indexes 0 and 1 through A (set bits: still outstanding).
+    for word in [0b1110, 0b1101] {
+        let id = MessageIdData {
+            ack_set: vec![word],
+            batch_size: Some(4),
+            ..entry_of(&first[0])
+        };
+        let error = client
+            .ack(1, AckType::Individual, vec![id], Some(txn), true)
+            .await;
+        assert_eq!(error, None);
+    }
+    client.flow(2, 100).await;
+    let mut close = cmd(Type::CloseConsumer);
+    close.close_consumer = Some(CommandCloseConsumer {
+        consumer_id: 1,
+        request_id: client.id(),
+    });
+    client.request(close).await;
+    let replayed = client.sync().await;
+    assert_eq!(
+        delivery(&replayed[0]),
+        (2, 0, 0, vec![0b1100]),
+        "B gets indexes 2 and 3 only"
+    );
+    for word in [0b1011, 0b0111] {
+        let id = MessageIdData {
+            ack_set: vec![word],
+            batch_size: Some(4),
+            ..entry_of(&replayed[0])
+        };
+        let error = client
+            .ack(2, AckType::Individual, vec![id], Some(txn), true)
+            .await;
+        assert_eq!(error, None);
+    }
+    assert_eq!(accounting(&emulator, "split", 2), (0, false, 0));
+    assert_eq!(client.end_txn(txn, TxnAction::Commit).await, None);
+    let sub = emulator
+        .stats()
+        .subscription("split", "s")
+        .cloned()
+        .unwrap();
+    assert_eq!((sub.backlog, sub.backlog_entries), (0, 0));
+}
