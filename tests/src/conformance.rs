@@ -1,8 +1,8 @@
 //! A differential conformance harness: one seeded script of consumer actions runs against a
 //! target (the real broker through its admin stats, or the embedded
 //! [`Emulator`]) and, in step, against
-//! `txn_ack::model::ConsumerModel` fed with exactly what the client sent and what arrived.
-//! After every step the target's state (per consumer `unackedMessages` and
+//! `txn_ack::model::SubscriptionModel` fed with exactly what the clients sent and what
+//! arrived where. After every step the target's state (per consumer `unackedMessages` and
 //! `blockedConsumerOnUnackedMsgs`, the subscription's `msgBacklog` in entries) must equal the
 //! model's.
 //!
@@ -33,11 +33,30 @@
 //! never sends a whole-entry ack of an entry waiting for a replay while a consumer is blocked
 //! (the step is noted and skipped).
 //!
-//! # Limitations
-//! The model keeps the cursor and pending-ack state per consumer (one `ConsumerModel` each),
-//! so scripts with a second consumer ([`Class::TwoConsumers`]) use only whole-entry acks,
-//! cumulative acks and redelivery requests: an entry that moves between consumers then has no
-//! partial state that the other consumer's model would miss.
+//! # Several consumers
+//! Scripts of [`Class::TwoConsumers`], [`Class::SharedTxn`] and [`Class::ThreeConsumers`] run
+//! two or three Shared consumers of one subscription. Which consumer the broker sends an entry
+//! or a replay to depends on timing on a real broker (its round robin, when reads happen), so
+//! the harness does not predict it: every MESSAGE is fed to the model as a dispatch to the
+//! consumer it arrived at, and the model says what that does to each consumer's count. What is
+//! compared is then determined: each consumer's unacked count and blocked flag, the
+//! subscription's backlog, that every entry the model expects to be sent (new, or replayed
+//! after an abort, a redelivery request or a consumer closing) arrives at *some* consumer, and
+//! that the indexes each delivery carries are the model's. Acks and requests change the
+//! counts the model says (an ack the owner's, `getAckOwnerConsumerAndBatchSize`; a request
+//! only the sender's `pendingAcks`).
+//!
+//! Not determined, so avoided (the step is noted and skipped):
+//! - an ack of an entry the cursor already deleted while a consumer still holds it in
+//!   `pendingAcks` (after an abort's replay went to another consumer and one of them
+//!   acknowledged it), once it is at or below the mark-delete position: each read of the
+//!   broker's dispatcher drops it from `pendingAcks` without a decrement, so whether the ack
+//!   still finds an owner depends on whether a read happened in between;
+//! - a REDELIVER_UNACKNOWLEDGED_MESSAGES with ids that would replay nothing: the broker then
+//!   reads only if permits came while the consumer was blocked, which depends on when the
+//!   client sent its FLOW (the emulator's rule tests cover it with raw frames). A request with
+//!   ids always names an entry of the sender's own `pendingAcks` that the cursor has not
+//!   deleted, and may name one of another consumer's too (passed over).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -50,7 +69,9 @@ use pulsar_wire::{
     Producer, ProducerOptions, SubType, Transaction,
 };
 use pulsar_wire_emulator::Emulator;
-use txn_ack::model::{AckOutcome, ConflictEffects, ConsumerModel, Dispatch, ModelConfig, WireAck};
+use txn_ack::model::{
+    AckOutcome, ConflictEffects, ConsumerId, Dispatch, ModelConfig, SubscriptionModel, WireAck,
+};
 use txn_ack::{AckKind, EntryId, TxnId};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
@@ -97,7 +118,7 @@ impl SplitMix64 {
     }
 }
 
-/// The kind of script a seed makes (`seed % 3`).
+/// The kind of script a seed makes (`seed % 5`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     /// One consumer, every kind of step.
@@ -107,18 +128,36 @@ pub enum Class {
     /// indexes still held or acknowledged in another transaction, duplicate transactional acks
     /// of replayed indexes (conflicts that still decrement), commits.
     Steady,
-    /// A second consumer joins the subscription; whole-entry and cumulative acks and
-    /// redelivery requests only (see the module's limitations).
+    /// A second consumer joins the subscription; ordinary acks (whole entry, batch index,
+    /// cumulative) through either consumer, redelivery requests with and without ids.
     TwoConsumers,
+    /// The steady transactional shape with two consumers from the start: aborts replay
+    /// entries to either consumer, so both may hold an entry; transactional acks through
+    /// either consumer.
+    SharedTxn,
+    /// Three consumers joining one after the other, every kind of step, and one of them
+    /// closing with messages unacknowledged (they go to the others).
+    ThreeConsumers,
 }
 
 impl Class {
     /// The class of `seed`.
     pub fn of(seed: u64) -> Self {
-        match seed % 3 {
+        match seed % 5 {
             0 => Self::Mixed,
             1 => Self::Steady,
-            _ => Self::TwoConsumers,
+            2 => Self::TwoConsumers,
+            3 => Self::SharedTxn,
+            _ => Self::ThreeConsumers,
+        }
+    }
+
+    /// How many consumers its scripts connect at most.
+    pub fn consumers(self) -> usize {
+        match self {
+            Self::Mixed | Self::Steady => 1,
+            Self::TwoConsumers | Self::SharedTxn => 2,
+            Self::ThreeConsumers => 3,
         }
     }
 }
@@ -192,8 +231,23 @@ pub enum Step {
         /// The consumer (modulo the consumers connected).
         consumer: u8,
     },
-    /// A second consumer subscribes (once per script).
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES with ids from the consumer of the picked message:
+    /// its entry (which must be in that consumer's `pendingAcks` and not deleted), and with
+    /// `other` also an entry another consumer holds (the broker passes it over).
+    RedeliverIds {
+        /// The message whose entry is named.
+        pick: Pick,
+        /// Name another consumer's entry too.
+        other: bool,
+    },
+    /// Another consumer subscribes (up to the class's number).
     AddConsumer,
+    /// Consumer `consumer` closes (when more than one is connected): what it holds goes to
+    /// the others.
+    Close {
+        /// The consumer (modulo the consumers connected).
+        consumer: u8,
+    },
 }
 
 impl fmt::Display for Step {
@@ -208,7 +262,17 @@ impl fmt::Display for Step {
             Self::Commit { txn } => write!(f, "commit txn {txn}"),
             Self::Abort { txn } => write!(f, "abort txn {txn}"),
             Self::RedeliverAll { consumer } => write!(f, "redeliver all on c{consumer}"),
-            Self::AddConsumer => f.write_str("add a second consumer"),
+            Self::RedeliverIds { pick, other } => write!(
+                f,
+                "redeliver the entry of {pick}{}",
+                if *other {
+                    " and another consumer's"
+                } else {
+                    ""
+                }
+            ),
+            Self::AddConsumer => f.write_str("add a consumer"),
+            Self::Close { consumer } => write!(f, "close c{consumer}"),
         }
     }
 }
@@ -241,14 +305,26 @@ impl Script {
             size: first_size,
         });
         let add_at = 2 + rng.below(6) as usize;
+        // Drawn only for three consumers, so that the other classes' scripts stay what they
+        // were for the same seed.
+        let (add_again_at, close_at) = if class == Class::ThreeConsumers {
+            (
+                add_at + 4 + rng.below(10) as usize,
+                len / 2 + rng.below((len / 3).max(1) as u32) as usize,
+            )
+        } else {
+            (usize::MAX, usize::MAX)
+        };
+        let consumers = class.consumers() as u32;
         while steps.len() < len {
             let pick = |rng: &mut SplitMix64, fresh: u32| Pick {
-                consumer: rng.below(2) as u8,
+                consumer: rng.below(consumers.max(2)) as u8,
                 pick: rng.below(1 << 16),
                 fresh: rng.chance(fresh),
             };
             let txn = rng.below(TXN_SLOTS as u32) as u8;
             let roll = rng.below(100);
+            let anyone = |rng: &mut SplitMix64| rng.below(consumers) as u8;
             let step = match class {
                 Class::Mixed => match roll {
                     0..=9 => Step::Produce {
@@ -283,26 +359,81 @@ impl Script {
                     90..=93 => Step::Ack(pick(&mut rng, 70)),
                     _ => Step::RedeliverAll { consumer: 0 },
                 },
-                Class::TwoConsumers => {
-                    if steps.len() == add_at {
-                        Step::AddConsumer
-                    } else {
-                        match roll {
-                            0..=19 => Step::Produce {
-                                batches: 1 + rng.below(3) as u8,
-                                size: size(&mut rng),
-                            },
-                            20..=44 => Step::Receive {
-                                consumer: rng.below(2) as u8,
-                            },
-                            45..=79 => Step::Ack(pick(&mut rng, 85)),
-                            80..=86 => Step::AckCumulative(pick(&mut rng, 50)),
-                            _ => Step::RedeliverAll {
-                                consumer: rng.below(2) as u8,
-                            },
-                        }
-                    }
+                Class::TwoConsumers if steps.len() == add_at => Step::AddConsumer,
+                Class::TwoConsumers => match roll {
+                    0..=17 => Step::Produce {
+                        batches: 1 + rng.below(3) as u8,
+                        size: size(&mut rng),
+                    },
+                    18..=39 => Step::Receive {
+                        consumer: anyone(&mut rng),
+                    },
+                    40..=64 => Step::Ack(pick(&mut rng, 85)),
+                    65..=74 => Step::AckIndex(pick(&mut rng, 75)),
+                    75..=79 => Step::AckCumulative(pick(&mut rng, 50)),
+                    80..=89 => Step::RedeliverIds {
+                        pick: pick(&mut rng, 90),
+                        other: rng.chance(50),
+                    },
+                    _ => Step::RedeliverAll {
+                        consumer: anyone(&mut rng),
+                    },
+                },
+                Class::SharedTxn if steps.len() == 1 => Step::AddConsumer,
+                Class::SharedTxn => match roll {
+                    0..=7 => Step::Produce {
+                        batches: 1 + rng.below(2) as u8,
+                        size: 3 + rng.below(5) as u8,
+                    },
+                    8..=23 => Step::Receive {
+                        consumer: anyone(&mut rng),
+                    },
+                    24..=59 => Step::TxnAck {
+                        pick: pick(&mut rng, 70),
+                        txn,
+                    },
+                    60..=68 => Step::Commit { txn },
+                    69..=81 => Step::Abort { txn },
+                    82..=86 => Step::AckIndex(pick(&mut rng, 70)),
+                    87..=91 => Step::Ack(pick(&mut rng, 70)),
+                    92..=95 => Step::RedeliverIds {
+                        pick: pick(&mut rng, 80),
+                        other: rng.chance(50),
+                    },
+                    _ => Step::RedeliverAll {
+                        consumer: anyone(&mut rng),
+                    },
+                },
+                Class::ThreeConsumers if steps.len() == add_at || steps.len() == add_again_at => {
+                    Step::AddConsumer
                 }
+                Class::ThreeConsumers if steps.len() == close_at => Step::Close {
+                    consumer: anyone(&mut rng),
+                },
+                Class::ThreeConsumers => match roll {
+                    0..=11 => Step::Produce {
+                        batches: 1 + rng.below(3) as u8,
+                        size: size(&mut rng),
+                    },
+                    12..=29 => Step::Receive {
+                        consumer: anyone(&mut rng),
+                    },
+                    30..=41 => Step::Ack(pick(&mut rng, 80)),
+                    42..=49 => Step::AckIndex(pick(&mut rng, 75)),
+                    50..=69 => Step::TxnAck {
+                        pick: pick(&mut rng, 75),
+                        txn,
+                    },
+                    70..=76 => Step::Commit { txn },
+                    77..=85 => Step::Abort { txn },
+                    86..=91 => Step::RedeliverIds {
+                        pick: pick(&mut rng, 80),
+                        other: rng.chance(50),
+                    },
+                    _ => Step::RedeliverAll {
+                        consumer: anyone(&mut rng),
+                    },
+                },
             };
             steps.push(step);
         }
@@ -526,8 +657,9 @@ struct Frame {
 #[derive(Debug)]
 struct Slot {
     name: String,
+    /// The consumer's id in the model.
+    id: ConsumerId,
     consumer: Consumer,
-    model: ConsumerModel,
     /// Arrived, not yet handed to the application.
     arrived: Vec<Message>,
     held: Vec<Held>,
@@ -541,7 +673,15 @@ struct Run<'a> {
     topic: String,
     seed: u64,
     config: ModelConfig,
+    /// The broker's side of the subscription: the cursor, the pending acks, and each
+    /// connected consumer's count and `pendingAcks`.
+    model: SubscriptionModel,
+    /// The consumers connected, in subscription order.
     slots: Vec<Slot>,
+    /// Consumers subscribed so far (names and ids are `c0`, `c1`, ... in that order).
+    subscribed: u64,
+    /// The most consumers the script connects.
+    max_consumers: usize,
     producers: BTreeMap<u8, Producer>,
     txns: Vec<Option<Transaction>>,
     produced: BTreeSet<EntryId>,
@@ -575,7 +715,10 @@ pub async fn run_script(
         topic: topic.to_owned(),
         seed: script.seed,
         config,
+        model: SubscriptionModel::new(config),
         slots: Vec::new(),
+        subscribed: 0,
+        max_consumers: script.class.consumers(),
         producers: BTreeMap::new(),
         txns: (0..TXN_SLOTS).map(|_| None).collect(),
         produced: BTreeSet::new(),
@@ -626,7 +769,7 @@ impl Run<'_> {
             self.settle().await?;
             self.report.steps += 1;
         }
-        self.report.blocks = self.slots.iter().map(|s| s.model.counters().blocked).sum();
+        self.report.blocks = self.model.counters().blocked;
         self.report.log = self.log.clone();
         Ok(())
     }
@@ -646,7 +789,8 @@ impl Run<'_> {
     }
 
     async fn add_consumer(&mut self) -> Result<(), Box<ConformanceError>> {
-        let name = format!("c{}", self.slots.len());
+        let id = ConsumerId(self.subscribed);
+        let name = format!("c{}", self.subscribed);
         let options = ConsumerOptions::default()
             .sub_type(SubType::Shared)
             .initial_position(InitialPosition::Earliest)
@@ -658,10 +802,12 @@ impl Run<'_> {
             .subscribe(&self.topic, SUBSCRIPTION, options)
             .await
             .map_err(|e| self.fail(format!("subscribing {name}: {e}")))?;
+        self.subscribed += 1;
+        self.model.add_consumer(id);
         self.slots.push(Slot {
             name,
+            id,
             consumer,
-            model: ConsumerModel::new(self.config),
             arrived: Vec::new(),
             held: Vec::new(),
             out_entries: 0,
@@ -731,7 +877,7 @@ impl Run<'_> {
                 let entry = position.entry();
                 if matches!(step, Step::Ack(_))
                     && self.to_dispatch.contains(&entry)
-                    && self.slots.iter().any(|s| s.model.is_blocked())
+                    && self.model.consumers().any(|c| c.blocked)
                 {
                     // A broker race (see the module docs): the ack would unblock the consumer
                     // before the cursor deletes the entry, and the replay it then reads may be
@@ -796,26 +942,19 @@ impl Run<'_> {
                 answer.map_err(|e| self.fail(format!("ending {id}: {e}")))?;
                 self.report.commits += u64::from(commit);
                 self.report.aborts += u64::from(!commit);
-                for s in 0..self.slots.len() {
-                    if commit {
-                        if let Ok(committed) = self.slots[s].model.commit(id) {
-                            let line = format!(
-                                "  {}: committed {id}: entries {:?}, deleted {:?}",
-                                self.slots[s].name,
-                                ids(&committed.entries),
-                                ids(&committed.deleted)
-                            );
-                            self.note(line);
-                        }
-                    } else if let Ok(aborted) = self.slots[s].model.abort(id) {
+                if commit {
+                    if let Ok(committed) = self.model.commit(id) {
                         let line = format!(
-                            "  {}: aborted {id}: replays {:?}",
-                            self.slots[s].name,
-                            ids(&aborted.redeliver)
+                            "  committed {id}: entries {:?}, deleted {:?}",
+                            ids(&committed.entries),
+                            ids(&committed.deleted)
                         );
                         self.note(line);
-                        self.to_dispatch.extend(aborted.redeliver);
                     }
+                } else if let Ok(aborted) = self.model.abort(id) {
+                    let line = format!("  aborted {id}: replays {:?}", ids(&aborted.redeliver));
+                    self.note(line);
+                    self.to_dispatch.extend(aborted.redeliver);
                 }
                 Ok(())
             }
@@ -825,7 +964,10 @@ impl Run<'_> {
                     .consumer
                     .redeliver_unacknowledged()
                     .map_err(|e| self.fail(format!("redelivery request: {e}")))?;
-                let redelivered = self.slots[slot].model.redeliver_all();
+                let redelivered = self
+                    .model
+                    .redeliver_all(self.slots[slot].id)
+                    .map_err(|e| self.fail(e.to_string()))?;
                 let line = format!(
                     "  {}: redeliver all: {:?}",
                     self.slots[slot].name,
@@ -835,10 +977,36 @@ impl Run<'_> {
                 self.to_dispatch.extend(redelivered.entries);
                 Ok(())
             }
+            Step::RedeliverIds { pick, other } => self.redeliver_ids(pick, other).await,
             Step::AddConsumer => {
-                if self.slots.len() < 2 {
+                if self.slots.len() < self.max_consumers {
                     self.add_consumer().await?;
                 }
+                Ok(())
+            }
+            Step::Close { consumer } => {
+                if self.slots.len() < 2 {
+                    self.note("  the only consumer stays");
+                    return Ok(());
+                }
+                let at = self.slot_of(consumer);
+                let slot = self.slots.remove(at);
+                slot.consumer
+                    .close()
+                    .await
+                    .map_err(|e| self.fail(format!("closing {}: {e}", slot.name)))?;
+                let removed = self
+                    .model
+                    .remove_consumer(slot.id)
+                    .ok_or_else(|| self.fail(format!("{} was not in the model", slot.name)))?;
+                let line = format!(
+                    "  {} closed: replays {:?} (unacked {})",
+                    slot.name,
+                    ids(&removed.entries),
+                    removed.messages
+                );
+                self.note(line);
+                self.to_dispatch.extend(removed.entries);
                 Ok(())
             }
         }
@@ -901,6 +1069,15 @@ impl Run<'_> {
         wire: WireAck,
         txn: Option<Transaction>,
     ) -> Result<(), Box<ConformanceError>> {
+        if wire.kind == AckKind::Individual && self.pruning_decides(&wire.entry) {
+            // See the module docs: whether the holder still has the entry in `pendingAcks`
+            // depends on whether the broker's dispatcher read since the cursor deleted it.
+            self.note(format!(
+                "  not sent: {} is deleted and still held, at or below the mark-delete position",
+                wire.entry
+            ));
+            return Ok(());
+        }
         let message = &self.slots[slot].held[index].message;
         let (connection, consumer_id) = self.slots[slot]
             .consumer
@@ -961,11 +1138,14 @@ impl Run<'_> {
                 held.acked = true;
             }
         }
-        let owner = self.owner(slot, &wire.entry);
-        let outcome = self.slots[owner].model.ack(&wire);
+        let acker = self.slots[slot].id;
+        let owner = self.model.ack_owner(acker, &wire.entry);
+        let outcome = self.model.ack(acker, &wire);
         let line = format!(
-            "  {} ack {:?} {} set {:?} batch_size {:?} txn {:?} -> model {:?}, broker {}",
-            self.slots[owner].name,
+            "  {} ack (owner c{}) {:?} {} set {:?} batch_size {:?} txn {:?} -> model {:?}, \
+             broker {}",
+            self.slots[slot].name,
+            owner.0,
             wire.kind,
             wire.entry,
             wire.ack_set,
@@ -999,39 +1179,114 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// `getAckOwnerConsumerAndBatchSize`: the consumer holding the entry in `pendingAcks`
-    /// (the acker first), else the acker.
-    fn owner(&self, acker: usize, entry: &EntryId) -> usize {
-        let pending = |s: &Slot| s.model.entry(entry).is_some_and(|v| v.in_pending_acks);
-        if pending(&self.slots[acker]) {
-            return acker;
+    fn is_deleted(&self, entry: &EntryId) -> bool {
+        self.model
+            .entry(entry)
+            .is_some_and(|v| v.cursor.is_deleted())
+    }
+
+    /// Whether an ack of `entry` would depend on the broker's mark-delete pruning: the cursor
+    /// deleted it, a consumer still holds it, and every entry up to it is deleted.
+    fn pruning_decides(&self, entry: &EntryId) -> bool {
+        self.is_deleted(entry)
+            && self.model.holders(entry).next().is_some()
+            && self
+                .produced
+                .range(..=*entry)
+                .all(|earlier| self.is_deleted(earlier))
+    }
+
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES with ids, sent raw through the consumer of the
+    /// picked message: its entry, which must be in that consumer's `pendingAcks` and not
+    /// deleted (so that the broker replays it and reads), and with `other` an entry only
+    /// another consumer holds.
+    async fn redeliver_ids(
+        &mut self,
+        pick: Pick,
+        other: bool,
+    ) -> Result<(), Box<ConformanceError>> {
+        let Some((slot, index)) = self.resolve(pick) else {
+            self.note("  nothing to name");
+            return Ok(());
+        };
+        let id = self.slots[slot].id;
+        let entry = self.slots[slot].held[index].message.position().entry();
+        let own = self.model.holders(&entry).any(|h| h == id) && !self.is_deleted(&entry);
+        if !own {
+            self.note(format!(
+                "  not sent: {entry} is not in {}'s pendingAcks or is deleted",
+                self.slots[slot].name
+            ));
+            return Ok(());
         }
-        self.slots.iter().position(pending).unwrap_or(acker)
+        let mut named = vec![entry];
+        if other
+            && let Some(theirs) = self
+                .slots
+                .iter()
+                .filter(|s| s.id != id)
+                .flat_map(|s| self.model.pending_acks(s.id).map(|(e, _)| e))
+                .find(|e| self.model.holders(e).all(|h| h != id))
+        {
+            named.push(theirs);
+        }
+        let message = &self.slots[slot].held[index].message;
+        let (connection, consumer_id) = self.slots[slot]
+            .consumer
+            .wire_of(message)
+            .map_err(|e| self.fail(e.to_string()))?;
+        let frame = command_frame(
+            pb::base_command::Type::RedeliverUnacknowledgedMessages,
+            |c| {
+                c.redeliver_unacknowledged_messages =
+                    Some(pb::CommandRedeliverUnacknowledgedMessages {
+                        consumer_id,
+                        message_ids: named
+                            .iter()
+                            .map(|e| pb::MessageIdData {
+                                ledger_id: e.ledger_id,
+                                entry_id: e.entry_id,
+                                ..pb::MessageIdData::default()
+                            })
+                            .collect(),
+                        ..pb::CommandRedeliverUnacknowledgedMessages::default()
+                    });
+            },
+        );
+        connection
+            .send(frame)
+            .map_err(|e| self.fail(format!("redelivery request: {e}")))?;
+        let redelivered = self
+            .model
+            .redeliver_unacknowledged(id, &named)
+            .map_err(|e| self.fail(e.to_string()))?;
+        let line = format!(
+            "  {}: redeliver {:?}: replays {:?}",
+            self.slots[slot].name,
+            ids(&named),
+            ids(&redelivered.entries)
+        );
+        self.note(line);
+        self.to_dispatch.extend(redelivered.entries);
+        Ok(())
     }
 
     fn model_state(&self) -> State {
         let consumers = self
-            .slots
-            .iter()
-            .map(|s| {
-                (
-                    s.name.clone(),
+            .model
+            .consumers()
+            .filter_map(|c| {
+                let slot = self.slots.iter().find(|s| s.id == c.id)?;
+                Some((
+                    slot.name.clone(),
                     ConsumerState {
-                        unacked: s.model.unacked(),
-                        blocked: s.model.is_blocked(),
+                        unacked: c.unacked,
+                        blocked: c.blocked,
                     },
-                )
+                ))
             })
             .collect();
-        let deleted = self
-            .produced
-            .iter()
-            .filter(|e| {
-                self.slots
-                    .iter()
-                    .any(|s| s.model.entry(e).is_some_and(|v| v.cursor.is_deleted()))
-            })
-            .count();
+        let deleted = self.produced.iter().filter(|e| self.is_deleted(e)).count();
         State {
             consumers,
             backlog_entries: (self.produced.len() - deleted) as i64,
@@ -1056,20 +1311,19 @@ impl Run<'_> {
         let mut expected = Vec::new();
         let mut consumed = Vec::new();
         for entry in &self.to_dispatch {
-            let size = self
-                .slots
-                .iter()
-                .find_map(|s| s.model.entry(entry).map(|v| v.batch_size as i32));
+            let size = self.model.entry(entry).map(|v| v.batch_size as i32);
             let mut any_open = false;
             let mut dispatchable = false;
-            for slot in &self.slots {
-                if slot.model.is_blocked() {
+            for consumer in self.model.consumers() {
+                if consumer.blocked {
                     continue;
                 }
                 any_open = true;
-                let mut probe = slot.model.clone();
+                let mut probe = self.model.clone();
                 // Never dispatched: any size will do for the probe (the entry is new).
-                if let Ok(Dispatch::Dispatched { .. }) = probe.dispatch(*entry, size.unwrap_or(1)) {
+                if let Ok(Dispatch::Dispatched { .. }) =
+                    probe.dispatch(consumer.id, *entry, size.unwrap_or(1))
+                {
                     dispatchable = true;
                 }
             }
@@ -1128,15 +1382,15 @@ impl Run<'_> {
     /// that arrives while the model has the consumer blocked went out in the same call as the
     /// frame before it (the dispatcher checks the blocked flag once per call).
     fn calls(&self, s: usize, frames: Vec<Frame>) -> Vec<Vec<Frame>> {
-        let model = &self.slots[s].model;
+        let id = self.slots[s].id;
         let mut groups: Vec<Vec<Frame>> = Vec::new();
         for frame in frames {
-            let mut probe = model.clone();
+            let mut probe = self.model.clone();
             for group in &groups {
-                let _ = probe.dispatch_all(&entries_of(group));
+                let _ = probe.dispatch_all(id, &entries_of(group));
             }
             match groups.last_mut() {
-                Some(group) if probe.is_blocked() => group.push(frame),
+                Some(group) if probe.is_blocked(id).unwrap_or(false) => group.push(frame),
                 _ => groups.push(vec![frame]),
             }
         }
@@ -1146,17 +1400,15 @@ impl Run<'_> {
     /// The MESSAGE frames of one `sendMessages` call that arrived at slot `s`: a dispatch for
     /// its model.
     fn feed(&mut self, s: usize, frames: &[Frame]) -> Result<(), Box<ConformanceError>> {
-        let slot = &mut self.slots[s];
+        let id = self.slots[s].id;
         let in_pending: Vec<bool> = frames
             .iter()
-            .map(|f| {
-                slot.model
-                    .entry(&f.entry)
-                    .is_some_and(|v| v.in_pending_acks)
-            })
+            .map(|f| self.model.holders(&f.entry).any(|h| h == id))
             .collect();
-        let before = slot.model.unacked();
-        let answers = slot.model.dispatch_all(&entries_of(frames));
+        let before = self.model.unacked(id).unwrap_or(0);
+        let answers = self.model.dispatch_all(id, &entries_of(frames));
+        let after = self.model.unacked(id).unwrap_or(0);
+        let slot = &mut self.slots[s];
         let line = format!(
             "  {} got {} -> model {:?}, unacked {before} -> {}",
             slot.name,
@@ -1178,7 +1430,7 @@ impl Run<'_> {
                 .collect::<Vec<_>>()
                 .join(" + "),
             answers,
-            slot.model.unacked()
+            after
         );
         slot.out_entries += frames.len() as u64;
         slot.out_messages += frames.iter().map(|f| u64::from(f.batch_size)).sum::<u64>();
@@ -1307,5 +1559,20 @@ mod tests {
         assert_eq!(two.class, Class::TwoConsumers);
         assert!(two.steps.contains(&Step::AddConsumer));
         assert!(!two.steps.iter().any(|s| matches!(s, Step::TxnAck { .. })));
+        let txn = Script::generate(3, 40);
+        assert_eq!(txn.class, Class::SharedTxn);
+        assert_eq!(txn.steps[1], Step::AddConsumer);
+        assert!(txn.steps.iter().any(|s| matches!(s, Step::Abort { .. })));
+        let three = Script::generate(4, 64);
+        assert_eq!(three.class, Class::ThreeConsumers);
+        assert_eq!(
+            three
+                .steps
+                .iter()
+                .filter(|s| **s == Step::AddConsumer)
+                .count(),
+            2
+        );
+        assert!(three.steps.iter().any(|s| matches!(s, Step::Close { .. })));
     }
 }

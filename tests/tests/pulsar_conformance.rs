@@ -3,7 +3,9 @@
 //! `PULSAR_SERVICE_URL` and `PULSAR_ADMIN_URL` are set, as `scripts/brokers/pulsar start`
 //! prints them; otherwise that test returns at once). Every step's per consumer unacked count
 //! and blocked flag and the subscription's backlog (entries) must equal those of
-//! `txn_ack::model::ConsumerModel` fed with what went over the wire.
+//! `txn_ack::model::SubscriptionModel` fed with what went over the wire: one consumer, or two
+//! and three Shared consumers of one subscription (where a replay may go to any consumer; the
+//! model follows the consumer it arrived at).
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +14,8 @@ use integration_tests::conformance::{Script, Target, run_script};
 use pulsar_wire::{Client, ConnectOptions};
 use pulsar_wire_emulator::{ConflictEffects, Emulator, EmulatorConfig};
 
-/// The seeds (their class is `seed % 3`: mixed, steady transactional shape, two consumers).
+/// The seeds (their class is `seed % 5`: mixed, steady transactional shape, two consumers,
+/// two consumers with transactions, three consumers), six of each class.
 const SEEDS: [u64; 30] = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
     27, 28, 29, 30,

@@ -116,7 +116,7 @@ pub enum Error {
         given: i64,
     },
     /// An ack of an entry the broker model never dispatched (feature `model`).
-    #[error("entry {entry} was never dispatched to this consumer")]
+    #[error("entry {entry} was never dispatched to a consumer of this subscription")]
     UnknownEntry {
         /// The entry.
         entry: EntryId,
@@ -128,5 +128,12 @@ pub enum Error {
         txn: TxnId,
         /// Whether it committed (else it aborted).
         committed: bool,
+    },
+    /// A dispatch, ack or request of a consumer the broker model does not know as connected
+    /// (feature `model`).
+    #[error("consumer {consumer} is not connected to this subscription (add it first)")]
+    UnknownConsumer {
+        /// The consumer's id.
+        consumer: u64,
     },
 }

@@ -41,8 +41,9 @@
 //!
 //! # Feature flags
 //! - `model` (off by default): the `model` module, a pure, deterministic model of a 4.0.x
-//!   broker's side of one Shared-subscription consumer: dispatch with pending acks and batch
-//!   sizes, the unacked count with blocking at the limit and unblocking at half of it, ordinary
+//!   broker's side of a Shared subscription, with one consumer or several (whose acks,
+//!   redelivery requests and replays interact as on the broker): dispatch with pending acks
+//!   and batch sizes, the unacked count with blocking at the limit and unblocking at half of it, ordinary
 //!   and transactional acks as the broker reads them from the wire, and the pending-ack
 //!   conflict rules with commit and abort. It is this crate's test oracle and the accounting
 //!   core of a broker emulator. It adds no dependencies.

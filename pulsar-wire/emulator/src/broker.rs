@@ -561,12 +561,20 @@ impl Broker {
         for index in current..partitions {
             let partition_name = format!("{prefix}{index}");
             self.ensure_topic(&partition_name, index as i32);
+            let topic_max = self.topics.get(&partition_name).and_then(|t| t.max_unacked);
+            let configs: Vec<_> = subscriptions
+                .iter()
+                .map(|(name, &sub_type)| {
+                    let config = self.model_config(topic_max, sub_type, true);
+                    (name.clone(), sub_type, config)
+                })
+                .collect();
             if let Some(topic) = self.topics.get_mut(&partition_name) {
-                for (sub_name, &sub_type) in &subscriptions {
+                for (sub_name, sub_type, config) in configs {
                     topic
                         .subscriptions
                         .entry(sub_name.clone())
-                        .or_insert_with(|| Subscription::new(sub_name.clone(), sub_type, true, 0));
+                        .or_insert_with(|| Subscription::new(sub_name, sub_type, true, 0, config));
                 }
             }
         }
@@ -588,8 +596,8 @@ impl Broker {
                     .subscriptions
                     .values_mut()
                     .filter(|s| s.durable && s.shared());
-                for consumer in limited.flat_map(|s| s.consumers.iter_mut()) {
-                    consumer.model.set_max_unacked_messages(max);
+                for subscription in limited {
+                    subscription.set_max_unacked_messages(max);
                 }
             }
         }

@@ -1,12 +1,24 @@
 //! Subscriptions and consumers: permits, dispatch, acks and redelivery. Every unacked count,
-//! blocked flag, pending ack and conflict comes from each consumer's `txn_ack::model::
-//! ConsumerModel`; this module only decides which entry goes to which consumer and turns the
-//! model's answers into frames.
+//! blocked flag, pending ack and conflict comes from the subscription's
+//! `txn_ack::model::SubscriptionModel` (the cursor and the transactional pending acks belong
+//! to the subscription, the counts and `pendingAcks` to each consumer); this module decides
+//! which entry goes to which consumer, as the broker's dispatchers do, and turns the model's
+//! answers into frames.
+//!
+//! Shared dispatch follows `PersistentDispatcherMultipleConsumers` (4.0.8): a read takes the
+//! replay set first (entries redelivered after a request, an abort or a consumer gone), else
+//! new entries, at most as many entries as the consumers have permits (and at most
+//! [`READ_BATCH`]); `trySendMessagesToConsumers` then hands them out in order, each consumer
+//! `getNextConsumer` picks (round robin over the consumers that have permits and are not
+//! blocked) taking up to `getMaxEntriesInThisBatch` entries in one `sendMessages` call. A
+//! replay goes to whichever consumer is next, not to the one that held it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
-use txn_ack::model::{AckOutcome, ConsumerModel, CursorState, Dispatch, ModelConfig, WireAck};
-use txn_ack::{AckKind, AckSet, EntryId, TxnId};
+use txn_ack::model::{
+    AckOutcome, ConsumerId, CursorState, Dispatch, ModelConfig, SubscriptionModel, WireAck,
+};
+use txn_ack::{AckKind, EntryId, TxnId};
 
 use super::entries::{TopicView, Visibility};
 use super::outgoing::{Kind, Outgoing, command};
@@ -23,6 +35,13 @@ use pulsar_wire::wire::Frame;
 /// The most entries a Key_Shared subscription reads ahead while earlier ones wait for their
 /// key's consumer (the broker's look-ahead limit is of the same order).
 const MAX_HELD_FOR_KEY: usize = 10_000;
+
+/// The most entries one read takes (`dispatcherMaxReadBatchSize`, 100 by default).
+pub(super) const READ_BATCH: usize = 100;
+
+/// The most entries one consumer takes in one turn of the round robin
+/// (`dispatcherMaxRoundRobinBatchSize`, 20 by default).
+const ROUND_ROBIN_BATCH: usize = 20;
 
 /// The broker's sticky-key hash of an entry: its `ordering_key`, else its `partition_key`,
 /// else `NONE_KEY`.
@@ -89,7 +108,7 @@ impl KeySharedPolicy {
     }
 }
 
-/// Counters kept per consumer beside its model.
+/// Counters kept per consumer.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct ConsumerCounters {
     pub(super) dispatched_entries: u64,
@@ -99,11 +118,13 @@ pub(super) struct ConsumerCounters {
     pub(super) acked_messages: i64,
     pub(super) conflicts: u64,
     pub(super) flow_commands: u64,
-    pub(super) redeliver_commands: u64,
+    pub(super) redeliver_all_commands: u64,
+    pub(super) redeliver_ids_commands: u64,
     pub(super) validation_errors: u64,
 }
 
-/// One consumer of a subscription.
+/// One consumer of a subscription; its accounting is in the subscription's model, under
+/// `ConsumerId(key)`.
 #[derive(Debug)]
 pub(super) struct Consumer {
     /// Unique in the emulator.
@@ -111,64 +132,37 @@ pub(super) struct Consumer {
     pub(super) conn: u64,
     pub(super) consumer_id: u64,
     pub(super) name: String,
-    /// The broker's accounting for this consumer.
-    pub(super) model: ConsumerModel,
     pub(super) permits: i64,
-    pub(super) connected: bool,
     pub(super) counters: ConsumerCounters,
     /// The hash ranges of a STICKY Key_Shared consumer, inclusive.
     pub(super) hash_ranges: Vec<(u32, u32)>,
+    /// Whether FLOW permits arrived while the consumer was blocked
+    /// (`permitsReceivedWhileConsumerBlocked > 0`): a redelivery request with ids then makes
+    /// the dispatcher read even when it replays nothing.
+    flowed_while_blocked: bool,
 }
 
 impl Consumer {
-    pub(super) fn new(
-        key: u64,
-        conn: u64,
-        consumer_id: u64,
-        name: String,
-        config: ModelConfig,
-    ) -> Self {
+    pub(super) fn new(key: u64, conn: u64, consumer_id: u64, name: String) -> Self {
         Self {
             key,
             conn,
             consumer_id,
             name,
-            model: ConsumerModel::new(config),
             permits: 0,
-            connected: true,
             counters: ConsumerCounters::default(),
             hash_ranges: Vec::new(),
+            flowed_while_blocked: false,
         }
     }
 
-    fn eligible(&self) -> bool {
-        self.permits > 0 && !self.model.is_blocked()
-    }
-
-    fn stats(&self) -> ConsumerStats {
-        ConsumerStats {
-            connection: self.conn,
-            consumer_id: self.consumer_id,
-            name: self.name.clone(),
-            unacked: self.model.unacked(),
-            blocked: self.model.is_blocked(),
-            max_unacked: self.model.config().max_unacked_messages,
-            permits: self.permits,
-            dispatched_entries: self.counters.dispatched_entries,
-            dispatched_messages: self.counters.dispatched_messages,
-            ack_commands: self.counters.ack_commands,
-            acked_ids: self.counters.acked_ids,
-            acked_messages: self.counters.acked_messages,
-            conflicts: self.counters.conflicts,
-            flow_commands: self.counters.flow_commands,
-            redeliver_commands: self.counters.redeliver_commands,
-            validation_errors: self.counters.validation_errors,
-            times_blocked: self.model.counters().blocked,
-        }
+    fn id(&self) -> ConsumerId {
+        ConsumerId(self.key)
     }
 }
 
 /// What became of an entry offered to a consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Offer {
     /// On the wire.
     Delivered,
@@ -185,36 +179,39 @@ pub(super) struct AckResult {
     pub(super) error: Option<(ServerError, String)>,
 }
 
-/// A subscription: its cursor and its consumers.
+/// A subscription: its cursor, its consumers and their accounting.
 #[derive(Debug)]
 pub(super) struct Subscription {
     pub(super) name: String,
     pub(super) sub_type: SubType,
     pub(super) durable: bool,
+    /// The broker's accounting: the cursor, the transactional pending acks, and each
+    /// consumer's count, blocked flag and `pendingAcks`.
+    model: SubscriptionModel,
     /// The next entry never sent.
     read_pos: u64,
-    /// Entries to send again, with the consumer they must go back to (the one whose
-    /// accounting holds their state) if it is still connected.
-    redeliver: BTreeMap<u64, Option<u64>>,
+    /// The dispatcher's replay set (`redeliveryMessages`): entries to send again, to any
+    /// consumer.
+    redeliver: BTreeSet<u64>,
+    /// The dispatcher's redelivery counts (`InMemoryRedeliveryTracker`).
     redelivery_counts: HashMap<u64, u32>,
     /// Every entry below is deleted (acknowledged) or outside the subscription.
     mark_delete: u64,
     /// Deleted entries at or above `mark_delete`.
     deleted: BTreeSet<u64>,
-    /// The cursor's batch-deleted indexes (`batchDeletedIndexes`: the indexes still
-    /// outstanding) of entries acknowledged in part through a consumer that has gone: a
-    /// consumer that receives such an entry is given them first, so that the indexes already
-    /// acknowledged are neither sent nor counted again.
-    batch_deleted: HashMap<u64, AckSet>,
-    /// The consumer whose model last received each entry not yet deleted.
-    home: HashMap<u64, u64>,
+    /// `mark_delete` when the consumers' `pendingAcks` were last pruned up to it
+    /// (`lastMarkDeletePositionBeforeReadMoreEntries`).
+    pruned_to: u64,
     /// Connected consumers in subscription order: the first is the active one for
     /// Exclusive and Failover.
     pub(super) consumers: Vec<Consumer>,
-    /// Closed consumers whose models still hold open transactions' acks.
-    retired: Vec<Consumer>,
-    /// The next Shared consumer to try.
+    /// The next Shared consumer to try (`currentConsumerRoundRobinIndex`).
     round_robin: usize,
+    /// Consumers a redelivery request unblocked without making the dispatcher read (it named
+    /// no entry of the consumer's `pendingAcks` and no permits arrived while it was blocked):
+    /// they get nothing until something makes the dispatcher read (a FLOW, a publish, a
+    /// replay, an unblocking ack, a transaction's end, a consumer coming or going).
+    idle: BTreeSet<u64>,
     /// Key_Shared: the policy the first connected consumer set.
     key_shared: Option<KeySharedPolicy>,
     /// Key_Shared: entries read but not sent yet, waiting for their key's consumer (no
@@ -225,39 +222,58 @@ pub(super) struct Subscription {
     acks_of_deleted: u64,
     /// Transactional acks refused as conflicts, over the subscription's life.
     conflicts: u64,
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES without ids, over the subscription's life.
+    redeliver_all_commands: u64,
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES with ids, over the subscription's life.
+    redeliver_ids_commands: u64,
 }
 
 impl Subscription {
-    pub(super) fn new(name: String, sub_type: SubType, durable: bool, start: u64) -> Self {
+    pub(super) fn new(
+        name: String,
+        sub_type: SubType,
+        durable: bool,
+        start: u64,
+        config: ModelConfig,
+    ) -> Self {
         Self {
             name,
             sub_type,
             durable,
+            model: SubscriptionModel::new(config),
             read_pos: start,
-            redeliver: BTreeMap::new(),
+            redeliver: BTreeSet::new(),
             redelivery_counts: HashMap::new(),
             mark_delete: start,
             deleted: BTreeSet::new(),
-            batch_deleted: HashMap::new(),
-            home: HashMap::new(),
+            pruned_to: start,
             consumers: Vec::new(),
-            retired: Vec::new(),
             round_robin: 0,
+            idle: BTreeSet::new(),
             key_shared: None,
             held: BTreeSet::new(),
             acks_of_deleted: 0,
             conflicts: 0,
+            redeliver_all_commands: 0,
+            redeliver_ids_commands: 0,
         }
     }
 
     /// The broker restarted (its consumers already removed): what it kept only in memory is
     /// forgotten. The dispatcher's redelivery counts (`InMemoryRedeliveryTracker`) start
     /// again from 0; the cursor, the entries queued to be sent again, the Key_Shared entries
-    /// waiting for their key's consumer and the closed consumers' open transactional acks
-    /// (the pending-ack store) stay.
+    /// waiting for their key's consumer and the open transactions' pending acks (the
+    /// pending-ack store) stay.
     pub(super) fn restarted(&mut self) {
         self.redelivery_counts.clear();
         self.round_robin = 0;
+        self.idle.clear();
+    }
+
+    /// Applies a new `maxUnackedMessagesOnConsumer` to the connected consumers at once, as on
+    /// a real 4.0.x broker.
+    pub(super) fn set_max_unacked_messages(&mut self, max: u32) {
+        self.model.set_max_unacked_messages(max);
     }
 
     /// Whether a Key_Shared consumer with `policy` and `ranges` may join, as the broker
@@ -330,16 +346,8 @@ impl Subscription {
         matches!(self.sub_type, SubType::Shared | SubType::KeyShared)
     }
 
-    pub(super) fn consumer_mut(&mut self, key: u64) -> Option<&mut Consumer> {
-        self.consumers.iter_mut().find(|c| c.key == key)
-    }
-
-    fn any_model(&self, key: u64) -> Option<&ConsumerModel> {
-        self.consumers
-            .iter()
-            .chain(&self.retired)
-            .find(|c| c.key == key)
-            .map(|c| &c.model)
+    fn position(&self, key: u64) -> Option<usize> {
+        self.consumers.iter().position(|c| c.key == key)
     }
 
     fn is_deleted(&self, index: u64) -> bool {
@@ -354,24 +362,35 @@ impl Subscription {
         while self.deleted.remove(&self.mark_delete) {
             self.mark_delete += 1;
         }
-        self.home.remove(&index);
-        self.batch_deleted.remove(&index);
         self.held.remove(&index);
         self.redeliver.remove(&index);
         self.redelivery_counts.remove(&index);
     }
 
-    fn queue_redelivery(&mut self, index: u64, to: Option<u64>) {
+    /// Something makes the dispatcher read (`readMoreEntries`): consumers left idle by a
+    /// redelivery request are considered again.
+    fn read_triggered(&mut self) {
+        self.idle.clear();
+    }
+
+    /// `addMessageToReplay`: the entry joins the replay set unless the cursor deleted it;
+    /// `counted`: the dispatcher's redelivery count goes up (a redelivery request or an
+    /// abort; not a consumer gone, nor entries read that no consumer could take).
+    fn replay(&mut self, index: u64, counted: bool) {
         if self.is_deleted(index) {
             return;
         }
-        self.redeliver.insert(index, to);
-        *self.redelivery_counts.entry(index).or_default() += 1;
+        self.redeliver.insert(index);
+        if counted {
+            *self.redelivery_counts.entry(index).or_default() += 1;
+        }
     }
 
     /// Adds a consumer; for Failover, tells every consumer which one is active.
     pub(super) fn add_consumer(&mut self, consumer: Consumer, out: &mut Vec<Outgoing>) {
+        self.model.add_consumer(consumer.id());
         self.consumers.push(consumer);
+        self.read_triggered();
         self.notify_active(out);
     }
 
@@ -393,56 +412,71 @@ impl Subscription {
         }
     }
 
-    /// Removes a consumer (closed, unsubscribed or disconnected): what it had not
-    /// acknowledged goes to the other consumers. Its model is kept while transactions hold
-    /// acks in it, so that their commit or abort still lands.
+    /// Removes a consumer (closed, unsubscribed or disconnected): the entries of its
+    /// `pendingAcks` join the replay set, for the other consumers
+    /// (`PersistentDispatcherMultipleConsumers.removeConsumer`, which does not count them as
+    /// redelivered). The subscription keeps its cursor and the pending acks of open
+    /// transactions.
     pub(super) fn remove_consumer(&mut self, key: u64, out: &mut Vec<Outgoing>) {
-        let Some(position) = self.consumers.iter().position(|c| c.key == key) else {
+        let Some(position) = self.position(key) else {
             return;
         };
-        let mut consumer = self.consumers.remove(position);
-        consumer.connected = false;
-        // The cursor keeps what was acknowledged at batch-index level (it belongs to the
-        // subscription, not to the consumer).
-        for view in consumer.model.entries() {
-            if let CursorState::Partial(set) = view.cursor {
-                self.batch_deleted.insert(view.entry.entry_id, set.clone());
+        self.consumers.remove(position);
+        self.idle.remove(&key);
+        if let Some(removed) = self.model.remove_consumer(ConsumerId(key)) {
+            for entry in removed.entries {
+                self.replay(entry.entry_id, false);
             }
         }
-        let unacked: Vec<EntryId> = consumer.model.pending_acks().map(|(e, _)| e).collect();
-        for entry in unacked {
-            self.queue_redelivery(entry.entry_id, None);
-        }
-        for to in self.redeliver.values_mut() {
-            if *to == Some(key) {
-                *to = None;
-            }
-        }
-        if consumer.model.open_transactions().next().is_some() {
-            self.retired.push(consumer);
+        if self.consumers.is_empty() {
+            // clearComponentsAfterRemovedAllConsumers: the replay set and the redelivery
+            // counts go; the next consumer finds the cursor rewound (`addConsumer`), so every
+            // entry not deleted is read again, in order.
+            self.redeliver.clear();
+            self.redelivery_counts.clear();
+            self.held.clear();
+            self.read_pos = self.first_not_deleted();
         }
         if self.round_robin >= self.consumers.len() {
             self.round_robin = 0;
         }
+        self.read_triggered();
         if position == 0 {
             self.notify_active(out);
         }
     }
 
-    /// The consumer that takes the next entry, by index into `consumers`.
-    fn pick(&mut self, sticky: Option<u64>) -> Option<usize> {
-        if !self.shared() {
-            return self.consumers.first().filter(|c| c.eligible()).map(|_| 0);
+    /// The first entry the cursor has not deleted.
+    fn first_not_deleted(&self) -> u64 {
+        let mut at = self.mark_delete;
+        while self.deleted.contains(&at) {
+            at += 1;
         }
-        if let Some(key) = sticky
-            && let Some(i) = self.consumers.iter().position(|c| c.key == key)
-        {
-            return self.consumers[i].eligible().then_some(i);
+        at
+    }
+
+    /// `isConsumerAvailable`: permits, not blocked, and not left idle by a request.
+    fn eligible(&self, consumer: &Consumer) -> bool {
+        consumer.permits > 0
+            && !self.model.is_blocked(consumer.id()).unwrap_or(true)
+            && !self.idle.contains(&consumer.key)
+    }
+
+    /// The consumer that takes the next entries (`getNextConsumer`), by index into
+    /// `consumers`: round robin over the eligible ones for Shared, the active (first) one
+    /// for Exclusive and Failover.
+    fn pick(&mut self) -> Option<usize> {
+        if !self.shared() {
+            return self
+                .consumers
+                .first()
+                .filter(|c| self.eligible(c))
+                .map(|_| 0);
         }
         let n = self.consumers.len();
         for offset in 0..n {
             let i = (self.round_robin + offset) % n;
-            if self.consumers[i].eligible() {
+            if self.eligible(&self.consumers[i]) {
                 self.round_robin = (i + 1) % n;
                 return Some(i);
             }
@@ -452,9 +486,9 @@ impl Subscription {
 
     fn any_eligible(&self) -> bool {
         if self.shared() {
-            self.consumers.iter().any(Consumer::eligible)
+            self.consumers.iter().any(|c| self.eligible(c))
         } else {
-            self.consumers.first().is_some_and(Consumer::eligible)
+            self.consumers.first().is_some_and(|c| self.eligible(c))
         }
     }
 
@@ -474,68 +508,171 @@ impl Subscription {
             .then(|| (u64::from(hash) * n / u64::from(pulsar_wire::KEY_HASH_RANGE_SIZE)) as usize)
     }
 
-    /// Sends redeliveries first, then entries never sent, while consumers have permits and
-    /// their models allow it.
+    /// Sends what the dispatcher would send now. Entries wholly acknowledged leave every
+    /// consumer's `pendingAcks` first, as `readMoreEntries` prunes them up to the mark-delete
+    /// position (without touching the counts, as 4.0.8 does).
     pub(super) fn dispatch(&mut self, topic: &TopicView<'_>, out: &mut Vec<Outgoing>) {
+        if self.shared()
+            && self.mark_delete > self.pruned_to
+            && let Some(last) = self.mark_delete_position()
+        {
+            self.model.remove_pending_acks_up_to(topic.entry_id(last));
+            self.pruned_to = self.mark_delete;
+        }
+        for consumer in &mut self.consumers {
+            if !self.model.is_blocked(consumer.id()).unwrap_or(false) {
+                // flowConsumerBlockedPermits moved them when it was unblocked.
+                consumer.flowed_while_blocked = false;
+            }
+        }
         if !self.any_eligible() {
             return;
         }
         if self.sub_type == SubType::KeyShared {
             return self.dispatch_by_key(topic, out);
         }
-        if !self.redeliver.is_empty() {
-            let queued: Vec<(u64, Option<u64>)> =
-                self.redeliver.iter().map(|(i, to)| (*i, *to)).collect();
-            for (index, to) in queued {
-                if !self.any_eligible() {
+        loop {
+            if !self.any_eligible() {
+                return;
+            }
+            // calculateToRead: as many entries as the consumers have permits, at most a read
+            // batch.
+            let permits: i64 = self
+                .consumers
+                .iter()
+                .filter(|c| self.eligible(c))
+                .map(|c| c.permits.max(0))
+                .sum();
+            let to_read = usize::try_from(permits)
+                .unwrap_or(usize::MAX)
+                .clamp(1, READ_BATCH);
+            let deleted: Vec<u64> = self
+                .redeliver
+                .iter()
+                .copied()
+                .filter(|i| self.is_deleted(*i))
+                .collect();
+            for index in deleted {
+                self.redeliver.remove(&index);
+            }
+            let replay: Vec<u64> = self.redeliver.iter().copied().take(to_read).collect();
+            if !replay.is_empty() {
+                if self.hand_out(&replay, true, topic, out) == 0 {
                     return;
                 }
-                if self.is_deleted(index) {
-                    self.redeliver.remove(&index);
-                    continue;
-                }
-                let Some(consumer) = self.pick(to) else {
-                    continue;
+                continue;
+            }
+            let mut read = Vec::new();
+            let mut at = self.read_pos;
+            while read.len() < to_read {
+                let Some(entry) = topic.entries.get(at as usize) else {
+                    break;
                 };
-                match self.send(consumer, index, topic, out) {
-                    Offer::Delivered | Offer::Consumed => {
-                        self.redeliver.remove(&index);
-                    }
-                    Offer::Refused => {}
+                match entry.visibility {
+                    Visibility::Pending(_) => break,
+                    Visibility::Aborted => {}
+                    // A rewound cursor skips what it deleted.
+                    Visibility::Visible if self.is_deleted(at) => {}
+                    Visibility::Visible => read.push(at),
                 }
+                at += 1;
             }
-        }
-        while let Some(entry) = topic.entries.get(self.read_pos as usize) {
-            match entry.visibility {
-                Visibility::Pending(_) => break,
-                Visibility::Aborted => {
-                    self.read_pos += 1;
-                    continue;
-                }
-                Visibility::Visible => {}
+            if read.is_empty() {
+                // Only aborted entries up to here (or nothing): skip them.
+                self.read_pos = at;
+                return;
             }
-            let Some(consumer) = self.pick(None) else {
-                break;
+            let handed = self.hand_out(&read, false, topic, out);
+            self.read_pos = match read.get(handed) {
+                Some(next) => *next,
+                None => at,
             };
-            match self.send(consumer, self.read_pos, topic, out) {
-                Offer::Delivered | Offer::Consumed => self.read_pos += 1,
-                Offer::Refused => break,
+            if handed == 0 {
+                return;
             }
         }
     }
 
+    /// `trySendMessagesToConsumers`: hands the entries read out in order, each consumer
+    /// picked taking up to `getMaxEntriesInThisBatch` of them in one `sendMessages` call.
+    /// Returns how many (from the first) were handed out; the rest wait (replays stay in
+    /// the replay set, new entries are read again).
+    fn hand_out(
+        &mut self,
+        read: &[u64],
+        replay: bool,
+        topic: &TopicView<'_>,
+        out: &mut Vec<Outgoing>,
+    ) -> usize {
+        let size = |index: &u64| {
+            topic
+                .entries
+                .get(*index as usize)
+                .map_or(1, |e| i64::from(e.num_messages.max(1)))
+        };
+        let mut remaining: i64 = read.iter().map(size).sum();
+        let average = (remaining / read.len().max(1) as i64).max(1);
+        let mut start = 0;
+        while start < read.len() {
+            let Some(consumer) = self.pick() else {
+                break;
+            };
+            let take = self.entries_for(consumer, remaining, average);
+            let chunk = &read[start..(start + take).min(read.len())];
+            if replay {
+                for index in chunk {
+                    self.redeliver.remove(index);
+                }
+            }
+            let offers = self.send(consumer, chunk, topic, out);
+            for (index, offer) in chunk.iter().zip(&offers) {
+                match offer {
+                    Offer::Delivered => remaining -= size(index),
+                    Offer::Consumed => {}
+                    // Unreachable: the consumer picked is not blocked. Keep the entry.
+                    Offer::Refused => self.replay(*index, false),
+                }
+            }
+            start += chunk.len();
+        }
+        if start > 0 {
+            // The dispatcher read, and reads again after sending: every available consumer
+            // is considered from now on.
+            self.read_triggered();
+        }
+        start
+    }
+
+    /// `getMaxEntriesInThisBatch`: the entries consumer `c` takes in one turn: the messages
+    /// left in the read, its permits and the room below its limit, in entries of the read's
+    /// average size, at most [`ROUND_ROBIN_BATCH`], at least 1.
+    fn entries_for(&self, c: usize, remaining: i64, average: i64) -> usize {
+        let consumer = &self.consumers[c];
+        let mut messages = remaining.min(consumer.permits.max(0));
+        let max = i64::from(self.model.config().max_unacked_messages);
+        if max > 0 {
+            let unacked = self.model.unacked(consumer.id()).unwrap_or(0);
+            messages = messages.min((max - unacked).max(0));
+        }
+        let entries = (messages + average - 1) / average;
+        usize::try_from(entries)
+            .unwrap_or(0)
+            .clamp(1, ROUND_ROBIN_BATCH)
+    }
+
     /// Key_Shared dispatch: every entry goes to the consumer of its key's hash
-    /// ([`Subscription::key_owner`]). An entry that consumer cannot take now (no permits,
-    /// blocked, or no consumer covers the hash) waits, and so does every later entry of the
-    /// same hash, while entries of other hashes go on (up to [`MAX_HELD_FOR_KEY`] waiting):
-    /// a key's entries reach its consumer in order. Waiting and redelivered entries go first,
-    /// in entry order.
+    /// ([`Subscription::key_owner`]), replays included (the broker computes the hash of a
+    /// replayed entry and sends it to that hash's consumer, so a key keeps its consumer). An
+    /// entry that consumer cannot take now (no permits, blocked, or no consumer covers the
+    /// hash) waits, and so does every later entry of the same hash, while entries of other
+    /// hashes go on (up to [`MAX_HELD_FOR_KEY`] waiting): a key's entries reach its consumer
+    /// in order. Waiting and redelivered entries go first, in entry order.
     fn dispatch_by_key(&mut self, topic: &TopicView<'_>, out: &mut Vec<Outgoing>) {
         // Hashes whose consumer refused an entry in this pass: their later entries wait.
         let mut stalled: HashSet<u32> = HashSet::new();
         let waiting: BTreeSet<u64> = self
             .redeliver
-            .keys()
+            .iter()
             .chain(self.held.iter())
             .copied()
             .collect();
@@ -581,6 +718,10 @@ impl Subscription {
             }
             let index = self.read_pos;
             self.read_pos += 1;
+            if self.is_deleted(index) {
+                // A rewound cursor skips what it deleted.
+                continue;
+            }
             let hash = entry_key_hash(&entry.metadata);
             if stalled.contains(&hash) {
                 self.held.insert(index);
@@ -589,6 +730,9 @@ impl Subscription {
             if let Offer::Refused = self.offer_by_key(hash, index, topic, out) {
                 stalled.insert(hash);
                 self.held.insert(index);
+            } else {
+                // The dispatcher read: every available consumer is considered from now on.
+                self.read_triggered();
             }
         }
     }
@@ -602,126 +746,138 @@ impl Subscription {
         out: &mut Vec<Outgoing>,
     ) -> Offer {
         match self.key_owner(hash) {
-            Some(consumer) if self.consumers[consumer].eligible() => {
-                self.send(consumer, index, topic, out)
-            }
+            Some(consumer) if self.eligible(&self.consumers[consumer]) => self
+                .send(consumer, &[index], topic, out)
+                .first()
+                .copied()
+                .unwrap_or(Offer::Consumed),
             _ => Offer::Refused,
         }
     }
 
+    /// One `sendMessages` call: `chunk` goes to consumer `c`, filtered as
+    /// `filterEntriesForConsumer` does (entries acknowledged or wholly pending in a
+    /// transaction are not sent; the others carry the cursor's and the pending acks' ack
+    /// set). Returns what became of each entry.
     fn send(
         &mut self,
-        consumer: usize,
-        index: u64,
+        c: usize,
+        chunk: &[u64],
         topic: &TopicView<'_>,
         out: &mut Vec<Outgoing>,
-    ) -> Offer {
-        let Some(entry) = topic.entries.get(index as usize) else {
-            return Offer::Consumed;
-        };
-        let id = topic.entry_id(index);
-        let key = self.consumers[consumer].key;
-        // An entry whose state another consumer's model holds: do not send what that model
-        // says is acknowledged or wholly pending in a transaction.
-        if let Some(&home) = self.home.get(&index)
-            && home != key
-            && let Some(view) = self.any_model(home).and_then(|m| m.entry(&id))
-        {
-            if view.cursor.is_deleted() {
-                self.mark_deleted(index);
-                return Offer::Consumed;
-            }
-            if view
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.ack_set.as_ref().is_none_or(|s| s.iter().all(|w| *w == 0)))
-            {
-                return Offer::Consumed;
+    ) -> Vec<Offer> {
+        let id = self.consumers[c].id();
+        let mut offers = vec![Offer::Consumed; chunk.len()];
+        let mut batch = Vec::with_capacity(chunk.len());
+        let mut at = Vec::with_capacity(chunk.len());
+        for (i, index) in chunk.iter().enumerate() {
+            if let Some(entry) = topic.entries.get(*index as usize) {
+                batch.push((topic.entry_id(*index), entry.num_messages));
+                at.push(i);
             }
         }
-        let redelivery_count = self.redelivery_counts.get(&index).copied().unwrap_or(0);
-        let target = &mut self.consumers[consumer];
-        if let Some(outstanding) = self.batch_deleted.get(&index)
-            && let Err(error) = target
-                .model
-                .restore_cursor(id, entry.num_messages, outstanding)
-        {
-            tracing::warn!(%error, entry = %id, "the model refused the cursor's batch-deleted indexes");
-        }
-        match target.model.dispatch(id, entry.num_messages) {
-            Ok(Dispatch::Dispatched {
-                counted, ack_set, ..
-            }) => {
-                target.permits -= counted;
-                target.counters.dispatched_entries += 1;
-                target.counters.dispatched_messages += counted.max(0) as u64;
-                let mut cmd = command(Type::Message);
-                cmd.message = Some(CommandMessage {
-                    consumer_id: target.consumer_id,
-                    message_id: MessageIdData {
-                        ledger_id: id.ledger_id,
-                        entry_id: id.entry_id,
-                        partition: Some(topic.partition),
-                        ..MessageIdData::default()
-                    },
-                    redelivery_count: Some(redelivery_count),
-                    ack_set,
-                    consumer_epoch: None,
-                });
-                out.push(Outgoing {
-                    conn: target.conn,
-                    frame: Box::new(Frame::with_payload(
-                        cmd,
-                        entry.metadata.clone(),
-                        entry.payload.clone(),
-                    )),
-                    kind: Kind::Message,
-                });
-                self.home.insert(index, key);
-                Offer::Delivered
-            }
-            Ok(Dispatch::Blocked) => Offer::Refused,
-            Ok(Dispatch::Skipped(_)) => {
-                if target
-                    .model
-                    .entry(&id)
-                    .is_some_and(|v| v.cursor.is_deleted())
-                {
-                    self.mark_deleted(index);
-                }
-                Offer::Consumed
-            }
+        let answers = match self.model.dispatch_all(id, &batch) {
+            Ok(answers) => answers,
             Err(error) => {
-                tracing::warn!(%error, entry = %id, "the model refused to dispatch an entry");
-                Offer::Consumed
+                // Unreachable: sends are validated, so every entry has a valid size.
+                tracing::warn!(%error, "the model refused to dispatch entries");
+                return offers;
             }
+        };
+        for ((i, (entry_id, _)), answer) in at.into_iter().zip(&batch).zip(answers) {
+            let index = chunk[i];
+            offers[i] = match answer {
+                Dispatch::Dispatched {
+                    counted, ack_set, ..
+                } => {
+                    let Some(entry) = topic.entries.get(index as usize) else {
+                        continue;
+                    };
+                    let redelivery_count = self.redelivery_counts.get(&index).copied().unwrap_or(0);
+                    let target = &mut self.consumers[c];
+                    target.permits -= counted;
+                    target.counters.dispatched_entries += 1;
+                    target.counters.dispatched_messages += counted.max(0) as u64;
+                    let mut cmd = command(Type::Message);
+                    cmd.message = Some(CommandMessage {
+                        consumer_id: target.consumer_id,
+                        message_id: MessageIdData {
+                            ledger_id: entry_id.ledger_id,
+                            entry_id: entry_id.entry_id,
+                            partition: Some(topic.partition),
+                            ..MessageIdData::default()
+                        },
+                        redelivery_count: Some(redelivery_count),
+                        ack_set,
+                        consumer_epoch: None,
+                    });
+                    out.push(Outgoing {
+                        conn: target.conn,
+                        frame: Box::new(Frame::with_payload(
+                            cmd,
+                            entry.metadata.clone(),
+                            entry.payload.clone(),
+                        )),
+                        kind: Kind::Message,
+                    });
+                    Offer::Delivered
+                }
+                Dispatch::Blocked => Offer::Refused,
+                Dispatch::Skipped(_) => {
+                    if self
+                        .model
+                        .entry(entry_id)
+                        .is_some_and(|v| v.cursor.is_deleted())
+                    {
+                        self.mark_deleted(index);
+                    }
+                    Offer::Consumed
+                }
+            };
         }
+        offers
     }
 
-    /// A FLOW.
+    /// A FLOW: the permits, and the dispatcher reads (`consumerFlow`).
     pub(super) fn flow(&mut self, key: u64, permits: u32) {
-        if let Some(consumer) = self.consumer_mut(key) {
-            consumer.counters.flow_commands += 1;
-            consumer.permits = consumer.permits.saturating_add(i64::from(permits));
-            consumer.model.flow_permits();
-        }
+        let Some(at) = self.position(key) else {
+            return;
+        };
+        let blocked = self.model.is_blocked(ConsumerId(key)).unwrap_or(false);
+        let consumer = &mut self.consumers[at];
+        consumer.counters.flow_commands += 1;
+        consumer.permits = consumer.permits.saturating_add(i64::from(permits));
+        consumer.flowed_while_blocked |= blocked && permits > 0;
+        let _ = self.model.flow_permits(ConsumerId(key));
+        self.read_triggered();
     }
 
-    /// A REDELIVER_UNACKNOWLEDGED_MESSAGES: the named entries (all, without ids) are sent
-    /// again, to this consumer since its model holds their state.
+    /// A REDELIVER_UNACKNOWLEDGED_MESSAGES from consumer `key`. Without ids: its count goes
+    /// to 0, it is unblocked and every entry of its `pendingAcks` joins the replay set. With
+    /// ids: only the named entries that are in **its** `pendingAcks` leave them and join the
+    /// replay set, its count goes down by them, and it is unblocked; the dispatcher reads only
+    /// if something joined the replay set or permits arrived while it was blocked
+    /// (`Consumer.redeliverUnacknowledgedMessages(List)`), so a request naming nothing of its
+    /// own leaves it unblocked and idle until something else makes the dispatcher read. The
+    /// replays go to any consumer.
     pub(super) fn redeliver_unacknowledged(
         &mut self,
         key: u64,
         ids: &[MessageIdData],
         ledger_id: u64,
     ) {
-        let Some(consumer) = self.consumer_mut(key) else {
+        let Some(at) = self.position(key) else {
             return;
         };
-        consumer.counters.redeliver_commands += 1;
+        let id = ConsumerId(key);
+        let was_blocked = self.model.is_blocked(id).unwrap_or(false);
         let redelivered = if ids.is_empty() {
-            consumer.model.redeliver_all()
+            self.consumers[at].counters.redeliver_all_commands += 1;
+            self.redeliver_all_commands += 1;
+            self.model.redeliver_all(id)
         } else {
+            self.consumers[at].counters.redeliver_ids_commands += 1;
+            self.redeliver_ids_commands += 1;
             let entries: Vec<EntryId> = ids
                 .iter()
                 .filter(|id| id.ledger_id == ledger_id)
@@ -730,53 +886,35 @@ impl Subscription {
                     entry_id: id.entry_id,
                 })
                 .collect();
-            consumer.model.redeliver_unacknowledged(&entries)
+            self.model.redeliver_unacknowledged(id, &entries)
         };
-        for entry in redelivered.entries {
-            self.queue_redelivery(entry.entry_id, Some(key));
+        let Ok(redelivered) = redelivered else {
+            return;
+        };
+        let replayed = redelivered
+            .entries
+            .iter()
+            .any(|e| !self.is_deleted(e.entry_id));
+        for entry in &redelivered.entries {
+            self.replay(entry.entry_id, true);
+        }
+        let flowed = std::mem::take(&mut self.consumers[at].flowed_while_blocked);
+        if ids.is_empty() || replayed || flowed {
+            self.read_triggered();
+        } else if was_blocked {
+            // Unblocked, but the dispatcher, which stopped reading for it, is not told.
+            self.idle.insert(key);
         }
     }
 
-    /// Where an ack of `entry` is accounted: the consumer holding it in `pendingAcks` (the
-    /// acker first), else the acker if it knows the entry, else the consumer that last
-    /// received it (possibly closed), else the acker.
-    fn owner(&mut self, acker: usize, entry: &EntryId) -> &mut Consumer {
-        let pending = |c: &Consumer| c.model.entry(entry).is_some_and(|v| v.in_pending_acks);
-        let known = |c: &Consumer| c.model.entry(entry).is_some();
-        let at = if pending(&self.consumers[acker]) {
-            Some((false, acker))
-        } else if let Some(i) = self.consumers.iter().position(pending) {
-            Some((false, i))
-        } else if known(&self.consumers[acker]) {
-            Some((false, acker))
-        } else {
-            self.home.get(&entry.entry_id).and_then(|home| {
-                self.consumers
-                    .iter()
-                    .position(|c| c.key == *home)
-                    .map(|i| (false, i))
-                    .or_else(|| {
-                        self.retired
-                            .iter()
-                            .position(|c| c.key == *home)
-                            .map(|i| (true, i))
-                    })
-            })
-        };
-        match at {
-            Some((true, i)) => &mut self.retired[i],
-            Some((false, i)) => &mut self.consumers[i],
-            None => &mut self.consumers[acker],
-        }
-    }
-
-    /// An ACK from consumer `key`. Each message id goes to the model that accounts for its
-    /// entry; a cumulative ack on an Exclusive or Failover subscription becomes one
-    /// individual ack per entry it covers (the model follows Shared rules, where cumulative
+    /// An ACK from consumer `key`. Each message id goes to the model with the consumer that
+    /// sent it (the model finds the consumer whose count it changes); a cumulative ack on an
+    /// Exclusive or Failover subscription becomes one individual ack per entry of the
+    /// consumer's `pendingAcks` it covers (the model follows Shared rules, where cumulative
     /// acks are ignored).
     pub(super) fn ack(&mut self, key: u64, ack: &CommandAck, ledger_id: u64) -> AckResult {
         let mut result = AckResult::default();
-        let Some(acker) = self.consumers.iter().position(|c| c.key == key) else {
+        let Some(acker) = self.position(key) else {
             result.error = Some((
                 ServerError::ConsumerNotFound,
                 format!("consumer {} is not connected", ack.consumer_id),
@@ -830,9 +968,9 @@ impl Subscription {
     }
 
     fn cumulative(&mut self, acker: usize, upto: &WireAck, result: &mut AckResult) {
-        let covered: Vec<(EntryId, u32)> = self.consumers[acker]
+        let covered: Vec<(EntryId, u32)> = self
             .model
-            .pending_acks()
+            .pending_acks(self.consumers[acker].id())
             .filter(|(e, _)| {
                 e.ledger_id == upto.entry.ledger_id && e.entry_id <= upto.entry.entry_id
             })
@@ -864,13 +1002,16 @@ impl Subscription {
         if self.is_deleted(index) {
             self.acks_of_deleted += 1;
         }
-        let owner = self.owner(acker, &wire.entry);
-        let outcome = owner.model.ack(wire);
+        let outcome = self.model.ack(self.consumers[acker].id(), wire);
         match outcome {
             Ok(AckOutcome::Acked(effect)) => {
                 self.consumers[acker].counters.acked_messages -= effect.unacked_delta;
                 if effect.entry_deleted {
                     self.mark_deleted(index);
+                }
+                if effect.unblocked {
+                    // updateBlockedConsumerOnUnackedMsgs → flowConsumerBlockedPermits.
+                    self.read_triggered();
                 }
             }
             Ok(AckOutcome::Ignored(_)) => {}
@@ -879,6 +1020,9 @@ impl Subscription {
                 let counters = &mut self.consumers[acker].counters;
                 counters.conflicts += 1;
                 counters.acked_messages -= conflict.effect.unacked_delta;
+                if conflict.effect.unblocked {
+                    self.read_triggered();
+                }
                 result.error.get_or_insert((
                     ServerError::TransactionConflict,
                     format!(
@@ -903,29 +1047,28 @@ impl Subscription {
         }
     }
 
-    /// A transaction ended: each model commits or aborts it; commits delete entries, aborts
-    /// send entries again (to the consumer whose model holds them, if connected).
+    /// A transaction ended: commits delete entries; aborts give the indexes back and add the
+    /// entries to the replay set (`PendingAckHandleImpl` → `redeliverUnacknowledgedMessages`),
+    /// for any consumer.
     pub(super) fn end_txn(&mut self, txn: TxnId, commit: bool) {
-        let mut deleted = Vec::new();
-        let mut redeliver = Vec::new();
-        for consumer in self.consumers.iter_mut().chain(self.retired.iter_mut()) {
-            if commit {
-                if let Ok(committed) = consumer.model.commit(txn) {
-                    deleted.extend(committed.deleted);
+        if commit {
+            if let Ok(committed) = self.model.commit(txn) {
+                for entry in committed.deleted {
+                    self.mark_deleted(entry.entry_id);
                 }
-            } else if let Ok(aborted) = consumer.model.abort(txn) {
-                let to = consumer.connected.then_some(consumer.key);
-                redeliver.extend(aborted.redeliver.into_iter().map(|e| (e, to)));
+            }
+        } else if let Ok(aborted) = self.model.abort(txn) {
+            for entry in aborted.redeliver {
+                self.replay(entry.entry_id, true);
             }
         }
-        for entry in deleted {
-            self.mark_deleted(entry.entry_id);
-        }
-        for (entry, to) in redeliver {
-            self.queue_redelivery(entry.entry_id, to);
-        }
-        self.retired
-            .retain(|c| c.model.open_transactions().next().is_some());
+        self.read_triggered();
+    }
+
+    /// New entries may be readable (a publish, a transaction's sends committed): the
+    /// dispatcher reads.
+    pub(super) fn published(&mut self) {
+        self.read_triggered();
     }
 
     /// Messages not acknowledged, and entries not wholly acknowledged (the broker's
@@ -937,21 +1080,13 @@ impl Subscription {
             if entry.visibility != Visibility::Visible || self.is_deleted(index) {
                 continue;
             }
-            let id = topic.entry_id(index);
             let outstanding = self
-                .home
-                .get(&index)
-                .and_then(|home| self.any_model(*home))
-                .and_then(|model| model.entry(&id))
+                .model
+                .entry(&topic.entry_id(index))
                 .map(|view| match view.cursor {
                     CursorState::Outstanding => entry.num_messages as u64,
                     CursorState::Partial(set) => u64::from(set.outstanding_count()),
                     CursorState::Deleted => 0,
-                })
-                .or_else(|| {
-                    self.batch_deleted
-                        .get(&index)
-                        .map(|set| u64::from(set.outstanding_count()))
                 })
                 .unwrap_or(entry.num_messages as u64);
             messages += outstanding;
@@ -960,9 +1095,43 @@ impl Subscription {
         (messages, entries)
     }
 
+    fn consumer_stats(&self, consumer: &Consumer) -> ConsumerStats {
+        let view = self.model.consumer(consumer.id());
+        let counters = &consumer.counters;
+        ConsumerStats {
+            connection: consumer.conn,
+            consumer_id: consumer.consumer_id,
+            name: consumer.name.clone(),
+            // The broker counts unacked messages only in the individual-ack modes
+            // (`Consumer.incrementUnackedMessages`); an Exclusive or Failover consumer
+            // reports 0.
+            unacked: if self.shared() {
+                view.map_or(0, |v| v.unacked)
+            } else {
+                0
+            },
+            blocked: view.is_some_and(|v| v.blocked),
+            max_unacked: self.model.config().max_unacked_messages,
+            permits: consumer.permits,
+            dispatched_entries: counters.dispatched_entries,
+            dispatched_messages: counters.dispatched_messages,
+            ack_commands: counters.ack_commands,
+            acked_ids: counters.acked_ids,
+            acked_messages: counters.acked_messages,
+            conflicts: counters.conflicts,
+            flow_commands: counters.flow_commands,
+            redeliver_commands: counters.redeliver_all_commands + counters.redeliver_ids_commands,
+            redeliver_all_commands: counters.redeliver_all_commands,
+            redeliver_ids_commands: counters.redeliver_ids_commands,
+            validation_errors: counters.validation_errors,
+            times_blocked: view.map_or(0, |v| v.counters.blocked),
+            idle: self.idle.contains(&consumer.key),
+            pending_acks: self.model.pending_acks(consumer.id()).count(),
+        }
+    }
+
     pub(super) fn stats(&self, topic: &TopicView<'_>) -> SubscriptionStats {
         let (backlog, backlog_entries) = self.backlog(topic);
-        let shared = self.shared();
         SubscriptionStats {
             name: self.name.clone(),
             sub_type: self.sub_type,
@@ -973,20 +1142,12 @@ impl Subscription {
             consumers: self
                 .consumers
                 .iter()
-                .map(|consumer| {
-                    let mut stats = consumer.stats();
-                    if !shared {
-                        // The broker counts unacked messages only in the individual-ack
-                        // modes (`Consumer.incrementUnackedMessages`); an Exclusive or
-                        // Failover consumer reports 0.
-                        stats.unacked = 0;
-                    }
-                    stats
-                })
+                .map(|consumer| self.consumer_stats(consumer))
                 .collect(),
-            retired_consumers: self.retired.len(),
             acks_of_deleted: self.acks_of_deleted,
             conflicts: self.conflicts,
+            redeliver_all_commands: self.redeliver_all_commands,
+            redeliver_ids_commands: self.redeliver_ids_commands,
         }
     }
 }

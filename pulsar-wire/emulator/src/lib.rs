@@ -6,9 +6,12 @@
 //! included), subscriptions with FLOW permits, acks and redelivery, and a transaction
 //! coordinator. The unacked accounting of every consumer — the count, blocking at
 //! `maxUnackedMessagesOnConsumer` and unblocking at half of it, and the transactional
-//! pending-ack conflict rules — is `txn_ack::model::ConsumerModel`, fed with what the client
-//! actually put on the wire. So a client that drops `batch_size` from transactional acks
-//! stalls here the way it stalls a 4.0.x broker, and a correct one drains.
+//! pending-ack conflict rules — is `txn_ack::model::SubscriptionModel` (one per
+//! subscription: its cursor and pending-ack state, each consumer's count and `pendingAcks`),
+//! fed with what the client actually put on the wire. So a client that drops `batch_size`
+//! from transactional acks stalls here the way it stalls a 4.0.x broker, and a correct one
+//! drains; and a client whose requests make the broker replay messages its application
+//! holds sees them handed to its other consumers, as on the broker.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
@@ -39,11 +42,23 @@
 //!   topic meanwhile (the transaction buffer's max read position); an abort drops it.
 //! - **Subscriptions**: Exclusive (a second consumer gets `ConsumerBusy`), Failover (the
 //!   first connected consumer is active; ACTIVE_CONSUMER_CHANGE is sent), Shared
-//!   (round-robin over the consumers that have permits and are not blocked), and Key_Shared
-//!   (below). Initial
+//!   (below), and Key_Shared (below). Initial
 //!   position Latest or Earliest; a non-durable subscription (a reader) starts at its
 //!   `start_message_id` instead when it has one (earliest, latest, or an entry of the ledger);
 //!   non-durable subscriptions vanish with their last consumer.
+//! - **Shared**, as the 4.0.8 `PersistentDispatcherMultipleConsumers`: a read takes the
+//!   replay set first (entries to send again), else new entries, as many as the consumers
+//!   have permits (at most 100); they are handed out in order, each consumer picked round
+//!   robin among those with permits that are not blocked taking up to
+//!   `getMaxEntriesInThisBatch` entries (its permits and the room below its limit in entries
+//!   of the read's average size, at most 20, at least 1) in one `sendMessages` call, whose
+//!   entries are all counted before the consumer is blocked. **A replay goes to whichever
+//!   consumer is next, not back to the consumer that held the entry**: after a redelivery
+//!   request, an abort or a consumer gone, another consumer gets the entries; after an
+//!   abort the consumer that held the entry keeps it in its `pendingAcks` and its count, so
+//!   two consumers hold it. Entries wholly acknowledged leave every consumer's
+//!   `pendingAcks` at the next read, without a change to the counts (4.0.8's
+//!   `removeAllUpTo` of the mark-delete position).
 //! - **Key_Shared**: each entry goes to the consumer of its sticky key's hash (the entry's
 //!   `ordering_key`, else its `partition_key`, else `NONE_KEY`, hashed with
 //!   [`pulsar_wire::sticky_key_hash`], as the broker does). STICKY consumers serve the hash ranges
@@ -66,14 +81,27 @@
 //!   [`EmulatorConfig::max_unacked_messages_per_consumer`], for durable Shared and Key_Shared
 //!   subscriptions; 0 (unlimited) otherwise, as on the broker.
 //! - **Acks**: each `MessageIdData` goes to the model as a `WireAck` (ack set words,
-//!   `batch_size` presence, transaction bits presence), to the consumer whose `pendingAcks`
-//!   holds the entry. Cumulative acks are ignored on Shared (as the broker does); on Exclusive
-//!   and Failover they become one individual ack per entry they cover. ACK_RESPONSE answers
-//!   every ack with a `request_id`, with `TransactionConflict` (23) when the model reports a
-//!   conflict, `InvalidTxnStatus` / `TransactionNotFound` for a transaction that is not open.
-//! - **Redelivery**: REDELIVER_UNACKNOWLEDGED_MESSAGES with ids or without; a closed
-//!   consumer's unacknowledged entries go to the others; an abort redelivers what the model
-//!   says.
+//!   `batch_size` presence, transaction bits presence) with the consumer that sent it; the
+//!   count that changes is the owner's (`getAckOwnerConsumerAndBatchSize`: the sender if
+//!   the entry is in its `pendingAcks`, else the first consumer whose `pendingAcks` holds
+//!   it, else the sender). Cumulative acks are ignored on Shared (as the broker does); on
+//!   Exclusive and Failover they become one individual ack per entry they cover.
+//!   ACK_RESPONSE answers every ack with a `request_id`, with `TransactionConflict` (23)
+//!   when the model reports a conflict, `InvalidTxnStatus` / `TransactionNotFound` for a
+//!   transaction that is not open.
+//! - **Redelivery**: REDELIVER_UNACKNOWLEDGED_MESSAGES without ids resets the consumer's
+//!   count, empties its `pendingAcks` and replays them; with ids, only those of the ids in
+//!   the sender's own `pendingAcks` leave it and are replayed, and the sender is unblocked
+//!   whatever the ids named. As on the broker, a request with ids that replays nothing, from
+//!   a consumer to which no permits came while it was blocked, does not make the dispatcher
+//!   read: the consumer stays unserved ([`ConsumerStats::idle`]) until a FLOW, a publish, a
+//!   replay or an unblocking ack. A closed or disconnected consumer's `pendingAcks` are
+//!   replayed to the others (without counting a redelivery); when the last consumer goes,
+//!   the replay set and the redelivery counts are cleared and the next consumer reads the
+//!   cursor again from its mark-delete position. An abort replays what the model says.
+//!   Every replay goes to any consumer (see Shared). Per consumer and per subscription,
+//!   [`ConsumerStats::redeliver_all_commands`] and [`ConsumerStats::redeliver_ids_commands`]
+//!   count what clients sent.
 //! - **Transactions**: one coordinator (id 0; `transaction_coordinator_assign` has one
 //!   partition). NEW_TXN (`txn_ttl_seconds` read as milliseconds, 0 meaning
 //!   [`EmulatorConfig::default_txn_timeout`]) returns (most = 0, least = a sequence from 1);
@@ -109,19 +137,14 @@
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
 //! consumers come and go: the 4.0 broker's draining (a moved hash waits until the old consumer
-//! acknowledged its messages) and `allowOutOfOrderDelivery` are not modelled. Each consumer's model holds the cursor and
-//! pending-ack state of the entries it received; when a consumer goes (closed, unsubscribed or
-//! disconnected), the subscription keeps the cursor's batch-deleted indexes of its partly
-//! acknowledged entries (batch-index acks, and a cumulative ack inside a batch, which moves
-//! the mark-delete before the entry and records indexes `0..=k`), and the consumer that next
-//! receives such an entry gets them in the MESSAGE's `ack_set` and is not charged for them, as
-//! on the broker. Transactional pending acks of a consumer that went stay in its model
-//! (redeliveries go back to the consumer whose model holds them whenever it is still
-//! connected). Those pending acks are kept per consumer, not in one pending-ack store per
-//! subscription as on the broker: the indexes of one batch acknowledged in a transaction
-//! partly through a consumer that went (disconnected, unloaded, restarted) and partly
-//! through its successor are committed in two accountings, neither of which sees the whole
-//! batch acknowledged, so the entry is not deleted at commit. A topic's limit
+//! acknowledged its messages) and `allowOutOfOrderDelivery` are not modelled. Shared
+//! dispatch has no consumer priority levels, no adaptive read size and no dispatch rate
+//! limits, and it reads at once on every event instead of when a read completes, so which
+//! consumer a replay reaches follows the round robin exactly, where on a broker it also
+//! depends on timing. Acks are handled one after the other: the 4.0.8 broker's race that
+//! accepts two transactional acks of the same message arriving close together (both
+//! committed, issue 27) is not reproduced; the second is a `TransactionConflict` here. A
+//! topic's limit
 //! set with [`Emulator::set_max_unacked_messages`] applies to connected consumers at once and
 //! to those that subscribe afterwards, as on a real 4.0.x broker. The backlog counts readable entries only (not those of open or aborted
 //! transactions).

@@ -137,14 +137,19 @@ pub struct SubscriptionStats {
     pub waiting_for_key_consumer: usize,
     /// The connected consumers, the active one first for Exclusive and Failover.
     pub consumers: Vec<ConsumerStats>,
-    /// Closed consumers kept because transactions still hold acks in their accounting.
-    pub retired_consumers: usize,
     /// Message ids acknowledged (plainly or in a transaction) whose entry the cursor had
     /// already deleted, counted over the subscription's life (through consumers that came
     /// and went, and restarts): a client that acknowledges nothing twice keeps it at 0.
     pub acks_of_deleted: u64,
     /// Transactional acks refused as `TransactionConflict`, over the subscription's life.
     pub conflicts: u64,
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES frames without message ids ("redeliver everything
+    /// I hold"), from every consumer over the subscription's life (through consumers that
+    /// came and went).
+    pub redeliver_all_commands: u64,
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES frames with message ids, from every consumer over
+    /// the subscription's life.
+    pub redeliver_ids_commands: u64,
 }
 
 /// One consumer.
@@ -182,12 +187,26 @@ pub struct ConsumerStats {
     pub conflicts: u64,
     /// FLOW frames received.
     pub flow_commands: u64,
-    /// REDELIVER_UNACKNOWLEDGED_MESSAGES frames received.
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES frames received, with or without ids.
     pub redeliver_commands: u64,
+    /// Of those, frames without message ids (the broker resets the consumer's count and
+    /// replays its whole `pendingAcks`, to any consumer).
+    pub redeliver_all_commands: u64,
+    /// Of those, frames with message ids (the broker replays those of the ids that are in
+    /// this consumer's `pendingAcks`, to any consumer).
+    pub redeliver_ids_commands: u64,
     /// Acks that reported a validation error (for example a checksum mismatch).
     pub validation_errors: u64,
     /// Times the consumer became blocked.
     pub times_blocked: u64,
+    /// Entries in the consumer's `pendingAcks` (dispatched to it and not acknowledged or
+    /// redelivered; an entry an abort replayed to another consumer is in both).
+    pub pending_acks: usize,
+    /// Whether a redelivery request left the consumer unblocked but unserved: it named no
+    /// entry of the consumer's `pendingAcks` and no permits had arrived while it was blocked,
+    /// so the broker does not read for it until a FLOW, a publish, a replay or another
+    /// unblocking event.
+    pub idle: bool,
 }
 
 /// One connection.

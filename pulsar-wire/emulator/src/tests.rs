@@ -658,7 +658,9 @@ async fn shared_round_robin_redelivery_and_transactional_sends() {
         .collect();
     assert_eq!(consumers, [1, 2, 1, 2]);
 
-    // Consumer 1 asks for its entries again: they come back to it, counted as redelivered.
+    // Consumer 1 asks for its entries again: the replay read goes as one batch to the
+    // consumer whose turn it is (consumer 1: consumer 2 took the last entry), counted as
+    // redelivered.
     let mut redeliver = cmd(Type::RedeliverUnacknowledgedMessages);
     redeliver.redeliver_unacknowledged_messages = Some(CommandRedeliverUnacknowledgedMessages {
         consumer_id: 1,
@@ -973,10 +975,11 @@ async fn a_restart_keeps_the_data_and_forgets_the_connections() {
     let stats = emulator.stats();
     assert_eq!(stats.backlog("rs"), 0, "{stats:#?}");
     assert_eq!(stats.transactions.open, 0);
-    assert_eq!(stats.subscription("rs", "s").unwrap().retired_consumers, 0);
     let subscription = stats.subscription("rs", "s").unwrap();
     assert_eq!(
         (subscription.acks_of_deleted, subscription.conflicts),
         (0, 1)
     );
 }
+
+mod shared;

@@ -41,6 +41,14 @@ impl Topic {
         (self.entries.len() - 1) as u64
     }
 
+    /// Entries may have become readable (a publish, a transaction's sends committed or
+    /// aborted): every subscription's dispatcher reads.
+    pub(super) fn published(&mut self) {
+        for subscription in self.subscriptions.values_mut() {
+            subscription.published();
+        }
+    }
+
     /// Sends what can be sent to every subscription's consumers.
     pub(super) fn dispatch(&mut self, out: &mut Vec<Outgoing>) {
         let view = TopicView {

@@ -1,7 +1,7 @@
-//! The acks, commits and aborts of [`ConsumerModel`] (reference §5, §6).
+//! The acks, commits and aborts of [`SubscriptionModel`] (reference §5, §6).
 
-use super::accounting::{ConsumerModel, Cursor, batch_size};
 use super::java_bits::JavaBits;
+use super::subscription::{ConsumerId, Cursor, SubscriptionModel, batch_size};
 use super::{
     Aborted, AckEffect, AckOutcome, Committed, Conflict, ConflictEffects, ConflictReason,
     IgnoredReason, WireAck,
@@ -9,8 +9,13 @@ use super::{
 use crate::Error;
 use crate::{AckKind, AckSet, EntryId, TxnId};
 
-impl ConsumerModel {
-    /// Handles one acknowledged message id as the broker does.
+impl SubscriptionModel {
+    /// Handles one acknowledged message id that consumer `acker` sent, as the broker does.
+    ///
+    /// The ack changes the count of its owner ([`ack_owner`](Self::ack_owner),
+    /// `getAckOwnerConsumerAndBatchSize`): the acker if the entry is in its `pendingAcks`,
+    /// else the first consumer holding it there, else the acker. "In `pendingAcks`" below
+    /// means the owner's.
     ///
     /// - Cumulative acks, with or without a transaction: [`AckOutcome::Ignored`] (§5.4),
     ///   before anything else is read.
@@ -34,15 +39,17 @@ impl ConsumerModel {
     ///
     /// # Errors
     /// Nothing changes when one is returned.
+    /// - [`Error::UnknownConsumer`]: `acker` is not connected.
     /// - [`Error::UnknownEntry`]: the entry was never dispatched.
     /// - [`Error::BitsBeyondBatch`]: the ack set has a bit at or beyond the entry's batch
     ///   size.
     /// - [`Error::InvalidBatchSize`]: a transactional ack's `batch_size` is present but
     ///   not in `1..=MAX_BATCH_SIZE`.
     /// - [`Error::TransactionEnded`]: the transaction already committed or aborted.
-    pub fn ack(&mut self, ack: &WireAck) -> Result<AckOutcome, Error> {
+    pub fn ack(&mut self, acker: ConsumerId, ack: &WireAck) -> Result<AckOutcome, Error> {
+        let acker = self.index(acker)?;
         if ack.kind == AckKind::Cumulative {
-            self.counters.ignored += 1;
+            self.tally(acker, |k| k.ignored += 1);
             return Ok(AckOutcome::Ignored(IgnoredReason::CumulativeOnShared));
         }
         let entry = ack.entry;
@@ -53,12 +60,18 @@ impl ConsumerModel {
         // Zero words beyond the batch are fine (Go keeps trailing zero words).
         AckSet::from_wire(state.batch_size, &ack.ack_set)?;
         match ack.txn {
-            None => self.ordinary_ack(entry, &ack.ack_set),
-            Some(txn) => self.txn_ack(txn, entry, &ack.ack_set, ack.batch_size),
+            None => self.ordinary_ack(acker, entry, &ack.ack_set),
+            Some(txn) => self.txn_ack(acker, txn, entry, &ack.ack_set, ack.batch_size),
         }
     }
 
-    fn ordinary_ack(&mut self, entry: EntryId, words: &[i64]) -> Result<AckOutcome, Error> {
+    fn ordinary_ack(
+        &mut self,
+        acker: usize,
+        entry: EntryId,
+        words: &[i64],
+    ) -> Result<AckOutcome, Error> {
+        let owner = self.owner(acker, &entry);
         let Some(state) = self.entries.get(&entry) else {
             return Err(Error::UnknownEntry { entry });
         };
@@ -72,14 +85,14 @@ impl ConsumerModel {
                 Cursor::Partial(cursor) if batch_index_ack => i64::from(cursor.outstanding_count()),
                 _ => i64::from(size),
             };
-            let (removed, mut unblocked) = self.remove_pending_ack(&entry);
+            let (removed, mut unblocked) = self.remove_pending_ack(owner, &entry);
             if removed {
-                self.count(&entry, -acked);
+                self.count(owner, &entry, -acked);
                 effect.unacked_delta = -acked;
                 // Since 4.0.3 (apache/pulsar#23796) `individualAckNormal` checks again after
                 // the decrement: `addAndGetUnAckedMsgs(owner, -ackedCount);
                 // updateBlockedConsumerOnUnackedMsgs(owner);` (Consumer.java, 4.0.8, l.567-630).
-                unblocked |= self.update_blocked();
+                unblocked |= self.update_blocked(owner);
             }
             effect.removed_from_pending_acks = removed;
             effect.unblocked = unblocked;
@@ -90,7 +103,7 @@ impl ConsumerModel {
             effect.entry_deleted = true;
         } else {
             let given = AckSet::from_wire(size, words)?;
-            let acked = if batch_index_ack && state.in_pending_acks {
+            let acked = if batch_index_ack && self.in_pending_acks(owner, &entry) {
                 match &state.cursor {
                     Cursor::Partial(cursor) => {
                         let mut merged = cursor.clone();
@@ -111,7 +124,7 @@ impl ConsumerModel {
             };
             self.pending
                 .sync_ordinary(entry, &JavaBits::value_of(words));
-            self.count(&entry, -acked);
+            self.count(owner, &entry, -acked);
             effect.unacked_delta = -acked;
             if let Some(state) = self.entries.get_mut(&entry)
                 && batch_index_ack
@@ -140,17 +153,18 @@ impl ConsumerModel {
                 effect.entry_deleted = true;
             }
             if self.pending.can_delete_consumer_pending_ack(&entry) {
-                let (removed, unblocked) = self.remove_pending_ack(&entry);
+                let (removed, unblocked) = self.remove_pending_ack(owner, &entry);
                 effect.removed_from_pending_acks = removed;
                 effect.unblocked = unblocked;
             }
         }
-        self.counters.acks += 1;
+        self.tally(acker, |k| k.acks += 1);
         Ok(AckOutcome::Acked(effect))
     }
 
     fn txn_ack(
         &mut self,
+        acker: usize,
         txn: TxnId,
         entry: EntryId,
         words: &[i64],
@@ -160,6 +174,7 @@ impl ConsumerModel {
             return Err(Error::TransactionEnded { txn, committed });
         }
         let client_batch_size = client_batch_size.map(batch_size).transpose()?;
+        let owner = self.owner(acker, &entry);
         let Some(state) = self.entries.get(&entry) else {
             return Err(Error::UnknownEntry { entry });
         };
@@ -184,13 +199,13 @@ impl ConsumerModel {
                 .err()
         };
         if let Some(reason) = conflict {
-            self.counters.conflicts += 1;
+            self.tally(acker, |k| k.conflicts += 1);
             let effect = match self.config.conflict_effects {
                 ConflictEffects::None => AckEffect::default(),
                 ConflictEffects::AsBroker => {
-                    let mut effect = self.txn_accounting(entry, acked, set.is_none());
+                    let mut effect = self.txn_accounting(owner, entry, acked, set.is_none());
                     if set.is_some() && self.pending.can_delete_consumer_pending_ack(&entry) {
-                        let (removed, unblocked) = self.remove_pending_ack(&entry);
+                        let (removed, unblocked) = self.remove_pending_ack(owner, &entry);
                         effect.removed_from_pending_acks |= removed;
                         effect.unblocked |= unblocked;
                     }
@@ -199,28 +214,34 @@ impl ConsumerModel {
             };
             return Ok(AckOutcome::Conflict(Conflict { reason, effect }));
         }
-        let mut effect = self.txn_accounting(entry, acked, set.is_none());
+        let mut effect = self.txn_accounting(owner, entry, acked, set.is_none());
         let has_set = set.is_some();
         self.pending.acknowledge(txn, entry, set, stored_batch_size);
         if has_set && self.pending.can_delete_consumer_pending_ack(&entry) {
-            let (removed, unblocked) = self.remove_pending_ack(&entry);
+            let (removed, unblocked) = self.remove_pending_ack(owner, &entry);
             effect.removed_from_pending_acks = removed;
             effect.unblocked = unblocked;
         }
-        self.counters.txn_acks += 1;
+        self.tally(acker, |k| k.txn_acks += 1);
         Ok(AckOutcome::Acked(effect))
     }
 
-    /// The consumer's part of `individualAckWithTransaction`: the decrement, then for a
+    /// The owner's part of `individualAckWithTransaction`: the decrement, then for a
     /// whole-entry ack the removal from `pendingAcks`.
-    fn txn_accounting(&mut self, entry: EntryId, acked: i64, whole_entry: bool) -> AckEffect {
-        self.count(&entry, -acked);
+    fn txn_accounting(
+        &mut self,
+        owner: usize,
+        entry: EntryId,
+        acked: i64,
+        whole_entry: bool,
+    ) -> AckEffect {
+        self.count(owner, &entry, -acked);
         let mut effect = AckEffect {
             unacked_delta: -acked,
             ..AckEffect::default()
         };
         if whole_entry {
-            let (removed, unblocked) = self.remove_pending_ack(&entry);
+            let (removed, unblocked) = self.remove_pending_ack(owner, &entry);
             effect.removed_from_pending_acks = removed;
             effect.unblocked = unblocked;
         }
@@ -230,8 +251,8 @@ impl ConsumerModel {
     /// Commits `txn`: each entry it acknowledged goes to the cursor with the transaction's
     /// merged set (§6). A whole-entry ack, or a merged set that acknowledges every index,
     /// deletes the entry; a partial set is ANDed into the batch-deleted indexes (broker
-    /// batch-index acks enabled) or changes nothing (disabled). The consumer's count and
-    /// `pendingAcks` are not touched: they changed at ack time. A transaction with no acks
+    /// batch-index acks enabled) or changes nothing (disabled). No consumer's count or
+    /// `pendingAcks` is touched: they changed at ack time. A transaction with no acks
     /// commits as a no-op.
     ///
     /// # Errors
@@ -286,10 +307,15 @@ impl ConsumerModel {
 
     /// Aborts `txn`: the pending-ack state gets its indexes back (OR with the transaction's
     /// set flipped over the stored batch size; a whole-entry ack is dropped) and the entries
-    /// are returned for redelivery (§6). The consumer's count, blocked flag and `pendingAcks`
-    /// are not touched: the redelivery goes through the dispatcher, so send the entries with
-    /// [`dispatch`](Self::dispatch). An entry still in `pendingAcks` is then counted again
-    /// (see [`Counters::recounted_on_redispatch`](super::Counters::recounted_on_redispatch)).
+    /// are returned for redelivery (§6; `PendingAckHandleImpl` calls
+    /// `redeliverUnacknowledgedMessages(consumer, positions)` on the subscription, which adds
+    /// them to the dispatcher's replay set). No consumer's count, blocked flag or
+    /// `pendingAcks` is touched: the replay goes through the dispatcher to **any** consumer
+    /// with permits, so send the entries with [`dispatch`](Self::dispatch) to the consumer
+    /// the dispatcher picks. The consumer that holds an entry keeps it in `pendingAcks` and
+    /// keeps counting it; if the replay goes to it, the entry is counted again (see
+    /// [`Counters::recounted_on_redispatch`](super::Counters::recounted_on_redispatch)), and
+    /// if it goes to another consumer, both hold it.
     ///
     /// # Errors
     /// [`Error::TransactionEnded`] if `txn` already ended; nothing changes.

@@ -1,5 +1,6 @@
-//! A pure model of the broker side of **one** Shared-subscription consumer, following the
-//! Apache Pulsar 4.0.x rules (feature `model`).
+//! A pure model of the broker side of a Shared (or Key_Shared) subscription, following the
+//! Apache Pulsar 4.0.x rules (feature `model`): [`SubscriptionModel`] for any number of
+//! consumers, [`ConsumerModel`] for exactly one.
 //!
 //! [`ConsumerModel`] takes what a client actually puts on the wire ([`WireAck`]: ack type,
 //! ledger and entry, `ack_set` words, `batch_size` present or absent, transaction id) and what
@@ -50,6 +51,42 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Several consumers
+//! [`SubscriptionModel`] splits the state as the broker does: the cursor (deleted entries,
+//! batch-deleted indexes), the transactional pending-ack state and the ended transactions
+//! belong to the subscription; the unacked count, the blocked flag and `pendingAcks` belong
+//! to each consumer ([`ConsumerId`]). The model does not choose which consumer an entry goes
+//! to: the caller (a dispatcher, such as the `pulsar-wire` emulator's) does, and tells the
+//! model with [`SubscriptionModel::dispatch`]. The single-consumer rules above hold for each
+//! consumer; these are the rules between consumers, from the 4.0.8 sources (*read*) and, where
+//! marked, confirmed on a real 4.0.8 standalone with `acknowledgmentAtBatchIndexLevelEnabled`
+//! (*observed*).
+//!
+//! | rule | source | where |
+//! |---|---|---|
+//! | the dispatcher sends a replay (an entry to send again) to **any** consumer: the replay set is read first, and `getNextConsumer` picks round robin among consumers with permits that are not blocked, each taking up to `getMaxEntriesInThisBatch` entries (at most 20) in one `sendMessages` call | `PersistentDispatcherMultipleConsumers.readMoreEntries`, `trySendMessagesToConsumers`; `AbstractDispatcherMultipleConsumers.getNextConsumer`; *observed*: replays after an abort and after a redelivery request reached the other consumer | the caller; [`SubscriptionModel::dispatch_all`] |
+//! | Key_Shared replays go to the consumer of the entry's sticky-key hash, so a key keeps its consumer | `PersistentStickyKeyDispatcherMultipleConsumers` (the hash of a replayed entry is computed when it is read) | the caller |
+//! | a dispatch adds the entry to the target's `pendingAcks` and counts it there; other consumers that hold the entry keep it | `Consumer.sendMessages`, `PendingAcksMap.addPendingAckIfAllowed` | [`SubscriptionModel::dispatch`] |
+//! | a replay's ack set is the cursor's batch-deleted set AND the pending-ack set; an entry wholly acknowledged or pending is not sent | `AbstractBaseDispatcher.filterEntriesForConsumer` | [`SubscriptionModel::dispatch`] |
+//! | an ack, ordinary or transactional, changes the count of the **owner**: the acker if the entry is in its `pendingAcks`, else the first consumer (subscription order) holding it, else the acker | `Consumer.getAckOwnerConsumerAndBatchSize`, `individualAckNormal`, `individualAckWithTransaction` | [`SubscriptionModel::ack_owner`], [`SubscriptionModel::ack`] |
+//! | an abort touches no consumer: the pending-ack state gets the indexes back and the entries join the replay set; the holder keeps the entry in `pendingAcks` and its count (the transactional ack's decrement is not given back), so after the replay two consumers hold it | `PendingAckHandleImpl` abort → `PersistentSubscription.redeliverUnacknowledgedMessages(consumer, positions)`; *observed* (fact 1 of issue 27): A held a batch of 10, acked index 0 in a transaction and aborted: B received all 10 with redelivery count 1, in 3 of 3 rounds; A unacked 9, B 10 | [`SubscriptionModel::abort`] |
+//! | REDELIVER_UNACKNOWLEDGED_MESSAGES without ids: the sender's count goes to 0, its `pendingAcks` empty, it is unblocked; the entries join the replay set (redelivery count +1) and the dispatcher reads | `Consumer.redeliverUnacknowledgedMessages(long)`, `PersistentDispatcherMultipleConsumers.redeliverUnacknowledgedMessages(consumer, positions)`; *observed* (fact 2): B received everything A held | [`SubscriptionModel::redeliver_all`] |
+//! | REDELIVER_UNACKNOWLEDGED_MESSAGES with ids: only ids in the **sender's** `pendingAcks` leave it (count down by their outstanding messages) and join the replay set; another consumer's entry is passed over; the sender is unblocked whatever the ids named | `Consumer.redeliverUnacknowledgedMessages(List)` | [`SubscriptionModel::redeliver_unacknowledged`] |
+//! | such a request that adds nothing to the replay set makes the dispatcher read only if permits arrived while the sender was blocked; otherwise the sender, unblocked, gets nothing until something else makes the dispatcher read (a publish, another consumer's FLOW, a replay, an unblocking ack); its own FLOW at the limit blocks it again | `Consumer.redeliverUnacknowledgedMessages(List)` (`permitsReceivedWhileConsumerBlocked`), `Consumer.flowPermits`; *observed* (fact 3): limit 20, 20 unacked, an id in no `pendingAcks`: unblocked, count 20, nothing replayed, 0 messages in 2 s with 40 in the backlog | the caller |
+//! | a consumer that leaves hands its `pendingAcks` to the replay set without counting a redelivery, and its count leaves with it; when the last consumer leaves, the replay set and the redelivery counts are cleared and the next consumer's cursor is rewound to the mark-delete position | `PersistentDispatcherMultipleConsumers.removeConsumer`, `clearComponentsAfterRemovedAllConsumers`, `addConsumer` | [`SubscriptionModel::remove_consumer`] (the rest: the caller) |
+//! | every read drops the entries up to the mark-delete position from every consumer's `pendingAcks` **without** a decrement (4.0.8; newer brokers decrement, apache/pulsar#25581): a holder whose entry another consumer acknowledged keeps that share of its count for good | `PersistentDispatcherMultipleConsumers.readMoreEntries` (`PendingAcksMap.removeAllUpTo`) | [`SubscriptionModel::remove_pending_acks_up_to`] |
+//!
+//! Which requests reset a drifted count without replaying anything an application holds
+//! (*read*, derived from the rules above): a request with ids takes off exactly the
+//! outstanding messages of the named entries that are in the sender's `pendingAcks`, and their
+//! replay sends nothing when the cursor has deleted them (`addMessageToReplay` skips entries
+//! up to the mark-delete position, the replay read drops the others); so naming entries that
+//! are deleted but still in `pendingAcks` repairs their share without a replay, while naming
+//! an entry that is not deleted replays it to any consumer. Nothing repairs a share whose
+//! entry has left `pendingAcks` (the mark-delete pruning, a transactional ack without
+//! `batch_size`) except a request without ids, which replays everything the sender holds.
+//! A request naming nothing of the sender's only unblocks it.
+//!
 //! # What the model decides where the broker is silent or the reference is ambiguous
 //! - **Invalid input is refused, not miscounted.** The broker accepts `ack_set` bits beyond
 //!   the batch, a `batch_size` of 0 or a negative one, and acks of entries it never sent, and
@@ -70,6 +107,12 @@
 //!   index deletes the entry like a whole-entry ack (§4.1: an all-cleared set is a whole-entry
 //!   ack); a partial one leaves the cursor unchanged, since the cursor keeps no batch-deleted
 //!   indexes then.
+//!
+//! - **Acks are taken one after the other.** A 4.0.8 broker that gets two transactional acks
+//!   of the same message from two consumers close together can accept both (its conflict
+//!   check and the recording of the first are not atomic; seen in issue 27: payloads
+//!   committed in two transactions). The model checks each ack against everything before it,
+//!   so the second is always a conflict.
 //!
 //! # Rules taken from the broker sources beyond the reference
 //! Read in the 4.0-era `Consumer`, `PendingAckHandleImpl`, `ManagedCursorImpl`,
@@ -98,12 +141,14 @@ mod acks;
 mod java_bits;
 mod outcome;
 mod pending_ack;
+mod subscription;
 
 pub use accounting::ConsumerModel;
 pub use outcome::{
     Aborted, AckEffect, AckOutcome, Committed, Conflict, ConflictReason, Counters, CursorState,
     Dispatch, EntryView, IgnoredReason, PendingAckView, Redelivered, SkipReason, TxnStatus,
 };
+pub use subscription::{ConsumerId, ConsumerView, SubscriptionModel};
 
 use crate::{Ack, AckId, AckKind, EntryId, TxnAck, TxnId};
 

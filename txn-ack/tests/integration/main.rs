@@ -7,6 +7,8 @@
 //!   them.
 //! - [`rules`]: the model's accounting rules one by one (§5, §6, §7 of the reference).
 //! - [`properties`]: random correct clients keep the count exact; random garbage never panics.
+//! - [`shared`]: several consumers of one subscription: whose accounting each step changes, and
+//!   ordinary acks through any consumer drain to zero.
 //! - [`bad_input`]: clear errors for bad sizes, indexes and words; idempotent ordinary acks.
 //! - [`no_alloc`]: building acks and updating the trackers for batches of up to 64 messages
 //!   does not allocate (counted by this binary's global allocator).
@@ -21,6 +23,7 @@ mod legacy;
 mod no_alloc;
 mod properties;
 mod rules;
+mod shared;
 mod stall;
 mod support;
 

@@ -168,7 +168,12 @@ impl Broker {
                 t.sends.push((topic_name, index));
             }
             Some(Err(_)) => {}
-            None => self.dispatch_topics([topic_name]),
+            None => {
+                if let Some(topic) = self.topics.get_mut(&topic_name) {
+                    topic.published();
+                }
+                self.dispatch_topics([topic_name]);
+            }
         }
     }
 
@@ -295,17 +300,7 @@ impl Broker {
         } else {
             None
         };
-        let shared = matches!(sub_type, SubType::Shared | SubType::KeyShared);
-        let max_unacked = if shared && durable {
-            topic
-                .max_unacked
-                .unwrap_or(self.config.max_unacked_messages_per_consumer)
-        } else {
-            0
-        };
-        let model = ModelConfig::new(max_unacked)
-            .with_batch_index_ack(self.config.batch_index_ack)
-            .with_conflict_effects(self.config.conflict_effects);
+        let model = self.model_config(topic.max_unacked, sub_type, durable);
         self.next_key += 1;
         let key = self.next_key;
         let name = body
@@ -343,9 +338,9 @@ impl Broker {
             .subscriptions
             .entry(body.subscription.clone())
             .or_insert_with(|| {
-                Subscription::new(body.subscription.clone(), sub_type, durable, start)
+                Subscription::new(body.subscription.clone(), sub_type, durable, start, model)
             });
-        let mut consumer = Consumer::new(key, conn, body.consumer_id, name, model);
+        let mut consumer = Consumer::new(key, conn, body.consumer_id, name);
         if let Some((policy, ranges)) = key_shared {
             sub.set_key_shared(policy);
             consumer.hash_ranges = ranges;
@@ -359,6 +354,26 @@ impl Broker {
                 key,
             },
         );
+    }
+
+    /// The accounting rules of a subscription of `sub_type` on a topic whose
+    /// `maxUnackedMessagesOnConsumer` is `topic_max`: the limit applies to durable Shared and
+    /// Key_Shared subscriptions only (0, unlimited, otherwise, as on the broker).
+    pub(super) fn model_config(
+        &self,
+        topic_max: Option<u32>,
+        sub_type: SubType,
+        durable: bool,
+    ) -> ModelConfig {
+        let shared = matches!(sub_type, SubType::Shared | SubType::KeyShared);
+        let max_unacked = if shared && durable {
+            topic_max.unwrap_or(self.config.max_unacked_messages_per_consumer)
+        } else {
+            0
+        };
+        ModelConfig::new(max_unacked)
+            .with_batch_index_ack(self.config.batch_index_ack)
+            .with_conflict_effects(self.config.conflict_effects)
     }
 
     /// Removes a consumer; returns its topic.
@@ -473,6 +488,9 @@ impl Broker {
                 } else {
                     Visibility::Aborted
                 };
+            }
+            if let Some(topic) = self.topics.get_mut(&topic) {
+                topic.published();
             }
             touched.insert(topic);
         }

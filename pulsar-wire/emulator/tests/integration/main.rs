@@ -14,6 +14,7 @@ mod pipelining;
 mod priority;
 mod restarts;
 mod scripted;
+mod shared;
 mod support;
 mod txn;
 mod unmodelled;
