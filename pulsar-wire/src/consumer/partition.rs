@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, mpsc};
-use txn_ack::{
-    AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition, TxnAck, TxnId,
-};
+use txn_ack::{AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition, TxnId};
 
 use super::Message;
 use super::again::Again;
@@ -752,19 +750,13 @@ impl PartitionConsumer {
                 let mut ledger = self.ledger.lock();
                 if !ledger.is_aborting() {
                     ledger.txn_in_flight += acks.len();
-                    for held in &acks {
-                        ledger
-                            .deliveries
-                            .acked(held.position(), Some(held.txn.id()));
-                    }
                     break;
                 }
             }
             changed.await;
         }
         let answers =
-            futures_util::future::join_all(acks.iter().map(|held| self.send_txn_ack(&held.ack)))
-                .await;
+            futures_util::future::join_all(acks.iter().map(|held| self.send_txn_ack(held))).await;
         let mut sent = Vec::with_capacity(acks.len());
         {
             let mut ledger = self.ledger.lock();
@@ -813,7 +805,11 @@ impl PartitionConsumer {
     /// going out on the old one: there it would be lost with the connection, or refused
     /// with `ConsumerNotFound`, and either would leave the transaction unable to commit.
     /// A `ConsumerNotFound` answer (the broker took nothing) is sent again on the new link.
-    async fn send_txn_ack(&self, ack: &TxnAck) -> Result<pb::BaseCommand, Error> {
+    ///
+    /// The ledger records the ack as it goes on the wire, on the registration it goes to (a
+    /// registration made after the message arrived does not count it until its copy comes).
+    async fn send_txn_ack(&self, held: &HeldBackAck) -> Result<pb::BaseCommand, Error> {
+        let ack = &held.ack;
         let mut refused = 0;
         loop {
             let (link, generation) = self.link_and_generation();
@@ -822,6 +818,10 @@ impl PartitionConsumer {
             {
                 continue;
             }
+            self.ledger
+                .lock()
+                .deliveries
+                .acked(held.position(), Some(held.txn.id()));
             let ConsumerLink {
                 connection,
                 consumer_id,
@@ -1266,7 +1266,8 @@ pub(crate) async fn pump(
         {
             let mut ledger = consumer.ledger.lock();
             messages.retain(|message| {
-                let Verdict::Duplicate(of) = ledger.deliveries.delivered(message.position()) else {
+                let v = ledger.deliveries.delivered(message.position());
+                let Verdict::Duplicate(of) = v else {
                     return true;
                 };
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
