@@ -129,7 +129,7 @@ pub fn consumer_name(index: usize) -> String {
 
 /// One commit of a payload: which consumer acknowledged it and when the broker answered
 /// that ack (from the start of the run).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Commit {
     /// The consumer's index.
     pub consumer: usize,
