@@ -1,24 +1,40 @@
-//! The steady transactional shape of issue "transactional acks that never stall": a producer
-//! sends at a steady rate in batches, one Shared consumer keeps up and acknowledges every
-//! message in a transaction (one batch index per ack): every few messages received it opens a
-//! transaction, acknowledges them in it all at once, waits for every answer and ends it in the
-//! background (at most two ends in flight) while it goes on receiving, every third one aborted. It runs against a real broker (or the emulator), with
-//! `pulsar-wire` ([`run`]) or any other client (the caller starts it and calls [`watch`]).
+//! The steady transactional shape: a producer sends at a steady rate in batches while Shared
+//! consumers keep up and acknowledge every message in a transaction (one batch index per ack).
+//! Each consumer runs its own loop: every few messages received it opens a transaction,
+//! acknowledges them in it all at once, waits for every answer and ends it in the background
+//! (at most two ends in flight) while it goes on receiving; every few ended transactions one
+//! is aborted, and its messages are acknowledged again once they come back (from whichever
+//! consumer receives them: the loop only keeps receiving). It runs against a real broker (or
+//! the emulator), with `pulsar-wire` ([`run`]) or any other client (the caller starts it and
+//! calls [`watch`]).
 //!
-//! [`Watcher`] polls the admin stats while the run goes on and measures the consumer's blocked
-//! periods (`blockedConsumerOnUnackedMsgs`), so both clients are measured the same way.
+//! Two shapes: issue 11's ([`Shape::steady`], one consumer, 140 msg/s in batches of 7, limit
+//! 50) and issue 27's ([`Shape::shared`], N consumers on one subscription, 300 msg/s in
+//! batches of 13, limit [`SHARED_LIMIT`]). Every consumer's commits go to one record
+//! ([`Commits`]), so a payload committed by two consumers (or twice by one) is seen, with
+//! both consumers and how far apart their acks were ([`DoubleCommit`]).
+//!
+//! [`Watcher`] polls the admin stats while the run goes on and measures the blocked periods
+//! (`blockedConsumerOnUnackedMsgs`) of every consumer and of the subscription as a whole (any
+//! consumer blocked), so every client is measured the same way.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use pulsar_wire::pb::ServerError;
 use pulsar_wire::{
-    BatchingOptions, Client, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
+    BatchingOptions, Client, Consumer, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
     ProducerOptions, SubType, Transaction, TransactionCoordinator,
 };
 
-use crate::pulsar_admin::PulsarAdmin;
+use crate::pulsar_admin::{ConsumerStats, PulsarAdmin};
+
+/// `maxUnackedMessagesOnConsumer` for [`Shape::shared`] (issue 27); the caller sets it on the
+/// topic.
+pub const SHARED_LIMIT: u32 = 37;
 
 /// The shape of one run.
 #[derive(Debug, Clone)]
@@ -27,24 +43,28 @@ pub struct Shape {
     pub produce_for: Duration,
     /// Messages per second.
     pub rate: u32,
-    /// Messages per producer batch.
+    /// Messages per producer batch: the producer sends one batch every `batch / rate` seconds.
     pub batch: usize,
     /// Messages acknowledged per transaction.
     pub txn_every: usize,
-    /// Every `abort_every`-th transaction is aborted (0: none).
+    /// Every `abort_every`-th transaction a consumer ends is aborted (0: none).
     pub abort_every: usize,
-    /// Everything is produced before the consumer starts (the bulk shape).
+    /// Everything is produced before the consumers start (the bulk shape).
     pub produce_first: bool,
     /// The run gives up after this long.
     pub timeout: Duration,
     /// The application stops receiving and acknowledging once for the second value, when the
-    /// first has passed since the start (a pause such as a long GC or a slow downstream call).
+    /// first has passed since the start (a pause such as a long GC or a slow downstream call);
+    /// every consumer pauses.
     pub pause: Option<(Duration, Duration)>,
+    /// Consumers on the one Shared subscription, each with its own loop (named
+    /// [`consumer_name`]).
+    pub consumers: usize,
 }
 
 impl Shape {
-    /// The issue's steady shape: 140 msg/s in batches of 7 for `produce_for`, 5 acks per
-    /// transaction, every third aborted.
+    /// Issue 11's steady shape: one consumer, 140 msg/s in batches of 7 for `produce_for`, 5
+    /// acks per transaction, every third aborted (the topic's limit: 50).
     pub fn steady(produce_for: Duration) -> Self {
         Self {
             produce_for,
@@ -55,6 +75,7 @@ impl Shape {
             produce_first: false,
             timeout: produce_for + Duration::from_secs(60),
             pause: None,
+            consumers: 1,
         }
     }
 
@@ -68,37 +89,148 @@ impl Shape {
         }
     }
 
-    /// How many messages the producer sends.
-    pub fn messages(&self) -> u64 {
-        let per_tick = self.per_tick() as u64;
-        self.ticks() * per_tick
+    /// Issue 27's shape: `consumers` Shared consumers on one subscription, 300 msg/s in
+    /// batches of 13 for `produce_for`, 6 acks per transaction, every fourth transaction of
+    /// each consumer aborted. The topic's limit is [`SHARED_LIMIT`].
+    pub fn shared(consumers: usize, produce_for: Duration) -> Self {
+        Self {
+            produce_for,
+            rate: 300,
+            batch: 13,
+            txn_every: 6,
+            abort_every: 4,
+            produce_first: false,
+            timeout: produce_for + Duration::from_secs(60),
+            pause: None,
+            consumers,
+        }
     }
 
-    fn per_tick(&self) -> usize {
-        // Ticks of 50 ms: a full batch per tick at 140 msg/s.
-        (self.rate as usize / 20).max(1)
+    /// How many messages the producer sends: whole batches, at least `rate × produce_for`.
+    pub fn messages(&self) -> u64 {
+        self.ticks() * self.batch as u64
+    }
+
+    /// The time between two batches.
+    fn tick(&self) -> Duration {
+        Duration::from_nanos(self.batch as u64 * 1_000_000_000 / u64::from(self.rate.max(1)))
     }
 
     fn ticks(&self) -> u64 {
-        (self.produce_for.as_millis() / 50) as u64
+        let batch = self.batch.max(1) as u128 * 1_000_000_000;
+        (self.produce_for.as_nanos() * u128::from(self.rate)).div_ceil(batch) as u64
     }
 }
 
-/// What one run measured on the client side.
+/// The name of consumer `index` of a run (in the admin stats and the reports).
+pub fn consumer_name(index: usize) -> String {
+    format!("c{index}")
+}
+
+/// One commit of a payload: which consumer acknowledged it and when the broker answered
+/// that ack (from the start of the run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// The consumer's index.
+    pub consumer: usize,
+    /// When its transactional ack was answered.
+    pub acked_at: Duration,
+}
+
+/// A payload committed in a second transaction: the commit seen first and this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoubleCommit {
+    /// The payload.
+    pub payload: String,
+    /// The commit recorded first.
+    pub first: Commit,
+    /// The commit recorded later.
+    pub second: Commit,
+}
+
+impl DoubleCommit {
+    /// How far apart the two acks were answered.
+    pub fn apart(&self) -> Duration {
+        self.first.acked_at.abs_diff(self.second.acked_at)
+    }
+
+    /// Whether two consumers committed it (not one consumer twice).
+    pub fn across_consumers(&self) -> bool {
+        self.first.consumer != self.second.consumer
+    }
+}
+
+/// The record of committed payloads across every consumer of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Commits {
+    first: HashMap<String, Commit>,
+    doubles: Vec<DoubleCommit>,
+}
+
+impl Commits {
+    /// Records that a committed transaction held `payload`; false when it was committed
+    /// before (then a [`DoubleCommit`] is recorded).
+    pub fn commit(&mut self, payload: String, commit: Commit) -> bool {
+        match self.first.get(&payload) {
+            Some(first) => {
+                self.doubles.push(DoubleCommit {
+                    payload,
+                    first: *first,
+                    second: commit,
+                });
+                false
+            }
+            None => {
+                self.first.insert(payload, commit);
+                true
+            }
+        }
+    }
+
+    /// Distinct payloads committed.
+    pub fn distinct(&self) -> usize {
+        self.first.len()
+    }
+
+    /// Every commit after a payload's first.
+    pub fn doubles(&self) -> &[DoubleCommit] {
+        &self.doubles
+    }
+
+    /// Payloads committed more than once.
+    pub fn committed_again(&self) -> usize {
+        let mut payloads: Vec<&str> = self.doubles.iter().map(|d| d.payload.as_str()).collect();
+        payloads.sort_unstable();
+        payloads.dedup();
+        payloads.len()
+    }
+}
+
+/// What one run measured on the client side (all consumers together unless a field says
+/// otherwise).
 #[derive(Debug, Clone, Default)]
 pub struct ClientReport {
     /// Messages produced.
     pub produced: u64,
     /// Distinct payloads committed.
     pub committed: u64,
-    /// Payloads committed a second time.
+    /// Commits of payloads committed before (each one in [`ClientReport::double_commits`]).
     pub duplicates: u64,
+    /// Distinct payloads committed more than once.
+    pub committed_again: u64,
+    /// Every commit of a payload committed before: the two consumers and when their acks
+    /// were answered.
+    pub double_commits: Vec<DoubleCommit>,
+    /// Payload commits per consumer (double commits included).
+    pub committed_by: Vec<u64>,
     /// Transactions committed.
     pub txns_committed: u64,
     /// Transactions aborted on purpose.
     pub txns_aborted: u64,
     /// Transactional acks the broker refused.
     pub acks_refused: u64,
+    /// Of those, the ones refused with `TransactionConflict`.
+    pub ack_conflicts: u64,
     /// Transactional acks the client refused before sending (already acknowledged).
     pub acks_refused_by_client: u64,
     /// Commits the coordinator refused.
@@ -107,19 +239,19 @@ pub struct ClientReport {
     pub drain: Duration,
     /// Every payload was committed before the timeout.
     pub drained: bool,
-    /// Messages the consumer recognised as redeliveries of committed messages.
+    /// Messages the consumers recognised as redeliveries of committed messages.
     pub committed_redeliveries: u64,
-    /// Duplicate deliveries the consumer recognised (and did not hand over again).
+    /// Duplicate deliveries the consumers recognised (and did not hand over again).
     pub duplicates_hidden: u64,
-    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` requests the consumer sent.
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES` requests the consumers sent.
     pub redelivery_requests: u64,
-    /// Of those, the ones that only unblocked the consumer (they replay nothing).
+    /// Of those, the ones that only unblocked a consumer (they replay nothing).
     pub unblocks: u64,
     /// Transactional acks held back until their batch was free or their commit.
     pub acks_held_back: u64,
-    /// Messages the consumer handed to the application again itself.
+    /// Messages the consumers handed to the application again themselves.
     pub handed_again: u64,
-    /// The subscription's unacked count once settled, the consumer still connected (`None`
+    /// The subscription's unacked count once settled, the consumers still connected (`None`
     /// when not measured).
     pub final_unacked: Option<i64>,
     /// Its backlog then.
@@ -130,21 +262,52 @@ pub struct ClientReport {
     pub slowest_commit: Duration,
     /// The slowest abort.
     pub slowest_abort: Duration,
-    /// The longest wait for a message while payloads were still outstanding, and when it
-    /// began (from the start).
+    /// The longest wait of a consumer for a message while payloads were still outstanding,
+    /// and when it began (from the start).
     pub longest_receive_gap: (Duration, Duration),
     /// The mean time from a transaction taken to its end answered (its acks, then its
-    /// commit or abort): the consumer keeps up while `txn_every` messages take less than
-    /// this at the producer's rate, redeliveries included.
+    /// commit or abort): a consumer keeps up while `txn_every` messages take less than
+    /// this at its share of the producer's rate, redeliveries included.
     pub mean_cycle: Duration,
 }
 
-/// Runs the shape with `pulsar-wire` on `topic` / `subscription`. `legacy` delivers
-/// redeliveries of committed messages to the application as before the fix (tests only).
-/// With `admin`, the settled unacked count and backlog are read before the consumer closes.
+/// What one consumer's loop counted.
+#[derive(Debug, Default)]
+struct Counts {
+    committed: u64,
+    txns_committed: u64,
+    txns_aborted: u64,
+    acks_refused: u64,
+    ack_conflicts: u64,
+    acks_refused_by_client: u64,
+    commits_refused: u64,
+    slowest_ack: Duration,
+    slowest_commit: Duration,
+    slowest_abort: Duration,
+    longest_receive_gap: (Duration, Duration),
+    cycles: Duration,
+    ended: u32,
+}
+
+/// What the consumers' loops share.
+struct Run {
+    started: Instant,
+    deadline: Instant,
+    /// The producer's count of messages sent, once it is done.
+    produced: Arc<Mutex<Option<u64>>>,
+    commits: Mutex<Commits>,
+    drained_at: Mutex<Option<Duration>>,
+    /// A loop failed: the others stop.
+    stop: AtomicBool,
+}
+
+/// Runs the shape with `pulsar-wire` on `topic` / `subscription`: [`Shape::consumers`]
+/// consumers of one client, each on its own task. `legacy` delivers redeliveries of
+/// committed messages to the application as before the fix (tests only). With `admin`, the
+/// settled unacked count and backlog are read before the consumers close.
 ///
 /// # Errors
-/// When the client cannot connect, subscribe or produce.
+/// When the client cannot connect, subscribe or produce, or a consumer's receive fails.
 pub async fn run(
     client: &Client,
     topic: &str,
@@ -153,22 +316,12 @@ pub async fn run(
     legacy: bool,
     admin: Option<&PulsarAdmin>,
 ) -> Result<ClientReport, Error> {
-    let subscribe = || {
-        client.subscribe(
-            topic,
-            subscription,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest)
-                .legacy_committed_redeliveries(legacy),
-        )
-    };
     // The steady shape subscribes first; the bulk one after everything is produced (a
     // subscription from the earliest message sees it all).
     let early = if shape.produce_first {
         None
     } else {
-        Some(subscribe().await?)
+        Some(subscribe(client, topic, subscription, shape, legacy).await?)
     };
     let producer = client
         .create_producer(
@@ -180,19 +333,19 @@ pub async fn run(
             ),
         )
         .await?;
-    let coordinator = client.transaction_coordinator().await?;
+    let coordinator = client.transaction_coordinator().await?.clone();
     let started = Instant::now();
     let produced = Arc::new(Mutex::new(None::<u64>));
     let mut producing = Some({
         let shape = shape.clone();
         let produced = Arc::clone(&produced);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            let mut tick = tokio::time::interval(shape.tick());
             let mut sends = Vec::new();
             let mut next = 0u64;
             for _ in 0..shape.ticks() {
                 tick.tick().await;
-                let payloads: Vec<_> = (0..shape.per_tick())
+                let payloads: Vec<_> = (0..shape.batch)
                     .map(|_| {
                         next += 1;
                         format!("p{}", next - 1)
@@ -221,29 +374,157 @@ pub async fn run(
     {
         let _ = task.await;
     }
-    let consumer = match early {
-        Some(consumer) => consumer,
-        None => subscribe().await?,
+    let consumers = match early {
+        Some(consumers) => consumers,
+        None => subscribe(client, topic, subscription, shape, legacy).await?,
     };
     let started = if shape.produce_first {
         Instant::now()
     } else {
         started
     };
+    let run = Arc::new(Run {
+        started,
+        deadline: started + shape.timeout,
+        produced: Arc::clone(&produced),
+        commits: Mutex::new(Commits::default()),
+        drained_at: Mutex::new(None),
+        stop: AtomicBool::new(false),
+    });
+    let loops = consumers.iter().enumerate().map(|(index, consumer)| {
+        tokio::spawn(consume(
+            index,
+            Arc::clone(consumer),
+            coordinator.clone(),
+            subscription.to_owned(),
+            shape.clone(),
+            Arc::clone(&run),
+        ))
+    });
     let mut report = ClientReport::default();
-    let mut committed = HashSet::new();
+    let mut cycles = Duration::ZERO;
+    let mut ended = 0u32;
+    let mut failed = None;
+    for counts in futures_util::future::join_all(loops).await {
+        let counts = match counts.expect("a consumer's loop") {
+            Ok(counts) => counts,
+            Err(error) => {
+                failed.get_or_insert(error);
+                continue;
+            }
+        };
+        report.committed_by.push(counts.committed);
+        report.txns_committed += counts.txns_committed;
+        report.txns_aborted += counts.txns_aborted;
+        report.acks_refused += counts.acks_refused;
+        report.ack_conflicts += counts.ack_conflicts;
+        report.acks_refused_by_client += counts.acks_refused_by_client;
+        report.commits_refused += counts.commits_refused;
+        report.slowest_ack = report.slowest_ack.max(counts.slowest_ack);
+        report.slowest_commit = report.slowest_commit.max(counts.slowest_commit);
+        report.slowest_abort = report.slowest_abort.max(counts.slowest_abort);
+        report.longest_receive_gap = report.longest_receive_gap.max(counts.longest_receive_gap);
+        cycles += counts.cycles;
+        ended += counts.ended;
+    }
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    report.produced = produced.lock().unwrap_or(0);
+    if let Some(drain) = *run.drained_at.lock() {
+        report.drained = true;
+        report.drain = drain;
+    }
+    {
+        let commits = run.commits.lock();
+        report.committed = commits.distinct() as u64;
+        report.duplicates = commits.doubles().len() as u64;
+        report.committed_again = commits.committed_again() as u64;
+        report.double_commits = commits.doubles().to_vec();
+    }
+    report.mean_cycle = cycles / ended.max(1);
+    if let Some(admin) = admin {
+        let (unacked, backlog) =
+            settled_counts(admin, topic, subscription, Duration::from_secs(10)).await;
+        report.final_unacked = Some(unacked);
+        report.final_backlog = Some(backlog);
+    }
+    for consumer in &consumers {
+        let stats = consumer.stats();
+        report.committed_redeliveries += stats.committed_redeliveries;
+        report.duplicates_hidden += stats.duplicates;
+        report.redelivery_requests += stats.redelivery_requests;
+        report.unblocks += stats.unblocks;
+        report.acks_held_back += stats.acks_held_back;
+        report.handed_again += stats.handed_again;
+    }
+    if let Some(task) = producing {
+        task.abort();
+    }
+    for consumer in &consumers {
+        consumer.close().await?;
+    }
+    Ok(report)
+}
+
+/// Subscribes the shape's consumers, one after the other, on one Shared subscription.
+async fn subscribe(
+    client: &Client,
+    topic: &str,
+    subscription: &str,
+    shape: &Shape,
+    legacy: bool,
+) -> Result<Vec<Arc<Consumer>>, Error> {
+    let mut consumers = Vec::with_capacity(shape.consumers);
+    for index in 0..shape.consumers.max(1) {
+        let options = ConsumerOptions::default()
+            .sub_type(SubType::Shared)
+            .initial_position(InitialPosition::Earliest)
+            .name(consumer_name(index))
+            .legacy_committed_redeliveries(legacy);
+        consumers.push(Arc::new(
+            client.subscribe(topic, subscription, options).await?,
+        ));
+    }
+    Ok(consumers)
+}
+
+/// One consumer's loop: receives, acknowledges every `txn_every` messages in a transaction
+/// and ends it in the background, until every payload is committed (by any consumer), the
+/// deadline passes or another loop failed.
+async fn consume(
+    index: usize,
+    consumer: Arc<Consumer>,
+    coordinator: TransactionCoordinator,
+    subscription: String,
+    shape: Shape,
+    run: Arc<Run>,
+) -> Result<Counts, Error> {
+    let result =
+        consume_until_done(index, &consumer, &coordinator, &subscription, &shape, &run).await;
+    if result.is_err() {
+        run.stop.store(true, Ordering::Release);
+    }
+    result
+}
+
+async fn consume_until_done(
+    index: usize,
+    consumer: &Consumer,
+    coordinator: &TransactionCoordinator,
+    subscription: &str,
+    shape: &Shape,
+    run: &Run,
+) -> Result<Counts, Error> {
+    let mut counts = Counts::default();
     let mut batch = Vec::with_capacity(shape.txn_every);
-    let mut ended = 0usize;
-    let deadline = started + shape.timeout;
     let mut last_message = Instant::now();
     let mut pause = shape.pause;
-    let mut cycles = Duration::ZERO;
     let mut next: Option<tokio::task::JoinHandle<Result<Transaction, Error>>> = None;
-    let mut ending: std::collections::VecDeque<tokio::task::JoinHandle<Ending>> =
-        std::collections::VecDeque::new();
+    let mut ending: VecDeque<tokio::task::JoinHandle<Ending>> = VecDeque::new();
     loop {
         if let Some((at, length)) = pause
-            && started.elapsed() >= at
+            && run.started.elapsed() >= at
         {
             // The application's own pause, not a wait for the client: nothing is received
             // or acknowledged meanwhile.
@@ -253,23 +534,18 @@ pub async fn run(
         }
         while ending.front().is_some_and(|end| end.is_finished()) {
             let end = ending.pop_front().expect("a finished end");
-            settle(
-                end.await.expect("the task ending a transaction"),
-                &mut report,
-                &mut committed,
-            );
+            settle(end.await, index, &mut counts, &run.commits);
         }
-        let done_producing = *produced.lock();
-        if let Some(total) = done_producing
-            && committed.len() as u64 >= total
+        let total = *run.produced.lock();
+        if let Some(total) = total
+            && run.commits.lock().distinct() as u64 >= total
         {
-            report.produced = total;
-            report.drained = true;
-            report.drain = started.elapsed();
+            run.drained_at
+                .lock()
+                .get_or_insert_with(|| run.started.elapsed());
             break;
         }
-        if Instant::now() >= deadline {
-            report.produced = done_producing.unwrap_or(0);
+        if Instant::now() >= run.deadline || run.stop.load(Ordering::Acquire) {
             break;
         }
         let received = tokio::time::timeout(Duration::from_millis(200), consumer.receive()).await;
@@ -280,8 +556,8 @@ pub async fn run(
         };
         if message.is_some() {
             let gap = last_message.elapsed();
-            if gap > report.longest_receive_gap.0 {
-                report.longest_receive_gap = (gap, last_message - started);
+            if gap > counts.longest_receive_gap.0 {
+                counts.longest_receive_gap = (gap, last_message - run.started);
             }
             last_message = Instant::now();
         }
@@ -309,38 +585,40 @@ pub async fn run(
             subscription.to_owned(),
         )));
         let sent = Instant::now();
-        let acks = futures_util::future::join_all(
-            batch.iter().map(|message| consumer.ack_in(&open, message)),
-        )
+        let acks = futures_util::future::join_all(batch.iter().map(|message| async {
+            let acked = consumer.ack_in(&open, message).await;
+            (acked, run.started.elapsed())
+        }))
         .await;
-        report.slowest_ack = report.slowest_ack.max(sent.elapsed());
+        counts.slowest_ack = counts.slowest_ack.max(sent.elapsed());
         let mut payloads = Vec::with_capacity(batch.len());
-        for (message, acked) in batch.drain(..).zip(acks) {
+        for (message, (acked, at)) in batch.drain(..).zip(acks) {
             match acked {
                 Ok(()) => {
-                    payloads.push(String::from_utf8_lossy(message.payload()).into_owned());
+                    let payload = String::from_utf8_lossy(message.payload()).into_owned();
+                    payloads.push((payload, at));
                 }
                 Err(Error::Ack(error)) => {
-                    report.acks_refused_by_client += 1;
+                    counts.acks_refused_by_client += 1;
                     tracing::debug!(%error, "ack refused by the client");
                 }
                 Err(error) => {
-                    report.acks_refused += 1;
+                    counts.acks_refused += 1;
+                    if error.server_error() == Some(ServerError::TransactionConflict) {
+                        counts.ack_conflicts += 1;
+                    }
                     tracing::info!(%error, "ack refused");
                 }
             }
         }
-        ended += 1;
-        let abort = shape.abort_every > 0 && ended.is_multiple_of(shape.abort_every);
+        counts.ended += 1;
+        let abort =
+            shape.abort_every > 0 && (counts.ended as usize).is_multiple_of(shape.abort_every);
         // The transaction ends in the background while the next messages are received and
         // acknowledged; at most two ends are in flight.
         while ending.len() >= 2 {
             let oldest = ending.pop_front().expect("two in flight");
-            settle(
-                oldest.await.expect("the task ending a transaction"),
-                &mut report,
-                &mut committed,
-            );
+            settle(oldest.await, index, &mut counts, &run.commits);
         }
         ending.push_back(tokio::spawn(async move {
             let sent = Instant::now();
@@ -360,69 +638,59 @@ pub async fn run(
                 took: sent.elapsed(),
             }
         }));
-        cycles += cycle.elapsed();
+        counts.cycles += cycle.elapsed();
     }
     for end in ending {
-        settle(
-            end.await.expect("the task ending a transaction"),
-            &mut report,
-            &mut committed,
-        );
+        settle(end.await, index, &mut counts, &run.commits);
     }
     if let Some(opening) = next.take()
         && let Ok(Ok(unused)) = opening.await
     {
         let _ = unused.abort().await;
     }
-    report.committed = committed.len() as u64;
-    report.mean_cycle = cycles / u32::try_from(ended.max(1)).unwrap_or(u32::MAX);
-    if let Some(admin) = admin {
-        let (unacked, backlog) =
-            settled_counts(admin, topic, subscription, Duration::from_secs(10)).await;
-        report.final_unacked = Some(unacked);
-        report.final_backlog = Some(backlog);
-    }
-    let stats = consumer.stats();
-    report.committed_redeliveries = stats.committed_redeliveries;
-    report.duplicates_hidden = stats.duplicates;
-    report.redelivery_requests = stats.redelivery_requests;
-    report.unblocks = stats.unblocks;
-    report.acks_held_back = stats.acks_held_back;
-    report.handed_again = stats.handed_again;
-    if let Some(task) = producing {
-        task.abort();
-    }
-    consumer.close().await?;
-    Ok(report)
+    Ok(counts)
 }
 
 /// A transaction ended in the background.
 struct Ending {
     abort: bool,
     outcome: Result<(), Error>,
-    payloads: Vec<String>,
+    /// Its payloads acknowledged, with when each ack was answered.
+    payloads: Vec<(String, Duration)>,
     took: Duration,
 }
 
-/// Counts an ended transaction: a commit's payloads are committed.
-fn settle(end: Ending, report: &mut ClientReport, committed: &mut HashSet<String>) {
+/// Counts an ended transaction of consumer `index`: a commit's payloads are committed.
+fn settle(
+    end: Result<Ending, tokio::task::JoinError>,
+    index: usize,
+    counts: &mut Counts,
+    commits: &Mutex<Commits>,
+) {
+    let end = end.expect("the task ending a transaction");
     if end.abort {
-        report.slowest_abort = report.slowest_abort.max(end.took);
-        report.txns_aborted += 1;
+        counts.slowest_abort = counts.slowest_abort.max(end.took);
+        counts.txns_aborted += 1;
         return;
     }
-    report.slowest_commit = report.slowest_commit.max(end.took);
+    counts.slowest_commit = counts.slowest_commit.max(end.took);
     match end.outcome {
         Ok(()) => {
-            report.txns_committed += 1;
-            for payload in end.payloads {
-                if !committed.insert(payload) {
-                    report.duplicates += 1;
-                }
+            counts.txns_committed += 1;
+            counts.committed += end.payloads.len() as u64;
+            let mut commits = commits.lock();
+            for (payload, acked_at) in end.payloads {
+                commits.commit(
+                    payload,
+                    Commit {
+                        consumer: index,
+                        acked_at,
+                    },
+                );
             }
         }
         Err(error) => {
-            report.commits_refused += 1;
+            counts.commits_refused += 1;
             tracing::info!(%error, "commit refused");
         }
     }
@@ -448,28 +716,108 @@ async fn open_transaction_owned(
     open_transaction(&coordinator, &topic, &subscription).await
 }
 
-/// The consumer's blocked periods seen in the admin stats while a run goes on.
-#[derive(Debug, Clone, Default)]
-pub struct BlockedPeriods {
-    /// How many times the consumer became blocked.
+/// Blocked periods of one consumer, from samples of its stats.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Periods {
+    /// How many times it became blocked.
     pub count: u32,
     /// Their total length.
     pub total: Duration,
     /// The longest one.
     pub longest: Duration,
-    /// The largest unacked count seen.
+    /// Each period: when it was first seen (from the start of watching) and how long it lasted
+    /// (until the first sample that saw it unblocked, or the end of watching).
+    pub periods: Vec<(Duration, Duration)>,
+    since: Option<Duration>,
+}
+
+impl Periods {
+    /// Takes one sample, `at` from the start of watching.
+    pub fn observe(&mut self, at: Duration, blocked: bool) {
+        match (blocked, self.since) {
+            (true, None) => {
+                self.since = Some(at);
+                self.count += 1;
+            }
+            (false, Some(start)) => self.end(start, at),
+            _ => {}
+        }
+    }
+
+    /// Ends a period still going on at `at`.
+    pub fn finish(&mut self, at: Duration) {
+        if let Some(start) = self.since {
+            self.end(start, at);
+        }
+    }
+
+    fn end(&mut self, start: Duration, at: Duration) {
+        let length = at.saturating_sub(start);
+        self.total += length;
+        self.longest = self.longest.max(length);
+        self.periods.push((start, length));
+        self.since = None;
+    }
+}
+
+/// The blocked periods seen in the admin stats while a run goes on: of the subscription
+/// (any consumer blocked: `count`, `total`, `longest`, `periods`) and of each consumer.
+#[derive(Debug, Clone, Default)]
+pub struct BlockedPeriods {
+    /// How many times a consumer became blocked while none was.
+    pub count: u32,
+    /// The total time some consumer was blocked.
+    pub total: Duration,
+    /// The longest time some consumer was blocked without a break.
+    pub longest: Duration,
+    /// The largest unacked count of a consumer seen.
     pub max_unacked: i64,
     /// How many stats were read.
     pub samples: u32,
-    /// Each period: when it was first seen (from the start of watching) and how long it lasted.
+    /// Each period with some consumer blocked: when it was first seen (from the start of
+    /// watching) and how long it lasted.
     pub periods: Vec<(Duration, Duration)>,
+    /// Each consumer's own periods, by its name in the stats (a consumer that leaves the
+    /// stats counts as not blocked).
+    pub consumers: BTreeMap<String, Periods>,
+    any: Periods,
 }
 
 impl BlockedPeriods {
-    fn ended(&mut self, at: Duration, length: Duration) {
-        self.total += length;
-        self.longest = self.longest.max(length);
-        self.periods.push((at, length));
+    /// Takes one sample of the subscription's consumers, `at` from the start of watching.
+    pub fn observe(&mut self, at: Duration, consumers: &[ConsumerStats]) {
+        self.samples += 1;
+        for (name, periods) in &mut self.consumers {
+            if !consumers.iter().any(|c| &c.consumer_name == name) {
+                periods.observe(at, false);
+            }
+        }
+        for consumer in consumers {
+            self.max_unacked = self.max_unacked.max(consumer.unacked_messages);
+            self.consumers
+                .entry(consumer.consumer_name.clone())
+                .or_default()
+                .observe(at, consumer.blocked_consumer_on_unacked_msgs);
+        }
+        let blocked = consumers.iter().any(|c| c.blocked_consumer_on_unacked_msgs);
+        self.any.observe(at, blocked);
+        self.publish();
+    }
+
+    /// Ends the periods still going on at `at`.
+    pub fn finish(&mut self, at: Duration) {
+        for periods in self.consumers.values_mut() {
+            periods.finish(at);
+        }
+        self.any.finish(at);
+        self.publish();
+    }
+
+    fn publish(&mut self) {
+        self.count = self.any.count;
+        self.total = self.any.total;
+        self.longest = self.any.longest;
+        self.periods.clone_from(&self.any.periods);
     }
 }
 
@@ -485,7 +833,6 @@ pub fn watch(admin: PulsarAdmin, topic: String, subscription: String, every: Dur
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(async move {
         let mut periods = BlockedPeriods::default();
-        let mut since: Option<Instant> = None;
         let watching = Instant::now();
         let mut tick = tokio::time::interval(every);
         loop {
@@ -496,28 +843,13 @@ pub fn watch(admin: PulsarAdmin, topic: String, subscription: String, every: Dur
             let Ok(stats) = admin.topic_stats(&topic).await else {
                 continue;
             };
-            periods.samples += 1;
-            let blocked = stats.subscription(&subscription).is_some_and(|s| {
-                s.consumers.iter().any(|c| {
-                    periods.max_unacked = periods.max_unacked.max(c.unacked_messages);
-                    c.blocked_consumer_on_unacked_msgs
-                })
-            });
-            match (blocked, since) {
-                (true, None) => {
-                    since = Some(Instant::now());
-                    periods.count += 1;
-                }
-                (false, Some(start)) => {
-                    periods.ended(start - watching, start.elapsed());
-                    since = None;
-                }
-                _ => {}
-            }
+            let consumers = stats
+                .subscription(&subscription)
+                .map(|s| s.consumers.as_slice())
+                .unwrap_or_default();
+            periods.observe(watching.elapsed(), consumers);
         }
-        if let Some(start) = since {
-            periods.ended(start - watching, start.elapsed());
-        }
+        periods.finish(watching.elapsed());
         periods
     });
     Watcher { stop, task }
@@ -565,17 +897,111 @@ mod tests {
     use pulsar_wire::ConnectOptions;
     use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
-    /// The steady shape on the embedded emulator: drains with the fix, stalls without.
-    async fn on_emulator(legacy: bool) -> ClientReport {
+    #[test]
+    fn the_shapes_send_whole_batches_at_their_rate() {
+        let steady = Shape::steady(Duration::from_secs(60));
+        assert_eq!(
+            (steady.tick(), steady.messages()),
+            (Duration::from_millis(50), 8_400)
+        );
+        assert_eq!(Shape::bulk(2_100).messages(), 2_100);
+        let shared = Shape::shared(2, Duration::from_secs(60));
+        assert_eq!(shared.tick(), Duration::from_nanos(43_333_333));
+        // 1,385 batches of 13: the first whole number of batches with at least 18,000.
+        assert_eq!(shared.messages(), 18_005);
+        assert_eq!(
+            (shared.consumers, shared.txn_every, shared.abort_every),
+            (2, 6, 4)
+        );
+    }
+
+    fn commit(consumer: usize, millis: u64) -> Commit {
+        Commit {
+            consumer,
+            acked_at: Duration::from_millis(millis),
+        }
+    }
+
+    #[test]
+    fn a_payload_committed_again_names_both_commits() {
+        let mut commits = Commits::default();
+        assert!(commits.commit("p0".into(), commit(0, 100)));
+        assert!(commits.commit("p1".into(), commit(1, 105)));
+        assert!(!commits.commit("p0".into(), commit(1, 90)));
+        assert!(!commits.commit("p0".into(), commit(0, 400)));
+        assert!(commits.commit("p2".into(), commit(0, 500)));
+        assert_eq!(commits.distinct(), 3);
+        assert_eq!(commits.committed_again(), 1);
+        let doubles = commits.doubles();
+        assert_eq!(doubles.len(), 2);
+        assert_eq!(doubles[0].payload, "p0");
+        assert_eq!(
+            (doubles[0].first, doubles[0].second),
+            (commit(0, 100), commit(1, 90))
+        );
+        assert_eq!(doubles[0].apart(), Duration::from_millis(10));
+        assert!(doubles[0].across_consumers());
+        assert_eq!(doubles[1].apart(), Duration::from_millis(300));
+        assert!(!doubles[1].across_consumers());
+    }
+
+    fn stats(name: &str, blocked: bool, unacked: i64) -> ConsumerStats {
+        ConsumerStats {
+            consumer_name: name.into(),
+            unacked_messages: unacked,
+            blocked_consumer_on_unacked_msgs: blocked,
+            available_permits: 0,
+            msg_out_counter: 0,
+        }
+    }
+
+    #[test]
+    fn blocked_periods_are_measured_per_consumer_and_for_the_subscription() {
+        let s = Duration::from_secs;
+        let mut blocked = BlockedPeriods::default();
+        blocked.observe(s(0), &[stats("c0", false, 3), stats("c1", false, 5)]);
+        blocked.observe(s(1), &[stats("c0", true, 37), stats("c1", false, 5)]);
+        blocked.observe(s(2), &[stats("c0", true, 37), stats("c1", true, 38)]);
+        blocked.observe(s(3), &[stats("c0", false, 10), stats("c1", true, 37)]);
+        blocked.observe(s(5), &[stats("c0", false, 10), stats("c1", false, 2)]);
+        blocked.observe(s(6), &[stats("c0", true, 37), stats("c1", false, 2)]);
+        // c0 leaves the stats (it closed): its period ends there.
+        blocked.observe(s(7), &[stats("c1", true, 37)]);
+        blocked.finish(s(9));
+        assert_eq!(blocked.samples, 7);
+        assert_eq!(blocked.max_unacked, 38);
+        let c0 = &blocked.consumers["c0"];
+        assert_eq!(c0.periods, vec![(s(1), s(2)), (s(6), s(1))]);
+        assert_eq!((c0.count, c0.total, c0.longest), (2, s(3), s(2)));
+        let c1 = &blocked.consumers["c1"];
+        assert_eq!(c1.periods, vec![(s(2), s(3)), (s(7), s(2))]);
+        assert_eq!((c1.count, c1.total, c1.longest), (2, s(5), s(3)));
+        // Some consumer blocked: 1 s to 5 s, then 6 s to the end.
+        assert_eq!(blocked.periods, vec![(s(1), s(4)), (s(6), s(3))]);
+        assert_eq!(
+            (blocked.count, blocked.total, blocked.longest),
+            (2, s(7), s(4))
+        );
+    }
+
+    async fn emulator_client(limit: u32) -> (Emulator, Client, &'static str) {
         let emulator = Emulator::start(EmulatorConfig::default())
             .await
             .expect("emulator");
         let topic = "persistent://public/default/steady";
         emulator.create_topic(topic, 0).expect("topic");
-        emulator.set_max_unacked_messages(topic, 50).expect("limit");
+        emulator
+            .set_max_unacked_messages(topic, limit)
+            .expect("limit");
         let client = Client::connect(ConnectOptions::new(emulator.endpoint()).expect("url"))
             .await
             .expect("client");
+        (emulator, client, topic)
+    }
+
+    /// The steady shape on the embedded emulator: drains with the fix, stalls without.
+    async fn on_emulator(legacy: bool) -> ClientReport {
+        let (_emulator, client, topic) = emulator_client(50).await;
         let shape = Shape {
             timeout: Duration::from_secs(12),
             ..Shape::steady(Duration::from_secs(6))
@@ -596,8 +1022,37 @@ mod tests {
             fixed.duplicates + fixed.commits_refused + fixed.acks_refused,
             0
         );
+        assert_eq!(fixed.committed_by, vec![fixed.committed]);
         let legacy = on_emulator(true).await;
         assert!(!legacy.drained, "{legacy:?}");
         assert!(legacy.committed < legacy.produced / 2, "{legacy:?}");
+    }
+
+    /// Issue 27's shape with three consumers, 3 s long, on the emulator: every consumer runs
+    /// its own loop and commits its share, and the report adds up. (Whether it drains is the
+    /// client's business, not the harness's.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shared_shape_runs_three_consumers_on_the_emulator() {
+        let (_emulator, client, topic) = emulator_client(SHARED_LIMIT).await;
+        let shape = Shape {
+            timeout: Duration::from_secs(9),
+            ..Shape::shared(3, Duration::from_secs(3))
+        };
+        let report = run(&client, topic, "s", &shape, false, None)
+            .await
+            .expect("run");
+        client.close().await;
+        println!("{report:?}");
+        assert_eq!(report.produced, shape.messages(), "{report:?}");
+        assert_eq!(report.committed_by.len(), 3, "{report:?}");
+        assert!(report.committed_by.iter().all(|&n| n > 0), "{report:?}");
+        assert_eq!(
+            report.committed_by.iter().sum::<u64>(),
+            report.committed + report.duplicates,
+            "{report:?}"
+        );
+        assert_eq!(report.double_commits.len() as u64, report.duplicates);
+        assert!(report.committed_again <= report.duplicates);
+        assert!(report.txns_aborted > 0, "{report:?}");
     }
 }
