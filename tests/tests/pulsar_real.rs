@@ -1352,13 +1352,28 @@ async fn txn_steady_run(
     i64,
     i64,
 )> {
+    txn_steady_run_limited(scenario, shape, legacy, 50).await
+}
+
+/// [`txn_steady_run`] with `limit` unacked messages per consumer.
+async fn txn_steady_run_limited(
+    scenario: &'static str,
+    shape: broker_tools::txn_steady::Shape,
+    legacy: bool,
+    limit: u32,
+) -> Option<(
+    broker_tools::txn_steady::ClientReport,
+    broker_tools::txn_steady::BlockedPeriods,
+    i64,
+    i64,
+)> {
     use broker_tools::txn_steady;
     let broker = real_broker(scenario).await?;
     broker
         .admin
-        .set_max_unacked_on_consumer(&broker.topic, 50, Duration::from_secs(60))
+        .set_max_unacked_on_consumer(&broker.topic, limit, Duration::from_secs(60))
         .await
-        .expect("the limit of 50 is set");
+        .expect("the limit is set");
     // On a broker just started, transactional round trips are slow enough that no consumer
     // keeps up with 140 msg/s for its first half minute (ours on a fresh 4.0.8 standalone:
     // blocked 37.8 s of 60, longest 15.2 s; 0 s once warm). The shape needs a consumer that
@@ -1457,6 +1472,45 @@ async fn a_steady_stream_with_aborted_transactions_drains() {
     assert!(report.txns_aborted > 500, "{report:?}");
     let missed = steady_shortfalls(&report, &blocked, unacked, backlog);
     assert!(missed.is_empty(), "{missed:?}: {report:?} {blocked:?}");
+}
+
+/// Issue 27's shape: `consumers` Shared consumers on one subscription, 300 msg/s in batches
+/// of 13 for 60 s, 6 acks per transaction, every fourth aborted, 37 unacked messages per
+/// consumer: every payload committed exactly once across the consumers, no ack refused
+/// (no `TransactionConflict` from a copy of a message another consumer holds), never blocked
+/// for more than 5 s, unacked and backlog 0. (Before issue 27: 50 to 246 payloads committed
+/// twice in 60 s with two consumers.)
+async fn shared_steady(scenario: &'static str, consumers: usize) {
+    use broker_tools::txn_steady::{SHARED_LIMIT, Shape};
+    let Some((report, blocked, unacked, backlog)) = txn_steady_run_limited(
+        scenario,
+        Shape::shared(consumers, Duration::from_secs(60)),
+        false,
+        SHARED_LIMIT,
+    )
+    .await
+    else {
+        return;
+    };
+    assert!(report.txns_aborted > 500, "{report:?}");
+    assert_eq!(report.committed_again, 0, "{:?}", report.double_commits);
+    assert!(
+        report.committed_by.iter().filter(|n| **n > 0).count() == consumers,
+        "every consumer committed: {:?}",
+        report.committed_by
+    );
+    let missed = steady_shortfalls(&report, &blocked, unacked, backlog);
+    assert!(missed.is_empty(), "{missed:?}: {report:?} {blocked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_steady_shape_commits_each_payload_once_with_two_consumers() {
+    shared_steady("shared-steady-2", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_steady_shape_commits_each_payload_once_with_three_consumers() {
+    shared_steady("shared-steady-3", 3).await;
 }
 
 /// The steady shape for 40 s with the application paused for 2 s after 15 s (a long GC, a

@@ -458,3 +458,40 @@ async fn lost_registration(scenario: &str, pause_a: bool) -> Option<usize> {
     broker.done();
     Some(elsewhere.len())
 }
+
+/// A plain Shared work queue (issue 27's shape): 4 consumers whose handlers take 2 s a
+/// message (up to 50 at once each), 2,000 messages: no message is handed to a second consumer
+/// while a first holds it, each is acknowledged once, and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_queue_hands_no_held_message_to_a_second_consumer() {
+    use broker_tools::work_queue;
+    let Some(broker) = broker("work-queue", 50_000).await else {
+        return;
+    };
+    let report = work_queue::run(
+        &broker.client,
+        &broker.topic,
+        SUB,
+        &work_queue::Shape::standard(),
+        Some(&broker.admin),
+    )
+    .await
+    .expect("the run");
+    println!("{}: {report:?}", broker.scenario);
+    let analysis = &report.analysis;
+    assert!(report.finished, "{report:?}");
+    assert_eq!(report.produced, 2_000);
+    assert!(
+        analysis.handed_over.is_empty(),
+        "{:?}",
+        analysis.handed_over
+    );
+    assert_eq!(analysis.acked_more_than_once, 0, "{report:?}");
+    assert_eq!(analysis.never_acked, 0, "{report:?}");
+    assert_eq!(report.redelivery_requests, 0, "{report:?}");
+    assert_eq!(
+        (report.final_unacked, report.final_backlog),
+        (Some(0), Some(0))
+    );
+    broker.done();
+}
