@@ -462,6 +462,105 @@ async fn abort_then_redelivery_then_commit() {
     broker.done();
 }
 
+/// What happens between the last consumer's close and the abort.
+#[derive(Debug, Clone, Copy)]
+enum WhileAlone {
+    Nothing,
+    Unload,
+    Restart,
+}
+
+/// m0 is acknowledged in a transaction by a Shared consumer that then closes (and the topic
+/// is unloaded or the broker restarted, as `between` says); the transaction is aborted while
+/// no consumer is connected; a new consumer subscribes. Returns the redelivery counts of
+/// what the new consumer received until nothing came for 3 s, after checking that it was m0,
+/// sent once (the client saw no duplicate), and that the subscription drains once it is
+/// acknowledged. (The abort adds m0 to the dispatcher's replay set, if the subscription has a
+/// dispatcher; the first consumer's `addConsumer` clears that set and rewinds the cursor, and
+/// m0, no longer pending, is read from it once.)
+async fn abort_while_no_consumer_is_connected(
+    broker: &RealBroker,
+    between: WhileAlone,
+) -> Vec<u32> {
+    let first = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(0).await;
+    send_all(&producer, 1).await;
+    let m0 = receive(&first, 1).await.remove(0);
+    let txn = broker.new_txn().await;
+    first.ack_in(&txn, &m0).await.expect("acked in");
+    broker
+        .wait_for("unacked 0 with the ack pending in the transaction", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 0
+        })
+        .await;
+    first.close().await.expect("closed");
+    match between {
+        WhileAlone::Nothing => {}
+        WhileAlone::Unload => broker.admin.unload(&broker.topic).await.expect("unloaded"),
+        WhileAlone::Restart => {
+            let (down, _) = restart_broker(false).await;
+            println!("{}: the restart took {down:?}", broker.scenario);
+        }
+    }
+    let mut tries = 0;
+    loop {
+        match txn.abort().await {
+            Ok(()) => break,
+            Err(error) if error.is_retryable() && tries < 30 => {
+                tries += 1;
+                println!("{}: abort: {error} (retrying)", broker.scenario);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => panic!("abort: {error}"),
+        }
+    }
+    let second = broker.shared(ConsumerOptions::default()).await;
+    let again = receive_until_quiet(&second, Duration::from_secs(3)).await;
+    let ids: Vec<MessageId> = again.iter().map(Message::id).collect();
+    let counts: Vec<u32> = again.iter().map(Message::redelivery_count).collect();
+    println!(
+        "{}: after the abort the new consumer received {ids:?} with redelivery counts \
+         {counts:?}",
+        broker.scenario
+    );
+    assert_eq!(ids, vec![m0.id()], "m0 once: {counts:?}");
+    assert_eq!(second.stats().duplicates, 0, "{:?}", second.stats());
+    second.ack(&again[0]).await.expect("acked");
+    second.flush_acks().await;
+    broker.assert_drained().await;
+    second.close().await.expect("closed");
+    producer.close().await.expect("producer closed");
+    counts
+}
+
+/// The abort of a transaction whose ack was pending while no consumer is connected: the next
+/// consumer gets the message once (not replayed and read again), counted as redelivered
+/// once (the dispatcher outlives its consumers and its redelivery tracker counted the abort's
+/// replay, which the new consumer's `addConsumer` does not clear).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_while_no_consumer_is_connected_delivers_the_message_once() {
+    let Some(broker) = real_broker("abort-alone").await else {
+        return;
+    };
+    let counts = abort_while_no_consumer_is_connected(&broker, WhileAlone::Nothing).await;
+    assert_eq!(counts, vec![1]);
+    broker.done();
+}
+
+/// The same after an unload: the topic is loaded again without a dispatcher (the
+/// subscription makes one for its first consumer), so the abort replays nothing and counts
+/// nothing; the next consumer gets the message once, read from the rewound cursor, with a
+/// redelivery count of 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_after_an_unload_while_no_consumer_is_connected_delivers_the_message_once() {
+    let Some(broker) = real_broker("abort-alone-unload").await else {
+        return;
+    };
+    let counts = abort_while_no_consumer_is_connected(&broker, WhileAlone::Unload).await;
+    assert_eq!(counts, vec![0]);
+    broker.done();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn separate_transactions_ack_messages_of_one_batch() {
     let Some(broker) = real_broker("split").await else {
@@ -2093,6 +2192,18 @@ async fn a_stream_survives_a_restart(scenario: &'static str, kill: bool) {
     assert!(report.consumer_reconnects >= 1, "{report:?}");
     // Producing goes on meanwhile (100 msg/s into the pending queue); no spinning.
     assert!(cpu < down / 4, "{cpu:?} of CPU in {down:?}");
+}
+
+/// The same after a restart: as after an unload, the topic is loaded again without a
+/// dispatcher, and the next consumer gets the message once with a redelivery count of 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_after_a_restart_while_no_consumer_is_connected_delivers_the_message_once() {
+    let Some(broker) = restartable_broker("abort-alone-restart").await else {
+        return;
+    };
+    let counts = abort_while_no_consumer_is_connected(&broker, WhileAlone::Restart).await;
+    assert_eq!(counts, vec![0]);
+    broker.done();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

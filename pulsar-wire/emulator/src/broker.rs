@@ -187,10 +187,11 @@ impl Broker {
     /// CLOSE_CONSUMER is sent), its producers and consumers go as on a lost connection (what
     /// the consumers had not acknowledged goes back to the subscriptions, to be delivered to
     /// whichever consumer comes next), and the state that lives only in the broker's memory
-    /// is forgotten: permits (with the consumers), redelivery counts. Topics and their
-    /// entries (those of open transactions included), subscriptions with their cursors
-    /// (mark-delete, individually deleted entries, batch-deleted indexes), the pending acks
-    /// of open transactions (the pending-ack store) and the coordinator's transactions stay.
+    /// is forgotten: permits (with the consumers), the subscriptions' dispatchers with their
+    /// replay sets and redelivery counts. Topics and their entries (those of open
+    /// transactions included), subscriptions with their cursors (mark-delete, individually
+    /// deleted entries, batch-deleted indexes), the pending acks of open transactions (the
+    /// pending-ack store) and the coordinator's transactions stay.
     /// Returns how many connections were closed.
     pub(super) fn restart(&mut self) -> usize {
         self.epoch += 1;
@@ -208,7 +209,7 @@ impl Broker {
         }
         for topic in self.topics.values_mut() {
             for subscription in topic.subscriptions.values_mut() {
-                subscription.restarted();
+                subscription.reloaded();
             }
         }
         self.fault_stats.restarts += 1;
@@ -276,7 +277,10 @@ impl Broker {
     /// Unloads `topic` (and its partitions), as `pulsar-admin topics unload`: every producer
     /// and consumer on it is closed with `CLOSE_PRODUCER` / `CLOSE_CONSUMER` (their
     /// connections stay open) and what the consumers had not acknowledged goes back to the
-    /// subscription; the data stays. Returns how many producers and consumers were closed.
+    /// subscription; the data stays, and the topic is loaded again: its subscriptions keep
+    /// their cursors and the pending acks of open transactions, and lose what the broker
+    /// kept only in memory, their dispatchers with them. Returns how many producers and
+    /// consumers were closed.
     pub(super) fn unload(&mut self, topic: &str) -> (usize, usize) {
         let Ok(base) = normalize(topic) else {
             return (0, 0);
@@ -314,6 +318,11 @@ impl Broker {
             self.push(conn, close, Kind::Other);
             if let Some(topic) = self.remove_consumer((conn, consumer_id)) {
                 touched.insert(topic);
+            }
+        }
+        for (_, topic) in self.topics.iter_mut().filter(|(name, _)| on_topic(name)) {
+            for subscription in topic.subscriptions.values_mut() {
+                subscription.reloaded();
             }
         }
         self.dispatch_topics(touched);

@@ -202,6 +202,12 @@ pub(super) struct Subscription {
     /// `mark_delete` when the consumers' `pendingAcks` were last pruned up to it
     /// (`lastMarkDeletePositionBeforeReadMoreEntries`).
     pruned_to: u64,
+    /// Whether the subscription has a dispatcher: the broker makes one for the first
+    /// consumer of a subscription loaded without one, keeps it when the consumers go, and
+    /// has none after the topic is loaded again (an unload, a restart). Without one, an
+    /// abort replays nothing and counts no redelivery
+    /// (`PersistentSubscription.redeliverUnacknowledgedMessages` does nothing).
+    dispatcher: bool,
     /// Connected consumers in subscription order: the first is the active one for
     /// Exclusive and Failover.
     pub(super) consumers: Vec<Consumer>,
@@ -247,6 +253,7 @@ impl Subscription {
             mark_delete: start,
             deleted: BTreeSet::new(),
             pruned_to: start,
+            dispatcher: false,
             consumers: Vec::new(),
             round_robin: 0,
             idle: BTreeSet::new(),
@@ -259,13 +266,16 @@ impl Subscription {
         }
     }
 
-    /// The broker restarted (its consumers already removed): what it kept only in memory is
-    /// forgotten. The dispatcher's redelivery counts (`InMemoryRedeliveryTracker`) start
-    /// again from 0; the cursor, the entries queued to be sent again, the Key_Shared entries
-    /// waiting for their key's consumer and the open transactions' pending acks (the
-    /// pending-ack store) stay.
-    pub(super) fn restarted(&mut self) {
+    /// The topic was unloaded or the broker restarted (its consumers already removed): the
+    /// subscription is loaded again from its cursor, without a dispatcher, and what the
+    /// broker kept only in memory is forgotten: the replay set, the redelivery counts
+    /// (`InMemoryRedeliveryTracker`), the round robin. The cursor and the open transactions'
+    /// pending acks (the pending-ack store) stay.
+    pub(super) fn reloaded(&mut self) {
+        self.dispatcher = false;
+        self.redeliver.clear();
         self.redelivery_counts.clear();
+        self.held.clear();
         self.round_robin = 0;
         self.idle.clear();
     }
@@ -373,11 +383,12 @@ impl Subscription {
         self.idle.clear();
     }
 
-    /// `addMessageToReplay`: the entry joins the replay set unless the cursor deleted it;
-    /// `counted`: the dispatcher's redelivery count goes up (a redelivery request or an
-    /// abort; not a consumer gone, nor entries read that no consumer could take).
+    /// `addMessageToReplay`: the entry joins the replay set unless the cursor deleted it or
+    /// the subscription has no dispatcher; `counted`: the dispatcher's redelivery count goes
+    /// up (a redelivery request or an abort; not a consumer gone, nor entries read that no
+    /// consumer could take).
     fn replay(&mut self, index: u64, counted: bool) {
-        if self.is_deleted(index) {
+        if self.is_deleted(index) || !self.dispatcher {
             return;
         }
         self.redeliver.insert(index);
@@ -386,8 +397,20 @@ impl Subscription {
         }
     }
 
-    /// Adds a consumer; for Failover, tells every consumer which one is active.
+    /// Adds a consumer; for Failover, tells every consumer which one is active. The first
+    /// consumer of a subscription that has none makes its dispatcher if it has none, and
+    /// finds the cursor rewound to its mark-delete position and the replay set empty
+    /// (`PersistentDispatcherMultipleConsumers.addConsumer`: `cursor.rewind()`,
+    /// `redeliveryMessages.clear()`; a single-active dispatcher rewinds for its new active
+    /// consumer): what an abort added to the replay set while no consumer was connected is
+    /// read again from the cursor, once, not replayed as well. The redelivery counts stay.
     pub(super) fn add_consumer(&mut self, consumer: Consumer, out: &mut Vec<Outgoing>) {
+        if self.consumers.is_empty() {
+            self.dispatcher = true;
+            self.redeliver.clear();
+            self.held.clear();
+            self.read_pos = self.first_not_deleted();
+        }
         self.model.add_consumer(consumer.id());
         self.consumers.push(consumer);
         self.read_triggered();
@@ -430,12 +453,11 @@ impl Subscription {
         }
         if self.consumers.is_empty() {
             // clearComponentsAfterRemovedAllConsumers: the replay set and the redelivery
-            // counts go; the next consumer finds the cursor rewound (`addConsumer`), so every
-            // entry not deleted is read again, in order.
+            // counts go (the dispatcher stays); the next consumer finds the cursor rewound
+            // (`add_consumer`), so every entry not deleted is read again, in order.
             self.redeliver.clear();
             self.redelivery_counts.clear();
             self.held.clear();
-            self.read_pos = self.first_not_deleted();
         }
         if self.round_robin >= self.consumers.len() {
             self.round_robin = 0;

@@ -97,9 +97,12 @@
 //!   read: the consumer stays unserved ([`ConsumerStats::idle`]) until a FLOW, a publish, a
 //!   replay or an unblocking ack. A closed or disconnected consumer's `pendingAcks` are
 //!   replayed to the others (without counting a redelivery); when the last consumer goes,
-//!   the replay set and the redelivery counts are cleared and the next consumer reads the
-//!   cursor again from its mark-delete position. An abort replays what the model says.
-//!   Every replay goes to any consumer (see Shared). Per consumer and per subscription,
+//!   the replay set and the redelivery counts are cleared. An abort replays what the model
+//!   says, and counts a redelivery, if the subscription has a dispatcher (it has none after
+//!   an unload or a restart until its first consumer comes). The first consumer of a
+//!   subscription without consumers finds the replay set cleared again and the cursor
+//!   rewound to its mark-delete position (`addConsumer`): what an abort replayed meanwhile
+//!   is read once from the cursor. Every replay goes to any consumer (see Shared). Per consumer and per subscription,
 //!   [`ConsumerStats::redeliver_all_commands`] and [`ConsumerStats::redeliver_ids_commands`]
 //!   count what clients sent.
 //! - **Transactions**: one coordinator (id 0; `transaction_coordinator_assign` has one
@@ -121,8 +124,8 @@
 //! - **Restarts** ([`Emulator::restart`], or [`Emulator::take_down`] and
 //!   [`Emulator::bring_up`]): the listener closes (connects are refused) and every connection
 //!   drops; the same address serves the same data again. Topics, entries, cursors, open
-//!   transactions with their sends and pending acks survive; producers, consumers, permits
-//!   and redelivery counts do not (see [`Emulator::take_down`]).
+//!   transactions with their sends and pending acks survive; producers, consumers, permits,
+//!   dispatchers and redelivery counts do not (see [`Emulator::take_down`]).
 //! - **Faults** ([`Faults`]): connections dropped after N frames or at a rate, responses
 //!   delayed, MESSAGE checksums corrupted at a rate, from a generator seeded with
 //!   [`EmulatorConfig::seed`] (`fastrand`).
@@ -290,6 +293,8 @@ impl Emulator {
     /// Unloads a topic (and its partitions) as `pulsar-admin topics unload` does: its
     /// producers and consumers are closed (`CLOSE_PRODUCER`, `CLOSE_CONSUMER`) on connections
     /// that stay open, unacknowledged messages go back to their subscriptions, the data stays.
+    /// The topic is loaded again: its subscriptions keep their cursors and the pending acks
+    /// of open transactions, and lose their dispatchers (replay sets, redelivery counts).
     /// Returns how many producers and consumers were closed.
     pub fn unload(&self, topic: &str) -> (usize, usize) {
         self.shared.broker.lock().unload(topic)
@@ -313,10 +318,10 @@ impl Emulator {
     /// transactions (they can still be committed or aborted, and their timeouts still run),
     /// their sends and their pending acks, topic policies and partition counts. What does
     /// not: producers, consumers, permits, the unacked counts and blocked state of
-    /// consumers, redelivery counts: every message not acknowledged (nor pending in an open
-    /// transaction) is delivered again to the next consumer of its subscription. Non-durable
-    /// subscriptions go with their consumers. Stats keep counting through restarts
-    /// ([`FaultStats::restarts`]).
+    /// consumers, the subscriptions' dispatchers (replay sets, redelivery counts): every
+    /// message not acknowledged (nor pending in an open transaction) is delivered again to
+    /// the next consumer of its subscription. Non-durable subscriptions go with their
+    /// consumers. Stats keep counting through restarts ([`FaultStats::restarts`]).
     pub async fn take_down(&self) -> usize {
         let mut accepting = self.shared.accepting.lock().await;
         let Some(running) = accepting.take() else {

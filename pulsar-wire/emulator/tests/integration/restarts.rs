@@ -326,6 +326,90 @@ fn a_commit_while_the_broker_is_down_fails_retryably_then_aborts() {
     paused(commit_while_down(false));
 }
 
+/// What happens between the last consumer's close and the abort.
+#[derive(Debug, Clone, Copy)]
+enum WhileAlone {
+    Nothing,
+    Unload,
+    Restart,
+}
+
+/// m0 is acknowledged in a transaction by a Shared consumer that then closes (and the topic
+/// is unloaded or the broker restarted, as `between` says); the transaction is aborted while
+/// no consumer is connected; a new consumer subscribes and gets m0 once, with
+/// `redelivery_count`, and the subscription drains once it is acknowledged. As on a 4.0.8
+/// broker (the real-broker tests of the same names): the abort adds m0 to the replay set of
+/// the subscription's dispatcher, if it has one (none after an unload or a restart, and then
+/// it counts no redelivery either); the first consumer's `addConsumer` clears the replay set
+/// and rewinds the cursor, and m0 is read from it once. (The emulator used to keep the
+/// abort's replay as well and sent m0 twice; the client handed the copy over once, and the
+/// consumer's count stayed at 1.)
+async fn abort_while_no_consumer_is_connected(between: WhileAlone, redelivery_count: u32) {
+    let topic = "abort-alone";
+    let setup = Setup::new(broker_config()).await;
+    let first = setup.shared(topic, ConsumerOptions::default()).await;
+    let producer = setup.producer(topic, 0).await;
+    producer
+        .send(OutgoingMessage::new("m0"))
+        .await
+        .expect("sent");
+    let m0 = receive(&first, 1).await.remove(0);
+    let txn = new_txn(&setup).await;
+    first.ack_in(&txn, &m0).await.expect("acked in");
+    first.close().await.expect("closed");
+    match between {
+        WhileAlone::Nothing => {}
+        WhileAlone::Unload => {
+            assert_eq!(setup.emulator.unload(topic), (1, 0));
+        }
+        WhileAlone::Restart => {
+            setup
+                .emulator
+                .restart(Duration::from_secs(1))
+                .await
+                .expect("restarted");
+        }
+    }
+    txn.abort().await.expect("aborted");
+    let second = setup.shared(topic, ConsumerOptions::default()).await;
+    let again = within(PATIENCE, second.receive())
+        .await
+        .expect("m0 comes again")
+        .expect("received");
+    assert_eq!(again.id(), m0.id());
+    assert_eq!(again.redelivery_count(), redelivery_count, "{between:?}");
+    second.ack(&again).await.expect("acked");
+    second.flush_acks().await;
+    drained(&setup, topic, &[]).await;
+    if let Some(message) = within(Duration::from_secs(2), second.receive()).await {
+        panic!("unexpected delivery: {:?}", message.map(|m| text(&m)));
+    }
+    let stats = setup.stats();
+    let subscription = stats.subscription(topic, "sub").expect("the subscription");
+    let dispatched: Vec<u64> = subscription
+        .consumers
+        .iter()
+        .map(|c| c.dispatched_entries)
+        .collect();
+    assert_eq!(dispatched, vec![1], "m0 sent once: {subscription:#?}");
+    assert_eq!(second.stats().duplicates, 0, "{:?}", second.stats());
+}
+
+#[test]
+fn an_abort_while_no_consumer_is_connected_delivers_the_message_once() {
+    paused(abort_while_no_consumer_is_connected(WhileAlone::Nothing, 1));
+}
+
+#[test]
+fn an_abort_after_an_unload_while_no_consumer_is_connected_delivers_the_message_once() {
+    paused(abort_while_no_consumer_is_connected(WhileAlone::Unload, 0));
+}
+
+#[test]
+fn an_abort_after_a_restart_while_no_consumer_is_connected_delivers_the_message_once() {
+    paused(abort_while_no_consumer_is_connected(WhileAlone::Restart, 0));
+}
+
 // ----- the property test ---------------------------------------------------------------------
 
 #[derive(Debug, Clone)]

@@ -1,10 +1,10 @@
 //! Shared subscriptions with several consumers (issue 27), client against emulator, in
 //! virtual time: the emulator hands replays to any consumer, as a 4.0.8 broker does, so a
-//! request that makes the broker replay what one consumer's application holds hands those
-//! messages to another consumer. The tests assert what the client achieves: no redelivery
-//! request without ids, transactional acks of partly held batches held back until the batch
-//! is free or the commit (the consumer before issue 27 failed each of them: its resyncs after
-//! a quiet second, and its abort of an ack sent at once, handed A's messages to B).
+//! request that makes the broker replay what one consumer's application holds would hand
+//! those messages to another consumer. The tests show that the client makes no such request:
+//! no redelivery request without ids (the earlier client's resync when quiet), transactional
+//! acks of a partly held batch held back until the batch is free or the commit, and, when
+//! its count drifted, an unblock request that names no entry any consumer holds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -91,7 +91,9 @@ async fn keep_receiving(others: &[Consumer], wait: Duration) -> Vec<(usize, Stri
 /// [`HOLD`] while the other consumers keep receiving; none of the 10 may reach another
 /// consumer. A subscribes alone and gets the 10 (`batched`: one entry of 10), then the others
 /// subscribe and one more message goes to A (its turn in the round robin, which then points
-/// at the next consumer): whatever A's client asks the broker to replay goes there.
+/// at the next consumer): whatever A's client asked the broker to replay would go there. The
+/// client asks for nothing (the earlier client's resync without ids, every few seconds when
+/// quiet, handed the 10 to another consumer).
 async fn held_messages_stay_with_their_consumer(batched: bool, sub_type: SubType, others: usize) {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let topic = "held";
@@ -192,7 +194,8 @@ fn a_message_a_key_shared_consumer_holds_is_not_handed_to_another() {
 }
 
 /// Issue 27, acceptance: an idle consumer sends nothing but flow permits and pings; over 60 s
-/// (virtual) the broker receives no REDELIVER_UNACKNOWLEDGED_MESSAGES from it.
+/// (virtual) the broker receives no REDELIVER_UNACKNOWLEDGED_MESSAGES from it (the earlier
+/// client resynced when quiet).
 #[test]
 fn an_idle_consumer_sends_no_redelivery_requests() {
     paused(async {
@@ -209,12 +212,13 @@ fn an_idle_consumer_sends_no_redelivery_requests() {
 
 /// The abort shape of issue 27, with the client: A's application holds a batch of 10,
 /// acknowledges one message in a transaction and aborts it (batch-index acks enabled, as in
-/// the broker run). On a 4.0.8 broker the abort replays the whole entry to the consumer whose
-/// turn it is (the emulator rule test
+/// the broker run). Had the ack reached the broker, a 4.0.8 broker's abort would replay the
+/// whole entry to the consumer whose turn it is (the emulator rule test
 /// `an_abort_replays_the_batch_to_another_consumer_while_the_holder_keeps_counting_it`
-/// shows it with raw frames): B gets the 10 messages A still holds. The client holds the ack
-/// back while the batch is partly held, so the abort has nothing on the broker to undo, and A
-/// gets the aborted message again itself.
+/// shows it with raw frames), and B would get the 10 messages A still holds. The client holds
+/// a transactional ack of a batch its application partly holds back until the batch is free
+/// or the transaction commits: the abort has nothing on the broker to undo, and B gets none
+/// of the 10.
 #[test]
 fn an_aborted_transactional_ack_hands_no_held_message_to_another_consumer() {
     paused(async {
@@ -443,8 +447,8 @@ fn assert_steady(report: &SteadyReport) {
     assert_eq!(report.backlog, 0, "{summary}");
 }
 
-/// Issue 27, item 2, two consumers: every payload committed exactly once, and no request of
-/// the client's hands what one consumer holds to the other.
+/// Issue 27, item 2, two consumers: every payload committed exactly once, no redelivery
+/// request without ids, nothing left unacknowledged and no backlog.
 #[test]
 fn the_steady_shape_with_two_consumers_commits_each_payload_once() {
     paused(async {
