@@ -1337,14 +1337,6 @@ impl Participant for PartitionConsumer {
 
     fn before_abort<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            // While it subscribes again (a lost connection, a restart), the abort waits for
-            // the new registration (up to the operation timeout): the broker replays the
-            // aborted messages at once, and a registration that reads from a rewound cursor
-            // after that would be sent them a second time.
-            let (link, generation) = self.link_and_generation();
-            if link.connection.is_closed() {
-                let _ = self.relinked(generation).await;
-            }
             self.ledger.lock().abort_started(txn.id());
             loop {
                 let changed = self.ledger_changed.notified();
