@@ -135,9 +135,11 @@ impl Client {
             .await
     }
 
-    /// Closes every connection; producers, consumers and transactions on them fail with
-    /// [`Error::Closed`] or [`Error::ConnectionLost`] from then on. Close producers and
-    /// consumers first to flush what they hold.
+    /// Closes the client: every connection is closed, and from then on creating a producer
+    /// or consumer, sending, receiving, acknowledging and opening a transaction fail with
+    /// [`Error::Closed`] (operations under way when it closes fail with
+    /// [`Error::ConnectionLost`] or [`Error::Closed`]). Close producers and consumers first to
+    /// flush what they hold.
     pub async fn close(&self) {
         self.inner.pool.close().await;
     }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backoff::Backoff;
 use crate::connection::{ConnectOptions, Connection, LookupAnswer};
@@ -27,6 +28,8 @@ struct PoolInner {
     /// Connections by `host:port`, each behind its own lock: one connect in flight per
     /// address, and an unreachable broker delays only the calls that need it.
     connections: parking_lot::Mutex<HashMap<String, Slot>>,
+    /// Set by [`Pool::close`]: no connection is opened any more.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -44,6 +47,7 @@ impl Pool {
             inner: Arc::new(PoolInner {
                 options,
                 connections: parking_lot::Mutex::new(HashMap::new()),
+                closed: AtomicBool::new(false),
             }),
         }
     }
@@ -60,6 +64,7 @@ impl Pool {
 
     /// The connection to a broker at `host:port`, opened if there is none (or it was lost).
     pub(crate) async fn connection_to(&self, address: &str) -> Result<Connection, Error> {
+        self.check_open()?;
         let slot = Arc::clone(
             self.inner
                 .connections
@@ -82,6 +87,14 @@ impl Pool {
         Ok(connection)
     }
 
+    /// [`Error::Closed`] once the client was closed.
+    pub(crate) fn check_open(&self) -> Result<(), Error> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("the client (Client::close was called)"));
+        }
+        Ok(())
+    }
+
     /// Looks `topic` up and returns a connection to the broker that serves it.
     ///
     /// Follows redirects as the brokers give them (with their `authoritative` flag, so that
@@ -89,8 +102,9 @@ impl Pool {
     /// send an unowned bundle back and forth), uses the service URL when a proxy serves the
     /// topic, and to the brokers' `brokerServiceUrlTls` when the client uses TLS. A broker
     /// that is not ready or is moving the topic (`ServiceNotReady`, `TooManyRequests`, "being
-    /// unloaded") is asked again after a backoff ([`crate::backoff`]), within the operation
-    /// timeout.
+    /// unloaded"), or that the lookup names but that cannot be reached (it was killed, and
+    /// the cluster has not moved its topics yet), is asked again after a backoff
+    /// ([`crate::backoff`]) with a fresh lookup, within the operation timeout.
     ///
     /// # Errors
     /// [`Error::Server`] when the broker refuses the lookup (for example `TopicNotFound`, or
@@ -170,6 +184,7 @@ impl Pool {
 
     /// Closes every connection (see [`Client::close`](crate::Client::close)).
     pub(crate) async fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
         let slots: Vec<Slot> = self
             .inner
             .connections
@@ -185,10 +200,15 @@ impl Pool {
     }
 }
 
-/// Whether a lookup refused this way may succeed a little later: the broker is starting, is
-/// moving the topic's bundle, or sheds load.
+/// Whether a lookup that failed this way may succeed a little later: the broker is starting,
+/// is moving the topic's bundle, or sheds load; or a broker could not be reached (a broker
+/// killed is named by lookups until the cluster gives its topics to another one).
 fn lookup_retryable(error: &Error) -> bool {
     error.is_bundle_moving()
+        || matches!(
+            error,
+            Error::ConnectionLost { .. } | Error::Io(_) | Error::Timeout { .. }
+        )
         || matches!(
             error,
             Error::Server { code, .. }

@@ -493,6 +493,7 @@ impl Producer {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the producer"));
         }
+        self.inner.pool.check_open()?;
         let routed;
         let (index, producer) = match &self.inner.single {
             // A topic that is not partitioned: no router, no partition list.

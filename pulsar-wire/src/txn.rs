@@ -124,6 +124,66 @@ impl TransactionCoordinator {
         Ok(connection)
     }
 
+    /// Forgets the connection to coordinator `tc_id`: its next request looks it up again.
+    async fn forget(&self, tc_id: u64) {
+        if let Some(slot) = usize::try_from(tc_id)
+            .ok()
+            .and_then(|index| self.inner.connections.get(index))
+        {
+            *slot.lock().await = None;
+        }
+    }
+
+    /// Sends a request to coordinator `tc_id` and returns its answer. While the coordinator
+    /// is not where the client last found it (`TransactionCoordinatorNotFound`: its partition
+    /// of [`TRANSACTION_COORDINATOR_ASSIGN`] moved to another broker, by an unload, load
+    /// shedding or a bundle split, while the old broker stays up) it is looked up again and
+    /// asked again, after a backoff, within the operation timeout; so is a request whose
+    /// connection was lost, when `resend` says sending it twice is harmless (every request
+    /// but `END_TXN`, whose first attempt may have gone through).
+    ///
+    /// # Errors
+    /// The last answer's error at the operation timeout; [`Error::Server`] for any other
+    /// refusal; the lookup's errors.
+    async fn request<B>(
+        &self,
+        tc_id: u64,
+        operation: &'static str,
+        resend: bool,
+        build: B,
+    ) -> Result<pb::BaseCommand, Error>
+    where
+        B: Fn(u64) -> crate::Frame + Send + Sync,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner.pool.operation_timeout();
+        let mut backoff = crate::backoff::Backoff::default();
+        loop {
+            let answer = self
+                .connection_to(tc_id)
+                .await?
+                .request(operation, &build)
+                .await;
+            let moved = matches!(&answer, Err(error)
+                if error.server_error() == Some(ServerError::TransactionCoordinatorNotFound));
+            let lost = resend && matches!(&answer, Err(Error::ConnectionLost { .. }));
+            if !(moved || lost) {
+                return answer;
+            }
+            self.forget(tc_id).await;
+            let delay = backoff.next_delay();
+            if tokio::time::Instant::now() + delay >= deadline {
+                return answer;
+            }
+            tracing::debug!(
+                tc_id,
+                operation,
+                ?delay,
+                "the transaction coordinator moved or went away: looking it up again"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     /// Opens a transaction that the coordinator aborts if it is not ended within `timeout`,
     /// on the next coordinator in turn; when that one cannot be reached, on the next ones
     /// (each tried once).
@@ -161,9 +221,7 @@ impl TransactionCoordinator {
 
     async fn new_transaction_on(&self, tc_id: u64, ttl_millis: u64) -> Result<Transaction, Error> {
         let answer = self
-            .connection_to(tc_id)
-            .await?
-            .request("NEW_TXN", |request_id| {
+            .request(tc_id, "NEW_TXN", true, |request_id| {
                 command_frame(Type::NewTxn, |c| {
                     c.new_txn = Some(pb::CommandNewTxn {
                         request_id,
@@ -396,14 +454,6 @@ impl Transaction {
         })
     }
 
-    /// The connection to its coordinator (looked up again if it was lost).
-    async fn coordinator(&self) -> Result<Connection, Error> {
-        self.inner
-            .coordinator
-            .connection_to(self.inner.id.most_bits)
-            .await
-    }
-
     /// Registers a partition (its full topic name) with the coordinator
     /// (`ADD_PARTITION_TO_TXN`), once per transaction. Transactional sends do this themselves.
     ///
@@ -415,9 +465,9 @@ impl Transaction {
             return Ok(());
         }
         let id = self.inner.id;
-        self.coordinator()
-            .await?
-            .request("ADD_PARTITION_TO_TXN", |request_id| {
+        self.inner
+            .coordinator
+            .request(id.most_bits, "ADD_PARTITION_TO_TXN", true, |request_id| {
                 command_frame(Type::AddPartitionToTxn, |c| {
                     c.add_partition_to_txn = Some(pb::CommandAddPartitionToTxn {
                         request_id,
@@ -445,21 +495,26 @@ impl Transaction {
             return Ok(());
         }
         let id = self.inner.id;
-        self.coordinator()
-            .await?
-            .request("ADD_SUBSCRIPTION_TO_TXN", |request_id| {
-                command_frame(Type::AddSubscriptionToTxn, |c| {
-                    c.add_subscription_to_txn = Some(pb::CommandAddSubscriptionToTxn {
-                        request_id,
-                        txnid_least_bits: Some(id.least_bits),
-                        txnid_most_bits: Some(id.most_bits),
-                        subscription: vec![pb::Subscription {
-                            topic: key.0.clone(),
-                            subscription: key.1.clone(),
-                        }],
-                    });
-                })
-            })
+        self.inner
+            .coordinator
+            .request(
+                id.most_bits,
+                "ADD_SUBSCRIPTION_TO_TXN",
+                true,
+                |request_id| {
+                    command_frame(Type::AddSubscriptionToTxn, |c| {
+                        c.add_subscription_to_txn = Some(pb::CommandAddSubscriptionToTxn {
+                            request_id,
+                            txnid_least_bits: Some(id.least_bits),
+                            txnid_most_bits: Some(id.most_bits),
+                            subscription: vec![pb::Subscription {
+                                topic: key.0.clone(),
+                                subscription: key.1.clone(),
+                            }],
+                        });
+                    })
+                },
+            )
             .await?;
         subscriptions.insert(key);
         Ok(())
@@ -558,25 +613,7 @@ impl Transaction {
             *self.inner.state.lock() = TxnState::Open;
             return Err(error);
         }
-        let result = match self.coordinator().await {
-            Ok(connection) => connection,
-            Err(error) => {
-                *self.inner.state.lock() = TxnState::Open;
-                not_ended(&participants);
-                return Err(outcome_unknown(error, id, action, false));
-            }
-        }
-        .request("END_TXN", |request_id| {
-            command_frame(Type::EndTxn, |c| {
-                c.end_txn = Some(pb::CommandEndTxn {
-                    request_id,
-                    txnid_least_bits: Some(id.least_bits),
-                    txnid_most_bits: Some(id.most_bits),
-                    txn_action: Some(action as i32),
-                });
-            })
-        })
-        .await;
+        let result = self.end_txn_request(action).await;
         if let Err(error) = result {
             *self.inner.state.lock() = TxnState::Open;
             not_ended(&participants);
@@ -595,6 +632,28 @@ impl Transaction {
             participant.ended(id, outcome);
         }
         Ok(())
+    }
+
+    /// `END_TXN` to its coordinator, asked again where the coordinator moved
+    /// (`TransactionCoordinatorNotFound`), within the operation timeout. A request whose
+    /// connection was lost is not sent again here (it may have gone through): the error says
+    /// so, and the caller commits or aborts again.
+    async fn end_txn_request(&self, action: TxnAction) -> Result<(), Error> {
+        let id = self.inner.id;
+        self.inner
+            .coordinator
+            .request(id.most_bits, "END_TXN", false, |request_id| {
+                command_frame(Type::EndTxn, |c| {
+                    c.end_txn = Some(pb::CommandEndTxn {
+                        request_id,
+                        txnid_least_bits: Some(id.least_bits),
+                        txnid_most_bits: Some(id.most_bits),
+                        txn_action: Some(action as i32),
+                    });
+                })
+            })
+            .await
+            .map(drop)
     }
 
     /// [`Error::TransactionFailed`] when an operation of it failed.
@@ -618,5 +677,198 @@ impl Transaction {
             }
             idle.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+
+    use crate::connection::fake_broker::{Peer, listen};
+    use crate::pb::base_command::Type;
+    use crate::pb::command_lookup_topic_response::LookupType;
+    use crate::pb::{self, ServerError};
+    use crate::{Client, ConnectOptions, Error, command_frame};
+
+    /// What the fake coordinator broker counted.
+    #[derive(Default)]
+    struct Counts {
+        lookups: AtomicUsize,
+        new_txns: AtomicUsize,
+        end_txns: AtomicUsize,
+    }
+
+    /// A broker that runs coordinator 0 (one partition of the assignment topic) and refuses
+    /// the first `refusals` NEW_TXN and END_TXN with `TransactionCoordinatorNotFound`, as a
+    /// broker does once the coordinator's partition moved away from it.
+    async fn coordinator_broker(refusals: usize, counts: Arc<Counts>) -> String {
+        let (listener, address) = listen().await;
+        let own = address.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (own, counts) = (own.clone(), Arc::clone(&counts));
+                tokio::spawn(async move {
+                    let mut peer = Peer::new(tcp);
+                    peer.accept_connect().await;
+                    while let Some(Ok(frame)) = peer.0.next().await {
+                        let c = frame.command;
+                        let refuse = |n: usize, request_id: u64, kind: Type| {
+                            (n < refusals).then(|| {
+                                command_frame(kind, |answer| {
+                                    let error =
+                                        Some(ServerError::TransactionCoordinatorNotFound as i32);
+                                    let message = Some("not the coordinator here".to_owned());
+                                    if kind == Type::NewTxnResponse {
+                                        answer.new_txn_response = Some(pb::CommandNewTxnResponse {
+                                            request_id,
+                                            error,
+                                            message,
+                                            ..Default::default()
+                                        });
+                                    } else {
+                                        answer.end_txn_response = Some(pb::CommandEndTxnResponse {
+                                            request_id,
+                                            error,
+                                            message,
+                                            ..Default::default()
+                                        });
+                                    }
+                                })
+                            })
+                        };
+                        let answer = if let Some(m) = c.partition_metadata {
+                            command_frame(Type::PartitionedMetadataResponse, |a| {
+                                a.partition_metadata_response =
+                                    Some(pb::CommandPartitionedTopicMetadataResponse {
+                                        request_id: m.request_id,
+                                        partitions: Some(1),
+                                        ..Default::default()
+                                    });
+                            })
+                        } else if let Some(l) = c.lookup_topic {
+                            counts.lookups.fetch_add(1, Ordering::SeqCst);
+                            command_frame(Type::LookupResponse, |a| {
+                                a.lookup_topic_response = Some(pb::CommandLookupTopicResponse {
+                                    request_id: l.request_id,
+                                    broker_service_url: Some(format!("pulsar://{own}")),
+                                    response: Some(LookupType::Connect as i32),
+                                    authoritative: Some(true),
+                                    ..Default::default()
+                                });
+                            })
+                        } else if let Some(t) = c.tc_client_connect_request {
+                            command_frame(Type::TcClientConnectResponse, |a| {
+                                a.tc_client_connect_response =
+                                    Some(pb::CommandTcClientConnectResponse {
+                                        request_id: t.request_id,
+                                        ..Default::default()
+                                    });
+                            })
+                        } else if let Some(n) = c.new_txn {
+                            let seen = counts.new_txns.fetch_add(1, Ordering::SeqCst);
+                            refuse(seen, n.request_id, Type::NewTxnResponse).unwrap_or_else(|| {
+                                command_frame(Type::NewTxnResponse, |a| {
+                                    a.new_txn_response = Some(pb::CommandNewTxnResponse {
+                                        request_id: n.request_id,
+                                        txnid_least_bits: Some(seen as u64),
+                                        txnid_most_bits: Some(0),
+                                        ..Default::default()
+                                    });
+                                })
+                            })
+                        } else if let Some(e) = c.end_txn {
+                            let seen = counts.end_txns.fetch_add(1, Ordering::SeqCst);
+                            refuse(seen, e.request_id, Type::EndTxnResponse).unwrap_or_else(|| {
+                                command_frame(Type::EndTxnResponse, |a| {
+                                    a.end_txn_response = Some(pb::CommandEndTxnResponse {
+                                        request_id: e.request_id,
+                                        ..Default::default()
+                                    });
+                                })
+                            })
+                        } else {
+                            continue;
+                        };
+                        peer.send(answer).await;
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    async fn client(address: &str, timeout: Duration) -> Client {
+        let options = ConnectOptions::new(&format!("pulsar://{address}"))
+            .expect("valid")
+            .operation_timeout(timeout);
+        Client::connect(options).await.expect("connected")
+    }
+
+    /// A coordinator whose partition moved answers `TransactionCoordinatorNotFound` where the
+    /// client last found it: the client looks it up again and asks again, within the
+    /// operation timeout, for a new transaction and for its commit. (Before, it kept the old
+    /// connection, and every attempt was refused until the application gave up.)
+    #[tokio::test(start_paused = true)]
+    async fn a_coordinator_that_moved_is_looked_up_again_and_asked_again() {
+        let counts = Arc::new(Counts::default());
+        let address = coordinator_broker(2, Arc::clone(&counts)).await;
+        let client = client(&address, Duration::from_secs(30)).await;
+        let coordinator = client.transaction_coordinator().await.expect("coordinator");
+        let lookups_before = counts.lookups.load(Ordering::SeqCst);
+        let txn = coordinator
+            .new_transaction(Duration::from_secs(60))
+            .await
+            .expect("opened after two refusals");
+        assert_eq!(counts.new_txns.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            counts.lookups.load(Ordering::SeqCst),
+            lookups_before + 2,
+            "looked up again after each refusal"
+        );
+        txn.commit().await.expect("committed after two refusals");
+        assert_eq!(counts.end_txns.load(Ordering::SeqCst), 3);
+    }
+
+    /// A coordinator that stays not found is given up at the operation timeout, with its
+    /// error.
+    #[tokio::test(start_paused = true)]
+    async fn a_coordinator_not_found_for_good_fails_at_the_operation_timeout() {
+        let counts = Arc::new(Counts::default());
+        let address = coordinator_broker(usize::MAX, Arc::clone(&counts)).await;
+        let client = client(&address, Duration::from_secs(5)).await;
+        let coordinator = client.transaction_coordinator().await.expect("coordinator");
+        let error = coordinator
+            .new_transaction(Duration::from_secs(60))
+            .await
+            .expect_err("never found");
+        assert_eq!(
+            error.server_error(),
+            Some(ServerError::TransactionCoordinatorNotFound),
+            "{error}"
+        );
+        assert!(counts.new_txns.load(Ordering::SeqCst) > 2);
+    }
+
+    /// After `Client::close`, a new transaction is refused with `Closed`.
+    #[tokio::test]
+    async fn a_closed_client_opens_no_transaction() {
+        let counts = Arc::new(Counts::default());
+        let address = coordinator_broker(0, counts).await;
+        let client = client(&address, Duration::from_secs(5)).await;
+        let coordinator = client
+            .transaction_coordinator()
+            .await
+            .expect("coordinator")
+            .clone();
+        client.close().await;
+        let error = coordinator
+            .new_transaction(Duration::from_secs(60))
+            .await
+            .expect_err("closed");
+        assert!(matches!(error, Error::Closed(_)), "{error}");
     }
 }

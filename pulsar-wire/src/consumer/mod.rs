@@ -423,9 +423,7 @@ impl Consumer {
     /// published (the message was nacked and comes again; receive again).
     pub async fn receive(&self) -> Result<Message, Error> {
         loop {
-            if self.closed.load(Ordering::Acquire) {
-                return Err(Error::Closed("the consumer"));
-            }
+            self.check_open()?;
             let delivery = match self.again.pop() {
                 Some(message) => Some(Delivery::Message(Box::new(message))),
                 None => {
@@ -603,7 +601,7 @@ impl Consumer {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the consumer"));
         }
-        Ok(())
+        self.pool.check_open()
     }
 
     /// Queues the ack of one message and returns without waiting for it to be sent; the
