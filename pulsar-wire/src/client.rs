@@ -41,10 +41,12 @@ impl Client {
     /// broker is reported at once).
     ///
     /// # Errors
-    /// As [`Connection::connect`]: [`Error::ConnectionLost`] when nothing answers at the
+    /// [`Error::Invalid`] for an option out of its range ([`ConnectOptions::validate`]); as
+    /// [`Connection::connect`]: [`Error::ConnectionLost`] when nothing answers at the
     /// address, [`Error::Tls`], [`Error::Authentication`] when the broker refuses the token,
     /// [`Error::Server`], [`Error::Timeout`].
     pub async fn connect(options: ConnectOptions) -> Result<Self, Error> {
+        options.validate()?;
         let client = Self {
             inner: Arc::new(ClientInner {
                 pool: Pool::new(options),

@@ -164,6 +164,14 @@ impl Decoder for PulsarCodec {
         if src.len() < 4 {
             return Ok(None);
         }
+        if src.starts_with(b"HTTP") {
+            // An HTTP server answered the CONNECT (its "HTTP/1.1 400" reads as a huge size).
+            return Err(Error::malformed(
+                "the server answered in HTTP: this is not a Pulsar binary-protocol port (the \
+                 broker's admin port is HTTP; use its binary port, 6650 by default, or 6651 \
+                 for TLS)",
+            ));
+        }
         let total = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
         if total > self.max_frame_size {
             return Err(Error::FrameTooLarge {

@@ -34,6 +34,15 @@ const CLIENT_VERSION: &str = concat!("pulsar-wire-rust/", env!("CARGO_PKG_VERSIO
 /// a broker that keeps asking is not making progress).
 const MAX_HANDSHAKE_CHALLENGES: usize = 8;
 
+/// The shortest [`ConnectOptions::operation_timeout`].
+pub const MIN_OPERATION_TIMEOUT: Duration = Duration::from_millis(1);
+/// The shortest [`ConnectOptions::keep_alive`].
+pub const MIN_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// The smallest [`ConnectOptions::max_frame_size`]: 64 KiB.
+pub const MIN_FRAME_SIZE: usize = 64 << 10;
+/// The largest [`ConnectOptions::max_frame_size`]: 2 GiB (the frame's size field is 32 bits).
+pub const MAX_FRAME_SIZE: usize = 2 << 30;
+
 /// How to connect.
 ///
 /// `pulsar://host:port` connects over TCP, `pulsar+ssl://host:port` over TLS (crate feature
@@ -55,6 +64,8 @@ const MAX_HANDSHAKE_CHALLENGES: usize = 8;
 #[derive(Clone)]
 pub struct ConnectOptions {
     pub(crate) address: String,
+    /// The other hosts of a multi-host service URL.
+    pub(crate) other_hosts: Vec<String>,
     pub(crate) tls: bool,
     pub(crate) tls_settings: TlsSettings,
     pub(crate) auth: Option<Arc<dyn TokenProvider>>,
@@ -68,6 +79,7 @@ impl std::fmt::Debug for ConnectOptions {
         // Never the token.
         f.debug_struct("ConnectOptions")
             .field("address", &self.address)
+            .field("other_hosts", &self.other_hosts)
             .field("tls", &self.tls)
             .field("tls_settings", &self.tls_settings)
             .field("auth", &self.auth.as_ref().map(|_| "token"))
@@ -80,7 +92,10 @@ impl std::fmt::Debug for ConnectOptions {
 
 impl ConnectOptions {
     /// A broker at `service_url` (`pulsar://host:port`, `pulsar+ssl://host:port` or bare
-    /// `host:port`), with a 30 s operation timeout and a 30 s keep-alive.
+    /// `host:port`), with a 30 s operation timeout and a 30 s keep-alive. Several hosts,
+    /// separated by commas (`pulsar://h1:6650,h2:6650`), are tried in turn for the service
+    /// connection (lookups and metadata) until one answers; the one that did is tried first
+    /// next time.
     ///
     /// # Errors
     /// [`Error::Invalid`] when the URL is not `pulsar://host:port` or
@@ -89,6 +104,7 @@ impl ConnectOptions {
         let url = parse_service_url(service_url)?;
         Ok(Self {
             address: url.address,
+            other_hosts: url.others,
             tls: url.tls,
             tls_settings: TlsSettings::default(),
             auth: None,
@@ -183,17 +199,58 @@ impl ConnectOptions {
         self
     }
 
-    /// How often an idle connection is probed with `PING` (default 30 s); a connection that
-    /// hears nothing for twice as long is considered lost.
+    /// How often an idle connection is probed with `PING` (default 30 s, at least 1 s); a
+    /// connection that hears nothing for twice as long is considered lost.
     pub fn keep_alive(mut self, interval: Duration) -> Self {
         self.keep_alive = interval;
         self
     }
 
-    /// The largest frame accepted (default 5 MiB + 10 KiB).
+    /// The largest frame accepted (default 5 MiB + 10 KiB; [`MIN_FRAME_SIZE`] to
+    /// [`MAX_FRAME_SIZE`]).
     pub fn max_frame_size(mut self, bytes: usize) -> Self {
         self.max_frame_size = bytes;
         self
+    }
+
+    /// Checks every option against its valid range, so that a bad one fails here and not
+    /// at the first request ([`crate::Client::connect`] and [`Connection::connect`] call it).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the option and its valid range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid = |what: &'static str, reason: String| Err(Error::Invalid { what, reason });
+        if self.operation_timeout < MIN_OPERATION_TIMEOUT {
+            return invalid(
+                "operation_timeout",
+                format!(
+                    "{:?} is too short: every request would time out; give at least \
+                     {MIN_OPERATION_TIMEOUT:?} (30 s by default)",
+                    self.operation_timeout
+                ),
+            );
+        }
+        if self.keep_alive < MIN_KEEP_ALIVE {
+            return invalid(
+                "keep_alive",
+                format!(
+                    "{:?} is too short: give at least {MIN_KEEP_ALIVE:?} (30 s by default)",
+                    self.keep_alive
+                ),
+            );
+        }
+        if !(MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&self.max_frame_size) {
+            return invalid(
+                "max_frame_size",
+                format!(
+                    "{} bytes is outside {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE} (the default is \
+                     {}, the broker's 5 MiB max_message_size plus headers)",
+                    self.max_frame_size,
+                    crate::codec::DEFAULT_MAX_FRAME_SIZE
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// The `host:port` connected to.
@@ -210,13 +267,16 @@ impl ConnectOptions {
 /// A parsed service URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServiceUrl {
-    /// `host:port`.
+    /// `host:port` (the first, for a URL naming several).
     pub(crate) address: String,
+    /// The other hosts of a multi-host URL (`pulsar://h1:6650,h2:6650`), in order.
+    pub(crate) others: Vec<String>,
     /// `pulsar+ssl://`.
     pub(crate) tls: bool,
 }
 
-/// `pulsar://host:port`, `pulsar+ssl://host:port` or bare `host:port`.
+/// `pulsar://host:port`, `pulsar+ssl://host:port` or bare `host:port`; several hosts
+/// separated by commas (`pulsar://h1:6650,h2:6650`, as the Java client takes them).
 pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
     let trimmed = url.trim();
     let (tls, rest) = match trimmed.strip_prefix("pulsar+ssl://") {
@@ -224,13 +284,19 @@ pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
         None => (false, trimmed.strip_prefix("pulsar://").unwrap_or(trimmed)),
     };
     let bare = rest.trim_end_matches('/');
-    let valid = bare
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
-    if !valid || bare.contains("://") || bare.contains('/') {
+    let valid = |host_port: &str| {
+        host_port.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+        })
+    };
+    let hosts: Vec<&str> = bare.split(',').map(str::trim).collect();
+    if !hosts.iter().all(|h| valid(h)) || bare.contains("://") || bare.contains('/') {
         return Err(Error::Invalid {
             what: "service URL",
-            reason: format!("{url:?} is not pulsar://host:port or pulsar+ssl://host:port"),
+            reason: format!(
+                "{url:?} is not pulsar://host:port or pulsar+ssl://host:port (several hosts: \
+                 pulsar://h1:6650,h2:6650, each with its port)"
+            ),
         });
     }
     if tls && !cfg!(feature = "tls") {
@@ -240,7 +306,8 @@ pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
         });
     }
     Ok(ServiceUrl {
-        address: bare.to_owned(),
+        address: hosts[0].to_owned(),
+        others: hosts[1..].iter().map(|h| (*h).to_owned()).collect(),
         tls,
     })
 }
@@ -555,6 +622,7 @@ impl Connection {
     /// otherwise; [`Error::Invalid`] for unusable TLS files or TLS options on a `pulsar://`
     /// URL; [`Error::Timeout`]; and the token provider's own errors.
     pub async fn connect(options: &ConnectOptions) -> Result<Self, Error> {
+        options.validate()?;
         let (read, write) = open_stream(options).await?;
         let codec = PulsarCodec::new(options.max_frame_size);
         let mut reader = FramedRead::new(read, codec);
@@ -1249,6 +1317,7 @@ mod tests {
     fn service_urls() {
         let plain = |address: &str| ServiceUrl {
             address: address.into(),
+            others: Vec::new(),
             tls: false,
         };
         assert_eq!(
@@ -1263,6 +1332,7 @@ mod tests {
         if cfg!(feature = "tls") {
             let tls = ServiceUrl {
                 address: "broker.example:6651".into(),
+                others: Vec::new(),
                 tls: true,
             };
             assert_eq!(parsed.unwrap(), tls);
@@ -1270,7 +1340,17 @@ mod tests {
             let error = parsed.unwrap_err();
             assert!(error.to_string().contains("`tls` feature"), "{error}");
         }
+        assert_eq!(
+            parse_service_url("pulsar://h1:6650, h2:6651").unwrap(),
+            ServiceUrl {
+                address: "h1:6650".into(),
+                others: vec!["h2:6651".into()],
+                tls: false,
+            }
+        );
         for bad in [
+            "pulsar://h1:6650,h2",
+            "pulsar://h1:6650,",
             "http://x:1",
             "pulsar+ssl://x",
             "pulsar://x:1/path",

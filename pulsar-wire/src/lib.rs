@@ -308,13 +308,16 @@ pub(crate) use codec::Frame;
 pub use compression::{
     Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
 };
-pub use connection::{ConnectOptions, Connection};
+pub use connection::{
+    ConnectOptions, Connection, MAX_FRAME_SIZE, MIN_FRAME_SIZE, MIN_KEEP_ALIVE,
+    MIN_OPERATION_TIMEOUT,
+};
 pub(crate) use connection::{ConsumerEvent, command_frame};
 pub use consume::MessageConsumer;
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
-    InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, Message, NONE_KEY,
-    ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
+    InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, MAX_RECEIVER_QUEUE_SIZE,
+    Message, NONE_KEY, ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use id::MessageId;

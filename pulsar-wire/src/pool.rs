@@ -30,6 +30,8 @@ struct PoolInner {
     connections: parking_lot::Mutex<HashMap<String, Slot>>,
     /// Set by [`Pool::close`]: no connection is opened any more.
     closed: AtomicBool,
+    /// The service host that answered last (an index into the multi-host URL's hosts).
+    service_host: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Pool {
@@ -48,6 +50,7 @@ impl Pool {
                 options,
                 connections: parking_lot::Mutex::new(HashMap::new()),
                 closed: AtomicBool::new(false),
+                service_host: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -57,9 +60,30 @@ impl Pool {
         &self.inner.options
     }
 
-    /// The connection to the service URL, opened again if it was lost.
+    /// The connection to the service URL, opened again if it was lost. A multi-host URL's
+    /// hosts are tried in turn, from the one that answered last, until one connects.
     pub(crate) async fn service_connection(&self) -> Result<Connection, Error> {
-        self.connection_to(self.inner.options.address()).await
+        let options = &self.inner.options;
+        let hosts: Vec<&str> = std::iter::once(options.address())
+            .chain(options.other_hosts.iter().map(String::as_str))
+            .collect();
+        let first = self.inner.service_host.load(Ordering::Relaxed) % hosts.len();
+        let mut last_error = None;
+        for turn in 0..hosts.len() {
+            let index = (first + turn) % hosts.len();
+            match self.connection_to(hosts[index]).await {
+                Ok(connection) => {
+                    self.inner.service_host.store(index, Ordering::Relaxed);
+                    return Ok(connection);
+                }
+                Err(error @ Error::Closed(_)) => return Err(error),
+                Err(error) => {
+                    tracing::debug!(host = hosts[index], %error, "a service host did not answer");
+                    last_error = Some(error);
+                }
+            }
+        }
+        Err(last_error.unwrap_or(Error::Closed("the client")))
     }
 
     /// The connection to a broker at `host:port`, opened if there is none (or it was lost).
@@ -117,7 +141,7 @@ impl Pool {
         let mut backoff = Backoff::default();
         loop {
             match self.lookup_once(&topic).await {
-                Err(error) if lookup_retryable(&error) => {
+                Err((error, unreachable)) if unreachable || lookup_retryable(&error) => {
                     let delay = backoff.next_delay();
                     if tokio::time::Instant::now() + delay >= deadline {
                         return Err(error);
@@ -125,34 +149,54 @@ impl Pool {
                     tracing::debug!(%topic, %error, ?delay, "lookup refused for now: asking again");
                     tokio::time::sleep(delay).await;
                 }
-                other => return other,
+                other => return other.map_err(|(error, _)| error),
             }
         }
     }
 
-    async fn lookup_once(&self, topic: &str) -> Result<Connection, Error> {
-        let mut connection = self.service_connection().await?;
+    /// One lookup; a failure says whether it was reaching a broker the lookup named (a
+    /// broker killed is named until the cluster gives its topics to another: asked again).
+    async fn lookup_once(&self, topic: &str) -> Result<Connection, (Error, bool)> {
+        let named = |error: Error| {
+            let unreachable = matches!(
+                error,
+                Error::ConnectionLost { .. } | Error::Io(_) | Error::Timeout { .. }
+            );
+            (error, unreachable)
+        };
+        let mut connection = self.service_connection().await.map_err(|e| (e, false))?;
         let mut authoritative = false;
         for _ in 0..MAX_REDIRECTS {
-            match connection.lookup(topic, authoritative).await? {
+            match connection
+                .lookup(topic, authoritative)
+                .await
+                .map_err(|e| (e, false))?
+            {
                 LookupAnswer::Here => return Ok(connection),
-                LookupAnswer::ThroughServiceUrl => return self.service_connection().await,
-                LookupAnswer::Connect(address) => return self.connection_to(&address).await,
+                LookupAnswer::ThroughServiceUrl => {
+                    return self.service_connection().await.map_err(|e| (e, false));
+                }
+                LookupAnswer::Connect(address) => {
+                    return self.connection_to(&address).await.map_err(named);
+                }
                 LookupAnswer::Redirect {
                     address,
                     authoritative: told,
                 } => {
                     authoritative = told;
                     if address != connection.address() {
-                        connection = self.connection_to(&address).await?;
+                        connection = self.connection_to(&address).await.map_err(named)?;
                     }
                 }
             }
         }
-        Err(Error::Invalid {
-            what: "lookup",
-            reason: format!("{topic}: more than {MAX_REDIRECTS} redirects"),
-        })
+        Err((
+            Error::Invalid {
+                what: "lookup",
+                reason: format!("{topic}: more than {MAX_REDIRECTS} redirects"),
+            },
+            false,
+        ))
     }
 
     /// The number of partitions of `topic` (0 when it is not partitioned).
@@ -200,15 +244,10 @@ impl Pool {
     }
 }
 
-/// Whether a lookup that failed this way may succeed a little later: the broker is starting,
-/// is moving the topic's bundle, or sheds load; or a broker could not be reached (a broker
-/// killed is named by lookups until the cluster gives its topics to another one).
+/// Whether a lookup refused this way may succeed a little later: the broker is starting, is
+/// moving the topic's bundle, or sheds load.
 fn lookup_retryable(error: &Error) -> bool {
     error.is_bundle_moving()
-        || matches!(
-            error,
-            Error::ConnectionLost { .. } | Error::Io(_) | Error::Timeout { .. }
-        )
         || matches!(
             error,
             Error::Server { code, .. }

@@ -41,6 +41,9 @@ pub struct ProducerOptions {
     on_queue_full: QueueFull,
 }
 
+/// The wait of a send without timeout (`send_timeout(Duration::ZERO)`): about 136 years.
+const NO_SEND_TIMEOUT: Duration = Duration::from_secs(u32::MAX as u64);
+
 /// How long a send waits for its receipt by default, reconnections included (the Java
 /// client's `sendTimeout`).
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,9 +78,15 @@ impl ProducerOptions {
     /// How long a send waits for the broker's receipt, reconnections included (default
     /// [`DEFAULT_SEND_TIMEOUT`]): a broker restarted or a topic moved within it costs the
     /// sender only the wait. When it passes the send fails with [`Error::Timeout`] (the
-    /// entry may still be persisted if it was on the wire).
+    /// entry may still be persisted if it was on the wire). `Duration::ZERO` means no
+    /// timeout, as the Java client's `sendTimeout(0)`: a send waits as long as it takes
+    /// (bound the sends that pile up with [`ProducerOptions::max_pending_messages`]).
     pub fn send_timeout(mut self, timeout: Duration) -> Self {
-        self.send_timeout = timeout;
+        self.send_timeout = if timeout.is_zero() {
+            NO_SEND_TIMEOUT
+        } else {
+            timeout
+        };
         self
     }
 

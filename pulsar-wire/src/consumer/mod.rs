@@ -35,7 +35,7 @@ pub use key_shared::{
 use ledger::HeldBackAck;
 pub use message::Message;
 use message::Origin;
-pub use options::{ConsumerOptions, InitialPosition, SubType};
+pub use options::{ConsumerOptions, InitialPosition, MAX_RECEIVER_QUEUE_SIZE, SubType};
 use partition::PartitionList;
 use partition::Parts;
 use partition::Undecodable;

@@ -36,6 +36,9 @@ pub enum InitialPosition {
     Earliest,
 }
 
+/// The largest [`ConsumerOptions::receiver_queue_size`]: a million messages per partition.
+pub const MAX_RECEIVER_QUEUE_SIZE: u32 = 1_000_000;
+
 /// How a consumer subscribes and acknowledges.
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
@@ -90,7 +93,8 @@ impl ConsumerOptions {
         self
     }
 
-    /// The flow permits granted per partition (default 1,000); refilled when half are used.
+    /// The flow permits granted per partition (default 1,000, at most
+    /// [`MAX_RECEIVER_QUEUE_SIZE`]); refilled when half are used.
     pub fn receiver_queue_size(mut self, size: u32) -> Self {
         self.receiver_queue_size = size;
         self
@@ -190,6 +194,19 @@ impl ConsumerOptions {
     }
 
     pub(super) fn validate(&self) -> Result<(), Error> {
+        if !(1..=MAX_RECEIVER_QUEUE_SIZE).contains(&self.receiver_queue_size) {
+            // The broker takes a FLOW's permits as a signed 32-bit count and refuses 0: either
+            // ends the whole connection.
+            return Err(Error::Invalid {
+                what: "receiver_queue_size",
+                reason: format!(
+                    "{} is outside 1..={MAX_RECEIVER_QUEUE_SIZE} (default 1,000; a queue of 0, \
+                     the Java client's zero-queue consumer, is not supported: 1 fetches one \
+                     message at a time)",
+                    self.receiver_queue_size
+                ),
+            });
+        }
         if let Some(policy) = &self.dead_letter {
             policy.validate()?;
         }

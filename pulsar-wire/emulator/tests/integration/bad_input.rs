@@ -161,3 +161,176 @@ async fn transactions_need_a_coordinator() {
         "{error}"
     );
 }
+
+/// A free local port, nothing listening on it.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Options out of their range fail at `Client::connect`, naming the option and its range
+/// (before: a zero operation timeout, frame limit or keep-alive was accepted and failed at
+/// the first request or frame).
+#[tokio::test]
+async fn connection_options_out_of_range_are_refused_up_front() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let options = || ConnectOptions::new(setup.emulator.endpoint()).expect("valid");
+    for (bad, name) in [
+        (
+            options().operation_timeout(Duration::ZERO),
+            "operation_timeout",
+        ),
+        (options().max_frame_size(0), "max_frame_size"),
+        (options().keep_alive(Duration::ZERO), "keep_alive"),
+    ] {
+        let error = Client::connect(bad).await.expect_err("out of range");
+        assert!(
+            matches!(&error, Error::Invalid { what, .. } if *what == name),
+            "{error}"
+        );
+        assert!(!error.is_retryable());
+    }
+    Client::connect(options())
+        .await
+        .expect("the defaults connect");
+}
+
+/// A receiver queue outside 1..=1,000,000 is refused when subscribing (before: u32::MAX was
+/// sent as a FLOW and the broker closed the whole connection, saying only that it closed it).
+#[tokio::test]
+async fn a_receiver_queue_out_of_range_is_refused_when_subscribing() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    for size in [0, u32::MAX, pulsar_wire::MAX_RECEIVER_QUEUE_SIZE + 1] {
+        let error = setup
+            .client
+            .subscribe(
+                "queue-size",
+                "sub",
+                ConsumerOptions::default().receiver_queue_size(size),
+            )
+            .await
+            .expect_err("out of range");
+        assert!(
+            matches!(&error, Error::Invalid { what, .. } if *what == "receiver_queue_size"),
+            "{error}"
+        );
+        assert!(error.to_string().contains("1..=1000000"), "{error}");
+    }
+    setup
+        .client
+        .subscribe(
+            "queue-size",
+            "sub",
+            ConsumerOptions::default().receiver_queue_size(pulsar_wire::MAX_RECEIVER_QUEUE_SIZE),
+        )
+        .await
+        .expect("the largest queue is taken");
+}
+
+/// After `Client::close` nothing works any more, each call failing with `Closed` (before:
+/// creating producers, sending, subscribing and receiving all went on working).
+#[tokio::test]
+async fn a_closed_client_refuses_everything_with_closed() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let producer = setup.producer("closing", 0).await;
+    let consumer = setup.shared("closing", ConsumerOptions::default()).await;
+    send_all(&producer, 1).await;
+    receive(&consumer, 1).await;
+    setup.client.close().await;
+    let closed = |error: Error| assert!(matches!(error, Error::Closed(_)), "{error}");
+    closed(
+        setup
+            .client
+            .create_producer("closing", ProducerOptions::default())
+            .await
+            .expect_err("closed"),
+    );
+    closed(
+        setup
+            .client
+            .subscribe("closing", "other", ConsumerOptions::default())
+            .await
+            .expect_err("closed"),
+    );
+    closed(
+        producer
+            .send(OutgoingMessage::new("late"))
+            .await
+            .expect_err("closed"),
+    );
+    closed(consumer.receive().await.expect_err("closed"));
+}
+
+/// `send_timeout(Duration::ZERO)` means no timeout, as the Java client's `sendTimeout(0)`
+/// (before: every send failed at once with a timeout).
+#[tokio::test]
+async fn a_zero_send_timeout_means_none() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let producer = setup
+        .client
+        .create_producer(
+            "no-timeout",
+            ProducerOptions::default().send_timeout(Duration::ZERO),
+        )
+        .await
+        .expect("created");
+    producer
+        .send(OutgoingMessage::new("m"))
+        .await
+        .expect("sent, not timed out");
+}
+
+/// A service URL naming several hosts (`pulsar://h1:6650,h2:6650`, as the Java client takes
+/// it) connects to the first that answers (before: a DNS error for the whole string).
+#[tokio::test]
+async fn a_multi_host_service_url_connects_to_a_host_that_answers() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let endpoint = setup.emulator.endpoint().trim_start_matches("pulsar://");
+    let url = format!("pulsar://127.0.0.1:{},{endpoint}", closed_port());
+    let options = ConnectOptions::new(&url)
+        .expect("several hosts are valid")
+        .operation_timeout(Duration::from_secs(5));
+    let client = Client::connect(options)
+        .await
+        .expect("the second host answers");
+    let producer = client
+        .create_producer("multi-host", ProducerOptions::default())
+        .await
+        .expect("created through the second host");
+    producer
+        .send(OutgoingMessage::new("m"))
+        .await
+        .expect("sent");
+}
+
+/// An HTTP port (the broker's admin port) is recognised as one (before: "a frame of
+/// 1213486160 bytes exceeds the limit").
+#[tokio::test]
+async fn an_http_port_is_said_to_be_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bound");
+    let address = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        if let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buffer = [0u8; 256];
+            let _ = tcp.read(&mut buffer).await;
+            let _ = tcp
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let options = ConnectOptions::new(&format!("pulsar://{address}"))
+        .expect("valid")
+        .operation_timeout(Duration::from_secs(5));
+    let error = Client::connect(options).await.expect_err("not Pulsar");
+    assert!(
+        error
+            .to_string()
+            .contains("not a Pulsar binary-protocol port"),
+        "{error}"
+    );
+}

@@ -50,7 +50,9 @@ async fn connection_loss_fails_pending_requests_and_producers_and_consumers_come
         .await
         .expect("NEW_TXN does not hang")
         .expect("joined");
-    assert!(matches!(txn, Err(Error::ConnectionLost { .. })), "{txn:?}");
+    // NEW_TXN lost with its connection is asked again on a new one (a transaction opened by
+    // the lost request, if any, times out on the coordinator).
+    assert!(txn.is_ok(), "{txn:?}");
     // The consumer subscribes again and gets the message sent again.
     let received = within(Duration::from_secs(5), consumer.receive())
         .await
