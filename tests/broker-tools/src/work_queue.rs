@@ -194,6 +194,8 @@ pub struct Report {
     pub received_by: Vec<u64>,
     /// What the receipts show.
     pub analysis: Analysis,
+    /// Every delivery to the application, by payload.
+    pub receipts: HashMap<String, Vec<Receipt>>,
     /// Acks that failed.
     pub acks_failed: u64,
     /// Every payload was acknowledged before the timeout.
@@ -359,7 +361,8 @@ pub async fn run(
     report.finished = all_acked_at.is_some();
     report.total = all_acked_at.unwrap_or(end);
     report.acks_failed = *queue.acks_failed.lock();
-    report.analysis = analyse(produced, &queue.receipts.lock(), end);
+    report.receipts = std::mem::take(&mut *queue.receipts.lock());
+    report.analysis = analyse(produced, &report.receipts, end);
     if let Some(admin) = admin {
         let (unacked, backlog) =
             settled_counts(admin, topic, subscription, Duration::from_secs(10)).await;
@@ -536,9 +539,26 @@ mod tests {
             report.received_by.iter().sum::<u64>(),
             report.analysis.received
         );
-        // 40 messages, 10 handled at once, 300 ms each: at least 1.2 s, and far less than
-        // one at a time (12 s).
+        // 20 messages or more for one consumer, 5 at a time, 300 ms each: 4 rounds at least.
         assert!(report.total >= Duration::from_millis(1_200), "{report:?}");
-        assert!(report.total < Duration::from_secs(6), "{report:?}");
+        // Each consumer held more than one message at once, and never more than 5.
+        for consumer in 0..2 {
+            let mut held: Vec<(Duration, i32)> = report
+                .receipts
+                .values()
+                .flatten()
+                .filter(|r| r.consumer == consumer)
+                .flat_map(|r| [(r.received_at, 1), (r.acked_at.expect("acked"), -1)])
+                .collect();
+            held.sort_unstable_by_key(|&(at, step)| (at, step));
+            let most = held
+                .iter()
+                .scan(0, |now, &(_, step)| {
+                    *now += step;
+                    Some(*now)
+                })
+                .max();
+            assert!(matches!(most, Some(2..=5)), "c{consumer}: {most:?} at once");
+        }
     }
 }
