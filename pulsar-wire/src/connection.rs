@@ -463,6 +463,7 @@ async fn open_stream(options: &ConnectOptions) -> Result<(BoxedRead, BoxedWrite)
         .map_err(|_| Error::Timeout {
             operation: "connect",
             after: options.operation_timeout,
+            cause: format!("{} did not accept the connection", options.address),
         })?
 }
 
@@ -635,6 +636,7 @@ impl Connection {
         .map_err(|_| Error::Timeout {
             operation: "CONNECT",
             after: options.operation_timeout,
+            cause: format!("{} did not answer CONNECT", options.address),
         })??;
         let (outbound, rx) = mpsc::channel(OUTBOUND_FRAMES);
         let closed = CancellationToken::new();
@@ -748,6 +750,7 @@ impl Connection {
                 return Err(Error::Timeout {
                     operation,
                     after: self.shared.timeout,
+                    cause: format!("the broker at {} did not answer", self.shared.address),
                 });
             }
             Ok(Err(_)) => return Err(self.lost_error()),
@@ -845,6 +848,7 @@ impl Connection {
                 Err(Error::Timeout {
                     operation: "SEND",
                     after: self.shared.timeout,
+                    cause: format!("the broker at {} sent no receipt", self.shared.address),
                 })
             }
             Ok(Err(_)) => Err(self.lost_error()),

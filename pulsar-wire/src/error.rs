@@ -103,12 +103,15 @@ pub enum Error {
         message: String,
     },
     /// The broker did not answer within the timeout.
-    #[error("{operation} timed out after {after:?}")]
+    #[error("{operation} timed out after {after:?}: {cause}")]
     Timeout {
         /// What was attempted.
         operation: &'static str,
         /// The timeout.
         after: std::time::Duration,
+        /// Which broker did not answer, and what the client saw meanwhile (for a send: the
+        /// broker it was registered with, or why it could not register again).
+        cause: String,
     },
     /// An argument or setting was rejected.
     #[error("invalid {what}: {reason}")]

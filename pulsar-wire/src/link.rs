@@ -206,8 +206,7 @@ impl LinkSlot {
     }
 
     /// The state now.
-    #[cfg(test)]
-    pub(crate) fn get(&self) -> Option<LinkState> {
+    pub(crate) fn current(&self) -> Option<LinkState> {
         self.hub.states.borrow().get(self.index).cloned()
     }
 }
@@ -268,7 +267,7 @@ mod tests {
         slot.attach();
         slot.set("t", LinkState::Failed { cause: lost() });
         slot.set("t", LinkState::Connected);
-        assert!(matches!(slot.get(), Some(LinkState::Failed { .. })));
+        assert!(matches!(slot.current(), Some(LinkState::Failed { .. })));
         slot.set("t", LinkState::Closed);
         slot.set(
             "t",
@@ -277,7 +276,7 @@ mod tests {
                 cause: lost(),
             },
         );
-        assert!(matches!(slot.get(), Some(LinkState::Closed)));
+        assert!(matches!(slot.current(), Some(LinkState::Closed)));
     }
 
     #[test]

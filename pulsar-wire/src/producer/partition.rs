@@ -447,17 +447,38 @@ impl PartitionProducer {
                 Ok(Ok(result)) => result,
                 Ok(Err(_)) => Err(Error::Closed("the producer")),
                 Err(_) => {
+                    let mut cause = "the producer is gone".to_owned();
                     if let Some(this) = weak.upgrade() {
                         // Gives its place back.
                         drop(this.sequencer.lock().awaiting.remove(&first));
+                        cause = this.waiting_on();
                     }
                     Err(Error::Timeout {
                         operation: "SEND",
                         after: timeout,
+                        cause,
                     })
                 }
             }
         })
+    }
+
+    /// What a send that timed out waited on: the broker it is registered with, or the
+    /// reason it is not registered now.
+    fn waiting_on(&self) -> String {
+        let link = self.link.read();
+        let broker = link.connection.address().to_owned();
+        if link.up {
+            return format!("the broker at {broker} sent no receipt");
+        }
+        drop(link);
+        match self.state.current() {
+            Some(crate::LinkState::Reconnecting { attempt, cause }) => format!(
+                "the producer lost the broker at {broker} and is registering again (attempt \
+                 {attempt}: {cause})"
+            ),
+            _ => format!("the producer lost the broker at {broker} and is registering again"),
+        }
     }
 
     /// Refuses a message larger than the broker takes. With compression the compressed size

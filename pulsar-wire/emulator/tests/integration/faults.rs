@@ -87,6 +87,11 @@ async fn a_broker_that_drops_every_connection_costs_waits_not_errors_or_a_tight_
     let started = Instant::now();
     let sent = producer.send(OutgoingMessage::new("more")).await;
     assert!(matches!(sent, Err(Error::Timeout { .. })), "{sent:?}");
+    // The timeout names the broker it lost and why (before: "SEND timed out after 500ms").
+    let text = sent.expect_err("timed out").to_string();
+    let broker = setup.emulator.endpoint().trim_start_matches("pulsar://");
+    assert!(text.contains(broker), "{text}");
+    assert!(text.contains("registering again"), "{text}");
     assert!(!producer.is_connected());
     // What was queued is handed over, then nothing.
     for _ in 1..10 {
