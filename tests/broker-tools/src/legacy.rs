@@ -20,30 +20,12 @@ pub async fn txn_ack_without_batch_size(
     txn: &Transaction,
     last: &Message,
 ) -> Result<(), Error> {
-    txn.add_subscription(last.topic(), consumer.subscription())
-        .await?;
-    let (connection, consumer_id) = consumer.wire_of(last)?;
-    let id = txn.id();
-    connection
-        .request("ACK", |request_id| {
-            command_frame(Type::Ack, |c| {
-                c.ack = Some(pb::CommandAck {
-                    consumer_id,
-                    ack_type: AckType::Individual as i32,
-                    message_id: vec![pb::MessageIdData {
-                        ledger_id: last.position().ledger_id(),
-                        entry_id: last.position().entry_id(),
-                        ..pb::MessageIdData::default()
-                    }],
-                    txnid_least_bits: Some(id.least_bits),
-                    txnid_most_bits: Some(id.most_bits),
-                    request_id: Some(request_id),
-                    ..pb::CommandAck::default()
-                });
-            })
-        })
-        .await
-        .map(drop)
+    let id = pb::MessageIdData {
+        ledger_id: last.position().ledger_id(),
+        entry_id: last.position().entry_id(),
+        ..pb::MessageIdData::default()
+    };
+    raw_txn_ack(consumer, txn, last, id).await
 }
 
 /// The transactional ack of one message as the Java client sends it (an independent set and
@@ -60,12 +42,8 @@ pub async fn txn_ack_with_batch_size(
     txn: &Transaction,
     message: &Message,
 ) -> Result<(), Error> {
-    txn.add_subscription(message.topic(), consumer.subscription())
-        .await?;
     let ack = txn_ack::txn_ack(txn.id(), txn_ack::AckKind::Individual, message.position())?;
-    let (connection, consumer_id) = consumer.wire_of(message)?;
-    let id = txn.id();
-    let message_id = pb::MessageIdData {
+    let id = pb::MessageIdData {
         ledger_id: ack.id.entry.ledger_id,
         entry_id: ack.id.entry.entry_id,
         partition: (ack.id.partition >= 0).then_some(ack.id.partition),
@@ -73,15 +51,30 @@ pub async fn txn_ack_with_batch_size(
         ack_set: ack.id.wire_ack_set().collect(),
         batch_size: ack.id.batch_size.and_then(|size| i32::try_from(size).ok()),
     };
+    raw_txn_ack(consumer, txn, message, id).await
+}
+
+/// Adds the subscription to `txn`, then sends a transactional `ACK` of `id` (of `message`'s
+/// entry) raw on `message`'s consumer and waits for the answer.
+async fn raw_txn_ack(
+    consumer: &Consumer,
+    txn: &Transaction,
+    message: &Message,
+    id: pb::MessageIdData,
+) -> Result<(), Error> {
+    txn.add_subscription(message.topic(), consumer.subscription())
+        .await?;
+    let (connection, consumer_id) = consumer.wire_of(message)?;
+    let txn_id = txn.id();
     connection
         .request("ACK", |request_id| {
             command_frame(Type::Ack, |c| {
                 c.ack = Some(pb::CommandAck {
                     consumer_id,
                     ack_type: AckType::Individual as i32,
-                    message_id: vec![message_id],
-                    txnid_least_bits: Some(id.least_bits),
-                    txnid_most_bits: Some(id.most_bits),
+                    message_id: vec![id],
+                    txnid_least_bits: Some(txn_id.least_bits),
+                    txnid_most_bits: Some(txn_id.most_bits),
                     request_id: Some(request_id),
                     ..pb::CommandAck::default()
                 });
