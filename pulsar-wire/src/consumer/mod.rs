@@ -712,7 +712,9 @@ impl Consumer {
     /// messages the application holds (received, or waiting to be, and not acknowledged) is
     /// **held back**: it goes out as soon as every other message of the batch is acknowledged
     /// (in a transaction or not), or with [`Transaction::commit`], and this call returns
-    /// without waiting for it. A 4.0.x broker would answer the abort of a transaction that
+    /// without waiting for it. So are the acks of a chunked message (until the commit), and of
+    /// a message the broker may have given to another consumer ([`Consumer::held_elsewhere`]:
+    /// until its copy comes back here; if none has by the commit, the commit fails). A 4.0.x broker would answer the abort of a transaction that
     /// acknowledged part of a batch by sending the whole batch again to any consumer, the
     /// messages this application still holds included; a held-back ack is never on the
     /// broker when its transaction aborts, and its message is handed to this consumer's
@@ -824,11 +826,15 @@ impl Consumer {
             };
             // A transaction whose commit has begun sends at once: its commit may already have
             // taken what was held back. A message that may be with another consumer now waits
-            // for its copy to come back here (or fails at the commit).
+            // for its copy to come back here (or fails at the commit). A chunked message's
+            // acks wait for the commit: an abort's copies of its chunks, arriving before the
+            // abort is answered, cannot be kept for a new delivery as whole messages can.
             if partition.holds_back
                 && kind == AckKind::Individual
                 && txn.as_ref().is_open()
-                && (!ledger.entry_is_free(position) || partition.held_elsewhere(&ledger, message))
+                && (!ledger.entry_is_free(position)
+                    || !message.chunks.is_empty()
+                    || partition.held_elsewhere(&ledger, message))
             {
                 ledger.hold_back(held);
                 self.counters.acks_held_back.fetch_add(1, Ordering::Relaxed);

@@ -120,6 +120,57 @@ async fn a_chunked_message_nacked_comes_back_whole_and_its_chunks_are_all_acked(
     assert_quiet(&consumer, Duration::from_millis(300)).await;
 }
 
+/// A chunked message acknowledged in a transaction that aborts comes back whole, from the
+/// consumer itself (its acks were held until the commit: the abort's copies of single chunks,
+/// arriving before the abort was answered, could not be kept as whole messages); acknowledged
+/// in a second transaction that commits, everything is gone.
+#[tokio::test]
+async fn a_chunked_message_of_an_aborted_transaction_comes_back_whole() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let topic = "chunks-txn";
+    let consumer = setup.shared(topic, ConsumerOptions::default()).await;
+    let producer = setup
+        .client
+        .create_producer(topic, chunking(Compression::None))
+        .await
+        .expect("producer created");
+    let big = payload(9, 200 * 1024);
+    producer
+        .send(OutgoingMessage::new(big.clone()))
+        .await
+        .expect("sent");
+    let first = receive(&consumer, 1).await.remove(0);
+    let coordinator = setup
+        .client
+        .transaction_coordinator()
+        .await
+        .expect("coordinator");
+    let txn = coordinator
+        .new_transaction(Duration::from_secs(60))
+        .await
+        .expect("transaction");
+    consumer.ack_in(&txn, &first).await.expect("held back");
+    assert_eq!(consumer.stats().txn_acks, 0, "nothing sent before the end");
+    txn.abort().await.expect("aborted");
+    let again = receive(&consumer, 1).await.remove(0);
+    assert_eq!(again.payload(), &big);
+    assert_eq!(again.redelivery_count(), first.redelivery_count() + 1);
+    assert_eq!(consumer.stats().redelivery_requests, 0);
+    let txn = coordinator
+        .new_transaction(Duration::from_secs(60))
+        .await
+        .expect("transaction");
+    consumer.ack_in(&txn, &again).await.expect("held back");
+    txn.commit().await.expect("committed");
+    assert_eq!(
+        consumer.stats().txn_acks,
+        4,
+        "every chunk's entry with the commit"
+    );
+    setup.assert_drained(topic).await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+}
+
 #[tokio::test]
 async fn chunking_with_batching_is_refused_and_a_message_too_large_for_the_limits_is_surfaced() {
     let setup = Setup::new(EmulatorConfig::default()).await;
