@@ -1480,15 +1480,14 @@ async fn txn_steady_run_limited(
     static WARMED: AtomicBool = AtomicBool::new(false);
     if !WARMED.swap(true, Ordering::AcqRel) {
         let warm_up = format!("{}-warm-up", broker.topic);
-        let report = txn_steady::run(
-            &broker.client,
-            &warm_up,
-            SUB,
-            &txn_steady::Shape::steady(Duration::from_secs(30)),
-            false,
-            None,
+        let shape = txn_steady::Shape::steady(Duration::from_secs(30));
+        let bound = shape.timeout + Duration::from_secs(120);
+        let report = tokio::time::timeout(
+            bound,
+            txn_steady::run(&broker.client, &warm_up, SUB, &shape, false, None),
         )
         .await
+        .unwrap_or_else(|_| panic!("{scenario}: the warm-up hung: no end {bound:?} after it began"))
         .expect("the warm-up run");
         println!("{scenario}: warm-up {report:?}");
     }
@@ -1498,15 +1497,23 @@ async fn txn_steady_run_limited(
         SUB.into(),
         Duration::from_millis(250),
     );
-    let report = txn_steady::run(
-        &broker.client,
-        &broker.topic,
-        SUB,
-        &shape,
-        legacy,
-        Some(&broker.admin),
+    // The run ends by itself at its deadline; past that plus two minutes it hung (as it did
+    // once for an hour in CI: an abort and an ack waiting for each other), and the test fails
+    // instead of waiting for CI's limit.
+    let bound = shape.timeout + Duration::from_secs(120);
+    let report = tokio::time::timeout(
+        bound,
+        txn_steady::run(
+            &broker.client,
+            &broker.topic,
+            SUB,
+            &shape,
+            legacy,
+            Some(&broker.admin),
+        ),
     )
     .await
+    .unwrap_or_else(|_| panic!("{scenario}: the run hung: no end {bound:?} after it began"))
     .expect("the run");
     let blocked = watcher.finish().await;
     let unacked = report.final_unacked.expect("measured");

@@ -39,6 +39,27 @@ impl HeldBackAck {
     }
 }
 
+/// A transactional ack taken to go out, counted in flight in its transaction until it is
+/// answered or put back: its commit waits for it. `op` is `None` once the transaction is gone
+/// (dropped without an end: the coordinator aborts it, and the message is handed over again).
+///
+/// The count travels with the ack, not with whoever took it: an ack that waits for an abort
+/// under way on its partition gives its count up when its own transaction is the one
+/// aborting, so that the abort (which waits for its transaction's acks in flight) and the ack
+/// (which waits for the abort) never wait for each other.
+pub(crate) struct Outgoing {
+    pub(crate) held: HeldBackAck,
+    pub(crate) op: Option<TxnOp>,
+}
+
+impl Outgoing {
+    /// `held`, counted in flight in its transaction.
+    pub(crate) fn new(held: HeldBackAck) -> Self {
+        let op = held.txn.op();
+        Self { held, op }
+    }
+}
+
 /// The index of a message in its entry's batch (0 for a message not in a batch).
 fn index_of(position: &MessagePosition) -> usize {
     usize::try_from(position.batch_index()).unwrap_or(0)
@@ -108,6 +129,11 @@ impl Ledger {
         !self.aborting.is_empty()
     }
 
+    /// Whether the abort of `txn` is under way.
+    pub(crate) fn is_aborting_txn(&self, txn: TxnId) -> bool {
+        self.aborting.contains(&txn)
+    }
+
     /// Holds an ack back until its entry is free or its transaction commits.
     pub(crate) fn hold_back(&mut self, ack: HeldBackAck) {
         self.held_back
@@ -119,42 +145,34 @@ impl Ledger {
     /// The acks held back for `entry`, taken, if no message of it is held otherwise; each
     /// counted in flight in its transaction (taken under the same lock as a commit takes the
     /// rest, so that the commit waits for them).
-    pub(crate) fn take_if_free(
-        &mut self,
-        entry: &EntryId,
-    ) -> (Vec<HeldBackAck>, Vec<Option<TxnOp>>) {
+    pub(crate) fn take_if_free(&mut self, entry: &EntryId) -> Vec<Outgoing> {
         if !self.held_back.contains_key(entry) || !self.is_free(entry, None) {
-            return (Vec::new(), Vec::new());
+            return Vec::new();
         }
         self.take_entry(entry)
     }
 
     /// The acks held back for `entry`, taken, each counted in flight in its transaction
     /// (its ack of another message of the entry, the last one held, is going out now).
-    pub(crate) fn take_entry(&mut self, entry: &EntryId) -> (Vec<HeldBackAck>, Vec<Option<TxnOp>>) {
+    pub(crate) fn take_entry(&mut self, entry: &EntryId) -> Vec<Outgoing> {
         let held = self.held_back.remove(entry).unwrap_or_default();
         let (acks, staying): (Vec<_>, Vec<_>) =
             held.into_iter().partition(|held| self.goes_out(held));
         if !staying.is_empty() {
             self.held_back.insert(*entry, staying);
         }
-        let ops = acks.iter().map(|held| held.txn.op()).collect();
-        (acks, ops)
+        acks.into_iter().map(Outgoing::new).collect()
     }
 
     /// Every ack held back, taken (but those of aborting transactions), each counted in
     /// flight in its transaction (the consumer is closing: the broker hands what it holds to
     /// other consumers anyway).
-    pub(crate) fn take_all(&mut self) -> (Vec<HeldBackAck>, Vec<Option<TxnOp>>) {
+    pub(crate) fn take_all(&mut self) -> Vec<Outgoing> {
         let entries: Vec<EntryId> = self.held_back.keys().copied().collect();
-        let mut acks = Vec::new();
-        let mut ops = Vec::new();
-        for entry in entries {
-            let (more, more_ops) = self.take_entry(&entry);
-            acks.extend(more);
-            ops.extend(more_ops);
-        }
-        (acks, ops)
+        entries
+            .iter()
+            .flat_map(|entry| self.take_entry(entry))
+            .collect()
     }
 
     /// The acks held back for `txn`, taken (its commit sends them, its abort gives them back).

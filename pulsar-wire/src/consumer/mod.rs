@@ -32,7 +32,7 @@ pub use dead_letter::{DeadLetterPolicy, ORIGIN_MESSAGE_ID, REAL_TOPIC, UNDECODAB
 pub use key_shared::{
     HashRange, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, NONE_KEY, sticky_key_hash,
 };
-use ledger::HeldBackAck;
+use ledger::{HeldBackAck, Outgoing};
 pub use message::Message;
 use message::Origin;
 pub use options::{ConsumerOptions, InitialPosition, MAX_RECEIVER_QUEUE_SIZE, SubType};
@@ -759,7 +759,7 @@ impl Consumer {
     ) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
-        let _op = txn.start_op()?;
+        let op = txn.start_op()?;
         txn.join(Arc::clone(&partition) as Arc<dyn Participant>);
         let chunks = message.chunks.iter().map(|chunk| (chunk, false));
         let positions: Vec<(&MessagePosition, bool)> =
@@ -787,26 +787,45 @@ impl Consumer {
             txn.failed(format!("the ack of message {}: {error}", message.id()));
             return Err(error);
         }
-        let acked = positions.into_iter().map(|(position, hand_over)| {
-            self.txn_ack_at(txn, kind, &partition, position, message, hand_over)
-        });
-        for acked in futures_util::future::join_all(acked).await {
-            acked?;
+        // Each entry's ack is held back or taken to go out (with the acks held back for its
+        // entry), counted in flight in the transaction; the count of this call is given up
+        // before the acks wait to go out, so an abort of the transaction begun meanwhile
+        // neither waits for them nor lets them out.
+        let mut taken = Vec::with_capacity(positions.len());
+        let mut refused = None;
+        for (position, hand_over) in positions {
+            match self.take_txn_ack(txn, kind, &partition, position, message, hand_over) {
+                Ok(Some(outgoing)) => taken.push(outgoing),
+                Ok(None) => {}
+                Err(error) => {
+                    refused.get_or_insert(error);
+                }
+            }
         }
-        Ok(())
+        drop(op);
+        let sent = taken
+            .into_iter()
+            .map(|outgoing| partition.send_txn_acks(outgoing));
+        for answers in futures_util::future::join_all(sent).await {
+            // The first answer is this ack's; the others are of acks held back for its entry.
+            if let Some(Err(error)) = answers.into_iter().next() {
+                refused.get_or_insert(error);
+            }
+        }
+        refused.map_or(Ok(()), Err)
     }
 
-    /// Acknowledges one entry's message (`position`) of `message` in `txn`: sends it, with
-    /// the acks held back for its entry once it frees the entry, or holds it back.
-    async fn txn_ack_at(
+    /// Acknowledges one entry's message (`position`) of `message` in `txn`: holds the ack back
+    /// (`None`), or takes it to go out with the acks held back for its entry, which it frees.
+    fn take_txn_ack(
         &self,
         txn: &Transaction,
         kind: AckKind,
-        partition: &Arc<PartitionConsumer>,
+        partition: &PartitionConsumer,
         position: &MessagePosition,
         message: &Message,
         hand_over: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Vec<Outgoing>>, Error> {
         if partition.acks.lock().acked_again(position).is_some() {
             return Err(txn_ack::Error::AlreadyAcked {
                 ledger_id: position.ledger_id(),
@@ -815,36 +834,34 @@ impl Consumer {
             }
             .into());
         }
-        let (acks, _ops) = {
-            let mut ledger = partition.ledger.lock();
-            let ack = ledger.txn_acks.ack(txn.id(), kind, position)?;
-            let held = HeldBackAck {
-                txn: txn.as_ref(),
-                ack,
-                message: message.clone(),
-                hand_over,
-            };
-            // A transaction whose commit has begun sends at once: its commit may already have
-            // taken what was held back. A message that may be with another consumer now waits
-            // for its copy to come back here (or fails at the commit). A chunked message's
-            // acks wait for the commit: an abort's copies of its chunks, arriving before the
-            // abort is answered, cannot be kept for a new delivery as whole messages can.
-            if partition.holds_back
-                && kind == AckKind::Individual
-                && txn.as_ref().is_open()
-                && (!ledger.entry_is_free(position)
-                    || !message.chunks.is_empty()
-                    || partition.held_elsewhere(&ledger, message))
-            {
-                ledger.hold_back(held);
-                self.counters.acks_held_back.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            let (others, ops) = ledger.take_entry(&position.entry());
-            (std::iter::once(held).chain(others).collect::<Vec<_>>(), ops)
+        let mut ledger = partition.ledger.lock();
+        let ack = ledger.txn_acks.ack(txn.id(), kind, position)?;
+        let held = HeldBackAck {
+            txn: txn.as_ref(),
+            ack,
+            message: message.clone(),
+            hand_over,
         };
-        let mut answers = partition.send_txn_acks(acks).await.into_iter();
-        answers.next().unwrap_or(Ok(()))
+        // A transaction whose commit has begun sends at once: its commit may already have
+        // taken what was held back. A message that may be with another consumer now waits
+        // for its copy to come back here (or fails at the commit). A chunked message's acks
+        // wait for the commit: an abort's copies of its chunks, arriving before the abort is
+        // answered, cannot be kept for a new delivery as whole messages can.
+        if partition.holds_back
+            && kind == AckKind::Individual
+            && txn.as_ref().is_open()
+            && (!ledger.entry_is_free(position)
+                || !message.chunks.is_empty()
+                || partition.held_elsewhere(&ledger, message))
+        {
+            ledger.hold_back(held);
+            self.counters.acks_held_back.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let others = ledger.take_entry(&position.entry());
+        Ok(Some(
+            std::iter::once(Outgoing::new(held)).chain(others).collect(),
+        ))
     }
 
     /// Whether the broker may have handed `message` to another consumer of the subscription
@@ -978,8 +995,7 @@ impl Consumer {
             let mut ledger = partition.ledger.lock();
             partition.redeliver(Vec::new())?;
             ledger.deliveries.redelivery_requested();
-            let (acks, _ops) = ledger.take_all();
-            for mut held in acks {
+            for Outgoing { mut held, .. } in ledger.take_all() {
                 held.txn.failed(format!(
                     "the ack of message {}: the application asked for everything \
                      unacknowledged again before it went out",

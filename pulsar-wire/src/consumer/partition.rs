@@ -1,7 +1,7 @@
 //! One consumer on one topic or partition: `SUBSCRIBE`, flow permits, and the task that
 //! turns its `MESSAGE` frames into deliveries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,7 +13,7 @@ use txn_ack::{AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosi
 use super::Message;
 use super::again::Again;
 use super::chunks::{Added, Assembler, Chunk};
-use super::ledger::{HeldBackAck, Ledger};
+use super::ledger::{HeldBackAck, Ledger, Outgoing};
 use super::message::{Origin, assembled, decode};
 use super::options::{ConsumerOptions, InitialPosition, SubType};
 use super::stats::Counters;
@@ -23,7 +23,7 @@ use crate::pb::base_command::Type;
 use crate::pb::command_ack::ValidationError;
 use crate::pb::{self, ServerError, command_subscribe};
 use crate::pool::Pool;
-use crate::txn::{Outcome, Participant, TxnOp, TxnRef};
+use crate::txn::{Outcome, Participant, TxnRef};
 use crate::{Connection, ConsumerEvent, Error, Frame, command_frame};
 
 /// What the partition tasks hand to [`super::Consumer::receive`].
@@ -713,59 +713,106 @@ impl PartitionConsumer {
     }
 
     /// Sends transactional acks once no abort is under way on this partition, and waits for
-    /// the answers: the result of each, in order. The caller keeps each transaction waiting
-    /// meanwhile (an op of it, or its commit awaiting this). A refused ack fails its
-    /// transaction and is kept, so that an abort hands its message over again.
-    pub(crate) async fn send_txn_acks(&self, acks: Vec<HeldBackAck>) -> Vec<Result<(), Error>> {
+    /// the answers: the result of each, in order. Each is counted in flight in its
+    /// transaction meanwhile (its commit waits for it). A refused ack fails its transaction
+    /// and is kept, so that an abort hands its message over again.
+    ///
+    /// An ack whose own transaction begins to abort while it waits is not sent: it is held
+    /// back again, for the abort to hand its message over, and stops counting in flight (the
+    /// abort waits for its transaction's acks in flight, this ack for the abort: each waiting
+    /// for the other hung both, and every transactional ack of the partition after them).
+    pub(crate) async fn send_txn_acks(&self, acks: Vec<Outgoing>) -> Vec<Result<(), Error>> {
         if acks.is_empty() {
             return Vec::new();
         }
-        // Messages the broker may have handed to another consumer since they arrived: their
-        // ack could commit them a second time. Not sent; their transactions fail.
         let mut results: Vec<Option<Result<(), Error>>> = Vec::with_capacity(acks.len());
-        let mut acks = {
+        // Each ack going out, with its place in `results`.
+        let mut sending: Vec<(usize, Outgoing)> = Vec::with_capacity(acks.len());
+        {
             let mut ledger = self.ledger.lock();
-            let mut sending = Vec::with_capacity(acks.len());
-            for mut held in acks {
-                if self.holds_back && self.held_elsewhere(&ledger, &held.message) {
+            for (place, mut outgoing) in acks.into_iter().enumerate() {
+                let held = &mut outgoing.held;
+                if outgoing.op.is_none() {
+                    // Its transaction was dropped without an end: the coordinator aborts it.
+                    results.push(Some(Err(Error::Invalid {
+                        what: "transactional ack",
+                        reason: format!(
+                            "transaction {} was dropped before the ack of message {} went                              out: the coordinator aborts it, and the message is handed over                              again",
+                            held.txn.id(),
+                            held.message.id()
+                        ),
+                    })));
+                    if held.hand_over {
+                        self.counters.handed_again.fetch_add(1, Ordering::Relaxed);
+                        self.again.push(held.message.clone());
+                    }
+                } else if self.holds_back && self.held_elsewhere(&ledger, &held.message) {
+                    // A message the broker may have handed to another consumer since it
+                    // arrived: its ack could commit it a second time. Not sent; its
+                    // transaction fails.
                     let error = handed_elsewhere(&held.message);
                     held.txn
                         .failed(format!("the ack of message {}: {error}", held.message.id()));
                     held.hand_over = false;
-                    ledger.refused(held);
+                    ledger.refused(outgoing.held);
                     results.push(Some(Err(error)));
                 } else {
                     results.push(None);
-                    sending.push(held);
+                    sending.push((place, outgoing));
                 }
             }
-            sending
-        };
-        if acks.is_empty() {
-            return results.into_iter().flatten().collect();
         }
         loop {
             let changed = self.ledger_changed.notified();
             {
                 let mut ledger = self.ledger.lock();
                 if !ledger.is_aborting() {
-                    ledger.txn_in_flight += acks.len();
+                    ledger.txn_in_flight += sending.len();
                     break;
                 }
+                let (aborting, waiting): (Vec<_>, Vec<_>) = sending
+                    .into_iter()
+                    .partition(|(_, outgoing)| ledger.is_aborting_txn(outgoing.held.txn.id()));
+                let mut unfree = HashSet::new();
+                for (place, outgoing) in aborting {
+                    results[place] = Some(Err(aborting_txn_ack(&outgoing.held)));
+                    unfree.insert(outgoing.held.position().entry());
+                    ledger.hold_back(outgoing.held);
+                }
+                // Their messages come back to the application: their entries are no longer
+                // free, and the acks of open transactions for them wait again.
+                let (again, waiting): (Vec<_>, Vec<_>) =
+                    waiting.into_iter().partition(|(_, outgoing)| {
+                        outgoing.held.txn.is_open()
+                            && unfree.contains(&outgoing.held.position().entry())
+                    });
+                for (place, outgoing) in again {
+                    results[place] = Some(Ok(()));
+                    self.counters.acks_held_back.fetch_add(1, Ordering::Relaxed);
+                    ledger.hold_back(outgoing.held);
+                }
+                sending = waiting;
+            }
+            if sending.is_empty() {
+                return results.into_iter().flatten().collect();
             }
             changed.await;
         }
-        let answers =
-            futures_util::future::join_all(acks.iter().map(|held| self.send_txn_ack(held))).await;
-        let mut sent = Vec::with_capacity(acks.len());
+        let answers = futures_util::future::join_all(
+            sending
+                .iter()
+                .map(|(_, outgoing)| self.send_txn_ack(&outgoing.held)),
+        )
+        .await;
         {
             let mut ledger = self.ledger.lock();
-            ledger.txn_in_flight -= acks.len();
-            for (held, answer) in std::mem::take(&mut acks).into_iter().zip(answers) {
-                match answer {
+            ledger.txn_in_flight -= sending.len();
+            for ((place, outgoing), answer) in sending.into_iter().zip(answers) {
+                let held = outgoing.held;
+                results[place] = Some(match answer {
                     Ok(_) => {
                         self.counters.txn_acks.fetch_add(1, Ordering::Relaxed);
-                        sent.push(Ok(()));
+                        Ok(())
                     }
                     Err(error) => {
                         let error = refused_txn_ack(error, held.message.id(), held.txn.id());
@@ -785,18 +832,13 @@ impl PartitionConsumer {
                                 ledger.refused(held);
                             }
                         }
-                        sent.push(Err(error));
+                        Err(error)
                     }
-                }
+                });
             }
         }
         self.ledger_changed.notify_waiters();
-        // In the order given: the ones not sent kept their places.
-        let mut sent = sent.into_iter();
-        results
-            .into_iter()
-            .map(|result| result.unwrap_or_else(|| sent.next().unwrap_or(Ok(()))))
-            .collect()
+        results.into_iter().flatten().collect()
     }
 
     /// Sends one transactional ack and waits for the broker's answer. While the consumer is
@@ -859,29 +901,15 @@ impl PartitionConsumer {
         self.send_released(taken);
     }
 
-    /// Sends acks taken from those held back, each counted in flight in its transaction, in
-    /// the background; those of a transaction dropped meanwhile are handed over again.
-    fn send_released(self: &Arc<Self>, (acks, ops): (Vec<HeldBackAck>, Vec<Option<TxnOp>>)) {
-        if acks.is_empty() {
+    /// Sends acks taken from those held back in the background (those of a transaction
+    /// dropped meanwhile are handed over again).
+    fn send_released(self: &Arc<Self>, taken: Vec<Outgoing>) {
+        if taken.is_empty() {
             return;
-        }
-        let mut live = Vec::with_capacity(acks.len());
-        let mut live_ops = Vec::with_capacity(acks.len());
-        for (held, op) in acks.into_iter().zip(ops) {
-            match op {
-                Some(op) => {
-                    live.push(held);
-                    live_ops.push(op);
-                }
-                // Its transaction was dropped without an end: the coordinator aborts it.
-                None if held.hand_over => self.again.push(held.message),
-                None => {}
-            }
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
-            this.send_txn_acks(live).await;
-            drop(live_ops);
+            this.send_txn_acks(taken).await;
         });
     }
 
@@ -941,14 +969,8 @@ impl PartitionConsumer {
     /// Sends the transactional acks it holds back (their transactions' commits would find no
     /// consumer to send them on), then `CLOSE_CONSUMER`.
     pub(crate) async fn close(&self) -> Result<(), Error> {
-        let (acks, ops) = self.ledger.lock().take_all();
-        let live: Vec<HeldBackAck> = acks
-            .into_iter()
-            .zip(&ops)
-            .filter_map(|(held, op)| op.is_some().then_some(held))
-            .collect();
-        self.send_txn_acks(live).await;
-        drop(ops);
+        let taken = self.ledger.lock().take_all();
+        self.send_txn_acks(taken).await;
         self.closing.store(true, Ordering::Release);
         let ConsumerLink {
             connection,
@@ -1331,13 +1353,16 @@ impl Participant for PartitionConsumer {
     fn before_commit<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let acks = self.ledger.lock().take_txn(txn.id());
-            self.send_txn_acks(acks).await;
+            self.send_txn_acks(acks.into_iter().map(Outgoing::new).collect())
+                .await;
         })
     }
 
     fn before_abort<'a>(&'a self, txn: &'a TxnRef) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             self.ledger.lock().abort_started(txn.id());
+            // Acks of this transaction waiting for another abort to end give up waiting.
+            self.ledger_changed.notify_waiters();
             loop {
                 let changed = self.ledger_changed.notified();
                 if self.ledger.lock().txn_in_flight == 0 {
@@ -1383,6 +1408,21 @@ pub(crate) fn handed_elsewhere(message: &Message) -> Error {
              committed twice. Abort the transaction and leave the message (the broker delivers \
              it again), or acknowledge it outside a transaction",
             message.id()
+        ),
+    }
+}
+
+/// The error of a transactional ack not sent because its transaction began to abort while the
+/// ack waited for another abort on its partition to end.
+fn aborting_txn_ack(held: &HeldBackAck) -> Error {
+    Error::Invalid {
+        what: "transactional ack",
+        reason: format!(
+            "transaction {} began to abort before the ack of message {} could go out (it \
+             waited for another abort on the partition to end): the ack was not sent, and the \
+             message is handed over again once the abort ends",
+            held.txn.id(),
+            held.message.id()
         ),
     }
 }

@@ -1,5 +1,6 @@
 //! Transactions: acks that keep the batch size drain; the legacy ack stalls.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pulsar_wire::pb::ServerError;
@@ -7,9 +8,9 @@ use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, OutgoingMessage, Transaction, TxnState,
 };
-use pulsar_wire_emulator::EmulatorConfig;
+use pulsar_wire_emulator::{EmulatorConfig, Faults};
 
-use crate::support::{Setup, assert_quiet, receive, send_all, within};
+use crate::support::{PATIENCE, Setup, assert_quiet, receive, send_all, within};
 
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -333,4 +334,136 @@ async fn a_refused_txn_ack_names_the_message_and_the_transaction_and_blocks_the_
     assert_eq!(txn.state(), TxnState::Open);
     txn.abort().await.expect("aborted");
     assert_eq!(setup.stats().transactions.committed, 0);
+}
+
+/// Where the issue-27 steady shape hung in CI for an hour (a consumer's loop: acks of the next
+/// transaction while the previous one aborts in the background). Transaction A holds back its
+/// ack of `m0` (the application still holds `m1` of the batch); B's ack of `m1` frees the
+/// entry and takes A's ack along, and both wait for the abort of Z, under way on the partition
+/// (its answer delayed). Then A aborts: the abort waited for A's ack in flight, the ack waited
+/// for the aborts to end, and neither ever did. Now A's ack gives up waiting when A begins to
+/// abort: it stays held back and its message comes back when the abort ends; B's ack waits
+/// again, its entry no longer free, and goes out with B's commit.
+#[tokio::test]
+async fn an_abort_does_not_wait_for_its_held_back_ack_waiting_for_another_abort() {
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let topic = "parked-behind-an-abort";
+    let consumer = Arc::new(setup.shared(topic, ConsumerOptions::default()).await);
+    send_all(&setup.producer(topic, 2).await, 2).await;
+    let batch = receive(&consumer, 2).await;
+    send_all(&setup.producer(topic, 0).await, 1).await;
+    let single = receive(&consumer, 1).await.remove(0);
+
+    let z = new_txn(&setup).await;
+    consumer
+        .ack_in(&z, &single)
+        .await
+        .expect("sent: its entry is free");
+    let a = new_txn(&setup).await;
+    consumer.ack_in(&a, &batch[0]).await.expect("held back");
+    assert_eq!(consumer.stats().acks_held_back, 1);
+    let b = new_txn(&setup).await;
+    b.add_subscription(consumer.topic(), "sub")
+        .await
+        .expect("registered");
+
+    setup
+        .emulator
+        .set_faults(Faults::none().response_delay(Duration::from_millis(300)));
+    let z_abort = tokio::spawn({
+        let z = z.clone();
+        async move { z.abort().await }
+    });
+    while z.state() != TxnState::Ending {
+        tokio::task::yield_now().await;
+    }
+    let b_ack = tokio::spawn({
+        let (consumer, b, m1) = (Arc::clone(&consumer), b.clone(), batch[1].clone());
+        async move { consumer.ack_in(&b, &m1).await }
+    });
+    // The runtime has one thread: B's ack runs until it waits for Z's abort.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    within(PATIENCE, a.abort())
+        .await
+        .expect("the abort of A ends")
+        .expect("A aborted");
+    z_abort.await.expect("joined").expect("Z aborted");
+    within(PATIENCE, b_ack)
+        .await
+        .expect("B's ack is answered")
+        .expect("joined")
+        .expect("B's ack is held back again");
+    setup.emulator.set_faults(Faults::none());
+    b.commit().await.expect("B committed");
+
+    let mut again: Vec<_> = receive(&consumer, 2)
+        .await
+        .iter()
+        .map(|m| m.id().to_string())
+        .collect();
+    again.sort();
+    let mut expected = vec![batch[0].id().to_string(), single.id().to_string()];
+    expected.sort();
+    assert_eq!(again, expected, "A's and Z's messages, once each");
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+}
+
+/// An ack whose own transaction begins to abort while the ack waits for another abort on its
+/// partition is not sent and does not hold that abort up: it fails, naming the abort, and its
+/// message comes back once.
+#[tokio::test]
+async fn an_ack_waiting_for_another_abort_gives_way_to_its_own_abort() {
+    let setup = Setup::new(EmulatorConfig::default().batch_index_ack(true)).await;
+    let topic = "own-abort-while-parked";
+    let consumer = Arc::new(setup.shared(topic, ConsumerOptions::default()).await);
+    send_all(&setup.producer(topic, 0).await, 2).await;
+    let messages = receive(&consumer, 2).await;
+
+    let z = new_txn(&setup).await;
+    consumer.ack_in(&z, &messages[0]).await.expect("sent");
+    let a = new_txn(&setup).await;
+    a.add_subscription(consumer.topic(), "sub")
+        .await
+        .expect("registered");
+    setup
+        .emulator
+        .set_faults(Faults::none().response_delay(Duration::from_millis(300)));
+    let z_abort = tokio::spawn({
+        let z = z.clone();
+        async move { z.abort().await }
+    });
+    while z.state() != TxnState::Ending {
+        tokio::task::yield_now().await;
+    }
+    let a_ack = tokio::spawn({
+        let (consumer, a, m1) = (Arc::clone(&consumer), a.clone(), messages[1].clone());
+        async move { consumer.ack_in(&a, &m1).await }
+    });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    within(PATIENCE, a.abort())
+        .await
+        .expect("the abort of A ends")
+        .expect("A aborted");
+    let error = a_ack
+        .await
+        .expect("joined")
+        .expect_err("A's ack was not sent");
+    assert!(error.to_string().contains("began to abort"), "{error}");
+    z_abort.await.expect("joined").expect("Z aborted");
+    setup.emulator.set_faults(Faults::none());
+
+    let mut again: Vec<_> = receive(&consumer, 2)
+        .await
+        .iter()
+        .map(|m| m.id().to_string())
+        .collect();
+    again.sort();
+    let mut expected: Vec<_> = messages.iter().map(|m| m.id().to_string()).collect();
+    expected.sort();
+    assert_eq!(again, expected, "Z's and A's messages, once each");
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
 }
