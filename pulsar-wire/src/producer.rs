@@ -513,6 +513,7 @@ impl Producer {
             }
         };
         producer.check_size(&message)?;
+        message.deliver_at_time()?;
         // Held by the message until it is resolved, given back before its result is known.
         let slot = self.inner.queue.admit().await?;
         // The rare and large futures are boxed, so that a send's own future stays small:
@@ -522,11 +523,12 @@ impl Producer {
         }
         let txn = txn.map(Transaction::id);
         match &self.inner.batcher {
-            Some(batcher) => {
+            // A delayed message goes on its own, as the Java client sends it.
+            Some(batcher) if !message.is_delayed() => {
                 let key = batcher.key(index, txn, &message);
                 batcher.send(key, message, slot).await
             }
-            None => {
+            _ => {
                 let producer = Arc::clone(producer);
                 Box::pin(async move { producer.send_single(&message, txn, slot).await }).await
             }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use txn_ack::TxnId;
 
 use super::EmulatorConfig;
+use super::delays::Clock;
 use super::dispatch::Subscription;
 use super::entries::{TopicView, Visibility};
 use super::faults::{Faults, chance};
@@ -47,6 +48,9 @@ pub(super) struct Effects {
     pub(super) close_now: bool,
     /// Abort this transaction after this long unless it ends first.
     pub(super) txn_timeout: Option<(TxnId, Duration)>,
+    /// Wake the subscriptions at this time (milliseconds since the epoch) with this
+    /// generation: a delayed entry comes due ([`Broker::wake`]).
+    pub(super) wake: Option<(i64, u64)>,
 }
 
 #[derive(Debug)]
@@ -96,6 +100,12 @@ pub(super) struct Broker {
     closing: Vec<u64>,
     /// Bumped by every restart: connections accepted in an earlier epoch are refused.
     epoch: u64,
+    /// The wall clock delayed entries wait by.
+    clock: Clock,
+    /// The wake-up scheduled for the next delayed entry due: its time and generation (a
+    /// wake-up of an older generation ends: an earlier one replaced it).
+    wake: Option<(i64, u64)>,
+    wake_generation: u64,
 }
 
 type Refusal = (ServerError, String);
@@ -139,6 +149,9 @@ impl Broker {
             out: Vec::new(),
             closing: Vec::new(),
             epoch: 0,
+            clock: Clock::new(),
+            wake: None,
+            wake_generation: 0,
         }
     }
 
@@ -411,11 +424,47 @@ impl Broker {
     }
 
     fn dispatch_topics(&mut self, topics: impl IntoIterator<Item = String>) {
+        let now_ms = self.clock.now_ms();
         for name in topics {
             if let Some(topic) = self.topics.get_mut(&name) {
-                topic.dispatch(&mut self.out);
+                topic.dispatch(&mut self.out, now_ms);
             }
         }
+    }
+
+    /// A wake-up for the next delayed entry due, when none is scheduled as early: its time
+    /// (milliseconds since the epoch) and generation, for the server to schedule.
+    pub(super) fn schedule_wake(&mut self) -> Option<(i64, u64)> {
+        let due = self.topics.values().filter_map(Topic::next_due).min()?;
+        if self.wake.is_some_and(|(at, _)| at <= due) {
+            return None;
+        }
+        self.wake_generation += 1;
+        self.wake = Some((due, self.wake_generation));
+        self.wake
+    }
+
+    /// How long until `at` (milliseconds since the epoch) on the emulator's clock.
+    pub(super) fn until(&self, at: i64) -> Duration {
+        Duration::from_millis(u64::try_from(at - self.clock.now_ms()).unwrap_or(0))
+    }
+
+    /// The wake-up of `generation` came: the subscriptions send what came due; returns the
+    /// next wake-up, unless an earlier one replaced this one.
+    pub(super) fn wake(&mut self, generation: u64) -> Option<(i64, u64)> {
+        if self.wake.map(|(_, current)| current) != Some(generation) {
+            return None;
+        }
+        self.wake = None;
+        let delaying: Vec<String> = self
+            .topics
+            .iter()
+            .filter(|(_, topic)| topic.next_due().is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.dispatch_topics(delaying);
+        self.flush();
+        self.schedule_wake()
     }
     // ----- topics --------------------------------------------------------------------------
 
@@ -623,6 +672,7 @@ impl Broker {
                     entries: &t.entries,
                     ledger_id: t.ledger_id,
                     partition: t.partition,
+                    now_ms: self.clock.now_ms(),
                 };
                 let (entries, messages) = t.visible_totals();
                 let count = |f: fn(&Visibility) -> bool| {

@@ -20,7 +20,8 @@ use txn_ack::model::{
 };
 use txn_ack::{AckKind, EntryId, TxnId};
 
-use super::entries::{TopicView, Visibility};
+use super::delays::Delayed;
+use super::entries::{StoredEntry, TopicView, Visibility};
 use super::outgoing::{Kind, Outgoing, command};
 use super::stats::{ConsumerStats, SubscriptionStats};
 use pulsar_wire::pb::base_command::Type;
@@ -218,6 +219,9 @@ pub(super) struct Subscription {
     /// they get nothing until something makes the dispatcher read (a FLOW, a publish, a
     /// replay, an unblocking ack, a transaction's end, a consumer coming or going).
     idle: BTreeSet<u64>,
+    /// Shared and Key_Shared: entries read whose `deliver_at_time` has not come; the
+    /// dispatcher replays each when it is due (`getMessagesToReplayNow`).
+    delayed: Delayed,
     /// Key_Shared: the policy the first connected consumer set.
     key_shared: Option<KeySharedPolicy>,
     /// Key_Shared: entries read but not sent yet, waiting for their key's consumer (no
@@ -257,6 +261,7 @@ impl Subscription {
             consumers: Vec::new(),
             round_robin: 0,
             idle: BTreeSet::new(),
+            delayed: Delayed::default(),
             key_shared: None,
             held: BTreeSet::new(),
             acks_of_deleted: 0,
@@ -276,6 +281,7 @@ impl Subscription {
         self.redeliver.clear();
         self.redelivery_counts.clear();
         self.held.clear();
+        self.delayed.clear();
         self.round_robin = 0;
         self.idle.clear();
     }
@@ -547,6 +553,14 @@ impl Subscription {
                 consumer.flowed_while_blocked = false;
             }
         }
+        if self.shared() {
+            // Delayed entries due now join the replay set.
+            for index in self.delayed.take_due(topic.now_ms) {
+                if !self.is_deleted(index) {
+                    self.redeliver.insert(index);
+                }
+            }
+        }
         if !self.any_eligible() {
             return;
         }
@@ -595,6 +609,7 @@ impl Subscription {
                     Visibility::Aborted => {}
                     // A rewound cursor skips what it deleted.
                     Visibility::Visible if self.is_deleted(at) => {}
+                    Visibility::Visible if self.waits(at, entry, topic.now_ms) => {}
                     Visibility::Visible => read.push(at),
                 }
                 at += 1;
@@ -613,6 +628,20 @@ impl Subscription {
                 return;
             }
         }
+    }
+
+    /// Whether entry `index`, just read, waits for its delivery time (Shared and Key_Shared
+    /// only: `trackDelayedDelivery`; Exclusive and Failover deliver it at once).
+    fn waits(&mut self, index: u64, entry: &StoredEntry, now_ms: i64) -> bool {
+        self.shared()
+            && self
+                .delayed
+                .waits(index, entry.metadata.deliver_at_time, now_ms)
+    }
+
+    /// When the next delayed entry comes due.
+    pub(super) fn next_due(&self) -> Option<i64> {
+        self.delayed.next_due()
     }
 
     /// `trySendMessagesToConsumers`: hands the entries read out in order, each consumer
@@ -740,8 +769,8 @@ impl Subscription {
             }
             let index = self.read_pos;
             self.read_pos += 1;
-            if self.is_deleted(index) {
-                // A rewound cursor skips what it deleted.
+            if self.is_deleted(index) || self.waits(index, entry, topic.now_ms) {
+                // A rewound cursor skips what it deleted; a delayed entry waits.
                 continue;
             }
             let hash = entry_key_hash(&entry.metadata);
@@ -1161,6 +1190,7 @@ impl Subscription {
             backlog_entries,
             pending_redelivery: self.redeliver.len(),
             waiting_for_key_consumer: self.held.len(),
+            delayed: self.delayed.len(),
             consumers: self
                 .consumers
                 .iter()

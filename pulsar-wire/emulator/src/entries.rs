@@ -34,6 +34,8 @@ pub(super) struct TopicView<'a> {
     pub(super) entries: &'a [StoredEntry],
     pub(super) ledger_id: u64,
     pub(super) partition: i32,
+    /// Now, in milliseconds since the epoch (delayed entries wait until their time).
+    pub(super) now_ms: i64,
 }
 
 impl TopicView<'_> {

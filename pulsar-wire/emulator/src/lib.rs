@@ -158,6 +158,7 @@
 
 mod broker;
 mod config;
+mod delays;
 mod dispatch;
 mod entries;
 mod faults;

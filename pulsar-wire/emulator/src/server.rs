@@ -157,6 +157,9 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, ep
                     if let Some((txn, after)) = effects.txn_timeout {
                         spawn_txn_timeout(&shared, txn, after);
                     }
+                    if let Some(wake) = effects.wake {
+                        spawn_wake(&shared, wake);
+                    }
                     if effects.close_now {
                         break;
                     }
@@ -220,6 +223,25 @@ async fn write_loop(
         }
     }
     token.cancel();
+}
+
+/// Wakes the subscriptions when delayed entries come due, as long as this wake-up's generation
+/// is the one scheduled.
+fn spawn_wake(shared: &Arc<Shared>, (mut at, mut generation): (i64, u64)) {
+    let task = shared.clone();
+    shared.tasks.spawn(async move {
+        loop {
+            let wait = task.broker.lock().until(at);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = task.shutdown.cancelled() => return,
+            }
+            match task.broker.lock().wake(generation) {
+                Some(next) => (at, generation) = next,
+                None => return,
+            }
+        }
+    });
 }
 
 fn spawn_txn_timeout(shared: &Arc<Shared>, txn: TxnId, after: Duration) {

@@ -135,6 +135,9 @@ pub struct SubscriptionStats {
     /// Key_Shared: entries read but waiting for the consumer of their key (it has no
     /// permits or is blocked, or, STICKY, no consumer covers the key's hash).
     pub waiting_for_key_consumer: usize,
+    /// Shared and Key_Shared: entries read whose `deliver_at_time` has not come (they are sent
+    /// when it has, never before).
+    pub delayed: usize,
     /// The connected consumers, the active one first for Exclusive and Failover.
     pub consumers: Vec<ConsumerStats>,
     /// Message ids acknowledged (plainly or in a transaction) whose entry the cursor had

@@ -50,15 +50,24 @@ impl Topic {
     }
 
     /// Sends what can be sent to every subscription's consumers.
-    pub(super) fn dispatch(&mut self, out: &mut Vec<Outgoing>) {
+    pub(super) fn dispatch(&mut self, out: &mut Vec<Outgoing>, now_ms: i64) {
         let view = TopicView {
             entries: &self.entries,
             ledger_id: self.ledger_id,
             partition: self.partition,
+            now_ms,
         };
         for subscription in self.subscriptions.values_mut() {
             subscription.dispatch(&view, out);
         }
+    }
+
+    /// When the next delayed entry of a subscription comes due.
+    pub(super) fn next_due(&self) -> Option<i64> {
+        self.subscriptions
+            .values()
+            .filter_map(Subscription::next_due)
+            .min()
     }
 
     /// Messages readable and stored, as (entries, messages).

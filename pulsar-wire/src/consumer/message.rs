@@ -22,6 +22,7 @@ pub struct Message {
     redelivery_count: u32,
     publish_time: u64,
     event_time: Option<u64>,
+    deliver_at: Option<u64>,
     producer_name: Arc<str>,
     sequence_id: Option<u64>,
     topic: Arc<str>,
@@ -119,6 +120,13 @@ impl Message {
     /// The event time the producer set, in milliseconds since the epoch.
     pub fn event_time(&self) -> Option<u64> {
         self.event_time.filter(|t| *t > 0)
+    }
+
+    /// When the producer asked for it to be delivered
+    /// ([`OutgoingMessage::deliver_at`](crate::OutgoingMessage::deliver_at)), in milliseconds
+    /// since the epoch; `None` for a message sent without a delay.
+    pub fn deliver_at(&self) -> Option<u64> {
+        self.deliver_at
     }
 
     /// The producer's name.
@@ -280,6 +288,9 @@ pub(crate) fn decode(
         redelivery_count: command.redelivery_count.unwrap_or(0),
         publish_time: metadata.publish_time,
         event_time,
+        deliver_at: metadata
+            .deliver_at_time
+            .and_then(|at| u64::try_from(at).ok()),
         producer_name: Arc::clone(&producer_name),
         sequence_id,
         topic: Arc::clone(topic),
@@ -375,6 +386,9 @@ pub(crate) fn assembled(
         redelivery_count: assembled.redelivery_count,
         publish_time: metadata.publish_time,
         event_time: metadata.event_time,
+        deliver_at: metadata
+            .deliver_at_time
+            .and_then(|at| u64::try_from(at).ok()),
         producer_name: metadata.producer_name.as_str().into(),
         sequence_id: Some(metadata.sequence_id),
         topic: Arc::clone(topic),

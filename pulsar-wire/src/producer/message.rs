@@ -1,5 +1,7 @@
 //! [`OutgoingMessage`]: a message to send, with its key, properties and event time.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use bytes::Bytes;
 
 use crate::pb::KeyValue;
@@ -12,6 +14,9 @@ pub struct OutgoingMessage {
     pub(crate) ordering_key: Option<Bytes>,
     pub(crate) properties: Vec<(String, String)>,
     pub(crate) event_time: Option<u64>,
+    /// When to deliver it, in milliseconds since the epoch, or why the time asked for cannot
+    /// be sent.
+    pub(crate) deliver_at: Option<Result<u64, String>>,
 }
 
 impl OutgoingMessage {
@@ -48,6 +53,80 @@ impl OutgoingMessage {
     pub fn event_time(mut self, millis: u64) -> Self {
         self.event_time = Some(millis);
         self
+    }
+
+    /// Delivers it no earlier than `delay` from now (the Java client's `deliverAfter`): the
+    /// time is taken now, from this machine's clock, and sent as [`OutgoingMessage::deliver_at`]
+    /// sends it.
+    pub fn deliver_after(self, delay: Duration) -> Self {
+        match SystemTime::now().checked_add(delay) {
+            Some(at) => self.deliver_at(at),
+            None => Self {
+                deliver_at: Some(Err(format!(
+                    "a delay of {delay:?} from now is past what a time can hold"
+                ))),
+                ..self
+            },
+        }
+    }
+
+    /// Delivers it no earlier than `time` (the Java client's `deliverAt`; the metadata's
+    /// `deliver_at_time`, in milliseconds since the epoch). A time already past delivers it at
+    /// once.
+    ///
+    /// The broker holds a delayed message back from **Shared and Key_Shared** subscriptions
+    /// only; Exclusive and Failover subscriptions receive it at once. It is sent on its own,
+    /// never in a batch (as the Java client sends it: a batch has one delivery time), and may
+    /// go out before batched messages sent earlier. A broker with `delayedDeliveryEnabled=false`
+    /// delivers it at once; with its default `isDelayedDeliveryDeliverAtTimeStrict=false` it
+    /// may deliver it up to `delayedDeliveryTickTimeMillis` (1 s by default) early, never early
+    /// with `true`. A namespace or topic policy `maxDeliveryDelay` makes the broker refuse a
+    /// longer delay ([`Producer::send`](crate::Producer::send) fails with its error). A time
+    /// before 1970 or beyond what the protocol's 64-bit milliseconds hold makes the send fail
+    /// with [`Error::Invalid`](crate::Error::Invalid).
+    pub fn deliver_at(mut self, time: SystemTime) -> Self {
+        let millis = time
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| format!("{time:?} is before 1970, which deliver_at_time cannot hold"))
+            .and_then(|since| {
+                u64::try_from(since.as_millis())
+                    .ok()
+                    .filter(|millis| i64::try_from(*millis).is_ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "{time:?} is past what deliver_at_time (64-bit milliseconds since \
+                             1970) can hold"
+                        )
+                    })
+            });
+        self.deliver_at = Some(millis);
+        self
+    }
+
+    /// When it is to be delivered, in milliseconds since the epoch, if a valid time was set
+    /// ([`OutgoingMessage::deliver_at`]).
+    pub fn delivery_time(&self) -> Option<u64> {
+        self.deliver_at
+            .as_ref()
+            .and_then(|at| at.as_ref().ok().copied())
+    }
+
+    /// Whether it is delivered at a time of its own (and so sent on its own, not batched).
+    pub(crate) fn is_delayed(&self) -> bool {
+        self.deliver_at.is_some()
+    }
+
+    /// Its `deliver_at_time`, or [`Error::Invalid`](crate::Error::Invalid) when the time asked
+    /// for cannot be sent.
+    pub(crate) fn deliver_at_time(&self) -> Result<Option<i64>, crate::Error> {
+        match &self.deliver_at {
+            None => Ok(None),
+            Some(Ok(millis)) => Ok(i64::try_from(*millis).ok()),
+            Some(Err(reason)) => Err(crate::Error::Invalid {
+                what: "deliver_at",
+                reason: reason.clone(),
+            }),
+        }
     }
 
     /// The payload.

@@ -757,6 +757,7 @@ impl PartitionProducer {
             partition_key: message.key.clone(),
             ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
             event_time: message.event_time,
+            deliver_at_time: message.deliver_at_time().ok().flatten(),
             compression,
             uncompressed_size,
             ..self.metadata(sequence_id, txn)

@@ -61,6 +61,7 @@ impl Broker {
             effects.close_now = true;
         }
         self.flush();
+        effects.wake = self.schedule_wake();
         effects
     }
 

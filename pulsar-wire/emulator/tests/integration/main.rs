@@ -5,6 +5,7 @@ mod bad_input;
 mod chunks;
 mod compression;
 mod dead_letter;
+mod delayed;
 mod faults;
 mod key_shared;
 mod link_state;
