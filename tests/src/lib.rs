@@ -7,9 +7,11 @@
 //! `broker-tools` crate beside this one, which the examples use too. [`outage`]: a
 //! steady stream through broker faults (unloads, restarts), counted by payload; [`peer_stream`]:
 //! the official Python client streaming beside it through the same faults; [`rocketmq_stream`]:
-//! the same for RocketMQ, through proxy restarts and broker stops.
+//! the same for RocketMQ, through proxy restarts and broker stops; [`real_pulsar`]: the real
+//! broker's client, admin API and a fresh topic, and the official clients' peers.
 
 pub mod conformance;
 pub mod outage;
 pub mod peer_stream;
+pub mod real_pulsar;
 pub mod rocketmq_stream;

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
+use integration_tests::real_pulsar::{java_peer, python_peer};
 use pulsar_wire::wire::ConnectionExt;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
@@ -732,38 +733,6 @@ async fn ten_thousand_messages_with_grouped_acks() {
     );
     consumer.close().await.expect("closed");
     broker.done();
-}
-
-/// Runs one of the official Java client peers (`scripts/java-peers/run`, which builds them from
-/// Maven Central on first use) to completion and returns its standard output.
-async fn java_peer(main: &str, args: &[&str]) -> String {
-    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/java-peers/run");
-    let output = tokio::process::Command::new(run)
-        .arg(main)
-        .args(args)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{main} failed: {stdout}");
-    stdout
-}
-
-/// Runs a Python-client peer (`scripts/python-peers/<script>.py`) and returns what it
-/// printed; panics if it failed.
-async fn python_peer(script: &str, args: &[&str]) -> String {
-    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/python-peers/run");
-    let output = tokio::process::Command::new(run)
-        .arg(script)
-        .args(args)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{script} failed: {stdout}");
-    stdout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
