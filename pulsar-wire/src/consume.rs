@@ -60,6 +60,12 @@ pub trait MessageConsumer: Send + Sync {
     /// As the implementation's inherent `close`.
     async fn close(&self) -> Result<(), Error>;
 
+    /// Whether the consumer gets nothing more: closed, or its deliveries ended (its receive
+    /// says why). Ends [`crate::Messages`] after that error.
+    fn has_ended(&self) -> bool {
+        false
+    }
+
     /// The topic's full name.
     fn topic(&self) -> &str;
 }
@@ -84,6 +90,10 @@ impl MessageConsumer for Consumer {
 
     async fn close(&self) -> Result<(), Error> {
         Consumer::close(self).await
+    }
+
+    fn has_ended(&self) -> bool {
+        Consumer::has_ended(self)
     }
 
     fn topic(&self) -> &str {

@@ -292,6 +292,7 @@ pub mod prioritized;
 /// gate), re-exported whole.
 pub use mq_priority;
 mod producer;
+mod receiving;
 mod tls;
 mod txn;
 pub mod wire;
@@ -327,6 +328,7 @@ pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, OutgoingMessage,
     PartitionRouter, Producer, ProducerOptions, QueueFull, RoundRobin, key_partition,
 };
+pub use receiving::{BatchReceive, MAX_BATCH_RECEIVE_MESSAGES, Messages};
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};
 

@@ -78,7 +78,7 @@ async fn delayed_messages_of_the_java_client_reach_our_shared_consumer_when_due(
             .expect("due");
         assert_eq!(
             message.deliver_at(),
-            Some(due),
+            Some(UNIX_EPOCH + Duration::from_millis(due)),
             "the metadata's deliver_at_time"
         );
         assert_eq!(message.id().batch_size, None, "sent on its own");

@@ -123,10 +123,11 @@ impl Message {
     }
 
     /// When the producer asked for it to be delivered
-    /// ([`OutgoingMessage::deliver_at`](crate::OutgoingMessage::deliver_at)), in milliseconds
-    /// since the epoch; `None` for a message sent without a delay.
-    pub fn deliver_at(&self) -> Option<u64> {
+    /// ([`OutgoingMessage::deliver_at`](crate::OutgoingMessage::deliver_at), to the
+    /// millisecond); `None` for a message sent without a delay.
+    pub fn deliver_at(&self) -> Option<std::time::SystemTime> {
         self.deliver_at
+            .map(|millis| std::time::UNIX_EPOCH + std::time::Duration::from_millis(millis))
     }
 
     /// The producer's name.

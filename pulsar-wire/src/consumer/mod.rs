@@ -123,6 +123,8 @@ pub struct Consumer {
     links: Arc<LinkHub>,
     /// Messages the consumer hands over again itself.
     again: Arc<Again>,
+    /// The error a batch receive met after gathering messages, for the next one.
+    deferred: Mutex<Option<Error>>,
 }
 
 /// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
@@ -247,6 +249,7 @@ impl Consumer {
             dead_letters,
             links,
             again,
+            deferred: Mutex::new(None),
         })
     }
 
@@ -464,6 +467,29 @@ impl Consumer {
                 None => return Err(self.ended_error()),
             }
         }
+    }
+
+    /// The messages as a [`futures_util::Stream`], each item what [`Consumer::receive`]
+    /// returns; it ends once the consumer is closed ([`crate::Messages`]).
+    pub fn stream(&self) -> crate::Messages<'_> {
+        crate::Messages::new(self)
+    }
+
+    /// Receives a batch: returns once it holds [`crate::BatchReceive::max_messages`], or its
+    /// payloads reach [`crate::BatchReceive::max_bytes`], or the timeout passed (with what it
+    /// holds then, perhaps nothing). An error after some messages were gathered comes with the
+    /// next call (at once); each message is acknowledged as one received alone.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for limits that allow nothing; what [`Consumer::receive`] returns.
+    pub async fn batch_receive(&self, limits: crate::BatchReceive) -> Result<Vec<Message>, Error> {
+        crate::receiving::batch_receive(self, limits, &self.deferred).await
+    }
+
+    /// Whether the consumer gets nothing more: closed, or its deliveries ended
+    /// ([`Consumer::receive`] says why).
+    pub fn has_ended(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.ended.lock().is_some()
     }
 
     /// Publishes a message to the dead-letter topic, then acknowledges it; when the publish

@@ -130,6 +130,8 @@ pub struct PriorityConsumer {
     inner: Arc<Inner>,
     receiving: tokio::sync::Mutex<()>,
     tasks: Vec<JoinHandle<()>>,
+    /// The error a batch receive met after gathering messages, for the next one.
+    deferred: Mutex<Option<Error>>,
 }
 
 #[derive(Debug)]
@@ -315,6 +317,7 @@ impl PriorityConsumer {
             inner,
             receiving: tokio::sync::Mutex::new(()),
             tasks,
+            deferred: Mutex::new(None),
         })
     }
 
@@ -326,6 +329,22 @@ impl PriorityConsumer {
     /// The number of partitions subscribed.
     pub fn partitions(&self) -> usize {
         self.inner.consumer.partitions()
+    }
+
+    /// The messages in the gate's order as a [`futures_util::Stream`], each item what
+    /// [`PriorityConsumer::receive`] returns; it ends once the consumer is closed
+    /// ([`crate::Messages`]).
+    pub fn stream(&self) -> crate::Messages<'_> {
+        crate::Messages::new(self)
+    }
+
+    /// Receives a batch in the gate's order, as [`crate::Consumer::batch_receive`] does.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for limits that allow nothing; what
+    /// [`PriorityConsumer::receive`] returns.
+    pub async fn batch_receive(&self, limits: crate::BatchReceive) -> Result<Vec<Message>, Error> {
+        crate::receiving::batch_receive(self, limits, &self.deferred).await
     }
 
     /// Waits for the next message: the one the gate picks among the buffered messages of

@@ -13,6 +13,7 @@ mod outages;
 mod pending;
 mod pipelining;
 mod priority;
+mod receiving;
 mod restarts;
 mod scripted;
 mod shared;
