@@ -317,8 +317,9 @@ pub(crate) use connection::{ConsumerEvent, command_frame};
 pub use consume::MessageConsumer;
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
-    InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, MAX_RECEIVER_QUEUE_SIZE,
-    Message, NONE_KEY, ORIGIN_MESSAGE_ID, REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
+    InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, MAX_NACK_DELAY,
+    MAX_RECEIVER_QUEUE_SIZE, Message, NONE_KEY, NackBackoff, ORIGIN_MESSAGE_ID, REAL_TOPIC,
+    SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use id::MessageId;

@@ -9,6 +9,7 @@ mod dead_letter;
 mod key_shared;
 mod ledger;
 mod message;
+mod nack_backoff;
 mod options;
 mod partition;
 mod stats;
@@ -35,6 +36,7 @@ pub use key_shared::{
 use ledger::{HeldBackAck, Outgoing};
 pub use message::Message;
 use message::Origin;
+pub use nack_backoff::{MAX_NACK_DELAY, NackBackoff};
 pub use options::{ConsumerOptions, InitialPosition, MAX_RECEIVER_QUEUE_SIZE, SubType};
 use partition::PartitionList;
 use partition::Parts;
@@ -125,6 +127,27 @@ pub struct Consumer {
     again: Arc<Again>,
     /// The error a batch receive met after gathering messages, for the next one.
     deferred: Mutex<Option<Error>>,
+}
+
+/// Asks for `message` again now: handed over again by the consumer itself when the broker
+/// would resend its whole batch to any consumer (a batch of more than one on a Shared or
+/// Key_Shared subscription), else `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming its entries.
+fn nack_now(
+    partition: &PartitionConsumer,
+    message: &Message,
+    counters: &Counters,
+) -> Result<(), Error> {
+    if partition.holds_back && message.position().batch_size() > 1 {
+        // The broker would send the whole batch again, to any consumer, the messages of it
+        // this application still holds included: it is handed over again here.
+        partition.again.push(message.clone());
+        counters.handed_again.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    for chunk in message.chunks.iter() {
+        partition.nack_at(chunk)?;
+    }
+    partition.nack_at(message.position())
 }
 
 /// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
@@ -921,19 +944,23 @@ impl Consumer {
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
-        if partition.holds_back && message.position().batch_size() > 1 {
-            // The broker would send the whole batch again, to any consumer, the messages of
-            // it this application still holds included: it is handed over again here.
-            partition.again.push(message.clone());
-            self.counters.nacks.fetch_add(1, Ordering::Relaxed);
-            self.counters.handed_again.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        for chunk in message.chunks.iter() {
-            partition.nack_at(chunk)?;
-        }
-        partition.nack_at(message.position())?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+        let delay = self.options.nack_backoff.map_or(Duration::ZERO, |backoff| {
+            backoff.delay_for(message.redelivery_count())
+        });
+        if delay.is_zero() {
+            return nack_now(&partition, message, &self.counters);
+        }
+        let (partition, message) = (Arc::downgrade(&partition), message.clone());
+        let counters = Arc::clone(&self.counters);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(partition) = partition.upgrade()
+                && let Err(error) = nack_now(&partition, &message, &counters)
+            {
+                tracing::debug!(%error, id = %message.id(), "a delayed nack could not be sent");
+            }
+        });
         Ok(())
     }
 
@@ -998,11 +1025,28 @@ impl Consumer {
     pub fn nack_id(&self, id: &MessageId) -> Result<(), Error> {
         self.check_open()?;
         let (_, partition, position) = self.locate(id)?;
-        for other in partition.entries_with(&position) {
-            partition.nack_at(&other)?;
-        }
-        partition.nack_at(&position)?;
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+        let mut positions = partition.entries_with(&position);
+        positions.push(position);
+        let delay = self
+            .options
+            .nack_backoff
+            .map_or(Duration::ZERO, |backoff| backoff.delay_for(0));
+        if delay.is_zero() {
+            for position in &positions {
+                partition.nack_at(position)?;
+            }
+            return Ok(());
+        }
+        let partition = Arc::downgrade(&partition);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(partition) = partition.upgrade() {
+                for position in &positions {
+                    let _ = partition.nack_at(position);
+                }
+            }
+        });
         Ok(())
     }
 

@@ -7,6 +7,7 @@ use txn_ack::PartialBatches;
 use super::chunks::ChunkLimits;
 use super::dead_letter::DeadLetterPolicy;
 use super::key_shared::KeySharedPolicy;
+use super::nack_backoff::NackBackoff;
 use crate::Error;
 
 /// The subscription type.
@@ -55,6 +56,7 @@ pub struct ConsumerOptions {
     pub(crate) dead_letter: Option<DeadLetterPolicy>,
     pub(crate) key_shared: Option<KeySharedPolicy>,
     pub(crate) chunk_limits: ChunkLimits,
+    pub(crate) nack_backoff: Option<NackBackoff>,
 }
 
 impl Default for ConsumerOptions {
@@ -76,6 +78,7 @@ impl Default for ConsumerOptions {
             dead_letter: None,
             key_shared: None,
             chunk_limits: ChunkLimits::default(),
+            nack_backoff: None,
         }
     }
 }
@@ -193,7 +196,17 @@ impl ConsumerOptions {
         self
     }
 
+    /// How long a nacked message waits before it is asked for again, by its redelivery count
+    /// (default none: at once; the Java client waits a minute).
+    pub fn nack_backoff(mut self, backoff: NackBackoff) -> Self {
+        self.nack_backoff = Some(backoff);
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<(), Error> {
+        if let Some(backoff) = &self.nack_backoff {
+            backoff.validate()?;
+        }
         if !(1..=MAX_RECEIVER_QUEUE_SIZE).contains(&self.receiver_queue_size) {
             // The broker takes a FLOW's permits as a signed 32-bit count and refuses 0: either
             // ends the whole connection.

@@ -14,6 +14,7 @@ mod pending;
 mod pipelining;
 mod priority;
 mod receiving;
+mod redelivery;
 mod restarts;
 mod scripted;
 mod shared;
