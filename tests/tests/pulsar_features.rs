@@ -229,3 +229,54 @@ async fn a_delayed_message_survives_an_unload_and_comes_once() {
         again.map(|m| m.map(|m| m.id()))
     );
 }
+
+// ----- redelivery policies --------------------------------------------------------------------
+
+/// A message nacked four times comes back after 1, 2, 4 and 8 s (±20 %), its redelivery
+/// count (the broker's) one higher each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nacked_message_comes_back_after_the_backoff() {
+    let Some(broker) = RealPulsar::new("nack-backoff", 0).await else {
+        return;
+    };
+    let backoff =
+        pulsar_wire::NackBackoff::exponential(Duration::from_secs(1), Duration::from_secs(8), 2.0);
+    let consumer = broker
+        .client
+        .subscribe(
+            &broker.topic,
+            SUB,
+            ConsumerOptions::default()
+                .sub_type(SubType::Shared)
+                .initial_position(InitialPosition::Earliest)
+                .nack_backoff(backoff),
+        )
+        .await
+        .expect("subscribed");
+    let producer = broker
+        .client
+        .create_producer(&broker.topic, Default::default())
+        .await
+        .expect("producer");
+    producer
+        .send(OutgoingMessage::new("again"))
+        .await
+        .expect("sent");
+    let mut message = receive(&consumer, "the message").await;
+    let mut waits = Vec::new();
+    for (n, expected) in [1u64, 2, 4, 8].into_iter().enumerate() {
+        let nacked = std::time::Instant::now();
+        consumer.nack(&message).expect("nacked");
+        message = receive(&consumer, "the nacked message").await;
+        let waited = nacked.elapsed();
+        waits.push(waited);
+        let expected = Duration::from_secs(expected);
+        assert!(
+            waited >= expected.mul_f64(0.8) && waited <= expected.mul_f64(1.2),
+            "nack {n}: {waited:?}, expected {expected:?}"
+        );
+        assert_eq!(message.redelivery_count(), n as u32 + 1);
+    }
+    println!("nack-backoff: waited {waits:?}");
+    consumer.ack(&message).await.expect("acked");
+}
