@@ -6,6 +6,7 @@ mod acks;
 mod again;
 mod chunks;
 mod dead_letter;
+mod growth;
 mod key_shared;
 mod ledger;
 mod message;
@@ -22,7 +23,6 @@ use std::time::Duration;
 use ack_batcher::{Batcher, ItemOptions};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use txn_ack::{AckId, AckKind, EntryId, MessagePosition};
 
 use acks::{AckFlusher, AckKey};
@@ -109,16 +109,13 @@ pub struct Consumer {
     key: u64,
     partitions: Arc<PartitionList>,
     deliveries: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
-    /// Where new partitions' tasks deliver (weak, so that the channel ends with the tasks).
-    delivery_sender: mpsc::WeakSender<Delivery>,
     /// Why the deliveries ended, once they did.
     ended: Mutex<Option<Error>>,
     acks: Batcher<AckKey, AckId, AckFlusher>,
     counters: Arc<Counters>,
-    closed: AtomicBool,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// Serialises partition refreshes, so that a partition is subscribed once.
-    refresh: tokio::sync::Mutex<()>,
+    /// Its partitions' subscriptions, tasks and closed flag, shared with the background
+    /// partition refresh.
+    growth: Arc<growth::Growth>,
     /// The dead-letter topic and its producer, with a policy.
     dead_letters: Option<DeadLetters>,
     /// The link state of every partition consumer.
@@ -252,6 +249,24 @@ impl Consumer {
             .dead_letter
             .clone()
             .map(|policy| DeadLetters::new(policy, &topic, subscription));
+        let growth = Arc::new(growth::Growth {
+            pool: pool.clone(),
+            topic: topic.clone(),
+            subscription: subscription.to_owned(),
+            options: options.clone(),
+            key,
+            partitions: Arc::clone(&partitions),
+            delivery_sender: tx.downgrade(),
+            links: Arc::clone(&links),
+            again: Arc::clone(&again),
+            counters: Arc::clone(&counters),
+            tasks: Mutex::new(tasks),
+            refresh: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+        });
+        if partitioned && let Some(every) = options.partitions_refresh {
+            tokio::spawn(growth::follow(Arc::downgrade(&growth), every));
+        }
         Ok(Self {
             pool: pool.clone(),
             sub_type: options.sub_type,
@@ -262,13 +277,10 @@ impl Consumer {
             key,
             partitions,
             deliveries: tokio::sync::Mutex::new(rx),
-            delivery_sender: tx.downgrade(),
             ended: Mutex::new(None),
             acks,
             counters,
-            closed: AtomicBool::new(false),
-            tasks: Mutex::new(tasks),
-            refresh: tokio::sync::Mutex::new(()),
+            growth,
             dead_letters,
             links,
             again,
@@ -287,18 +299,10 @@ impl Consumer {
     /// lookup's or the `SUBSCRIBE` request's errors (partitions subscribed before the failure
     /// stay subscribed).
     pub async fn refresh_partitions(&self) -> Result<usize, Error> {
-        let size = self.options.receiver_queue_size;
-        let paused = self.is_paused();
-        self.grow(&move |_| (size, paused)).await
-    }
-
-    /// [`Consumer::refresh_partitions`] with a receiver queue per new partition.
-    async fn grow(&self, sizing: QueueSizing<'_>) -> Result<usize, Error> {
         if !self.partitioned {
             return Ok(0);
         }
-        let count = self.pool.partitions(&self.topic).await?;
-        self.grow_to(count, sizing).await
+        self.growth.refresh().await
     }
 
     /// Subscribes the partitions below `count` not subscribed yet; returns the partition count.
@@ -310,10 +314,7 @@ impl Consumer {
         if !self.partitioned {
             return Ok(0);
         }
-        let _serial = self.refresh.lock().await;
-        self.check_open()?;
-        self.subscribe_partitions(count as usize, sizing).await?;
-        Ok(self.partitions.len())
+        self.growth.grow_to(count, sizing).await
     }
 
     /// The client the consumer was created by.
@@ -329,49 +330,6 @@ impl Consumer {
         } else {
             0
         }
-    }
-
-    /// Subscribes partitions from the current count up to `count`.
-    async fn subscribe_partitions(
-        &self,
-        count: usize,
-        sizing: QueueSizing<'_>,
-    ) -> Result<(), Error> {
-        let have = self.partitions.len();
-        for index in have..count {
-            let Some(tx) = self.delivery_sender.upgrade() else {
-                return Err(Error::Closed("the consumer (its deliveries ended)"));
-            };
-            let (consumer, events) = PartitionConsumer::subscribe(
-                &self.pool,
-                crate::pool::partition_topic(&self.topic, index as u32),
-                index as i32,
-                &self.subscription,
-                &self.options,
-                sizing(index as u32),
-                Parts {
-                    state: self.links.slot(index as i32),
-                    again: Arc::clone(&self.again),
-                    counters: Arc::clone(&self.counters),
-                },
-            )
-            .await?;
-            let consumer = Arc::new(consumer);
-            self.partitions.extend(vec![Arc::clone(&consumer)]);
-            let task = tokio::spawn(partition::pump(
-                consumer,
-                Origin {
-                    consumer: self.key,
-                    slot: index,
-                },
-                events,
-                tx,
-                Arc::clone(&self.counters),
-            ));
-            self.tasks.lock().push(task);
-            tracing::info!(topic = %self.topic, partition = index, "subscribed to a new partition");
-        }
-        Ok(())
     }
 
     /// Stops granting flow permits on every partition (as the Java client's `pause`): the
@@ -393,7 +351,7 @@ impl Consumer {
 
     /// Whether any partition is paused.
     pub fn is_paused(&self) -> bool {
-        self.partitions.all().iter().any(|p| p.is_paused())
+        self.growth.is_paused()
     }
 
     /// The receiver queue of every partition's consumer, by partition.
@@ -512,7 +470,7 @@ impl Consumer {
     /// Whether the consumer gets nothing more: closed, or its deliveries ended
     /// ([`Consumer::receive`] says why).
     pub fn has_ended(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.ended.lock().is_some()
+        self.growth.closed.load(Ordering::Acquire) || self.ended.lock().is_some()
     }
 
     /// Publishes a message to the dead-letter topic, then acknowledges it; when the publish
@@ -647,7 +605,7 @@ impl Consumer {
     }
 
     fn check_open(&self) -> Result<(), Error> {
-        if self.closed.load(Ordering::Acquire) {
+        if self.growth.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the consumer"));
         }
         self.pool.check_open()
@@ -1129,9 +1087,11 @@ impl Consumer {
     /// The first `CLOSE_CONSUMER` failure (none when the broker had closed it already); every
     /// partition is closed anyway.
     pub async fn close(&self) -> Result<(), Error> {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.growth.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // A refresh under way subscribes its partition before the partitions are closed.
+        drop(self.growth.refresh.lock().await);
         let report = self.acks.close(CLOSE_TIMEOUT).await;
         if report.abandoned > 0 || report.failed > 0 {
             tracing::warn!(
@@ -1151,7 +1111,7 @@ impl Consumer {
                 result = Err(error);
             }
         }
-        for task in self.tasks.lock().iter() {
+        for task in self.growth.tasks.lock().iter() {
             task.abort();
         }
         self.links.close_all(&self.topic);
@@ -1174,7 +1134,7 @@ async fn initial_subscription(pool: &Pool, topic: &str, name: &str) -> Result<()
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        for task in self.tasks.lock().iter() {
+        for task in self.growth.tasks.lock().iter() {
             task.abort();
         }
         for partition in self.partitions.all().iter() {

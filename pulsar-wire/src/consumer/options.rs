@@ -57,6 +57,7 @@ pub struct ConsumerOptions {
     pub(crate) key_shared: Option<KeySharedPolicy>,
     pub(crate) chunk_limits: ChunkLimits,
     pub(crate) nack_backoff: Option<NackBackoff>,
+    pub(crate) partitions_refresh: Option<Duration>,
 }
 
 impl Default for ConsumerOptions {
@@ -79,6 +80,7 @@ impl Default for ConsumerOptions {
             key_shared: None,
             chunk_limits: ChunkLimits::default(),
             nack_backoff: None,
+            partitions_refresh: Some(crate::DEFAULT_PARTITIONS_REFRESH),
         }
     }
 }
@@ -193,6 +195,16 @@ impl ConsumerOptions {
     #[doc(hidden)]
     pub fn legacy_committed_redeliveries(mut self, legacy: bool) -> Self {
         self.legacy_committed_redeliveries = legacy;
+        self
+    }
+
+    /// How often a consumer of a partitioned topic re-reads the partition count and
+    /// subscribes to the partitions added since, in the background (default every
+    /// [`crate::DEFAULT_PARTITIONS_REFRESH`], as the Java client's
+    /// `autoUpdatePartitionsInterval`; `None` or zero: only on
+    /// [`Consumer::refresh_partitions`](crate::Consumer::refresh_partitions)).
+    pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
+        self.partitions_refresh = every.filter(|every| !every.is_zero());
         self
     }
 

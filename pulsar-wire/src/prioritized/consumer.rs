@@ -253,11 +253,13 @@ impl PriorityConsumer {
                     gate.is_paused(p).unwrap_or(false),
                 )
             };
+            // The priority consumer follows the partition count itself (its gate learns of
+            // each partition first).
             Consumer::subscribe_sized(
                 client.pool(),
                 &topic,
                 subscription,
-                options.consumer,
+                options.consumer.partitions_refresh(None),
                 &sizing,
             )
             .await?

@@ -7,6 +7,7 @@ mod compression;
 mod dead_letter;
 mod delayed;
 mod faults;
+mod growth;
 mod key_shared;
 mod link_state;
 mod outages;
