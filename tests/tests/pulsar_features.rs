@@ -280,3 +280,68 @@ async fn a_nacked_message_comes_back_after_the_backoff() {
     println!("nack-backoff: waited {waits:?}");
     consumer.ack(&message).await.expect("acked");
 }
+
+// ----- topics that grow -----------------------------------------------------------------------
+
+/// A topic grown from 4 to 8 partitions under a running plain producer and consumer (both
+/// refreshing every second): written and read on all 8 with no call of the application,
+/// nothing lost, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_producer_and_consumer_follow_growth_from_4_to_8_partitions() {
+    let Some(broker) = RealPulsar::new("grows", 4).await else {
+        return;
+    };
+    let every = Some(Duration::from_secs(1));
+    let consumer = broker
+        .client
+        .subscribe(
+            &broker.topic,
+            SUB,
+            ConsumerOptions::default()
+                .sub_type(SubType::Shared)
+                .initial_position(InitialPosition::Earliest)
+                .partitions_refresh(every),
+        )
+        .await
+        .expect("subscribed");
+    let producer = broker
+        .client
+        .create_producer(
+            &broker.topic,
+            pulsar_wire::ProducerOptions::default()
+                .no_batching()
+                .partitions_refresh(every),
+        )
+        .await
+        .expect("producer");
+    let total = 600;
+    let producing = tokio::spawn(async move {
+        for i in 0..total {
+            producer
+                .send(OutgoingMessage::new(format!("m{i}")).key(format!("k{i}")))
+                .await
+                .expect("sent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        producer
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    broker
+        .admin
+        .update_partitions(&broker.topic, 8)
+        .await
+        .expect("grown to 8");
+    let mut received = std::collections::HashSet::new();
+    let mut partitions = std::collections::HashSet::new();
+    while received.len() < total {
+        let message = receive(&consumer, "a message of the growing topic").await;
+        partitions.insert(message.id().partition);
+        let payload = String::from_utf8_lossy(message.payload()).into_owned();
+        assert!(received.insert(payload.clone()), "{payload} twice");
+        consumer.ack(&message).await.expect("acked");
+    }
+    let producer = producing.await.expect("the producer");
+    assert_eq!(producer.partitions(), 8);
+    assert_eq!(consumer.partitions(), 8);
+    assert_eq!(partitions.len(), 8, "read from {partitions:?}");
+}
