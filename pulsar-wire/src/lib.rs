@@ -59,6 +59,57 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Delayed delivery, streams, batches, backoff, growing topics
+//! [`OutgoingMessage::deliver_after`] and [`OutgoingMessage::deliver_at`] ask the broker to
+//! hold a message back from Shared and Key_Shared subscriptions until its time (sent on its
+//! own, as the Java client sends it). [`Consumer::stream`] is a `futures` `Stream` of the
+//! messages; [`Consumer::batch_receive`] gathers up to a count, a size or a wait
+//! ([`BatchReceive`]). [`ConsumerOptions::nack_backoff`] delays a nacked message by its
+//! redelivery count ([`NackBackoff`]). Producers and consumers of a partitioned topic follow
+//! its growth every [`DEFAULT_PARTITIONS_REFRESH`] (`partitions_refresh` on their options).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use pulsar_wire::{
+//!     BatchReceive, Client, ConnectOptions, ConsumerOptions, NackBackoff, OutgoingMessage,
+//!     ProducerOptions, SubType,
+//! };
+//!
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! let consumer = client
+//!     .subscribe(
+//!         "reminders",
+//!         "mailer",
+//!         ConsumerOptions::default().sub_type(SubType::Shared).nack_backoff(
+//!             NackBackoff::exponential(Duration::from_secs(1), Duration::from_secs(60), 2.0),
+//!         ),
+//!     )
+//!     .await?;
+//! let producer = client
+//!     .create_producer("reminders", ProducerOptions::default())
+//!     .await?;
+//! producer
+//!     .send(OutgoingMessage::new("call back").deliver_after(Duration::from_secs(600)))
+//!     .await?;
+//! // Up to 100 messages or 10 MiB, waiting at most a second.
+//! let batch = consumer
+//!     .batch_receive(BatchReceive::default().timeout(Duration::from_secs(1)))
+//!     .await?;
+//! # let _ = batch;
+//! // Or one by one, eight handled at once.
+//! consumer
+//!     .stream()
+//!     .for_each_concurrent(8, |message| async {
+//!         if let Ok(message) = message {
+//!             let _ = consumer.ack(&message).await;
+//!         }
+//!     })
+//!     .await;
+//! # Ok(()) }
+//! ```
+//!
 //! # TLS and token authentication
 //! A `pulsar+ssl://` service URL connects over TLS (rustls). The broker's certificate must be
 //! signed by a CA the client trusts ([`ConnectOptions::tls_ca_file`] or
