@@ -65,7 +65,8 @@
 //! own, as the Java client sends it). [`Consumer::stream`] is a `futures` `Stream` of the
 //! messages; [`Consumer::batch_receive`] gathers up to a count, a size or a wait
 //! ([`BatchReceive`]). [`ConsumerOptions::nack_backoff`] delays a nacked message by its
-//! redelivery count ([`NackBackoff`]). Producers and consumers of a partitioned topic follow
+//! redelivery count ([`NackBackoff`]), and [`ConsumerOptions::ack_timeout`] asks again for
+//! a message held too long without an ack. Producers and consumers of a partitioned topic follow
 //! its growth every [`DEFAULT_PARTITIONS_REFRESH`] (`partitions_refresh` on their options).
 //!
 //! ```no_run
@@ -369,8 +370,8 @@ pub use consume::MessageConsumer;
 pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, MAX_NACK_DELAY,
-    MAX_RECEIVER_QUEUE_SIZE, Message, NONE_KEY, NackBackoff, ORIGIN_MESSAGE_ID, REAL_TOPIC,
-    SubType, UNDECODABLE_REASON, sticky_key_hash,
+    MAX_RECEIVER_QUEUE_SIZE, MIN_ACK_TIMEOUT, Message, NONE_KEY, NackBackoff, ORIGIN_MESSAGE_ID,
+    REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use id::MessageId;

@@ -345,3 +345,45 @@ async fn a_running_producer_and_consumer_follow_growth_from_4_to_8_partitions() 
     assert_eq!(consumer.partitions(), 8);
     assert_eq!(partitions.len(), 8, "read from {partitions:?}");
 }
+
+/// With an ack timeout of 2 s, a message the application holds without acking comes back
+/// after the timeout (to the second's tick), its count one higher (the broker's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacked_message_comes_back_after_the_ack_timeout() {
+    let Some(broker) = RealPulsar::new("ack-timeout", 0).await else {
+        return;
+    };
+    let consumer = broker
+        .client
+        .subscribe(
+            &broker.topic,
+            SUB,
+            ConsumerOptions::default()
+                .sub_type(SubType::Shared)
+                .initial_position(InitialPosition::Earliest)
+                .ack_timeout(Duration::from_secs(2)),
+        )
+        .await
+        .expect("subscribed");
+    let producer = broker
+        .client
+        .create_producer(&broker.topic, Default::default())
+        .await
+        .expect("producer");
+    producer
+        .send(OutgoingMessage::new("held"))
+        .await
+        .expect("sent");
+    let first = receive(&consumer, "the message").await;
+    let received = std::time::Instant::now();
+    let again = receive(&consumer, "the message again").await;
+    let waited = received.elapsed();
+    assert_eq!(again.id(), first.id());
+    assert_eq!(again.redelivery_count(), 1);
+    assert!(
+        (Duration::from_secs(2)..Duration::from_millis(3_200)).contains(&waited),
+        "{waited:?}"
+    );
+    consumer.ack(&again).await.expect("acked");
+    assert_eq!(consumer.stats().ack_timeouts, 1);
+}

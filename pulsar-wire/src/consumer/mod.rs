@@ -2,6 +2,7 @@
 //! acknowledges correctly: ordinary acks grouped through `ack-batcher` with `txn-ack`'s
 //! [`txn_ack::AckTracker`], transactional acks built only by [`txn_ack::TxnAckTracker`].
 
+mod ack_timeout;
 mod acks;
 mod again;
 mod chunks;
@@ -25,6 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use txn_ack::{AckId, AckKind, EntryId, MessagePosition};
 
+pub use ack_timeout::MIN_ACK_TIMEOUT;
 use acks::{AckFlusher, AckKey};
 use again::Again;
 pub use chunks::ChunkLimits;
@@ -124,12 +126,14 @@ pub struct Consumer {
     again: Arc<Again>,
     /// The error a batch receive met after gathering messages, for the next one.
     deferred: Mutex<Option<Error>>,
+    /// With [`ConsumerOptions::ack_timeout`]: the messages received and not settled.
+    timeouts: Option<Arc<ack_timeout::AckTimeouts>>,
 }
 
 /// Asks for `message` again now: handed over again by the consumer itself when the broker
 /// would resend its whole batch to any consumer (a batch of more than one on a Shared or
 /// Key_Shared subscription), else `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming its entries.
-fn nack_now(
+pub(super) fn nack_now(
     partition: &PartitionConsumer,
     message: &Message,
     counters: &Counters,
@@ -267,6 +271,14 @@ impl Consumer {
         if partitioned && let Some(every) = options.partitions_refresh {
             tokio::spawn(growth::follow(Arc::downgrade(&growth), every));
         }
+        let timeouts = options.ack_timeout.map(|timeout| {
+            let timeouts = Arc::new(ack_timeout::AckTimeouts::new(timeout));
+            tokio::spawn(ack_timeout::watch(
+                Arc::downgrade(&growth),
+                Arc::clone(&timeouts),
+            ));
+            timeouts
+        });
         Ok(Self {
             pool: pool.clone(),
             sub_type: options.sub_type,
@@ -285,6 +297,7 @@ impl Consumer {
             links,
             again,
             deferred: Mutex::new(None),
+            timeouts,
         })
     }
 
@@ -432,6 +445,9 @@ impl Consumer {
                         self.dead_letter_message(dead, &message).await?;
                         continue;
                     }
+                    if let Some(timeouts) = &self.timeouts {
+                        timeouts.track(&message);
+                    }
                     return Ok(*message);
                 }
                 Some(Delivery::Undecodable(entry)) => {
@@ -465,6 +481,14 @@ impl Consumer {
     /// [`Error::Invalid`] for limits that allow nothing; what [`Consumer::receive`] returns.
     pub async fn batch_receive(&self, limits: crate::BatchReceive) -> Result<Vec<Message>, Error> {
         crate::receiving::batch_receive(self, limits, &self.deferred).await
+    }
+
+    /// The message at `position` of partition `slot` is settled (acknowledged, negatively
+    /// or in a transaction): its ack timeout no longer runs.
+    fn settled(&self, slot: usize, position: &MessagePosition, cumulative: bool) {
+        if let Some(timeouts) = &self.timeouts {
+            timeouts.settled(slot, position, cumulative);
+        }
     }
 
     /// Whether the consumer gets nothing more: closed, or its deliveries ended
@@ -690,6 +714,7 @@ impl Consumer {
         position: &MessagePosition,
         cumulative: bool,
     ) -> Result<Option<ack_batcher::Ticket<(), Error>>, Error> {
+        self.settled(slot, position, cumulative);
         let ack = {
             let mut tracker = partition.acks.lock();
             if cumulative {
@@ -841,6 +866,7 @@ impl Consumer {
             }
             .into());
         }
+        self.settled(message.origin.slot, position, kind == AckKind::Cumulative);
         let mut ledger = partition.ledger.lock();
         let ack = ledger.txn_acks.ack(txn.id(), kind, position)?;
         let held = HeldBackAck {
@@ -902,6 +928,7 @@ impl Consumer {
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
         self.check_open()?;
         let partition = self.partition(message)?;
+        self.settled(message.origin.slot, message.position(), false);
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         let delay = self.options.nack_backoff.map_or(Duration::ZERO, |backoff| {
             backoff.delay_for(message.redelivery_count())
@@ -982,7 +1009,8 @@ impl Consumer {
     /// As [`Consumer::ack_id`]; connection errors.
     pub fn nack_id(&self, id: &MessageId) -> Result<(), Error> {
         self.check_open()?;
-        let (_, partition, position) = self.locate(id)?;
+        let (slot, partition, position) = self.locate(id)?;
+        self.settled(slot, &position, false);
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         let mut positions = partition.entries_with(&position);
         positions.push(position);
@@ -1072,6 +1100,7 @@ impl Consumer {
             redelivery_requests: load(&c.redelivery_requests),
             acks_held_back: load(&c.acks_held_back),
             handed_again: load(&c.handed_again),
+            ack_timeouts: load(&c.ack_timeouts),
             held_at_link_loss: load(&c.held_at_link_loss),
             reconnects: load(&c.reconnects),
             acks_resent: load(&c.acks_resent),

@@ -58,6 +58,7 @@ pub struct ConsumerOptions {
     pub(crate) chunk_limits: ChunkLimits,
     pub(crate) nack_backoff: Option<NackBackoff>,
     pub(crate) partitions_refresh: Option<Duration>,
+    pub(crate) ack_timeout: Option<Duration>,
 }
 
 impl Default for ConsumerOptions {
@@ -81,6 +82,7 @@ impl Default for ConsumerOptions {
             chunk_limits: ChunkLimits::default(),
             nack_backoff: None,
             partitions_refresh: Some(crate::DEFAULT_PARTITIONS_REFRESH),
+            ack_timeout: None,
         }
     }
 }
@@ -208,6 +210,20 @@ impl ConsumerOptions {
         self
     }
 
+    /// Asks for a message again once the application has held it this long without
+    /// acknowledging it (plainly, negatively or in a transaction), as a nack does (the Java
+    /// client's `ackTimeout`; default none, as there; at least [`super::MIN_ACK_TIMEOUT`]).
+    /// On a Shared or Key_Shared subscription the broker may give it to another consumer,
+    /// and a message of a batch of more than one is handed to this one again instead (the
+    /// broker would resend the whole batch). Counted in
+    /// [`ConsumerStats::ack_timeouts`](crate::ConsumerStats::ack_timeouts). Applies to
+    /// messages of [`Consumer::receive`](crate::Consumer::receive) (and its stream and
+    /// batches); a priority consumer refuses it.
+    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
+        self.ack_timeout = Some(timeout);
+        self
+    }
+
     /// How long a nacked message waits before it is asked for again, by its redelivery count
     /// (default none: at once; the Java client waits a minute).
     pub fn nack_backoff(mut self, backoff: NackBackoff) -> Self {
@@ -218,6 +234,18 @@ impl ConsumerOptions {
     pub(super) fn validate(&self) -> Result<(), Error> {
         if let Some(backoff) = &self.nack_backoff {
             backoff.validate()?;
+        }
+        if let Some(timeout) = self.ack_timeout
+            && !(super::MIN_ACK_TIMEOUT..=super::MAX_NACK_DELAY).contains(&timeout)
+        {
+            return Err(Error::Invalid {
+                what: "ack_timeout",
+                reason: format!(
+                    "{timeout:?} is outside {:?}..={:?}",
+                    super::MIN_ACK_TIMEOUT,
+                    super::MAX_NACK_DELAY
+                ),
+            });
         }
         if !(1..=MAX_RECEIVER_QUEUE_SIZE).contains(&self.receiver_queue_size) {
             // The broker takes a FLOW's permits as a signed 32-bit count and refuses 0: either

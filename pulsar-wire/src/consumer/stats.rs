@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub(super) redelivery_requests: AtomicU64,
     pub(super) acks_held_back: AtomicU64,
     pub(super) handed_again: AtomicU64,
+    pub(super) ack_timeouts: AtomicU64,
     pub(super) held_at_link_loss: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     pub(crate) acks_resent: AtomicU64,
@@ -81,6 +82,9 @@ pub struct ConsumerStats {
     /// Messages handed to the application again by the consumer itself: those of aborted
     /// transactions whose acks were held back, and negative acks of messages in a batch.
     pub handed_again: u64,
+    /// Messages asked for again because they went unacknowledged for
+    /// [`ConsumerOptions::ack_timeout`](super::ConsumerOptions::ack_timeout).
+    pub ack_timeouts: u64,
     /// Messages the application held when a partition consumer's link was lost or closed:
     /// the broker gives them to any consumer of the subscription (a copy that comes back
     /// here is not handed over again; see

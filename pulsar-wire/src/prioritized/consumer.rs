@@ -230,6 +230,14 @@ impl PriorityConsumer {
         subscription: &str,
         options: PriorityConsumerOptions,
     ) -> Result<Self, Error> {
+        if options.consumer.ack_timeout.is_some() {
+            return Err(Error::Invalid {
+                what: "ack_timeout",
+                reason: "the priority consumer does not apply an ack timeout: leave it unset \
+                         (nack what the application gives up on)"
+                    .into(),
+            });
+        }
         let topic = crate::topic_name(topic)?;
         let partitions = client.partitions(&topic).await?;
         if partitions == 0 {

@@ -98,3 +98,68 @@ async fn impossible_backoffs_are_refused_at_subscribe() {
         "{error}"
     );
 }
+
+/// With an ack timeout of 3 s, a message the application holds without acking comes back
+/// after 3 s (to the tick), once per timeout, its count one higher; acked, nacked or acked in
+/// a transaction messages do not; a bad timeout is refused.
+#[tokio::test(start_paused = true)]
+async fn an_unacked_message_comes_back_after_the_ack_timeout() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let topic = "ack-timeout";
+    let consumer = setup
+        .shared(
+            topic,
+            ConsumerOptions::default().ack_timeout(Duration::from_secs(3)),
+        )
+        .await;
+    send_all(&setup.producer(topic, 0).await, 3).await;
+    let received_at = Instant::now();
+    let messages = receive(&consumer, 3).await;
+    consumer.ack(&messages[1]).await.expect("acked");
+    let txn = setup
+        .client
+        .transaction_coordinator()
+        .await
+        .expect("coordinator")
+        .new_transaction(Duration::from_secs(60))
+        .await
+        .expect("transaction");
+    consumer
+        .ack_in(&txn, &messages[2])
+        .await
+        .expect("acked in it");
+    txn.commit().await.expect("committed");
+    let again = receive(&consumer, 1).await.remove(0);
+    let waited = received_at.elapsed();
+    assert_eq!(again.id(), messages[0].id());
+    assert_eq!(again.redelivery_count(), 1);
+    assert!(
+        (Duration::from_secs(3)..Duration::from_millis(3_800)).contains(&waited),
+        "{waited:?}"
+    );
+    assert_eq!(consumer.stats().ack_timeouts, 1);
+    consumer.ack(&again).await.expect("acked");
+    consumer.flush_acks().await;
+    assert_quiet(&consumer, Duration::from_secs(10)).await;
+    setup.assert_drained(topic).await;
+
+    let error = setup
+        .client
+        .subscribe(
+            topic,
+            "other",
+            ConsumerOptions::default().ack_timeout(Duration::from_millis(10)),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(
+            &error,
+            Error::Invalid {
+                what: "ack_timeout",
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
