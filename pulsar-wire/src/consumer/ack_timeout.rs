@@ -52,6 +52,11 @@ impl AckTimeouts {
         }
     }
 
+    /// Every message is settled (the application asked for all of them again).
+    pub(crate) fn clear(&self) {
+        self.held.lock().clear();
+    }
+
     /// The messages timed out at `now`, taken.
     pub(crate) fn expired(&self, now: Instant) -> Vec<Message> {
         let mut held = self.held.lock();

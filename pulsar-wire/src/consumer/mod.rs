@@ -1047,6 +1047,9 @@ impl Consumer {
     /// [`Error::Closed`]; connection errors.
     pub fn redeliver_unacknowledged(&self) -> Result<(), Error> {
         self.check_open()?;
+        if let Some(timeouts) = &self.timeouts {
+            timeouts.clear();
+        }
         for partition in self.partitions.all().iter() {
             let mut ledger = partition.ledger.lock();
             partition.redeliver(Vec::new())?;
