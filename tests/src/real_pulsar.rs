@@ -88,11 +88,20 @@ async fn peer(runner: &str, main: &str, args: &[&str]) -> String {
     let output = tokio::process::Command::new(&run)
         .arg(main)
         .args(args)
-        .stderr(std::process::Stdio::inherit())
         .output()
         .await
         .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{main} failed: {stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // What the peer said on its way out (a build's output can be long: its end).
+    let tail: String = {
+        let lines: Vec<&str> = stderr.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
+    assert!(
+        output.status.success(),
+        "{main} failed ({}): stdout {stdout}\nstderr (end):\n{tail}",
+        output.status
+    );
     stdout
 }

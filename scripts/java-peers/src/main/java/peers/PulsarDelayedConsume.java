@@ -9,8 +9,9 @@ import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
 
 /**
- * Consumes COUNT messages on a Shared subscription (from the earliest message) and compares
- * each arrival with its property "due" (milliseconds since the epoch).
+ * Consumes COUNT messages on a Shared subscription (from the earliest message; bytes, as the
+ * topic's producers send) and compares each arrival with its property "due" (milliseconds since
+ * the epoch).
  * Usage: PulsarDelayedConsume SERVICE_URL TOPIC SUBSCRIPTION COUNT TIMEOUT_S
  * Prints: ready (once subscribed), then
  *   received=N distinct=D early=E earliest_ms=MIN_LATENESS latest_ms=MAX_LATENESS
@@ -23,7 +24,7 @@ public final class PulsarDelayedConsume {
         int count = Integer.parseInt(args[3]);
         long deadline = System.currentTimeMillis() + Long.parseLong(args[4]) * 1000;
         try (PulsarClient client = PulsarClient.builder().serviceUrl(url).build();
-             var consumer = client.newConsumer(Schema.STRING)
+             var consumer = client.newConsumer(Schema.BYTES)
                      .topic(topic)
                      .subscriptionName(subscription)
                      .subscriptionType(SubscriptionType.Shared)
@@ -37,13 +38,13 @@ public final class PulsarDelayedConsume {
             long latest = Long.MIN_VALUE;
             var distinct = new HashSet<String>();
             while (received < count && System.currentTimeMillis() < deadline) {
-                Message<String> message = consumer.receive(1, TimeUnit.SECONDS);
+                Message<byte[]> message = consumer.receive(1, TimeUnit.SECONDS);
                 if (message == null) {
                     continue;
                 }
                 long lateness = System.currentTimeMillis() - Long.parseLong(message.getProperty("due"));
                 received++;
-                distinct.add(message.getValue());
+                distinct.add(new String(message.getValue(), java.nio.charset.StandardCharsets.UTF_8));
                 if (lateness < 0) {
                     early++;
                 }
