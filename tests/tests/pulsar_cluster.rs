@@ -10,6 +10,7 @@
 //! (`GET /lookup/v2/topic/...`), and a bundle is moved with
 //! `PUT /admin/v2/namespaces/public/default/{bundle}/unload?destinationBroker=...`.
 
+use integration_tests::real_pulsar::var;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,10 +53,6 @@ struct Cluster {
     ids: [String; 2],
     scenario: &'static str,
     started: Instant,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 /// The cluster, or `None` (the test is skipped) unless all four variables are set.

@@ -7,6 +7,7 @@
 //! and three Shared consumers of one subscription (where a replay may go to any consumer; the
 //! model follows the consumer it arrived at).
 
+use integration_tests::real_pulsar::var;
 use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
@@ -24,10 +25,6 @@ const SEEDS: [u64; 30] = [
 const STEPS: usize = 64;
 /// `maxUnackedMessagesOnConsumer` of every topic: small, so that consumers block.
 const LIMIT: u32 = 12;
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
 
 fn unique() -> String {
     let millis = std::time::SystemTime::now()

@@ -9,7 +9,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
-use pulsar_wire::{Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage, SubType};
+use pulsar_wire::{
+    BatchingOptions, Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage,
+    Producer, ProducerOptions, SubType,
+};
 
 const SUB: &str = "sub";
 
@@ -19,18 +22,31 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-async fn subscribe(broker: &RealPulsar, name: &str, sub_type: SubType) -> Consumer {
+/// A consumer of the broker's topic as `name`, from the earliest message.
+async fn subscribe(broker: &RealPulsar, name: &str, options: ConsumerOptions) -> Consumer {
     broker
         .client
         .subscribe(
             &broker.topic,
             name,
-            ConsumerOptions::default()
-                .sub_type(sub_type)
-                .initial_position(InitialPosition::Earliest),
+            options.initial_position(InitialPosition::Earliest),
         )
         .await
         .expect("subscribed")
+}
+
+/// Options of a Shared consumer.
+fn shared() -> ConsumerOptions {
+    ConsumerOptions::default().sub_type(SubType::Shared)
+}
+
+/// A producer on the broker's topic.
+async fn producer(broker: &RealPulsar, options: ProducerOptions) -> Producer {
+    broker
+        .client
+        .create_producer(&broker.topic, options)
+        .await
+        .expect("producer")
 }
 
 async fn receive(consumer: &Consumer, what: &str) -> Message {
@@ -58,7 +74,7 @@ async fn delayed_messages_of_the_java_client_reach_our_shared_consumer_when_due(
     let Some(broker) = RealPulsar::new("delayed-java", 0).await else {
         return;
     };
-    let consumer = subscribe(&broker, SUB, SubType::Shared).await;
+    let consumer = subscribe(&broker, SUB, shared()).await;
     let produced = java_peer(
         "PulsarDelayedProduce",
         &[&broker.service_url, &broker.topic, "20", "3000"],
@@ -97,16 +113,12 @@ async fn our_delayed_messages_reach_a_java_shared_consumer_when_due() {
         return;
     };
     // The subscription exists before the messages do.
-    subscribe(&broker, SUB, SubType::Shared)
+    subscribe(&broker, SUB, shared())
         .await
         .close()
         .await
         .expect("closed");
-    let producer = broker
-        .client
-        .create_producer(&broker.topic, Default::default())
-        .await
-        .expect("producer");
+    let producer = producer(&broker, ProducerOptions::default()).await;
     let consuming = tokio::spawn({
         let (url, topic) = (broker.service_url.clone(), broker.topic.clone());
         async move { java_peer("PulsarDelayedConsume", &[&url, &topic, SUB, "20", "60"]).await }
@@ -144,17 +156,13 @@ async fn our_delayed_messages_wait_on_shared_and_not_on_exclusive_subscriptions(
     let Some(broker) = RealPulsar::new("delayed-ours", 0).await else {
         return;
     };
-    let shared = subscribe(&broker, "shared", SubType::Shared).await;
-    let exclusive = subscribe(&broker, "exclusive", SubType::Exclusive).await;
-    let producer = broker
-        .client
-        .create_producer(
-            &broker.topic,
-            pulsar_wire::ProducerOptions::default()
-                .batching(pulsar_wire::BatchingOptions::default().max_messages(10)),
-        )
-        .await
-        .expect("producer");
+    let shared = subscribe(&broker, "shared", shared()).await;
+    let exclusive = subscribe(&broker, "exclusive", ConsumerOptions::default()).await;
+    let producer = producer(
+        &broker,
+        ProducerOptions::default().batching(BatchingOptions::default().max_messages(10)),
+    )
+    .await;
     let due = now_ms() + 3_000;
     let delayed = (0..5).map(|i| {
         producer.send(
@@ -201,12 +209,8 @@ async fn a_delayed_message_survives_an_unload_and_comes_once() {
     let Some(broker) = RealPulsar::new("delayed-unload", 0).await else {
         return;
     };
-    let consumer = subscribe(&broker, SUB, SubType::Shared).await;
-    let producer = broker
-        .client
-        .create_producer(&broker.topic, Default::default())
-        .await
-        .expect("producer");
+    let consumer = subscribe(&broker, SUB, shared()).await;
+    let producer = producer(&broker, ProducerOptions::default()).await;
     let due = now_ms() + 4_000;
     producer
         .send(
@@ -241,23 +245,8 @@ async fn a_nacked_message_comes_back_after_the_backoff() {
     };
     let backoff =
         pulsar_wire::NackBackoff::exponential(Duration::from_secs(1), Duration::from_secs(8), 2.0);
-    let consumer = broker
-        .client
-        .subscribe(
-            &broker.topic,
-            SUB,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest)
-                .nack_backoff(backoff),
-        )
-        .await
-        .expect("subscribed");
-    let producer = broker
-        .client
-        .create_producer(&broker.topic, Default::default())
-        .await
-        .expect("producer");
+    let consumer = subscribe(&broker, SUB, shared().nack_backoff(backoff)).await;
+    let producer = producer(&broker, ProducerOptions::default()).await;
     producer
         .send(OutgoingMessage::new("again"))
         .await
@@ -292,28 +281,14 @@ async fn a_running_producer_and_consumer_follow_growth_from_4_to_8_partitions() 
         return;
     };
     let every = Some(Duration::from_secs(1));
-    let consumer = broker
-        .client
-        .subscribe(
-            &broker.topic,
-            SUB,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest)
-                .partitions_refresh(every),
-        )
-        .await
-        .expect("subscribed");
-    let producer = broker
-        .client
-        .create_producer(
-            &broker.topic,
-            pulsar_wire::ProducerOptions::default()
-                .no_batching()
-                .partitions_refresh(every),
-        )
-        .await
-        .expect("producer");
+    let consumer = subscribe(&broker, SUB, shared().partitions_refresh(every)).await;
+    let producer = producer(
+        &broker,
+        ProducerOptions::default()
+            .no_batching()
+            .partitions_refresh(every),
+    )
+    .await;
     let total = 600;
     let producing = tokio::spawn(async move {
         for i in 0..total {
@@ -353,23 +328,8 @@ async fn an_unacked_message_comes_back_after_the_ack_timeout() {
     let Some(broker) = RealPulsar::new("ack-timeout", 0).await else {
         return;
     };
-    let consumer = broker
-        .client
-        .subscribe(
-            &broker.topic,
-            SUB,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest)
-                .ack_timeout(Duration::from_secs(2)),
-        )
-        .await
-        .expect("subscribed");
-    let producer = broker
-        .client
-        .create_producer(&broker.topic, Default::default())
-        .await
-        .expect("producer");
+    let consumer = subscribe(&broker, SUB, shared().ack_timeout(Duration::from_secs(2))).await;
+    let producer = producer(&broker, ProducerOptions::default()).await;
     producer
         .send(OutgoingMessage::new("held"))
         .await

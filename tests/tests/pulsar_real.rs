@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
-use integration_tests::real_pulsar::{java_peer, python_peer};
+use integration_tests::real_pulsar::{RealPulsar, java_peer, python_peer, var};
 use pulsar_wire::wire::ConnectionExt;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
@@ -42,38 +42,20 @@ struct RealBroker {
     started: Instant,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// The broker, with a fresh topic limited to [`LIMIT`] unacked messages per consumer; `None`
 /// (the test is skipped) unless both variables are set.
 async fn real_broker(scenario: &'static str) -> Option<RealBroker> {
-    let (Some(service_url), Some(admin_url)) = (var("PULSAR_SERVICE_URL"), var("PULSAR_ADMIN_URL"))
-    else {
-        eprintln!("PULSAR_SERVICE_URL and PULSAR_ADMIN_URL are not both set; skipping");
-        return None;
-    };
-    let started = Instant::now();
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let topic = format!(
-        "persistent://public/default/it-{scenario}-{}-{millis}",
-        std::process::id()
-    );
-    let admin = PulsarAdmin::new(&admin_url).expect("PULSAR_ADMIN_URL is http://host:port");
-    admin.create_topic(&topic).await.expect("topic created");
+    let RealPulsar {
+        client,
+        admin,
+        topic,
+        started,
+        ..
+    } = RealPulsar::new(scenario, 0).await?;
     admin
         .set_max_unacked_on_consumer(&topic, LIMIT, Duration::from_secs(60))
         .await
         .expect("the per-topic limit is set");
-    let options = ConnectOptions::new(&service_url)
-        .expect("PULSAR_SERVICE_URL is a pulsar:// URL")
-        .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options)
-        .await
-        .expect("the client connects to the real broker");
     println!(
         "{scenario}: topic {topic} ready with limit {LIMIT} in {:?}",
         started.elapsed()

@@ -7,6 +7,7 @@
 //! `PULSAR_SECURE_SECRET_KEY` for the token refresh test); otherwise every test returns at
 //! once.
 
+use integration_tests::real_pulsar::var;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,10 +36,6 @@ struct Secure {
     ca: String,
     token_file: String,
     secret_key: Option<String>,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 /// `None` (the test is skipped) unless the service URL, the CA and the token are all set.

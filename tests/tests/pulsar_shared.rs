@@ -15,9 +15,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
+use integration_tests::real_pulsar::RealPulsar;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition, Message,
-    OutgoingMessage, Producer, ProducerOptions, SubType, Transaction,
+    BatchingOptions, Client, Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage,
+    Producer, ProducerOptions, SubType, Transaction,
 };
 
 const SUB: &str = "sub";
@@ -32,29 +33,17 @@ struct Broker {
     scenario: String,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 async fn broker(scenario: &str, limit: u32) -> Option<Broker> {
-    let (Some(url), Some(admin_url)) = (var("PULSAR_SERVICE_URL"), var("PULSAR_ADMIN_URL")) else {
-        eprintln!("PULSAR_SERVICE_URL and PULSAR_ADMIN_URL are not both set; skipping");
-        return None;
-    };
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let topic = format!("persistent://public/default/shared-{scenario}-{millis}");
-    let admin = PulsarAdmin::new(&admin_url).expect("PULSAR_ADMIN_URL is http://host:port");
-    admin.create_topic(&topic).await.expect("topic created");
+    let RealPulsar {
+        client,
+        admin,
+        topic,
+        ..
+    } = RealPulsar::new(&format!("shared-{scenario}"), 0).await?;
     admin
         .set_max_unacked_on_consumer(&topic, limit, Duration::from_secs(60))
         .await
         .expect("the per-topic limit is set");
-    let options = ConnectOptions::new(&url)
-        .expect("a pulsar:// URL")
-        .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options).await.expect("connected");
     Some(Broker {
         client,
         admin,

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
+
 use pulsar_wire::pb::ServerError;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::{
@@ -336,6 +338,39 @@ async fn a_refused_txn_ack_names_the_message_and_the_transaction_and_blocks_the_
     assert_eq!(setup.stats().transactions.committed, 0);
 }
 
+/// Aborts `z` in the background with every answer of the broker delayed 300 ms; returns once
+/// the abort is under way (its `END_TXN` waiting for its answer).
+async fn abort_slowly(setup: &Setup, z: &Transaction) -> JoinHandle<Result<(), Error>> {
+    setup
+        .emulator
+        .set_faults(Faults::none().response_delay(Duration::from_millis(300)));
+    let aborting = tokio::spawn({
+        let z = z.clone();
+        async move { z.abort().await }
+    });
+    while z.state() != TxnState::Ending {
+        tokio::task::yield_now().await;
+    }
+    aborting
+}
+
+/// Acknowledges `message` in `txn` in the background, and lets the ack run until it waits
+/// (the runtime has one thread): for an abort under way on the partition.
+async fn ack_until_it_waits(
+    consumer: &Arc<Consumer>,
+    txn: &Transaction,
+    message: &Message,
+) -> JoinHandle<Result<(), Error>> {
+    let acking = tokio::spawn({
+        let (consumer, txn, message) = (Arc::clone(consumer), txn.clone(), message.clone());
+        async move { consumer.ack_in(&txn, &message).await }
+    });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    acking
+}
+
 /// Where the issue-27 steady shape hung in CI for an hour (a consumer's loop: acks of the next
 /// transaction while the previous one aborts in the background). Transaction A holds back its
 /// ack of `m0` (the application still holds `m1` of the batch); B's ack of `m1` frees the
@@ -367,24 +402,8 @@ async fn an_abort_does_not_wait_for_its_held_back_ack_waiting_for_another_abort(
         .await
         .expect("registered");
 
-    setup
-        .emulator
-        .set_faults(Faults::none().response_delay(Duration::from_millis(300)));
-    let z_abort = tokio::spawn({
-        let z = z.clone();
-        async move { z.abort().await }
-    });
-    while z.state() != TxnState::Ending {
-        tokio::task::yield_now().await;
-    }
-    let b_ack = tokio::spawn({
-        let (consumer, b, m1) = (Arc::clone(&consumer), b.clone(), batch[1].clone());
-        async move { consumer.ack_in(&b, &m1).await }
-    });
-    // The runtime has one thread: B's ack runs until it waits for Z's abort.
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
+    let z_abort = abort_slowly(&setup, &z).await;
+    let b_ack = ack_until_it_waits(&consumer, &b, &batch[1]).await;
     within(PATIENCE, a.abort())
         .await
         .expect("the abort of A ends")
@@ -427,23 +446,8 @@ async fn an_ack_waiting_for_another_abort_gives_way_to_its_own_abort() {
     a.add_subscription(consumer.topic(), "sub")
         .await
         .expect("registered");
-    setup
-        .emulator
-        .set_faults(Faults::none().response_delay(Duration::from_millis(300)));
-    let z_abort = tokio::spawn({
-        let z = z.clone();
-        async move { z.abort().await }
-    });
-    while z.state() != TxnState::Ending {
-        tokio::task::yield_now().await;
-    }
-    let a_ack = tokio::spawn({
-        let (consumer, a, m1) = (Arc::clone(&consumer), a.clone(), messages[1].clone());
-        async move { consumer.ack_in(&a, &m1).await }
-    });
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
+    let z_abort = abort_slowly(&setup, &z).await;
+    let a_ack = ack_until_it_waits(&consumer, &a, &messages[1]).await;
     within(PATIENCE, a.abort())
         .await
         .expect("the abort of A ends")
