@@ -95,6 +95,49 @@ impl Delayed {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Whatever is read when, and however often (a rewound cursor reads again), each
+        /// entry goes out once (read when due, or taken when it comes due), never before its
+        /// time; every entry read goes out by the time it is due.
+        #[test]
+        fn each_delayed_entry_goes_out_once_and_never_early(
+            dues in proptest::collection::vec(0i64..1_000, 20),
+            reads in proptest::collection::vec((0usize..20, 0i64..50), 1..100),
+        ) {
+            let mut delayed = Delayed::default();
+            let mut now = 0i64;
+            let mut out: Vec<(u64, i64)> = Vec::new();
+            let mut read = std::collections::HashSet::new();
+            for (index, step) in reads {
+                now += step;
+                let entry = index as u64;
+                if out.iter().any(|(i, _)| *i == entry) {
+                    continue; // gone out: the cursor is past it
+                }
+                read.insert(entry);
+                if !delayed.waits(entry, Some(dues[index]), now) {
+                    out.push((entry, now)); // the read sends it
+                }
+                for due in delayed.take_due(now) {
+                    out.push((due, now));
+                }
+            }
+            for due in delayed.take_due(i64::MAX) {
+                out.push((due, i64::MAX));
+            }
+            let mut entries: Vec<u64> = out.iter().map(|(i, _)| *i).collect();
+            entries.sort_unstable();
+            let all = entries.len();
+            entries.dedup();
+            proptest::prop_assert_eq!(all, entries.len(), "out twice: {:?}", out);
+            proptest::prop_assert_eq!(entries.len(), read.len());
+            for (entry, when) in &out {
+                let due = dues[*entry as usize];
+                proptest::prop_assert!(*when >= due, "{} out at {} before {}", entry, when, due);
+            }
+        }
+    }
+
     #[test]
     fn entries_wait_until_due_and_are_taken_once() {
         let mut delayed = Delayed::default();

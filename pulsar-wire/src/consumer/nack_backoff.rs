@@ -104,6 +104,28 @@ mod tests {
         assert_eq!(fixed.delay_for(9), Duration::from_millis(300));
     }
 
+    proptest::proptest! {
+        /// Every valid backoff gives delays within its bounds that never shrink as the
+        /// redelivery count grows.
+        #[test]
+        fn delays_stay_within_bounds_and_never_shrink(
+            min_ms in 0u64..100_000,
+            span_ms in 0u64..10_000_000,
+            multiplier in 1.0f64..10.0,
+            count in 0u32..200,
+        ) {
+            let (min, max) = (
+                Duration::from_millis(min_ms),
+                Duration::from_millis(min_ms + span_ms),
+            );
+            let backoff = NackBackoff::exponential(min, max, multiplier);
+            proptest::prop_assume!(backoff.validate().is_ok());
+            let (now, next) = (backoff.delay_for(count), backoff.delay_for(count + 1));
+            proptest::prop_assert!(min <= now && now <= max, "{now:?}");
+            proptest::prop_assert!(now <= next, "{now:?} then {next:?}");
+        }
+    }
+
     #[test]
     fn impossible_backoffs_are_refused_with_the_reason() {
         let second = Duration::from_secs(1);
