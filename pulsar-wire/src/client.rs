@@ -124,6 +124,19 @@ impl Client {
         Consumer::subscribe(&self.inner.pool, topic, subscription, options).await
     }
 
+    /// A [`crate::Reader`] of `topic` from [`crate::ReaderOptions`]' start.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a [`crate::StartAt::Id`] start on a partitioned topic; the
+    /// errors of [`Client::subscribe`].
+    pub async fn reader(
+        &self,
+        topic: &str,
+        options: crate::ReaderOptions,
+    ) -> Result<crate::Reader, Error> {
+        crate::Reader::create(self, topic, options).await
+    }
+
     /// The client of the transaction coordinators (every one the cluster runs; transactions
     /// are spread over them), connected on first use.
     ///

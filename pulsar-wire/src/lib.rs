@@ -344,6 +344,7 @@ pub mod prioritized;
 /// gate), re-exported whole.
 pub use mq_priority;
 mod producer;
+mod reader;
 mod receiving;
 mod tls;
 mod txn;
@@ -381,6 +382,7 @@ pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, OutgoingMessage,
     PartitionRouter, Producer, ProducerOptions, QueueFull, RoundRobin, key_partition,
 };
+pub use reader::{Reader, ReaderOptions, StartAt};
 pub use receiving::{BatchReceive, MAX_BATCH_RECEIVE_MESSAGES, Messages};
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};

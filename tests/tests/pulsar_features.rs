@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
 use pulsar_wire::{
     BatchingOptions, Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage,
-    Producer, ProducerOptions, SubType,
+    Producer, ProducerOptions, ReaderOptions, StartAt, SubType,
 };
 
 const SUB: &str = "sub";
@@ -346,4 +346,102 @@ async fn an_unacked_message_comes_back_after_the_ack_timeout() {
     );
     consumer.ack(&again).await.expect("acked");
     assert_eq!(consumer.stats().ack_timeouts, 1);
+}
+
+// ----- reader -------------------------------------------------------------------------------
+
+/// Reads with our reader from `start` until nothing is available: the ids as the Java peer
+/// prints them.
+async fn read_ids(broker: &RealPulsar, options: ReaderOptions) -> Vec<String> {
+    let reader = broker
+        .client
+        .reader(&broker.topic, options)
+        .await
+        .expect("a reader");
+    let mut ids = Vec::new();
+    while reader.has_message_available().await.expect("asked") {
+        let message = tokio::time::timeout(Duration::from_secs(10), reader.read_next())
+            .await
+            .expect("available, so it comes")
+            .expect("read");
+        let id = message.id();
+        ids.push(format!(
+            "{}:{}:{}",
+            id.ledger_id, id.entry_id, id.batch_index
+        ));
+    }
+    reader.close().await.expect("closed");
+    ids
+}
+
+/// On one topic written by the Java client (30 messages in batches of 4) and ours (3 more,
+/// unbatched), our reader returns the same ids in the same order as the Java reader: from the
+/// earliest, and from ids inside a batch, at its start and outside one, inclusive and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_reader_returns_what_the_java_reader_returns() {
+    let Some(broker) = RealPulsar::new("reader", 0).await else {
+        return;
+    };
+    let produced = java_peer(
+        "PulsarProduce",
+        &[&broker.service_url, &broker.topic, "30", "4"],
+    )
+    .await;
+    assert!(produced.contains("produced=30"), "{produced}");
+    let ours = producer(&broker, ProducerOptions::default().no_batching()).await;
+    for i in 0..3 {
+        ours.send(OutgoingMessage::new(format!("r{i}")))
+            .await
+            .expect("sent");
+    }
+    let java = |start: String, inclusive: bool| {
+        let (url, topic) = (broker.service_url.clone(), broker.topic.clone());
+        async move {
+            let printed = java_peer(
+                "PulsarRead",
+                &[&url, &topic, &start, &inclusive.to_string()],
+            )
+            .await;
+            printed
+                .lines()
+                .filter(|line| !line.starts_with("read="))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        }
+    };
+    let earliest = read_ids(&broker, ReaderOptions::new(StartAt::Earliest)).await;
+    assert_eq!(earliest.len(), 33, "{earliest:?}");
+    assert_eq!(java("earliest".into(), false).await, earliest);
+    // Our ids of the starts, with their batch sizes.
+    let reader = broker
+        .client
+        .reader(&broker.topic, ReaderOptions::new(StartAt::Earliest))
+        .await
+        .expect("a reader");
+    let mut ids = Vec::new();
+    for _ in 0..33 {
+        ids.push(reader.read_next().await.expect("read").id());
+    }
+    reader.close().await.expect("closed");
+    for at in [5, 8, 31] {
+        let id = ids[at];
+        let start = format!(
+            "{}:{}:{}:{}",
+            id.ledger_id,
+            id.entry_id,
+            id.batch_index,
+            id.batch_size.unwrap_or(0)
+        );
+        for inclusive in [false, true] {
+            let options = ReaderOptions::new(StartAt::Id(id)).inclusive(inclusive);
+            let ours = read_ids(&broker, options).await;
+            let expected = &earliest[if inclusive { at } else { at + 1 }..];
+            assert_eq!(ours, expected, "from {start}, inclusive {inclusive}");
+            assert_eq!(
+                java(start.clone(), inclusive).await,
+                ours,
+                "the Java reader from {start}, inclusive {inclusive}"
+            );
+        }
+    }
 }

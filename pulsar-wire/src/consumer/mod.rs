@@ -330,6 +330,11 @@ impl Consumer {
         self.growth.grow_to(count, sizing).await
     }
 
+    /// Every partition's consumer (the one of a topic that is not partitioned).
+    pub(crate) fn partition_consumers(&self) -> Arc<[Arc<PartitionConsumer>]> {
+        self.partitions.all()
+    }
+
     /// The client the consumer was created by.
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool

@@ -59,6 +59,8 @@ pub struct ConsumerOptions {
     pub(crate) nack_backoff: Option<NackBackoff>,
     pub(crate) partitions_refresh: Option<Duration>,
     pub(crate) ack_timeout: Option<Duration>,
+    /// A reader's non-durable subscription: where it starts (`start_message_id`).
+    pub(crate) reader_start: Option<Option<crate::pb::MessageIdData>>,
 }
 
 impl Default for ConsumerOptions {
@@ -83,6 +85,7 @@ impl Default for ConsumerOptions {
             nack_backoff: None,
             partitions_refresh: Some(crate::DEFAULT_PARTITIONS_REFRESH),
             ack_timeout: None,
+            reader_start: None,
         }
     }
 }

@@ -1090,7 +1090,8 @@ async fn subscribe_on(
                     consumer_id,
                     request_id,
                     consumer_name: options.name.clone(),
-                    durable: Some(true),
+                    durable: Some(options.reader_start.is_none()),
+                    start_message_id: options.reader_start.clone().flatten(),
                     initial_position: Some(options.initial_position.wire() as i32),
                     key_shared_meta: options.key_shared_meta(),
                     ..pb::CommandSubscribe::default()

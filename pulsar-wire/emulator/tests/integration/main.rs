@@ -14,6 +14,7 @@ mod outages;
 mod pending;
 mod pipelining;
 mod priority;
+mod reader;
 mod receiving;
 mod redelivery;
 mod restarts;
