@@ -134,7 +134,7 @@ impl Client {
         topic: &str,
         options: crate::ReaderOptions,
     ) -> Result<crate::Reader, Error> {
-        crate::Reader::create(self, topic, options).await
+        crate::Reader::create(&self.inner.pool, topic, options).await
     }
 
     /// The client of the transaction coordinators (every one the cluster runs; transactions

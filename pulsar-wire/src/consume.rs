@@ -1,11 +1,11 @@
-//! [`MessageConsumer`]: what a plain [`Consumer`] and a
+//! [`MessageConsumer`]: what a plain [`Consumer`](crate::Consumer) and a
 //! [`crate::prioritized::PriorityConsumer`] have in common, as one object-safe trait.
 
-use crate::{Consumer, Error, Message};
+use crate::{Error, Message};
 
 /// Receiving, acknowledging and following partition growth, whatever the consumer's kind.
 ///
-/// Implemented by [`Consumer`] and [`crate::prioritized::PriorityConsumer`]; each method
+/// Implemented by [`Consumer`](crate::Consumer) and [`crate::prioritized::PriorityConsumer`]; each method
 /// delegates to the inherent method of the same name, with its semantics and errors. The
 /// trait is object safe (its async methods come from [`crate::async_trait`]), so code that
 /// should not care whether priority is on can hold a `Box<dyn MessageConsumer>` or an
@@ -24,20 +24,20 @@ use crate::{Consumer, Error, Message};
 /// ```
 #[async_trait::async_trait]
 pub trait MessageConsumer: Send + Sync {
-    /// Waits for the next message (see [`Consumer::receive`] and
+    /// Waits for the next message (see [`Consumer::receive`](crate::Consumer::receive) and
     /// [`crate::prioritized::PriorityConsumer::receive`], which picks it by priority).
     ///
     /// # Errors
     /// As the implementation's inherent `receive`.
     async fn receive(&self) -> Result<Message, Error>;
 
-    /// Queues the ack of a message without waiting for it to be sent (see [`Consumer::ack`]).
+    /// Queues the ack of a message without waiting for it to be sent (see [`Consumer::ack`](crate::Consumer::ack)).
     ///
     /// # Errors
     /// As the implementation's inherent `ack`.
     async fn ack(&self, message: &Message) -> Result<(), Error>;
 
-    /// Asks for the message's redelivery (see [`Consumer::nack`]).
+    /// Asks for the message's redelivery (see [`Consumer::nack`](crate::Consumer::nack)).
     ///
     /// # Errors
     /// As the implementation's inherent `nack`.
@@ -45,7 +45,7 @@ pub trait MessageConsumer: Send + Sync {
 
     /// Re-reads the partition count and subscribes the partitions added since; returns the
     /// partition count (0 for a topic that is not partitioned). See
-    /// [`Consumer::refresh_partitions`] and
+    /// [`Consumer::refresh_partitions`](crate::Consumer::refresh_partitions) and
     /// [`crate::prioritized::PriorityConsumer::refresh_partitions`]; to follow a growth on
     /// the producer's side too, in the right order, use
     /// [`crate::prioritized::follow_growth`].
@@ -54,7 +54,7 @@ pub trait MessageConsumer: Send + Sync {
     /// As the implementation's inherent `refresh_partitions`.
     async fn refresh_partitions(&self) -> Result<usize, Error>;
 
-    /// Sends the pending acks and closes the consumer (see [`Consumer::close`]).
+    /// Sends the pending acks and closes the consumer (see [`Consumer::close`](crate::Consumer::close)).
     ///
     /// # Errors
     /// As the implementation's inherent `close`.
@@ -68,35 +68,4 @@ pub trait MessageConsumer: Send + Sync {
 
     /// The topic's full name.
     fn topic(&self) -> &str;
-}
-
-#[async_trait::async_trait]
-impl MessageConsumer for Consumer {
-    async fn receive(&self) -> Result<Message, Error> {
-        Consumer::receive(self).await
-    }
-
-    async fn ack(&self, message: &Message) -> Result<(), Error> {
-        Consumer::ack(self, message).await
-    }
-
-    fn nack(&self, message: &Message) -> Result<(), Error> {
-        Consumer::nack(self, message)
-    }
-
-    async fn refresh_partitions(&self) -> Result<usize, Error> {
-        Consumer::refresh_partitions(self).await
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Consumer::close(self).await
-    }
-
-    fn has_ended(&self) -> bool {
-        Consumer::has_ended(self)
-    }
-
-    fn topic(&self) -> &str {
-        Consumer::topic(self)
-    }
 }

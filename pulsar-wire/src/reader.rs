@@ -88,7 +88,7 @@ fn order(id: &MessageId) -> (u64, u64, i32) {
 
 impl Reader {
     pub(crate) async fn create(
-        client: &crate::Client,
+        pool: &crate::pool::Pool,
         topic: &str,
         options: ReaderOptions,
     ) -> Result<Self, Error> {
@@ -97,7 +97,7 @@ impl Reader {
             StartAt::Earliest => (None, InitialPosition::Earliest, None),
             StartAt::Latest => (None, InitialPosition::Latest, None),
             StartAt::Id(id) => {
-                if client.partitions(&topic).await? > 0 {
+                if pool.partitions(&topic).await? > 0 {
                     return Err(Error::Invalid {
                         what: "StartAt::Id",
                         reason: format!(
@@ -133,9 +133,7 @@ impl Reader {
         }
         consumer_options.reader_start = Some(start_id);
         let subscription = format!("reader-{:016x}", fastrand::u64(..));
-        let consumer = client
-            .subscribe(&topic, &subscription, consumer_options)
-            .await?;
+        let consumer = Consumer::subscribe(pool, &topic, &subscription, consumer_options).await?;
         Ok(Self {
             consumer,
             start,

@@ -13,9 +13,6 @@ use txn_ack::MessagePosition;
 use super::Message;
 use super::growth::Growth;
 
-/// The least ack timeout (as the Java client's).
-pub const MIN_ACK_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// The messages handed to the application and not acknowledged, negatively acknowledged or
 /// acknowledged in a transaction yet, with when each times out.
 #[derive(Debug)]
@@ -100,7 +97,7 @@ pub(crate) async fn watch(growth: Weak<Growth>, timeouts: Arc<AckTimeouts>) {
                 continue;
             };
             growth.counters.ack_timeouts.fetch_add(1, Ordering::Relaxed);
-            if let Err(error) = super::nack_now(&partition, &message, &growth.counters) {
+            if let Err(error) = partition.nack_message(&message, &growth.counters) {
                 tracing::debug!(%error, id = %message.id(), "a timed-out message could not be asked for again");
             }
         }

@@ -11,12 +11,17 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::again::Again;
+use super::message::Origin;
+use super::options::ConsumerOptions;
 use super::partition::{self, Delivery, PartitionConsumer, PartitionList, Parts};
 use super::stats::Counters;
-use super::{ConsumerOptions, Origin, QueueSizing};
 use crate::Error;
 use crate::link::LinkHub;
 use crate::pool::Pool;
+
+/// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
+/// whether it starts paused.
+pub(crate) type QueueSizing<'a> = &'a (dyn Fn(u32) -> (u32, bool) + Sync);
 
 /// What subscribing a partition takes, shared by a consumer and its background refresh.
 #[derive(Debug)]

@@ -8,6 +8,7 @@ mod again;
 mod chunks;
 mod dead_letter;
 mod growth;
+pub(crate) use growth::QueueSizing;
 mod key_shared;
 mod ledger;
 mod message;
@@ -26,7 +27,6 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use txn_ack::{AckId, AckKind, EntryId, MessagePosition};
 
-pub use ack_timeout::MIN_ACK_TIMEOUT;
 use acks::{AckFlusher, AckKey};
 use again::Again;
 pub use chunks::ChunkLimits;
@@ -39,7 +39,9 @@ use ledger::{HeldBackAck, Outgoing};
 pub use message::Message;
 use message::Origin;
 pub use nack_backoff::{MAX_NACK_DELAY, NackBackoff};
-pub use options::{ConsumerOptions, InitialPosition, MAX_RECEIVER_QUEUE_SIZE, SubType};
+pub use options::{
+    ConsumerOptions, InitialPosition, MAX_RECEIVER_QUEUE_SIZE, MIN_ACK_TIMEOUT, SubType,
+};
 use partition::PartitionList;
 use partition::Parts;
 use partition::Undecodable;
@@ -129,31 +131,6 @@ pub struct Consumer {
     /// With [`ConsumerOptions::ack_timeout`]: the messages received and not settled.
     timeouts: Option<Arc<ack_timeout::AckTimeouts>>,
 }
-
-/// Asks for `message` again now: handed over again by the consumer itself when the broker
-/// would resend its whole batch to any consumer (a batch of more than one on a Shared or
-/// Key_Shared subscription), else `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming its entries.
-pub(super) fn nack_now(
-    partition: &PartitionConsumer,
-    message: &Message,
-    counters: &Counters,
-) -> Result<(), Error> {
-    if partition.holds_back && message.position().batch_size() > 1 {
-        // The broker would send the whole batch again, to any consumer, the messages of it
-        // this application still holds included: it is handed over again here.
-        partition.again.push(message.clone());
-        counters.handed_again.fetch_add(1, Ordering::Relaxed);
-        return Ok(());
-    }
-    for chunk in message.chunks.iter() {
-        partition.nack_at(chunk)?;
-    }
-    partition.nack_at(message.position())
-}
-
-/// The receiver queue of a partition (by index; 0 for a topic that is not partitioned) and
-/// whether it starts paused.
-pub(crate) type QueueSizing<'a> = &'a (dyn Fn(u32) -> (u32, bool) + Sync);
 
 impl Consumer {
     pub(crate) async fn subscribe(
@@ -939,14 +916,14 @@ impl Consumer {
             backoff.delay_for(message.redelivery_count())
         });
         if delay.is_zero() {
-            return nack_now(&partition, message, &self.counters);
+            return partition.nack_message(message, &self.counters);
         }
         let (partition, message) = (Arc::downgrade(&partition), message.clone());
         let counters = Arc::clone(&self.counters);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(partition) = partition.upgrade()
-                && let Err(error) = nack_now(&partition, &message, &counters)
+                && let Err(error) = partition.nack_message(&message, &counters)
             {
                 tracing::debug!(%error, id = %message.id(), "a delayed nack could not be sent");
             }
@@ -1177,5 +1154,36 @@ impl Drop for Consumer {
         for partition in self.partitions.all().iter() {
             partition.unregister();
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::MessageConsumer for Consumer {
+    async fn receive(&self) -> Result<Message, Error> {
+        Consumer::receive(self).await
+    }
+
+    async fn ack(&self, message: &Message) -> Result<(), Error> {
+        Consumer::ack(self, message).await
+    }
+
+    fn nack(&self, message: &Message) -> Result<(), Error> {
+        Consumer::nack(self, message)
+    }
+
+    async fn refresh_partitions(&self) -> Result<usize, Error> {
+        Consumer::refresh_partitions(self).await
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        Consumer::close(self).await
+    }
+
+    fn has_ended(&self) -> bool {
+        Consumer::has_ended(self)
+    }
+
+    fn topic(&self) -> &str {
+        Consumer::topic(self)
     }
 }

@@ -37,6 +37,9 @@ pub enum InitialPosition {
     Earliest,
 }
 
+/// The least [`ConsumerOptions::ack_timeout`] (as the Java client's).
+pub const MIN_ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The largest [`ConsumerOptions::receiver_queue_size`]: a million messages per partition.
 pub const MAX_RECEIVER_QUEUE_SIZE: u32 = 1_000_000;
 
@@ -215,7 +218,7 @@ impl ConsumerOptions {
 
     /// Asks for a message again once the application has held it this long without
     /// acknowledging it (plainly, negatively or in a transaction), as a nack does (the Java
-    /// client's `ackTimeout`; default none, as there; at least [`super::MIN_ACK_TIMEOUT`]).
+    /// client's `ackTimeout`; default none, as there; at least [`MIN_ACK_TIMEOUT`]).
     /// On a Shared or Key_Shared subscription the broker may give it to another consumer,
     /// and a message of a batch of more than one is handed to this one again instead (the
     /// broker would resend the whole batch). Counted in
@@ -239,13 +242,13 @@ impl ConsumerOptions {
             backoff.validate()?;
         }
         if let Some(timeout) = self.ack_timeout
-            && !(super::MIN_ACK_TIMEOUT..=super::MAX_NACK_DELAY).contains(&timeout)
+            && !(MIN_ACK_TIMEOUT..=super::MAX_NACK_DELAY).contains(&timeout)
         {
             return Err(Error::Invalid {
                 what: "ack_timeout",
                 reason: format!(
                     "{timeout:?} is outside {:?}..={:?}",
-                    super::MIN_ACK_TIMEOUT,
+                    MIN_ACK_TIMEOUT,
                     super::MAX_NACK_DELAY
                 ),
             });

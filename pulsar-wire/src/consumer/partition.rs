@@ -437,6 +437,24 @@ impl PartitionConsumer {
         Delivery::Undecodable(Box::new(undecodable))
     }
 
+    /// Asks for `message` again now: handed over again by the consumer itself when the
+    /// broker would resend its whole batch to any consumer (a batch of more than one on a
+    /// Shared or Key_Shared subscription), else `REDELIVER_UNACKNOWLEDGED_MESSAGES` naming its
+    /// entries.
+    pub(crate) fn nack_message(&self, message: &Message, counters: &Counters) -> Result<(), Error> {
+        if self.holds_back && message.position().batch_size() > 1 {
+            // The broker would send the whole batch again, to any consumer, the messages of
+            // it this application still holds included: it is handed over again here.
+            self.again.push(message.clone());
+            counters.handed_again.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        for chunk in message.chunks.iter() {
+            self.nack_at(chunk)?;
+        }
+        self.nack_at(message.position())
+    }
+
     pub(crate) fn nack_at(&self, position: &MessagePosition) -> Result<(), Error> {
         self.ledger.lock().deliveries.nacked(position.entry());
         self.redeliver(vec![crate::pb::MessageIdData {
