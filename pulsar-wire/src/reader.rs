@@ -81,6 +81,16 @@ pub struct Reader {
     last: Mutex<HashMap<i32, MessageId>>,
 }
 
+/// Whether a topic whose last entry is `end` holds a message after `id` (or `id` itself,
+/// with `including`).
+fn beyond(end: (u64, u64), id: &MessageId, including: bool) -> bool {
+    let entry = (id.ledger_id, id.entry_id);
+    let more_in_entry = id
+        .batch_size
+        .is_some_and(|size| id.batch_index + 1 < size as i32);
+    end > entry || (end == entry && (including || more_in_entry))
+}
+
 /// Orders ids of one partition: by entry, then index in the batch (-1, no batch, first).
 fn order(id: &MessageId) -> (u64, u64, i32) {
     (id.ledger_id, id.entry_id, id.batch_index)
@@ -181,22 +191,10 @@ impl Reader {
             };
             let slot = partition.partition;
             let last = self.last.lock().get(&slot).copied();
+            let end_entry = (ledger_id, entry_id);
             let after = match (last, self.start) {
-                (Some(last), _) => {
-                    (ledger_id, entry_id) > (last.ledger_id, last.entry_id)
-                        || ((ledger_id, entry_id) == (last.ledger_id, last.entry_id)
-                            && last
-                                .batch_size
-                                .is_some_and(|size| last.batch_index + 1 < size as i32))
-                }
-                (None, Some((start, inclusive))) => {
-                    (ledger_id, entry_id) > (start.ledger_id, start.entry_id)
-                        || ((ledger_id, entry_id) == (start.ledger_id, start.entry_id)
-                            && (inclusive
-                                || start
-                                    .batch_size
-                                    .is_some_and(|size| start.batch_index + 1 < size as i32)))
-                }
+                (Some(last), _) => beyond(end_entry, &last, false),
+                (None, Some((start, inclusive))) => beyond(end_entry, &start, inclusive),
                 // Earliest or Latest, nothing read yet: what the subscription has not read.
                 (None, None) => end.readable,
             };

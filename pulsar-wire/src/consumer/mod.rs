@@ -912,20 +912,34 @@ impl Consumer {
         let partition = self.partition(message)?;
         self.settled(message.origin.slot, message.position(), false);
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
+        let counters = Arc::clone(&self.counters);
+        let message = message.clone();
+        self.nack_after(message.redelivery_count(), &partition, move |partition| {
+            partition.nack_message(&message, &counters)
+        })
+    }
+
+    /// Runs `nack` on `partition` after the nack backoff of `redelivery_count` (at once
+    /// without one); a delayed nack's failure is logged (the partition may be gone).
+    fn nack_after(
+        &self,
+        redelivery_count: u32,
+        partition: &Arc<PartitionConsumer>,
+        nack: impl FnOnce(&PartitionConsumer) -> Result<(), Error> + Send + 'static,
+    ) -> Result<(), Error> {
         let delay = self.options.nack_backoff.map_or(Duration::ZERO, |backoff| {
-            backoff.delay_for(message.redelivery_count())
+            backoff.delay_for(redelivery_count)
         });
         if delay.is_zero() {
-            return partition.nack_message(message, &self.counters);
+            return nack(partition);
         }
-        let (partition, message) = (Arc::downgrade(&partition), message.clone());
-        let counters = Arc::clone(&self.counters);
+        let partition = Arc::downgrade(partition);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(partition) = partition.upgrade()
-                && let Err(error) = partition.nack_message(&message, &counters)
+                && let Err(error) = nack(&partition)
             {
-                tracing::debug!(%error, id = %message.id(), "a delayed nack could not be sent");
+                tracing::debug!(%error, "a delayed nack could not be sent");
             }
         });
         Ok(())
@@ -996,26 +1010,12 @@ impl Consumer {
         self.counters.nacks.fetch_add(1, Ordering::Relaxed);
         let mut positions = partition.entries_with(&position);
         positions.push(position);
-        let delay = self
-            .options
-            .nack_backoff
-            .map_or(Duration::ZERO, |backoff| backoff.delay_for(0));
-        if delay.is_zero() {
-            for position in &positions {
-                partition.nack_at(position)?;
-            }
-            return Ok(());
-        }
-        let partition = Arc::downgrade(&partition);
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            if let Some(partition) = partition.upgrade() {
-                for position in &positions {
-                    let _ = partition.nack_at(position);
-                }
-            }
-        });
-        Ok(())
+        // Its count is not known here: the backoff's first delay.
+        self.nack_after(0, &partition, move |partition| {
+            positions
+                .iter()
+                .try_for_each(|position| partition.nack_at(position))
+        })
     }
 
     /// Asks the broker to deliver everything unacknowledged again, on every partition
