@@ -867,6 +867,12 @@ impl Connection {
         rx
     }
 
+    /// Whether frames for `consumer_id` are routed (it is registered and the broker has not
+    /// closed it).
+    pub(crate) fn is_registered_consumer(&self, consumer_id: u64) -> bool {
+        self.shared.consumers.lock().contains_key(&consumer_id)
+    }
+
     /// Stops routing frames to `consumer_id`.
     pub(crate) fn unregister_consumer(&self, consumer_id: u64) {
         self.shared.consumers.lock().remove(&consumer_id);

@@ -372,7 +372,7 @@ pub use consumer::{
     ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, MAX_NACK_DELAY,
     MAX_RECEIVER_QUEUE_SIZE, MIN_ACK_TIMEOUT, Message, NONE_KEY, NackBackoff, ORIGIN_MESSAGE_ID,
-    REAL_TOPIC, SubType, UNDECODABLE_REASON, sticky_key_hash,
+    REAL_TOPIC, SeekTo, SubType, UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use id::MessageId;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Drives the pulsar-wire broker emulator with the Python client (`pip install pulsar-client`):
-a reader from the earliest message, `Consumer.get_last_message_id` and `Consumer.seek`, each of
-which must finish (with an answer or an error) at once, not after the client's operation
-timeout.
+a reader from the earliest message, `Consumer.get_last_message_id`, and `Consumer.seek` to the
+earliest, to a message id and to a publish time followed by what each must deliver; every
+call must finish at once, not after the client's operation timeout.
 
 Usage (the emulator on a port of its own, never 6650):
 
@@ -92,7 +92,41 @@ def main():
             timed("consumer.get_last_message_id", results, consumer.get_last_message_id)
         else:
             print("consumer.get_last_message_id: not in this pulsar-client version")
+        def take(count):
+            taken = []
+            for _ in range(count):
+                message = consumer.receive(timeout_millis=5000)
+                consumer.acknowledge(message)
+                taken.append(message)
+            return taken
+
+        first = take(3)
         timed("consumer.seek(earliest)", results, lambda: consumer.seek(pulsar.MessageId.earliest))
+        outcome = timed(
+            "after seek(earliest): m0 again",
+            results,
+            lambda: [m.data() for m in take(3)],
+        )
+        if outcome != ("ok", [b"m0", b"m1", b"m2"]):
+            failures.append("seek(earliest)")
+        # The Python client's seek by id is exclusive: the next message follows the id.
+        timed("consumer.seek(id of m0)", results, lambda: consumer.seek(first[0].message_id()))
+        outcome = timed(
+            "after seek(id of m0): m1",
+            results,
+            lambda: [m.data() for m in take(2)],
+        )
+        if outcome != ("ok", [b"m1", b"m2"]):
+            failures.append("seek(id)")
+        publish = first[1].publish_timestamp()
+        timed("consumer.seek(publish time of m1)", results, lambda: consumer.seek(publish))
+        outcome = timed(
+            "after seek(publish time of m1): from m1",
+            results,
+            lambda: [m.data() for m in take(1)],
+        )
+        if outcome != ("ok", [b"m1"]) and outcome != ("ok", [b"m0"]):
+            failures.append("seek(time)")
     finally:
         client.close()
         if proc is not None:

@@ -3,6 +3,7 @@
 
 mod clients;
 mod commands;
+mod seek;
 mod unmodelled;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

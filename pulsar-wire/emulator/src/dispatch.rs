@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use txn_ack::model::{
     AckOutcome, ConsumerId, CursorState, Dispatch, ModelConfig, SubscriptionModel, WireAck,
 };
-use txn_ack::{AckKind, EntryId, TxnId};
+use txn_ack::{AckKind, AckSet, EntryId, TxnId};
 
 use super::delays::Delayed;
 use super::entries::{StoredEntry, TopicView, Visibility};
@@ -472,6 +472,39 @@ impl Subscription {
         if position == 0 {
             self.notify_active(out);
         }
+    }
+
+    /// `resetCursor` (a `SEEK`), once its consumers were removed: the mark-delete position
+    /// goes to just before `to` and reading starts there, whether that is before or after
+    /// where the cursor stood; what the cursor had deleted is forgotten (every entry from `to`
+    /// on is outstanding again), and so is what the dispatcher kept in memory (the replay set,
+    /// the redelivery counts, delayed entries). `start` is the ack set of entry `to`
+    /// (`(num_messages, outstanding indexes)`): its other indexes count as acknowledged. The
+    /// pending acks of open transactions stay. Returns `false` while a consumer is
+    /// connected (the broker disconnects them first).
+    pub(super) fn seek(&mut self, to: u64, start: Option<(i32, AckSet)>, ledger_id: u64) -> bool {
+        if !self.model.reset_cursor() {
+            return false;
+        }
+        self.mark_delete = to;
+        self.read_pos = to;
+        self.pruned_to = to;
+        self.deleted.clear();
+        self.redeliver.clear();
+        self.redelivery_counts.clear();
+        self.held.clear();
+        self.delayed.clear();
+        self.idle.clear();
+        if let Some((num_messages, outstanding)) = start {
+            let entry = EntryId {
+                ledger_id,
+                entry_id: to,
+            };
+            // An ack set of another size than the entry's is the client's mistake: the
+            // broker keeps it as given; the model refuses it, and the entry stays whole.
+            let _ = self.model.restore_cursor(entry, num_messages, &outstanding);
+        }
+        true
     }
 
     /// The first entry the cursor has not deleted.

@@ -112,10 +112,18 @@
 //!   with the same action succeeds; the other action gets `InvalidTxnStatus`; unknown ids get
 //!   `TransactionNotFound`. A transaction still open when its timeout passes is aborted
 //!   (tokio time, so `tokio::time::pause` works).
+//! - **Delayed delivery**: on Shared and Key_Shared subscriptions an entry whose
+//!   `deliver_at_time` has not come is held and replayed when due (strictly, as a broker
+//!   with `isDelayedDeliveryDeliverAtTimeStrict=true`); Exclusive and Failover deliver it at
+//!   once, as the broker does.
 //! - **Other requests**: GET_LAST_MESSAGE_ID answers the last readable entry of the topic
 //!   (with the largest batch index of a batch; entry `-1` when there is none) and the
-//!   subscription's mark-delete position. Every other request the emulator does not model
-//!   (SEEK, CONSUMER_STATS, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
+//!   subscription's mark-delete position. SEEK disconnects the subscription's consumers
+//!   (`CLOSE_CONSUMER`; only the active one on Exclusive and Failover), then resets its cursor to a message id (its entry
+//!   first, with the ack set sent for it; `(-1, -1)` the first entry, an id past the end the
+//!   end) or to the first entry published at or after a time; what was acknowledged after
+//!   that comes again. Every other request the emulator does not model
+//!   (CONSUMER_STATS, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
 //!   WATCH_TOPIC_LIST, ...) gets a `CommandError` with `NotAllowedError` at once, naming the
 //!   command, so that a client fails fast instead of waiting out its timeout. Commands without
 //!   a request id that it does not model (AUTH_RESPONSE, commands only a broker sends, type
@@ -136,7 +144,7 @@
 //!
 //! # What is not modelled
 //! Persistence on disk (a restart keeps the state in memory), BookKeeper ledgers rolling over, schemas, compression checks (compressed and
-//! chunked entries are stored and dispatched as sent), encryption, deduplication, delayed delivery, seeks (refused, see above), retention and TTL, dead-letter topics,
+//! chunked entries are stored and dispatched as sent), encryption, deduplication, retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
 //! consumers come and go: the 4.0 broker's draining (a moved hash waits until the old consumer

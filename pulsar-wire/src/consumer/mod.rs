@@ -15,6 +15,7 @@ mod message;
 mod nack_backoff;
 mod options;
 mod partition;
+mod seek;
 mod stats;
 mod txn_frame;
 
@@ -46,6 +47,8 @@ use partition::PartitionList;
 use partition::Parts;
 use partition::Undecodable;
 pub(crate) use partition::{Delivery, EndPosition, PartitionConsumer};
+use seek::SeekRequest;
+pub use seek::SeekTo;
 pub use stats::ConsumerStats;
 use stats::Counters;
 
@@ -130,6 +133,8 @@ pub struct Consumer {
     deferred: Mutex<Option<Error>>,
     /// With [`ConsumerOptions::ack_timeout`]: the messages received and not settled.
     timeouts: Option<Arc<ack_timeout::AckTimeouts>>,
+    /// Held by a seek: one at a time.
+    seeking: tokio::sync::Mutex<()>,
 }
 
 impl Consumer {
@@ -275,6 +280,7 @@ impl Consumer {
             again,
             deferred: Mutex::new(None),
             timeouts,
+            seeking: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -415,6 +421,15 @@ impl Consumer {
                 }
             };
             match delivery {
+                Some(Delivery::Message(message))
+                    if self
+                        .partitions
+                        .get(message.origin.slot)
+                        .is_some_and(|partition| partition.is_stale(message.link)) =>
+                {
+                    // Received before a seek moved the cursor.
+                    continue;
+                }
                 Some(Delivery::Message(message)) => {
                     if !message.handed_again
                         && let Some(partition) = self.partitions.get(message.origin.slot)
@@ -446,6 +461,104 @@ impl Consumer {
                 None => return Err(self.ended_error()),
             }
         }
+    }
+
+    /// Moves the subscription ([`SeekTo`]; a [`MessageId`] or a [`std::time::SystemTime`]
+    /// converts): the next messages received follow the new position, whether it is before
+    /// or after where the subscription stood; what was acknowledged after it comes again.
+    /// A message id moves its own partition only (on a partitioned topic, the partition the
+    /// id names); the other positions move every partition. As the Java client's
+    /// `Consumer.seek`: the broker disconnects the subscription's consumers (those of other
+    /// clients too; on Exclusive and Failover subscriptions the active one), which subscribe
+    /// again.
+    ///
+    /// Before the request, the acks queued go out and transactional acks held back are
+    /// sent; messages received before the seek and not returned yet are dropped. Messages
+    /// the application holds from before stay valid to acknowledge.
+    ///
+    /// Other consumers of this crate on the same subscription remember what they
+    /// acknowledged for a while (`txn_ack::Recall`, 10 s or the last 4,096 entries) and
+    /// acknowledge such messages again instead of handing them over when a seek by another
+    /// client replays them.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a time before the epoch, or an id naming a partition the topic
+    /// does not have; [`Error::Closed`]; the broker's refusal (for instance a subscription
+    /// busy with another reset) or connection errors: the seek may then have been applied
+    /// or not, and messages may come again.
+    pub async fn seek(&self, to: impl Into<SeekTo>) -> Result<(), Error> {
+        self.check_open()?;
+        let to = to.into();
+        let request = SeekRequest::new(&to)?;
+        let partitions = self.partitions.all();
+        let targets: Vec<Arc<PartitionConsumer>> = match to {
+            SeekTo::After(id) if self.partitioned => {
+                let one = partitions
+                    .iter()
+                    .find(|partition| partition.partition == id.partition)
+                    .ok_or_else(|| Error::Invalid {
+                        what: "SeekTo::After",
+                        reason: format!(
+                            "{id} names partition {} and {} has {} partitions: seek with an \
+                             id of a message received from it",
+                            id.partition,
+                            self.topic,
+                            partitions.len()
+                        ),
+                    })?;
+                vec![Arc::clone(one)]
+            }
+            _ => partitions.to_vec(),
+        };
+        let _one = self.seeking.lock().await;
+        self.flush_acks().await;
+        let results =
+            futures_util::future::join_all(targets.iter().map(|p| p.seek(&request))).await;
+        results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+        Ok(())
+    }
+
+    /// [`Consumer::seek`] to the first message published at or after `time` (every
+    /// partition).
+    ///
+    /// # Errors
+    /// As [`Consumer::seek`].
+    pub async fn seek_to_time(&self, time: std::time::SystemTime) -> Result<(), Error> {
+        self.seek(SeekTo::Time(time)).await
+    }
+
+    /// The id of the last message of the topic (`GET_LAST_MESSAGE_ID`), `None` when it is
+    /// empty; for a partitioned topic, see [`Consumer::last_message_ids`].
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] on a partitioned topic; [`Error::Closed`]; connection errors.
+    pub async fn last_message_id(&self) -> Result<Option<MessageId>, Error> {
+        if self.partitioned {
+            return Err(Error::Invalid {
+                what: "last_message_id",
+                reason: format!(
+                    "{} is partitioned and each partition has a last message: use \
+                     last_message_ids",
+                    self.topic
+                ),
+            });
+        }
+        Ok(self.last_message_ids().await?.into_iter().next().flatten())
+    }
+
+    /// The id of the last message of every partition, in partition order (one for a topic
+    /// that is not partitioned), `None` for an empty one.
+    ///
+    /// # Errors
+    /// [`Error::Closed`]; connection errors.
+    pub async fn last_message_ids(&self) -> Result<Vec<Option<MessageId>>, Error> {
+        self.check_open()?;
+        let partitions = self.partitions.all();
+        let ends =
+            futures_util::future::join_all(partitions.iter().map(|p| p.end_position())).await;
+        ends.into_iter()
+            .map(|end| end.map(|end| end.last_id))
+            .collect()
     }
 
     /// The messages as a [`futures_util::Stream`], each item what [`Consumer::receive`]

@@ -3,12 +3,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures_util::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, mpsc};
-use txn_ack::{AckTracker, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition, TxnId};
+use txn_ack::{
+    AckTracker, Deliveries, Delivery as Verdict, DuplicateOf, EntryId, MessagePosition, TxnId,
+};
 
 use super::Message;
 use super::again::Again;
@@ -16,6 +18,7 @@ use super::chunks::{Added, Assembler, Chunk};
 use super::ledger::{HeldBackAck, Ledger, Outgoing};
 use super::message::{Origin, assembled, decode};
 use super::options::{ConsumerOptions, InitialPosition, SubType};
+use super::seek::{SeekRequest, StartAfter};
 use super::stats::Counters;
 use crate::backoff::Retries;
 use crate::link::{LinkSlot, LinkState};
@@ -270,6 +273,12 @@ pub(crate) struct PartitionConsumer {
     /// request that found its link gone can wait for the next one
     /// ([`PartitionConsumer::relinked`]).
     generation: tokio::sync::watch::Sender<u64>,
+    /// After a seek: the first link generation whose messages count (those of earlier links
+    /// were sent before the cursor moved); 0 before any seek.
+    seek_floor: AtomicU64,
+    /// After a seek to a message id: the message itself (it comes again) and what precedes
+    /// it in its batch are dropped and acknowledged.
+    start_after: Mutex<Option<StartAfter>>,
 }
 
 impl PartitionConsumer {
@@ -333,6 +342,8 @@ impl PartitionConsumer {
             chunk_groups: Mutex::new(HashMap::new()),
             state,
             generation: tokio::sync::watch::Sender::new(0),
+            seek_floor: AtomicU64::new(0),
+            start_after: Mutex::new(None),
         };
         if !paused {
             consumer.flow(queue_size)?;
@@ -524,8 +535,32 @@ impl PartitionConsumer {
                 .map(|ack| crate::id::wire_id(&ack.id))
                 .collect()
         };
-        if ids.is_empty() {
+        if let Some(count) = self.send_acks(ids, counters) {
+            counters.acks_resent.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
+    /// Acknowledges the messages a seek's start drops (the message sought and what
+    /// precedes it in its batch): the application asked for what follows them.
+    fn ack_dropped(&self, positions: &[MessagePosition], counters: &Counters) {
+        if positions.is_empty() {
             return;
+        }
+        let ids: Vec<pb::MessageIdData> = {
+            let mut tracker = self.acks.lock();
+            positions
+                .iter()
+                .filter_map(|position| tracker.ack(position).ok().flatten())
+                .map(|ack| crate::id::wire_id(&ack.id))
+                .collect()
+        };
+        self.send_acks(ids, counters);
+    }
+
+    /// Sends one individual `ACK` of `ids` (none: nothing); how many went out.
+    fn send_acks(&self, ids: Vec<pb::MessageIdData>, counters: &Counters) -> Option<u64> {
+        if ids.is_empty() {
+            return None;
         }
         let count = ids.len() as u64;
         let sent = self.send(|consumer_id| {
@@ -538,10 +573,73 @@ impl PartitionConsumer {
                 });
             })
         });
-        if sent.is_ok() {
-            counters.acks_resent.fetch_add(count, Ordering::Relaxed);
-            counters.ack_frames.fetch_add(1, Ordering::Relaxed);
+        sent.ok()?;
+        counters.ack_frames.fetch_add(1, Ordering::Relaxed);
+        Some(count)
+    }
+
+    /// Whether a message of link `generation` was sent before a seek moved the cursor (it
+    /// is dropped).
+    pub(crate) fn is_stale(&self, generation: u64) -> bool {
+        generation < self.seek_floor.load(Ordering::Acquire)
+    }
+
+    /// `SEEK`: moves the subscription's cursor. Transactional acks held back go out first
+    /// (the seek forgets the deliveries they wait for). From now on, messages of the current
+    /// link are dropped: the broker disconnects this consumer before it moves the cursor,
+    /// and what comes once it subscribed again follows the new position (the deliveries and
+    /// the ack tracker start afresh then). A consumer the broker does not disconnect (a
+    /// Failover standby) keeps its link and its messages.
+    pub(crate) async fn seek(&self, request: &SeekRequest) -> Result<(), Error> {
+        let held = self.ledger.lock().take_all();
+        self.send_txn_acks(held).await;
+        let (
+            ConsumerLink {
+                connection,
+                consumer_id,
+            },
+            generation,
+        ) = self.link_and_generation();
+        let floor = self.seek_floor.swap(generation + 1, Ordering::AcqRel);
+        *self.start_after.lock() = request.start_after;
+        let answer = connection
+            .request("SEEK", |request_id| {
+                command_frame(Type::Seek, |c| {
+                    c.seek = Some(request.command(consumer_id, request_id));
+                })
+            })
+            .await;
+        // CLOSE_CONSUMER comes before the answer, on the same connection.
+        if connection.is_registered_consumer(consumer_id) && *self.generation.borrow() == generation
+        {
+            self.seek_floor.store(floor, Ordering::Release);
         }
+        answer.map(drop)
+    }
+
+    /// The messages of a frame of the current link, without those a seek's start drops
+    /// (acknowledged now).
+    fn drop_before_start(&self, messages: &mut Vec<Message>, counters: &Counters) {
+        let mut start = self.start_after.lock();
+        let Some(after) = *start else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        messages.retain(|message| {
+            let id = message.id();
+            let entry = message.position().entry();
+            if after.drops(&entry, id.batch_index) {
+                dropped.push(*message.position());
+                return false;
+            }
+            if entry != after.entry || id.batch_index > after.batch_index {
+                // Past the start: nothing more to drop.
+                *start = None;
+            }
+            true
+        });
+        drop(start);
+        self.ack_dropped(&dropped, counters);
     }
 
     /// Where it is subscribed now.
@@ -611,7 +709,14 @@ impl PartitionConsumer {
             };
             self.generation.send_modify(|generation| *generation += 1);
         }
-        {
+        if self.seek_floor.load(Ordering::Acquire) == *self.generation.borrow() {
+            // The first link since a seek: what the cursor had acknowledged after the new
+            // position comes again, as new messages.
+            self.ledger.lock().deliveries = Deliveries::default();
+            *self.acks.lock() = AckTracker::new(again.options.partial_batches);
+            *self.chunks.lock() = Assembler::new(again.options.chunk_limits);
+            self.chunk_groups.lock().clear();
+        } else {
             let mut ledger = self.ledger.lock();
             // What the application holds now, the broker hands to any consumer.
             self.counters
@@ -970,12 +1075,20 @@ impl PartitionConsumer {
                 .then_some((id.ledger_id, id.entry_id))
         };
         let last = position(&response.last_message_id);
+        let last_id = last.map(|(ledger_id, entry_id)| crate::MessageId {
+            ledger_id,
+            entry_id,
+            partition: self.partition,
+            batch_index: response.last_message_id.batch_index.unwrap_or(-1),
+            batch_size: None,
+        });
         let mark_delete = response
             .consumer_mark_delete_position
             .as_ref()
             .and_then(position);
         Ok(EndPosition {
             last,
+            last_id,
             readable: match (last, mark_delete) {
                 (None, _) => false,
                 (Some(last), Some(mark)) => last > mark,
@@ -1021,6 +1134,9 @@ impl PartitionConsumer {
 pub(crate) struct EndPosition {
     /// The last entry's (ledger, entry), `None` for an empty partition.
     pub(crate) last: Option<(u64, u64)>,
+    /// The last message's id (its batch index when the entry is a batch), `None` for an
+    /// empty partition.
+    pub(crate) last_id: Option<crate::MessageId>,
     /// Whether entries after the subscription's mark-delete position exist (a backlog, or
     /// messages delivered and not yet acknowledged).
     pub(crate) readable: bool,
@@ -1179,6 +1295,10 @@ pub(crate) async fn pump(
             }
         };
         let frame = match event {
+            ConsumerEvent::Message(_) if consumer.is_stale(*consumer.generation.borrow()) => {
+                // Sent before a seek moved the cursor; the link is about to be closed.
+                continue;
+            }
             ConsumerEvent::Message(frame) => *frame,
             ConsumerEvent::ReachedEndOfTopic => {
                 counters.reached_end_of_topic.store(true, Ordering::Relaxed);
@@ -1298,6 +1418,7 @@ pub(crate) async fn pump(
                 .fetch_add(decoded.skipped.len() as u64, Ordering::Relaxed);
         }
         let mut messages = decoded.messages;
+        consumer.drop_before_start(&mut messages, &counters);
         let link = *consumer.generation.borrow();
         for message in &mut messages {
             message.link = link;

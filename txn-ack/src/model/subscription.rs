@@ -398,6 +398,28 @@ impl SubscriptionModel {
         Ok(true)
     }
 
+    /// The cursor was reset (a `SEEK`, after the broker disconnected every consumer): what it
+    /// knew of each entry is forgotten, so every entry at or after the new position is
+    /// outstanding again (the caller's cursor deletes those before it; give the start entry's
+    /// ack set with [`restore_cursor`](Self::restore_cursor)). The transactional pending acks
+    /// stay, as on the broker (the pending-ack store is not the cursor), and so do the
+    /// entries they name. Returns `false` (and changes nothing) while a connected consumer
+    /// holds something (a Failover standby, which holds nothing, may stay).
+    pub fn reset_cursor(&mut self) -> bool {
+        if self.consumers.iter().any(|c| !c.held.is_empty()) {
+            return false;
+        }
+        let pending = &self.pending;
+        self.entries.retain(|entry, state| {
+            let keep = pending.position(entry).is_some();
+            if keep {
+                state.cursor = Cursor::Outstanding;
+            }
+            keep
+        });
+        true
+    }
+
     /// Where a transaction stands.
     pub fn transaction_status(&self, txn: &TxnId) -> TxnStatus {
         match self.ended.get(txn) {

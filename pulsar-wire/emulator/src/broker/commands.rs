@@ -345,11 +345,11 @@ impl Broker {
                     .ok_or_else(|| missing("GET_LAST_MESSAGE_ID"))?;
                 self.on_get_last_message_id(conn, &body);
             }
-            // Requests the emulator does not model: an error at once, not a client timeout.
             Type::Seek => {
                 let body = cmd.seek.ok_or_else(|| missing("SEEK"))?;
-                self.not_implemented(conn, kind, body.request_id);
+                self.on_seek(conn, &body);
             }
+            // Requests the emulator does not model: an error at once, not a client timeout.
             Type::ConsumerStats => {
                 let body = cmd
                     .consumer_stats

@@ -3,7 +3,7 @@
 //!
 //! A client waiting for an answer the emulator never sends waits out its operation timeout,
 //! so every command that carries a `request_id` gets an answer at once: a `CommandError` with
-//! `NotAllowedError` naming the command ("the pulsar-wire emulator does not implement SEEK").
+//! `NotAllowedError` naming the command ("the pulsar-wire emulator does not implement CONSUMER_STATS").
 //! Commands without a request id have no error reply in the protocol: they are logged and
 //! counted in [`Stats::unmodelled_commands`](crate::Stats::unmodelled_commands), and
 //! the connection stays open. A `type` number the proto subset does not know is treated the

@@ -19,6 +19,7 @@ mod receiving;
 mod redelivery;
 mod restarts;
 mod scripted;
+mod seek;
 mod shared;
 mod support;
 mod txn;
