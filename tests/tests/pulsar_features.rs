@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
 use pulsar_wire::{
-    BatchingOptions, Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage,
-    Producer, ProducerOptions, ReaderOptions, StartAt, SubType,
+    BatchingOptions, Consumer, ConsumerOptions, InitialPosition, Message, MessageId,
+    OutgoingMessage, Producer, ProducerOptions, ReaderOptions, SeekTo, StartAt, SubType,
 };
 
 const SUB: &str = "sub";
@@ -444,4 +444,204 @@ async fn our_reader_returns_what_the_java_reader_returns() {
             );
         }
     }
+}
+
+// ----- seek ------------------------------------------------------------------------------------
+
+/// An id as the seek peer prints it: PARTITION:LEDGER:ENTRY:BATCH_INDEX.
+fn shown(id: &MessageId) -> String {
+    format!(
+        "{}:{}:{}:{}",
+        id.partition, id.ledger_id, id.entry_id, id.batch_index
+    )
+}
+
+/// Our Exclusive consumer as `name` receives and acknowledges `total` messages, seeks to
+/// `to` (or to the id of `nth`'s message), then returns what comes until nothing does for
+/// 2 s, with the ids of what it received first.
+async fn seek_ids(
+    broker: &RealPulsar,
+    name: &str,
+    total: usize,
+    to: impl FnOnce(&[MessageId]) -> SeekTo,
+) -> (Vec<MessageId>, Vec<String>) {
+    let consumer = subscribe(broker, name, ConsumerOptions::default()).await;
+    let mut first = Vec::new();
+    for i in 0..total {
+        let message = receive(&consumer, &format!("message {i}")).await;
+        consumer.ack(&message).await.expect("acked");
+        first.push(message.id());
+    }
+    consumer.seek(to(&first)).await.expect("sought");
+    let mut after = Vec::new();
+    while let Ok(message) = tokio::time::timeout(Duration::from_secs(2), consumer.receive()).await {
+        let message = message.expect("received");
+        consumer.ack(&message).await.expect("acked");
+        after.push(shown(&message.id()));
+    }
+    consumer.close().await.expect("closed");
+    (first, after)
+}
+
+/// The Java client's seek (`PulsarSeek`) as `name`: the ids after it.
+async fn java_seek_ids(broker: &RealPulsar, name: &str, total: usize, target: &str) -> Vec<String> {
+    let printed = java_peer(
+        "PulsarSeek",
+        &[
+            &broker.service_url,
+            &broker.topic,
+            name,
+            &total.to_string(),
+            target,
+        ],
+    )
+    .await;
+    assert!(printed.contains("after="), "{printed}");
+    printed
+        .lines()
+        .filter(|line| !line.starts_with("after="))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Per partition, in order (the interleaving of partitions is the broker's).
+fn by_partition(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort_by_key(|id| {
+        let parts: Vec<i64> = id.split(':').map(|p| p.parse().unwrap_or(-1)).collect();
+        parts
+    });
+    ids
+}
+
+/// On one topic written by the Java client (30 messages in batches of 4) and ours (3 more,
+/// unbatched), our seek returns the same ids in the same order as the Java client's seek on
+/// subscriptions of their own: to ids inside a batch, at a batch's start, at its end and
+/// outside one, to a publish time, to the earliest and to the latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_seek_returns_what_the_java_seek_returns() {
+    let Some(broker) = RealPulsar::new("seek", 0).await else {
+        return;
+    };
+    let produced = java_peer(
+        "PulsarProduce",
+        &[&broker.service_url, &broker.topic, "30", "4"],
+    )
+    .await;
+    assert!(produced.contains("produced=30"), "{produced}");
+    let ours = producer(&broker, ProducerOptions::default().no_batching()).await;
+    for i in 0..3 {
+        ours.send(OutgoingMessage::new(format!("s{i}")))
+            .await
+            .expect("sent");
+    }
+    let (ids, after_earliest) = seek_ids(&broker, "ours-earliest", 33, |_| SeekTo::Earliest).await;
+    assert_eq!(after_earliest.len(), 33);
+    assert_eq!(
+        java_seek_ids(&broker, "java-earliest", 33, "earliest").await,
+        after_earliest
+    );
+    for at in [5, 8, 11, 31] {
+        let (_, after) = seek_ids(&broker, &format!("ours-{at}"), 33, |ids| {
+            SeekTo::After(ids[at])
+        })
+        .await;
+        let expected: Vec<String> = ids[at + 1..].iter().map(shown).collect();
+        assert_eq!(after, expected, "after {}", shown(&ids[at]));
+        let target = format!("id:{}", shown(&ids[at]));
+        assert_eq!(
+            java_seek_ids(&broker, &format!("java-{at}"), 33, &target).await,
+            after,
+            "the Java seek to {target}"
+        );
+    }
+    // A publish time: that of message 13 (its batch's time).
+    let consumer = subscribe(&broker, "times", ConsumerOptions::default()).await;
+    let mut times = Vec::new();
+    for i in 0..33 {
+        times.push(
+            receive(&consumer, &format!("message {i}"))
+                .await
+                .publish_time(),
+        );
+    }
+    consumer.close().await.expect("closed");
+    let time = times[13];
+    let (_, after_time) = seek_ids(&broker, "ours-time", 33, |_| {
+        SeekTo::Time(UNIX_EPOCH + Duration::from_millis(time))
+    })
+    .await;
+    let expected: Vec<String> = ids
+        .iter()
+        .zip(&times)
+        .filter(|(_, t)| **t >= time)
+        .map(|(id, _)| shown(id))
+        .collect();
+    assert_eq!(after_time, expected);
+    assert_eq!(
+        java_seek_ids(&broker, "java-time", 33, &format!("time:{time}")).await,
+        after_time
+    );
+    let (_, after_latest) = seek_ids(&broker, "ours-latest", 33, |_| SeekTo::Latest).await;
+    assert!(after_latest.is_empty(), "{after_latest:?}");
+    assert!(
+        java_seek_ids(&broker, "java-latest", 33, "latest")
+            .await
+            .is_empty()
+    );
+}
+
+/// On a partitioned topic (3 partitions, written by the Java client in batches, which its
+/// router keeps on one partition, and by ours unbatched, round robin): a seek to an id moves
+/// its partition only, a seek to the earliest all of them, as the Java client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_seek_on_a_partitioned_topic_matches_the_java_seek() {
+    let Some(broker) = RealPulsar::new("seek-parted", 3).await else {
+        return;
+    };
+    let produced = java_peer(
+        "PulsarProduce",
+        &[&broker.service_url, &broker.topic, "30", "4"],
+    )
+    .await;
+    assert!(produced.contains("produced=30"), "{produced}");
+    let ours = producer(&broker, ProducerOptions::default().no_batching()).await;
+    for i in 0..9 {
+        ours.send(OutgoingMessage::new(format!("s{i}")))
+            .await
+            .expect("sent");
+    }
+    let (ids, after_earliest) = seek_ids(&broker, "ours-earliest", 39, |_| SeekTo::Earliest).await;
+    assert_eq!(after_earliest.len(), 39);
+    assert!(
+        (0..3).all(|p| ids.iter().any(|id| id.partition == p)),
+        "{ids:?}"
+    );
+    assert_eq!(
+        by_partition(java_seek_ids(&broker, "java-earliest", 39, "earliest").await),
+        by_partition(after_earliest)
+    );
+    let busiest = (0..3)
+        .max_by_key(|p| ids.iter().filter(|id| id.partition == *p).count())
+        .unwrap_or(0);
+    let mut on_one: Vec<MessageId> = ids
+        .iter()
+        .copied()
+        .filter(|id| id.partition == busiest)
+        .collect();
+    on_one.sort_by_key(|id| (id.ledger_id, id.entry_id, id.batch_index));
+    let target = on_one[on_one.len() / 2];
+    let (_, after) = seek_ids(&broker, "ours-id", 39, |_| SeekTo::After(target)).await;
+    assert_eq!(
+        after,
+        on_one[on_one.len() / 2 + 1..]
+            .iter()
+            .map(shown)
+            .collect::<Vec<_>>(),
+        "after {}",
+        shown(&target)
+    );
+    assert_eq!(
+        java_seek_ids(&broker, "java-id", 39, &format!("id:{}", shown(&target))).await,
+        after
+    );
 }
