@@ -111,6 +111,36 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Reading from a position, seeking
+//! [`Client::reader`] reads a topic in order from the earliest, the latest or a message id
+//! ([`StartAt`]), without a durable subscription. [`Consumer::seek`] moves a subscription to
+//! the earliest, the latest, just after a message id, or a publish time ([`SeekTo`];
+//! [`Consumer::seek_to_time`]); [`Consumer::last_message_id`] says where the topic ends.
+//!
+//! ```no_run
+//! use std::time::{Duration, SystemTime};
+//! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, ReaderOptions, SeekTo, StartAt};
+//!
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! let reader = client
+//!     .reader("audit", ReaderOptions::new(StartAt::Earliest))
+//!     .await?;
+//! while reader.has_message_available().await? {
+//!     let message = reader.read_next().await?;
+//!     # let _ = message;
+//! }
+//! let consumer = client
+//!     .subscribe("audit", "replay", ConsumerOptions::default())
+//!     .await?;
+//! // Everything published in the last hour comes again.
+//! consumer
+//!     .seek_to_time(SystemTime::now() - Duration::from_secs(3600))
+//!     .await?;
+//! consumer.seek(SeekTo::Latest).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # TLS and token authentication
 //! A `pulsar+ssl://` service URL connects over TLS (rustls). The broker's certificate must be
 //! signed by a CA the client trusts ([`ConnectOptions::tls_ca_file`] or
