@@ -66,7 +66,10 @@
 //! messages; [`Consumer::batch_receive`] gathers up to a count, a size or a wait
 //! ([`BatchReceive`]). [`ConsumerOptions::nack_backoff`] delays a nacked message by its
 //! redelivery count ([`NackBackoff`]), and [`ConsumerOptions::ack_timeout`] asks again for
-//! a message held too long without an ack. Producers and consumers of a partitioned topic follow
+//! a message held too long without an ack; with [`ConsumerOptions::enable_retry`],
+//! [`Consumer::reconsume_later`] hands a message back after a delay through a retry-letter
+//! topic (the Java client's properties; the dead-letter topic past the maximum). Producers
+//! and consumers of a partitioned topic follow
 //! its growth every [`DEFAULT_PARTITIONS_REFRESH`] (`partitions_refresh` on their options).
 //!
 //! ```no_run
@@ -399,10 +402,11 @@ pub use connection::{
 pub(crate) use connection::{ConsumerEvent, command_frame};
 pub use consume::MessageConsumer;
 pub use consumer::{
-    ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DeadLetterPolicy, HashRange,
+    ChunkLimits, Consumer, ConsumerOptions, ConsumerStats, DELAY_TIME, DeadLetterPolicy, HashRange,
     InitialPosition, KEY_HASH_RANGE_SIZE, KeySharedMode, KeySharedPolicy, MAX_NACK_DELAY,
-    MAX_RECEIVER_QUEUE_SIZE, MIN_ACK_TIMEOUT, Message, NONE_KEY, NackBackoff, ORIGIN_MESSAGE_ID,
-    REAL_TOPIC, SeekTo, SubType, UNDECODABLE_REASON, sticky_key_hash,
+    MAX_RECEIVER_QUEUE_SIZE, MAX_RECONSUME_TIMES, MIN_ACK_TIMEOUT, Message, NONE_KEY, NackBackoff,
+    ORIGIN_MESSAGE_ID, REAL_SUBSCRIPTION, REAL_TOPIC, RECONSUME_TIMES, SeekTo, SubType,
+    UNDECODABLE_REASON, sticky_key_hash,
 };
 pub use error::Error;
 pub use id::MessageId;

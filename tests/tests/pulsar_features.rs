@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
 use pulsar_wire::{
-    BatchingOptions, Consumer, ConsumerOptions, InitialPosition, Message, MessageId,
-    OutgoingMessage, Producer, ProducerOptions, ReaderOptions, SeekTo, StartAt, SubType,
+    BatchingOptions, Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition, Message,
+    MessageId, ORIGIN_MESSAGE_ID, OutgoingMessage, Producer, ProducerOptions, REAL_TOPIC,
+    RECONSUME_TIMES, ReaderOptions, SeekTo, StartAt, SubType,
 };
 
 const SUB: &str = "sub";
@@ -644,4 +645,121 @@ async fn our_seek_on_a_partitioned_topic_matches_the_java_seek() {
         java_seek_ids(&broker, "java-id", 39, &format!("id:{}", shown(&target))).await,
         after
     );
+}
+
+// ----- retry letters ---------------------------------------------------------------------------
+
+/// A Shared consumer of ours with retry enabled and a maximum of 3 reconsumes.
+async fn retrying(broker: &RealPulsar) -> Consumer {
+    subscribe(
+        broker,
+        SUB,
+        shared()
+            .enable_retry(true)
+            .dead_letter(DeadLetterPolicy::new(3)),
+    )
+    .await
+}
+
+/// `reconsume_later` goes through the retry topic with the Java client's properties: ours
+/// reconsumes, a Java consumer with `enableRetry` on the same subscription reads it there
+/// (RECONSUMETIMES=1 and the rest) and reconsumes it, ours reads that (2), reconsumes it after
+/// 1 s and gets it no earlier (3), and the next reconsume, past the maximum of 3, lands it in
+/// the dead-letter topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic() {
+    let Some(broker) = RealPulsar::new("retry", 0).await else {
+        return;
+    };
+    let id = producer(&broker, ProducerOptions::default())
+        .await
+        .send(
+            OutgoingMessage::new("later")
+                .key("k")
+                .property("app", "yes"),
+        )
+        .await
+        .expect("sent");
+    let retry_topic = format!("{}-{SUB}-RETRY", broker.topic);
+    // As the Java client prints an id: with its batch index when it is in a batch.
+    let origin = match id.batch_size {
+        Some(_) => format!("{}:{}:-1:{}", id.ledger_id, id.entry_id, id.batch_index),
+        None => format!("{}:{}:-1", id.ledger_id, id.entry_id),
+    };
+    let consumer = retrying(&broker).await;
+    let message = receive(&consumer, "the message").await;
+    consumer
+        .reconsume_later(&message, Duration::from_secs(1))
+        .await
+        .expect("reconsumed");
+    consumer.close().await.expect("closed");
+    let printed = java_peer(
+        "PulsarRetry",
+        &[
+            &broker.service_url,
+            &broker.topic,
+            SUB,
+            "3",
+            "1",
+            "reconsume",
+            "1000",
+        ],
+    )
+    .await;
+    let line = printed
+        .lines()
+        .find(|line| line.starts_with(&retry_topic))
+        .unwrap_or_else(|| panic!("the Java consumer read nothing from {retry_topic}: {printed}"));
+    for property in [
+        "later".to_owned(),
+        "RECONSUMETIMES=1".to_owned(),
+        "DELAY_TIME=1000".to_owned(),
+        format!("REAL_TOPIC={}", broker.topic),
+        format!("ORIGIN_MESSAGE_ID={origin}"),
+        format!("REAL_SUBSCRIPTION={SUB}"),
+        "app=yes".to_owned(),
+    ] {
+        assert!(
+            line.split(' ').any(|part| part == property),
+            "{property} in {line}"
+        );
+    }
+    let consumer = retrying(&broker).await;
+    let message = receive(&consumer, "the Java client's retry letter").await;
+    assert_eq!(message.topic(), retry_topic);
+    assert_eq!(message.property(RECONSUME_TIMES), Some("2"));
+    assert_eq!(message.property(REAL_TOPIC), Some(broker.topic.as_str()));
+    assert_eq!(message.property(ORIGIN_MESSAGE_ID), Some(origin.as_str()));
+    assert_eq!(message.key(), Some("k"));
+    let asked = std::time::Instant::now();
+    consumer
+        .reconsume_later(&message, Duration::from_secs(1))
+        .await
+        .expect("reconsumed");
+    let message = receive(&consumer, "our retry letter").await;
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(3),
+        "came after {waited:?}"
+    );
+    assert_eq!(message.property(RECONSUME_TIMES), Some("3"));
+    consumer
+        .reconsume_later(&message, Duration::from_secs(1))
+        .await
+        .expect("dead-lettered");
+    consumer.close().await.expect("closed");
+    let dlq = broker
+        .client
+        .subscribe(
+            &format!("{}-{SUB}-DLQ", broker.topic),
+            "reader",
+            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
+        )
+        .await
+        .expect("subscribed to the dead-letter topic");
+    let letter = receive(&dlq, "the dead letter").await;
+    assert_eq!(letter.payload().as_ref(), b"later");
+    assert_eq!(letter.property(RECONSUME_TIMES), Some("4"));
+    assert_eq!(letter.property(REAL_TOPIC), Some(broker.topic.as_str()));
+    assert_eq!(letter.property(ORIGIN_MESSAGE_ID), Some(origin.as_str()));
 }

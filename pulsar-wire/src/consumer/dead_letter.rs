@@ -34,6 +34,7 @@ pub const UNDECODABLE_REASON: &str = "UNDECODABLE_REASON";
 pub struct DeadLetterPolicy {
     max_redeliver_count: u32,
     dead_letter_topic: Option<String>,
+    retry_letter_topic: Option<String>,
     initial_subscription_name: Option<String>,
 }
 
@@ -44,6 +45,7 @@ impl DeadLetterPolicy {
         Self {
             max_redeliver_count,
             dead_letter_topic: None,
+            retry_letter_topic: None,
             initial_subscription_name: None,
         }
     }
@@ -52,6 +54,15 @@ impl DeadLetterPolicy {
     /// name, not a partition's).
     pub fn dead_letter_topic(mut self, topic: impl Into<String>) -> Self {
         self.dead_letter_topic = Some(topic.into());
+        self
+    }
+
+    /// The retry-letter topic of a consumer with
+    /// [`ConsumerOptions::enable_retry`](crate::ConsumerOptions::enable_retry) (default
+    /// `{topic}-{subscription}-RETRY`, as the Java client's).
+    #[must_use]
+    pub fn retry_letter_topic(mut self, topic: impl Into<String>) -> Self {
+        self.retry_letter_topic = Some(topic.into());
         self
     }
 
@@ -79,7 +90,24 @@ impl DeadLetterPolicy {
             .unwrap_or_else(|| format!("{topic}-{subscription}-DLQ"))
     }
 
+    /// The retry-letter topic of a consumer of `topic` on `subscription`.
+    pub fn retry_topic_for(&self, topic: &str, subscription: &str) -> String {
+        self.retry_letter_topic
+            .clone()
+            .unwrap_or_else(|| format!("{topic}-{subscription}-RETRY"))
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self
+            .retry_letter_topic
+            .as_deref()
+            .is_some_and(|t| t.is_empty())
+        {
+            return Err(Error::Invalid {
+                what: "retry_letter_topic",
+                reason: "the name is empty".into(),
+            });
+        }
         if self.max_redeliver_count == 0 {
             return Err(Error::Invalid {
                 what: "dead_letter max_redeliver_count",
@@ -121,6 +149,11 @@ pub(crate) struct DeadLetters {
 impl DeadLetters {
     pub(crate) fn new(policy: DeadLetterPolicy, topic: &str, subscription: &str) -> Self {
         let topic = policy.topic_for(topic, subscription);
+        Self::to(policy, topic)
+    }
+
+    /// Letters to `topic` (the retry-letter topic, say).
+    pub(crate) fn to(policy: DeadLetterPolicy, topic: String) -> Self {
         Self {
             policy,
             topic,
@@ -194,7 +227,7 @@ pub(crate) fn dead_letter(
 }
 
 /// A message id as the Java client prints it.
-fn origin_id(id: &MessageId) -> String {
+pub(crate) fn origin_id(id: &MessageId) -> String {
     if id.batch_size.is_some() && id.batch_index >= 0 {
         format!(
             "{}:{}:{}:{}",

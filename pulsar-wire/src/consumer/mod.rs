@@ -15,6 +15,7 @@ mod message;
 mod nack_backoff;
 mod options;
 mod partition;
+mod retry;
 mod seek;
 mod stats;
 mod txn_frame;
@@ -47,6 +48,7 @@ use partition::PartitionList;
 use partition::Parts;
 use partition::Undecodable;
 pub(crate) use partition::{Delivery, EndPosition, PartitionConsumer};
+pub use retry::{DELAY_TIME, MAX_RECONSUME_TIMES, REAL_SUBSCRIPTION, RECONSUME_TIMES};
 use seek::SeekRequest;
 pub use seek::SeekTo;
 pub use stats::ConsumerStats;
@@ -135,6 +137,118 @@ pub struct Consumer {
     timeouts: Option<Arc<ack_timeout::AckTimeouts>>,
     /// Held by a seek: one at a time.
     seeking: tokio::sync::Mutex<()>,
+    /// With [`ConsumerOptions::enable_retry`]: the consumer of the retry-letter topic.
+    retry: Option<Retry>,
+}
+
+/// The retry-letter topic's consumer of a consumer with retry enabled, its messages, and the
+/// producer of retry letters.
+#[derive(Debug)]
+struct Retry {
+    consumer: Arc<Consumer>,
+    /// What the retry consumer received, forwarded by `task` (one at a time).
+    messages: tokio::sync::Mutex<mpsc::Receiver<Result<Message, Error>>>,
+    task: tokio::task::JoinHandle<()>,
+    letters: DeadLetters,
+}
+
+impl Drop for Retry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Retry {
+    /// Subscribes `subscription` to the retry-letter topic of `topic`, with `options`
+    /// (retry off).
+    async fn subscribe(
+        pool: &Pool,
+        topic: &str,
+        subscription: &str,
+        options: &ConsumerOptions,
+        policy: &DeadLetterPolicy,
+    ) -> Result<Self, Error> {
+        let retry_topic = crate::pool::topic_name(&policy.retry_topic_for(topic, subscription))?;
+        let options = options.clone().enable_retry(false);
+        let consumer = subscribe_boxed(pool, &retry_topic, subscription, options).await?;
+        let consumer = Arc::new(consumer);
+        let (task, rx) = forward(Arc::clone(&consumer));
+        Ok(Self {
+            consumer,
+            messages: tokio::sync::Mutex::new(rx),
+            task,
+            letters: DeadLetters::to(policy.clone(), retry_topic),
+        })
+    }
+}
+
+/// [`Consumer::subscribe`] boxed as `Send` (a consumer subscribes its retry consumer: see
+/// [`call_retry`]).
+fn subscribe_boxed<'a>(
+    pool: &'a Pool,
+    topic: &'a str,
+    subscription: &'a str,
+    options: ConsumerOptions,
+) -> futures_util::future::BoxFuture<'a, Result<Consumer, Error>> {
+    Box::pin(Consumer::subscribe(pool, topic, subscription, options))
+}
+
+/// Receives from the retry consumer in the background, one message at a time, until it
+/// ends or nobody takes them.
+fn forward(
+    consumer: Arc<Consumer>,
+) -> (
+    tokio::task::JoinHandle<()>,
+    mpsc::Receiver<Result<Message, Error>>,
+) {
+    let (tx, rx) = mpsc::channel(1);
+    let task = tokio::spawn(async move {
+        loop {
+            let received = consumer.receive().await;
+            if received.is_err() && consumer.has_ended() {
+                return;
+            }
+            if tx.send(received).await.is_err() {
+                return;
+            }
+        }
+    });
+    (task, rx)
+}
+
+/// A call to the consumer of the retry-letter topic from one of the consumer's own.
+enum RetryCall<'a> {
+    Ack(&'a Message),
+    AckAndWait(&'a Message),
+    AckCumulative(&'a Message),
+    AckIn(&'a Transaction, &'a Message),
+    AckCumulativeIn(&'a Transaction, &'a Message),
+    Close,
+}
+
+/// Runs `call` on `retry` as a boxed `Send` future: the retry consumer is a consumer too, and
+/// its calls made inside the consumer's own would otherwise make their futures recursive
+/// (this function, outside them, is where their types are checked).
+fn call_retry<'a>(
+    retry: &'a Consumer,
+    call: RetryCall<'a>,
+) -> futures_util::future::BoxFuture<'a, Result<(), Error>> {
+    match call {
+        RetryCall::Ack(message) => Box::pin(retry.ack(message)),
+        RetryCall::AckAndWait(message) => Box::pin(retry.ack_and_wait(message)),
+        RetryCall::AckCumulative(message) => Box::pin(retry.ack_cumulative(message)),
+        RetryCall::AckIn(txn, message) => Box::pin(retry.ack_in(txn, message)),
+        RetryCall::AckCumulativeIn(txn, message) => Box::pin(retry.ack_cumulative_in(txn, message)),
+        RetryCall::Close => Box::pin(retry.close()),
+    }
+}
+
+/// The next message of the retry-letter topic (never, without one).
+async fn next_retried(retry: Option<&Retry>) -> Option<Result<Message, Error>> {
+    match retry {
+        Some(retry) => retry.messages.lock().await.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Consumer {
@@ -153,7 +267,7 @@ impl Consumer {
         pool: &Pool,
         topic: &str,
         subscription: &str,
-        options: ConsumerOptions,
+        mut options: ConsumerOptions,
         sizing: QueueSizing<'_>,
     ) -> Result<Self, Error> {
         options.validate()?;
@@ -164,6 +278,16 @@ impl Consumer {
             });
         }
         let topic = crate::pool::topic_name(topic)?;
+        let retry = if options.retry {
+            // As the Java client: retry without a policy takes the default one.
+            let policy = options
+                .dead_letter
+                .get_or_insert_with(|| DeadLetterPolicy::new(MAX_RECONSUME_TIMES))
+                .clone();
+            Some(Retry::subscribe(pool, &topic, subscription, &options, &policy).await?)
+        } else {
+            None
+        };
         let topics = pool.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
         let links = LinkHub::new("consumer");
@@ -281,6 +405,7 @@ impl Consumer {
             deferred: Mutex::new(None),
             timeouts,
             seeking: tokio::sync::Mutex::new(()),
+            retry,
         })
     }
 
@@ -341,12 +466,18 @@ impl Consumer {
         for partition in self.partitions.all().iter() {
             partition.pause();
         }
+        if let Some(retry) = &self.retry {
+            retry.consumer.pause();
+        }
     }
 
     /// Grants flow permits again on every partition, the ones withheld while paused at once.
     pub fn resume(&self) {
         for partition in self.partitions.all().iter() {
             partition.resume(&self.counters);
+        }
+        if let Some(retry) = &self.retry {
+            retry.consumer.resume();
         }
     }
 
@@ -417,6 +548,7 @@ impl Consumer {
                         biased;
                         () = self.again.ready() => continue,
                         delivery = deliveries.recv() => delivery,
+                        Some(retried) = next_retried(self.retry.as_ref()) => return retried,
                     }
                 }
             };
@@ -737,7 +869,18 @@ impl Consumer {
     /// [`Error::Closed`] after [`Consumer::close`]; [`Error::Invalid`] for a message of another
     /// consumer; [`Error::Ack`] when the message's batch size disagrees with an earlier one.
     pub async fn ack(&self, message: &Message) -> Result<(), Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return call_retry(retry, RetryCall::Ack(message)).await;
+        }
         self.enqueue(message, false).await.map(drop)
+    }
+
+    /// The retry-letter topic's consumer, when it delivered `message`.
+    fn retry_of(&self, message: &Message) -> Option<&Consumer> {
+        self.retry
+            .as_ref()
+            .map(|retry| &*retry.consumer)
+            .filter(|retry| message.origin.consumer == retry.key)
     }
 
     /// Acks one message and waits until its group was sent (with
@@ -747,6 +890,9 @@ impl Consumer {
     /// As [`Consumer::ack`]; the broker's error for the ack frame ([`Error::Server`]) with
     /// receipts; connection errors.
     pub async fn ack_and_wait(&self, message: &Message) -> Result<(), Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return call_retry(retry, RetryCall::AckAndWait(message)).await;
+        }
         for ticket in self.enqueue(message, false).await? {
             ticket
                 .await
@@ -762,6 +908,9 @@ impl Consumer {
     /// [`Error::Invalid`] on a Shared or Key_Shared subscription (the broker ignores
     /// cumulative acks there); as [`Consumer::ack`].
     pub async fn ack_cumulative(&self, message: &Message) -> Result<(), Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return call_retry(retry, RetryCall::AckCumulative(message)).await;
+        }
         self.check_cumulative()?;
         self.enqueue(message, true).await.map(drop)
     }
@@ -861,6 +1010,9 @@ impl Consumer {
     /// registration while it subscribes again after a lost connection or an unload (up to
     /// the operation timeout).
     pub async fn ack_in(&self, txn: &Transaction, message: &Message) -> Result<(), Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return call_retry(retry, RetryCall::AckIn(txn, message)).await;
+        }
         self.txn_ack(txn, AckKind::Individual, message).await
     }
 
@@ -874,6 +1026,9 @@ impl Consumer {
         txn: &Transaction,
         message: &Message,
     ) -> Result<(), Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return call_retry(retry, RetryCall::AckCumulativeIn(txn, message)).await;
+        }
         self.check_cumulative()?;
         self.txn_ack(txn, AckKind::Cumulative, message).await
     }
@@ -1004,6 +1159,9 @@ impl Consumer {
     /// # Errors
     /// [`Error::Invalid`] for a message of another consumer.
     pub fn held_elsewhere(&self, message: &Message) -> Result<bool, Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return retry.held_elsewhere(message);
+        }
         let partition = self.partition(message)?;
         let ledger = partition.ledger.lock();
         Ok(partition.held_elsewhere(&ledger, message))
@@ -1021,6 +1179,9 @@ impl Consumer {
     /// # Errors
     /// As [`Consumer::ack`]; connection errors.
     pub fn nack(&self, message: &Message) -> Result<(), Error> {
+        if let Some(retry) = self.retry_of(message) {
+            return retry.nack(message);
+        }
         self.check_open()?;
         let partition = self.partition(message)?;
         self.settled(message.origin.slot, message.position(), false);
@@ -1030,6 +1191,59 @@ impl Consumer {
         self.nack_after(message.redelivery_count(), &partition, move |partition| {
             partition.nack_message(&message, &counters)
         })
+    }
+
+    /// Hands `message` back after `delay` through the retry-letter topic (the Java client's
+    /// `reconsumeLater`; needs [`ConsumerOptions::enable_retry`]): publishes it there, to be
+    /// delivered after `delay` (Shared and Key_Shared subscriptions), with the Java client's
+    /// properties ([`RECONSUME_TIMES`], [`DELAY_TIME`], [`REAL_TOPIC`], [`ORIGIN_MESSAGE_ID`],
+    /// [`REAL_SUBSCRIPTION`]), then acknowledges it. Once it was reconsumed more times than
+    /// the dead-letter policy's maximum, it goes to the dead-letter topic instead. The
+    /// message comes back through [`Consumer::receive`] (from the retry topic) with its
+    /// properties; a Java consumer with `enableRetry` on the same subscription reads it too.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] without retry enabled, for a message of another consumer, or a
+    /// delay beyond what a delivery time can say; the producer's errors (nothing was
+    /// acknowledged then: the message stays with the application, which may try again).
+    pub async fn reconsume_later(&self, message: &Message, delay: Duration) -> Result<(), Error> {
+        self.check_open()?;
+        let (Some(retry), Some(dead)) = (&self.retry, &self.dead_letters) else {
+            return Err(Error::Invalid {
+                what: "reconsume_later",
+                reason: "retry is not enabled: subscribe with ConsumerOptions::enable_retry(true)"
+                    .into(),
+            });
+        };
+        if message.origin.consumer != self.key && self.retry_of(message).is_none() {
+            return Err(Error::Invalid {
+                what: "message",
+                reason: format!(
+                    "{} was delivered by another consumer; reconsume it through that one",
+                    message.id()
+                ),
+            });
+        }
+        let letter = retry::letter(message, &self.subscription, delay);
+        let subscribe = |topic: String, name: String| {
+            let pool = self.pool.clone();
+            async move { initial_subscription(&pool, &topic, &name).await }
+        };
+        if dead.is_due(letter.times) {
+            dead.publish(&self.pool, letter.message, subscribe).await?;
+            self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let mut outgoing = letter.message;
+            if !delay.is_zero() {
+                outgoing = outgoing.deliver_after(delay);
+                outgoing.deliver_at_time()?;
+            }
+            retry
+                .letters
+                .publish(&self.pool, outgoing, subscribe)
+                .await?;
+        }
+        self.ack(message).await
     }
 
     /// Runs `nack` on `partition` after the nack backoff of `redelivery_count` (at once
@@ -1242,6 +1456,12 @@ impl Consumer {
             task.abort();
         }
         self.links.close_all(&self.topic);
+        if let Some(retry) = &self.retry
+            && let Err(error) = call_retry(&retry.consumer, RetryCall::Close).await
+            && result.is_ok()
+        {
+            result = Err(error);
+        }
         result
     }
 }

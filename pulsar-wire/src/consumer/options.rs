@@ -62,6 +62,7 @@ pub struct ConsumerOptions {
     pub(crate) nack_backoff: Option<NackBackoff>,
     pub(crate) partitions_refresh: Option<Duration>,
     pub(crate) ack_timeout: Option<Duration>,
+    pub(crate) retry: bool,
     /// A reader's non-durable subscription: where it starts (`start_message_id`).
     pub(crate) reader_start: Option<Option<crate::pb::MessageIdData>>,
 }
@@ -88,6 +89,7 @@ impl Default for ConsumerOptions {
             nack_backoff: None,
             partitions_refresh: Some(crate::DEFAULT_PARTITIONS_REFRESH),
             ack_timeout: None,
+            retry: false,
             reader_start: None,
         }
     }
@@ -213,6 +215,22 @@ impl ConsumerOptions {
     /// [`Consumer::refresh_partitions`](crate::Consumer::refresh_partitions)).
     pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
         self.partitions_refresh = every.filter(|every| !every.is_zero());
+        self
+    }
+
+    /// Subscribes to the retry-letter topic too, so that
+    /// [`Consumer::reconsume_later`](crate::Consumer::reconsume_later) can hand a message back
+    /// after a delay (the Java client's `enableRetry`; default off). The retry topic is the
+    /// dead-letter policy's ([`DeadLetterPolicy::retry_letter_topic`], default
+    /// `{topic}-{subscription}-RETRY`); without a policy, one with
+    /// [`MAX_RECONSUME_TIMES`](crate::MAX_RECONSUME_TIMES) and the default topics applies, as
+    /// with the Java client. Its messages come through
+    /// [`Consumer::receive`](crate::Consumer::receive) beside the topic's. The delay holds on
+    /// Shared and Key_Shared subscriptions only (the broker delays nothing else); a priority
+    /// consumer refuses it.
+    #[must_use]
+    pub fn enable_retry(mut self, enabled: bool) -> Self {
+        self.retry = enabled;
         self
     }
 

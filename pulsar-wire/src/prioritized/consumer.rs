@@ -238,6 +238,14 @@ impl PriorityConsumer {
                     .into(),
             });
         }
+        if options.consumer.retry {
+            return Err(Error::Invalid {
+                what: "enable_retry",
+                reason: "the priority consumer does not read a retry-letter topic: leave retry \
+                         off (nack, or publish to a topic of the priority you want)"
+                    .into(),
+            });
+        }
         let topic = crate::topic_name(topic)?;
         let partitions = client.partitions(&topic).await?;
         if partitions == 0 {

@@ -18,6 +18,7 @@ mod reader;
 mod receiving;
 mod redelivery;
 mod restarts;
+mod retry;
 mod scripted;
 mod seek;
 mod shared;

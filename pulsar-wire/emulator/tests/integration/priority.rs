@@ -349,6 +349,27 @@ async fn refuses_topics_and_layouts_priority_cannot_work_on() {
         .await
         .unwrap_err();
     assert!(matches!(error, Error::Priority(_)), "{error}");
+    // Options the priority consumer does not apply.
+    setup.emulator.create_topic("two", 2).unwrap();
+    for (what, consumer) in [
+        (
+            "ack_timeout",
+            ConsumerOptions::default().ack_timeout(Duration::from_secs(5)),
+        ),
+        (
+            "enable_retry",
+            ConsumerOptions::default().enable_retry(true),
+        ),
+    ] {
+        let options = PriorityConsumerOptions::new(policy(), layout()).consumer(consumer);
+        let error = PriorityConsumer::subscribe(&setup.client, "two", "sub", options)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::Invalid { what: w, .. } if *w == what),
+            "{error}"
+        );
+    }
     // Partition counts only grow.
     setup.emulator.create_topic("grow", 2).unwrap();
     assert!(setup.emulator.update_partitions("grow", 2).is_err());
