@@ -124,6 +124,21 @@ impl Client {
         Consumer::subscribe(&self.inner.pool, topic, subscription, options).await
     }
 
+    /// Subscribes to every topic matching `pattern` as `subscription`, and to those that
+    /// come later ([`crate::PatternConsumer`]).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a pattern that names no namespace or is not a regular
+    /// expression, and for bad options; the namespace listing's or a subscription's errors.
+    pub async fn subscribe_pattern(
+        &self,
+        pattern: &str,
+        subscription: &str,
+        options: crate::PatternOptions,
+    ) -> Result<crate::PatternConsumer, Error> {
+        crate::PatternConsumer::subscribe(&self.inner.pool, pattern, subscription, options).await
+    }
+
     /// A [`crate::Reader`] of `topic` from [`crate::ReaderOptions`]' start.
     ///
     /// # Errors

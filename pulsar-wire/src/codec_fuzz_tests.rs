@@ -867,6 +867,18 @@ fn command(t: Type) -> Option<BoxedStrategy<BaseCommand>> {
                 }
             )
         ),
+        Type::GetTopicsOfNamespaceResponse => command!(
+            t,
+            get_topics_of_namespace_response,
+            (any::<u64>(), vec(text(), 0..4), any::<bool>()).prop_map(
+                |(request_id, topics, filtered)| CommandGetTopicsOfNamespaceResponse {
+                    request_id,
+                    topics,
+                    filtered: Some(filtered),
+                    ..Default::default()
+                }
+            )
+        ),
         Type::GetTopicsOfNamespace => command!(
             t,
             get_topics_of_namespace,

@@ -987,6 +987,38 @@ impl Connection {
         Ok(response.partitions.unwrap_or(0))
     }
 
+    /// The topics of `namespace` (`tenant/namespace`) in `mode`, as the broker lists them
+    /// (`GET_TOPICS_OF_NAMESPACE`): partitions by their own names, system topics left out.
+    /// `pattern` is sent for the broker to filter with (brokers that do not filter, or
+    /// filter only short patterns, list them all).
+    ///
+    /// # Errors
+    /// As [`ConnectionExt::request`](crate::wire::ConnectionExt::request).
+    pub(crate) async fn topics_of_namespace(
+        &self,
+        namespace: &str,
+        mode: pb::command_get_topics_of_namespace::Mode,
+        pattern: Option<&str>,
+    ) -> Result<Vec<String>, Error> {
+        let answer = self
+            .request("GET_TOPICS_OF_NAMESPACE", |request_id| {
+                Frame::command(command(Type::GetTopicsOfNamespace, |c| {
+                    c.get_topics_of_namespace = Some(pb::CommandGetTopicsOfNamespace {
+                        request_id,
+                        namespace: namespace.to_owned(),
+                        mode: Some(mode as i32),
+                        topics_pattern: pattern.map(str::to_owned),
+                        topics_hash: None,
+                    });
+                }))
+            })
+            .await?;
+        Ok(answer
+            .get_topics_of_namespace_response
+            .map(|response| response.topics)
+            .unwrap_or_default())
+    }
+
     /// Closes the connection; pending requests fail with [`Error::Closed`].
     pub fn close(&self) {
         self.shared.closed.cancel();
@@ -1070,6 +1102,11 @@ fn request_id_of(c: &BaseCommand) -> Option<u64> {
         .or_else(|| c.tc_client_connect_response.as_ref().map(|r| r.request_id))
         .or_else(|| {
             c.get_last_message_id_response
+                .as_ref()
+                .map(|r| r.request_id)
+        })
+        .or_else(|| {
+            c.get_topics_of_namespace_response
                 .as_ref()
                 .map(|r| r.request_id)
         })

@@ -68,7 +68,9 @@
 //! redelivery count ([`NackBackoff`]), and [`ConsumerOptions::ack_timeout`] asks again for
 //! a message held too long without an ack; with [`ConsumerOptions::enable_retry`],
 //! [`Consumer::reconsume_later`] hands a message back after a delay through a retry-letter
-//! topic (the Java client's properties; the dead-letter topic past the maximum). Producers
+//! topic (the Java client's properties; the dead-letter topic past the maximum).
+//! [`Client::subscribe_pattern`] subscribes to every topic of a namespace matching a regular
+//! expression and to those created later ([`PatternConsumer`]). Producers
 //! and consumers of a partitioned topic follow
 //! its growth every [`DEFAULT_PARTITIONS_REFRESH`] (`partitions_refresh` on their options).
 //!
@@ -376,6 +378,7 @@ pub mod prioritized;
 /// The transport-free priority crate that [`prioritized`] wires in (policy, layout, router,
 /// gate), re-exported whole.
 pub use mq_priority;
+mod pattern;
 mod producer;
 mod reader;
 mod receiving;
@@ -411,6 +414,9 @@ pub use consumer::{
 pub use error::Error;
 pub use id::MessageId;
 pub use link::{LinkState, LinkStates};
+pub use pattern::{
+    DEFAULT_DISCOVERY_INTERVAL, MIN_DISCOVERY_INTERVAL, PatternConsumer, PatternOptions, TopicsMode,
+};
 pub use pool::{partition_topic, topic_name};
 pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, OutgoingMessage,

@@ -208,6 +208,19 @@ impl Pool {
         self.service_connection().await?.partitions(&topic).await
     }
 
+    /// The topics of a namespace (see `Connection::topics_of_namespace`).
+    pub(crate) async fn topics_of_namespace(
+        &self,
+        namespace: &str,
+        mode: crate::pb::command_get_topics_of_namespace::Mode,
+        pattern: Option<&str>,
+    ) -> Result<Vec<String>, Error> {
+        self.service_connection()
+            .await?
+            .topics_of_namespace(namespace, mode, pattern)
+            .await
+    }
+
     /// The full names of the topics to attach to: `topic` itself when it is not partitioned,
     /// else one per partition (`<topic>-partition-<i>`).
     pub(crate) async fn partition_topics(&self, topic: &str) -> Result<Vec<String>, Error> {
@@ -299,9 +312,30 @@ pub fn partition_topic(topic: &str, index: u32) -> String {
     format!("{topic}-partition-{index}")
 }
 
+/// The topic a partition belongs to (`topic` itself when it names no partition).
+pub(crate) fn base_topic(topic: &str) -> &str {
+    match topic.rfind("-partition-") {
+        Some(at) if topic[at + 11..].parse::<u32>().is_ok() => &topic[..at],
+        _ => topic,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partition_suffixes_come_off() {
+        assert_eq!(
+            base_topic("persistent://p/n/t-partition-3"),
+            "persistent://p/n/t"
+        );
+        assert_eq!(base_topic("persistent://p/n/t"), "persistent://p/n/t");
+        assert_eq!(
+            base_topic("persistent://p/n/t-partition-x"),
+            "persistent://p/n/t-partition-x"
+        );
+    }
 
     #[test]
     fn topic_names_are_completed() {

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
 use pulsar_wire::{
     BatchingOptions, Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition, Message,
-    MessageId, ORIGIN_MESSAGE_ID, OutgoingMessage, Producer, ProducerOptions, REAL_TOPIC,
-    RECONSUME_TIMES, ReaderOptions, SeekTo, StartAt, SubType,
+    MessageId, ORIGIN_MESSAGE_ID, OutgoingMessage, PatternOptions, Producer, ProducerOptions,
+    REAL_TOPIC, RECONSUME_TIMES, ReaderOptions, SeekTo, StartAt, SubType,
 };
 
 const SUB: &str = "sub";
@@ -762,4 +762,106 @@ async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic
     assert_eq!(letter.property(RECONSUME_TIMES), Some("4"));
     assert_eq!(letter.property(REAL_TOPIC), Some(broker.topic.as_str()));
     assert_eq!(letter.property(ORIGIN_MESSAGE_ID), Some(origin.as_str()));
+}
+
+// ----- pattern subscriptions -------------------------------------------------------------------
+
+/// A pattern consumer (discovery every 1 s) reads the matching topic that exists, and a
+/// topic created after it subscribed (partitioned, written by the Java client) within the
+/// discovery interval and a little; nothing of a topic that does not match; nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_consumer_finds_a_topic_created_after_it_subscribed() {
+    let Some(broker) = RealPulsar::new("pattern", 0).await else {
+        return;
+    };
+    let first = format!("{}-first", broker.topic);
+    broker.admin.create_topic(&first).await.expect("created");
+    let producer = broker
+        .client
+        .create_producer(&first, ProducerOptions::default())
+        .await
+        .expect("producer");
+    for i in 0..5 {
+        producer
+            .send(OutgoingMessage::new(format!("first-{i}")))
+            .await
+            .expect("sent");
+    }
+    // The broker's own topic does not match (the pattern wants a suffix).
+    ours_send(&broker, "unmatched").await;
+    let consumer = broker
+        .client
+        .subscribe_pattern(
+            &format!("{}-.*", broker.topic),
+            SUB,
+            PatternOptions::new(shared().initial_position(InitialPosition::Earliest))
+                .discovery_interval(Some(Duration::from_secs(1))),
+        )
+        .await
+        .expect("subscribed");
+    assert_eq!(consumer.topics(), std::slice::from_ref(&first));
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let message = tokio::time::timeout(Duration::from_secs(30), consumer.receive())
+            .await
+            .expect("in time")
+            .expect("received");
+        consumer.ack(&message).await.expect("acked");
+        got.push(String::from_utf8_lossy(message.payload()).into_owned());
+    }
+    let later = format!("{}-later", broker.topic);
+    broker
+        .admin
+        .create_partitioned_topic(&later, 2)
+        .await
+        .expect("created");
+    let created = std::time::Instant::now();
+    // Subscribed by the next discovery: within the 1 s interval, and the listing's time.
+    while !consumer.topics().contains(&later) {
+        assert!(
+            created.elapsed() < Duration::from_secs(3),
+            "not subscribed {:?} after its creation",
+            created.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let found = created.elapsed();
+    assert!(
+        found <= Duration::from_millis(2_000),
+        "found after {found:?}"
+    );
+    let produced = java_peer("PulsarProduce", &[&broker.service_url, &later, "20", "4"]).await;
+    assert!(produced.contains("produced=20"), "{produced}");
+    let mut from_later = 0;
+    while from_later < 20 {
+        let message = tokio::time::timeout(Duration::from_secs(30), consumer.receive())
+            .await
+            .expect("the later topic's messages in time")
+            .expect("received");
+        assert!(message.topic().starts_with(&later), "{}", message.topic());
+        consumer.ack(&message).await.expect("acked");
+        from_later += 1;
+    }
+    assert!(consumer.topics().contains(&later));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), consumer.receive())
+            .await
+            .is_err(),
+        "nothing more (the unmatched topic's message stays there)"
+    );
+    consumer.close().await.expect("closed");
+    got.sort();
+    assert_eq!(
+        got,
+        (0..5).map(|i| format!("first-{i}")).collect::<Vec<_>>()
+    );
+}
+
+/// Sends one message to the broker's own topic.
+async fn ours_send(broker: &RealPulsar, payload: &str) {
+    producer(broker, ProducerOptions::default())
+        .await
+        .send(OutgoingMessage::new(payload.to_owned()))
+        .await
+        .expect("sent");
 }

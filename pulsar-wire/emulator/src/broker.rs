@@ -3,6 +3,7 @@
 
 mod clients;
 mod commands;
+mod namespaces;
 mod seek;
 mod unmodelled;
 

@@ -122,8 +122,9 @@
 //!   (`CLOSE_CONSUMER`; only the active one on Exclusive and Failover), then resets its cursor to a message id (its entry
 //!   first, with the ack set sent for it; `(-1, -1)` the first entry, an id past the end the
 //!   end) or to the first entry published at or after a time; what was acknowledged after
-//!   that comes again. Every other request the emulator does not model
-//!   (CONSUMER_STATS, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
+//!   that comes again. GET_TOPICS_OF_NAMESPACE lists the namespace's topics
+//!   (partitions by their own names) for the mode asked, unfiltered. Every other request the
+//!   emulator does not model (CONSUMER_STATS, GET_SCHEMA, GET_OR_CREATE_SCHEMA,
 //!   WATCH_TOPIC_LIST, ...) gets a `CommandError` with `NotAllowedError` at once, naming the
 //!   command, so that a client fails fast instead of waiting out its timeout. Commands without
 //!   a request id that it does not model (AUTH_RESPONSE, commands only a broker sends, type

@@ -172,7 +172,8 @@ impl Retry {
         let options = options.clone().enable_retry(false);
         let consumer = subscribe_boxed(pool, &retry_topic, subscription, options).await?;
         let consumer = Arc::new(consumer);
-        let (task, rx) = forward(Arc::clone(&consumer));
+        let (tx, rx) = mpsc::channel(1);
+        let task = forward(Arc::clone(&consumer), tx);
         Ok(Self {
             consumer,
             messages: tokio::sync::Mutex::new(rx),
@@ -193,16 +194,14 @@ fn subscribe_boxed<'a>(
     Box::pin(Consumer::subscribe(pool, topic, subscription, options))
 }
 
-/// Receives from the retry consumer in the background, one message at a time, until it
-/// ends or nobody takes them.
-fn forward(
+/// Receives from `consumer` in the background and hands what it gets to `tx` (one at a
+/// time: the channel's room), until the consumer ends or nobody takes them (a retry
+/// consumer's messages to its consumer, a pattern consumer's topics' to it).
+pub(crate) fn forward(
     consumer: Arc<Consumer>,
-) -> (
-    tokio::task::JoinHandle<()>,
-    mpsc::Receiver<Result<Message, Error>>,
-) {
-    let (tx, rx) = mpsc::channel(1);
-    let task = tokio::spawn(async move {
+    tx: mpsc::Sender<Result<Message, Error>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         loop {
             let received = consumer.receive().await;
             if received.is_err() && consumer.has_ended() {
@@ -212,8 +211,7 @@ fn forward(
                 return;
             }
         }
-    });
-    (task, rx)
+    })
 }
 
 /// A call to the consumer of the retry-letter topic from one of the consumer's own.
@@ -838,6 +836,11 @@ impl Consumer {
     /// The receiver of the partitions' deliveries (for a consumer that orders them itself).
     pub(crate) fn deliveries(&self) -> &tokio::sync::Mutex<mpsc::Receiver<Delivery>> {
         &self.deliveries
+    }
+
+    /// The key its messages carry ([`Message`]'s origin).
+    pub(crate) fn key(&self) -> u64 {
+        self.key
     }
 
     fn partition(&self, message: &Message) -> Result<Arc<PartitionConsumer>, Error> {

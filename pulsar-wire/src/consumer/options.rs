@@ -255,7 +255,7 @@ impl ConsumerOptions {
         self
     }
 
-    pub(super) fn validate(&self) -> Result<(), Error> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         if let Some(backoff) = &self.nack_backoff {
             backoff.validate()?;
         }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use super::Message;
 use super::dead_letter::{ORIGIN_MESSAGE_ID, REAL_TOPIC, origin_id};
 use crate::OutgoingMessage;
+use crate::pool::base_topic;
 
 /// The property counting how many times a message was reconsumed later (the Java client's
 /// `RECONSUMETIMES`).
@@ -39,14 +40,6 @@ pub const MAX_RECONSUME_TIMES: u32 = 16;
 pub(crate) struct Letter {
     pub(crate) message: OutgoingMessage,
     pub(crate) times: u32,
-}
-
-/// The topic without a `-partition-N` suffix.
-fn base_topic(topic: &str) -> &str {
-    match topic.rfind("-partition-") {
-        Some(at) if topic[at + 11..].parse::<u32>().is_ok() => &topic[..at],
-        _ => topic,
-    }
 }
 
 /// The letter that reconsumes `message` (received on `subscription`) after `delay`.
@@ -92,23 +85,5 @@ pub(crate) fn letter(message: &Message, subscription: &str, delay: Duration) -> 
     Letter {
         message: letter,
         times,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partition_suffixes_come_off() {
-        assert_eq!(
-            base_topic("persistent://p/n/t-partition-3"),
-            "persistent://p/n/t"
-        );
-        assert_eq!(base_topic("persistent://p/n/t"), "persistent://p/n/t");
-        assert_eq!(
-            base_topic("persistent://p/n/t-partition-x"),
-            "persistent://p/n/t-partition-x"
-        );
     }
 }

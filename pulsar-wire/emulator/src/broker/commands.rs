@@ -360,7 +360,7 @@ impl Broker {
                 let body = cmd
                     .get_topics_of_namespace
                     .ok_or_else(|| missing("GET_TOPICS_OF_NAMESPACE"))?;
-                self.not_implemented(conn, kind, body.request_id);
+                self.on_get_topics_of_namespace(conn, &body);
             }
             Type::GetSchema => {
                 let body = cmd.get_schema.ok_or_else(|| missing("GET_SCHEMA"))?;
@@ -422,7 +422,8 @@ impl Broker {
             | Type::AddPartitionToTxnResponse
             | Type::AddSubscriptionToTxnResponse
             | Type::EndTxnResponse
-            | Type::TcClientConnectResponse => {
+            | Type::TcClientConnectResponse
+            | Type::GetTopicsOfNamespaceResponse => {
                 self.ignore_unmodelled(conn, kind as i32, "a command only a broker sends");
             }
         }

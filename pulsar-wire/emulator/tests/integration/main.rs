@@ -11,6 +11,7 @@ mod growth;
 mod key_shared;
 mod link_state;
 mod outages;
+mod pattern;
 mod pending;
 mod pipelining;
 mod priority;

@@ -71,16 +71,6 @@ async fn unmodelled_requests_get_an_error_at_once() {
     })
     .await;
     assert_not_implemented(answer, "CONSUMER_STATS");
-    let answer = ask(&connection, "GET_TOPICS_OF_NAMESPACE", |request_id| {
-        command_frame(Type::GetTopicsOfNamespace, |c| {
-            c.get_topics_of_namespace = Some(pb::CommandGetTopicsOfNamespace {
-                request_id,
-                namespace: "public/default".into(),
-            });
-        })
-    })
-    .await;
-    assert_not_implemented(answer, "GET_TOPICS_OF_NAMESPACE");
     let answer = ask(&connection, "GET_SCHEMA", |request_id| {
         command_frame(Type::GetSchema, |c| {
             c.get_schema = Some(pb::CommandGetSchema {
@@ -136,7 +126,7 @@ async fn unmodelled_requests_get_an_error_at_once() {
     .await;
     assert_not_implemented(answer, "WATCH_TOPIC_LIST_CLOSE");
     let stats = setup.stats();
-    assert_eq!(stats.unmodelled_commands.values().sum::<u64>(), 8);
+    assert_eq!(stats.unmodelled_commands.values().sum::<u64>(), 7);
     assert_eq!(
         stats.unmodelled_commands.get(&(Type::ConsumerStats as i32)),
         Some(&1)
