@@ -346,8 +346,10 @@ pub use mq_priority;
 mod producer;
 mod reader;
 mod receiving;
+pub mod schema;
 mod tls;
 mod txn;
+mod typed;
 pub mod wire;
 
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
@@ -384,8 +386,16 @@ pub use producer::{
 };
 pub use reader::{Reader, ReaderOptions, StartAt};
 pub use receiving::{BatchReceive, MAX_BATCH_RECEIVE_MESSAGES, Messages};
+#[cfg(feature = "avro")]
+pub use schema::AvroSchema;
+#[cfg(feature = "json")]
+pub use schema::JsonSchema;
+#[cfg(feature = "protobuf")]
+pub use schema::ProtobufSchema;
+pub use schema::{Schema, SchemaBuilder, SchemaCodec, SchemaKind};
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};
+pub use typed::{TypedConsumer, TypedMessage, TypedProducer};
 
 /// Generated protocol types (`pulsar.proto`).
 #[allow(

@@ -64,6 +64,8 @@ pub struct ConsumerOptions {
     pub(crate) ack_timeout: Option<Duration>,
     /// A reader's non-durable subscription: where it starts (`start_message_id`).
     pub(crate) reader_start: Option<Option<crate::pb::MessageIdData>>,
+    /// The schema sent in `SUBSCRIBE`, if any.
+    pub(crate) schema: Option<crate::schema::Schema>,
 }
 
 impl Default for ConsumerOptions {
@@ -89,6 +91,7 @@ impl Default for ConsumerOptions {
             partitions_refresh: Some(crate::DEFAULT_PARTITIONS_REFRESH),
             ack_timeout: None,
             reader_start: None,
+            schema: None,
         }
     }
 }
@@ -177,6 +180,17 @@ impl ConsumerOptions {
     /// consumer subscribes.
     pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
         self.key_shared = Some(policy);
+        self
+    }
+
+    /// The schema sent in `SUBSCRIBE` (none by default: bytes). The broker checks it against
+    /// the topic's schema (registering it when the topic has none and is idle) and refuses
+    /// an incompatible one ([`Error::IncompatibleSchema`] from
+    /// [`crate::Client::subscribe`]). Payloads are delivered as stored, with their
+    /// [`crate::Message::schema_version`]: [`crate::TypedConsumer`] decodes them with the
+    /// schema's codec.
+    pub fn schema(mut self, schema: crate::schema::Schema) -> Self {
+        self.schema = Some(schema);
         self
     }
 
