@@ -18,6 +18,7 @@ mod reader;
 mod receiving;
 mod redelivery;
 mod restarts;
+mod schemas;
 mod scripted;
 mod shared;
 mod support;
