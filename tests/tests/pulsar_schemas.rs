@@ -33,7 +33,7 @@ impl Order {
     fn numbered(i: usize) -> Self {
         Self {
             id: i as i64,
-            item: (i % 2 == 0).then(|| format!("item-{i}")),
+            item: i.is_multiple_of(2).then(|| format!("item-{i}")),
             price: i as f64 / 4.0,
         }
     }

@@ -427,8 +427,8 @@ pub type CodecError = Box<dyn std::error::Error + Send + Sync>;
 /// Turns values of one type into payloads and back, for one [`Schema`]: what a typed
 /// producer ([`crate::TypedProducer`]) and consumer ([`crate::TypedConsumer`]) use.
 ///
-/// This crate implements it for JSON ([`JsonSchema`], feature `json`), Avro
-/// ([`AvroSchema`], feature `avro`) and Protobuf ([`ProtobufSchema`], feature `protobuf`);
+/// This crate implements it for JSON (`JsonSchema`, feature `json`), Avro
+/// (`AvroSchema`, feature `avro`) and Protobuf (`ProtobufSchema`, feature `protobuf`);
 /// implement it for any other format.
 pub trait SchemaCodec: Send + Sync + 'static {
     /// The values.
