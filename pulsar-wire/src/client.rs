@@ -10,7 +10,9 @@ use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::Error;
 use crate::pool::Pool;
 use crate::producer::{Producer, ProducerOptions};
+use crate::schema::SchemaCodec;
 use crate::txn::TransactionCoordinator;
+use crate::typed::{TypedConsumer, TypedProducer};
 
 /// A Pulsar client: one connection per broker, shared by the producers and consumers it
 /// creates. Cheap to clone.
@@ -137,6 +139,41 @@ impl Client {
         options: crate::PatternOptions,
     ) -> Result<crate::PatternConsumer, Error> {
         crate::PatternConsumer::subscribe(&self.inner.pool, pattern, subscription, options).await
+    }
+
+    /// Creates a producer of values on `topic`: `options` with the codec's schema
+    /// ([`ProducerOptions::schema`]), each value encoded by `codec`.
+    ///
+    /// # Errors
+    /// [`Error::IncompatibleSchema`] when the broker refuses the schema; the errors of
+    /// [`Client::create_producer`].
+    pub async fn create_typed_producer<S: SchemaCodec>(
+        &self,
+        topic: &str,
+        codec: S,
+        options: ProducerOptions,
+    ) -> Result<TypedProducer<S>, Error> {
+        let options = options.schema(codec.schema().clone());
+        let producer = self.create_producer(topic, options).await?;
+        Ok(TypedProducer::new(producer, Arc::new(codec)))
+    }
+
+    /// Subscribes to `topic` as `subscription` for values: `options` with the codec's schema
+    /// ([`ConsumerOptions::schema`]), each payload decoded by `codec`.
+    ///
+    /// # Errors
+    /// [`Error::IncompatibleSchema`] when the broker refuses the schema; the errors of
+    /// [`Client::subscribe`].
+    pub async fn subscribe_typed<S: SchemaCodec>(
+        &self,
+        topic: &str,
+        subscription: &str,
+        codec: S,
+        options: ConsumerOptions,
+    ) -> Result<TypedConsumer<S>, Error> {
+        let options = options.schema(codec.schema().clone());
+        let consumer = self.subscribe(topic, subscription, options).await?;
+        Ok(TypedConsumer::new(consumer, Arc::new(codec)))
     }
 
     /// A [`crate::Reader`] of `topic` from [`crate::ReaderOptions`]' start.

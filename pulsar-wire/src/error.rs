@@ -147,6 +147,48 @@ pub enum Error {
         /// How often the broker delivered the entry before.
         redelivery_count: u32,
     },
+    /// The broker refused the schema of a producer (`PRODUCER`) or consumer (`SUBSCRIBE`)
+    /// with `IncompatibleSchema`: the topic has a schema of another kind, or one the new
+    /// definition is not compatible with under the namespace's compatibility strategy, or
+    /// the definition is invalid. Not retryable: the same schema is refused again.
+    /// [`Error::server_error`] gives `IncompatibleSchema`.
+    #[error(
+        "the broker refused the schema on {topic} as incompatible with the topic's schema ({reason}): use the topic's schema (pulsar-admin schemas get {topic}) or one compatible with it under the namespace's schema compatibility strategy, or change the topic's schema or strategy"
+    )]
+    IncompatibleSchema {
+        /// The topic (the partition's, on a partitioned topic).
+        topic: String,
+        /// The broker's explanation.
+        reason: String,
+    },
+    /// A typed producer's codec could not write a value (for example a value that does not
+    /// match the Avro definition). Nothing was sent. Not retryable: fix the value or the
+    /// schema.
+    #[error("a value cannot be written as {format}: {reason}")]
+    SchemaEncode {
+        /// The schema's kind (`JSON`, `AVRO`, `PROTOBUF`, …).
+        format: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A typed consumer received a message whose payload its codec cannot read. The message
+    /// is not acknowledged: the application decides, as for [`Error::Undecodable`]
+    /// ([`crate::Consumer::ack_id`] drops it, [`crate::Consumer::nack_id`] has it delivered
+    /// again, or to the dead-letter topic after enough redeliveries). Not retryable as such:
+    /// receive the next message.
+    #[error(
+        "message {id} on {topic} cannot be read as {format} ({reason}); it is not acknowledged: ack it by id (Consumer::ack_id) to drop it or nack it by id (Consumer::nack_id) to have it sent again"
+    )]
+    SchemaDecode {
+        /// The message's id.
+        id: crate::MessageId,
+        /// The topic it came from (the partition's, on a partitioned topic).
+        topic: String,
+        /// The schema's kind (`JSON`, `AVRO`, `PROTOBUF`, …).
+        format: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
     /// The client, producer or consumer was closed.
     #[error("{0} is closed")]
     Closed(&'static str),
@@ -227,6 +269,7 @@ impl Error {
         match self {
             Self::Server { code, .. } => ServerError::try_from(*code).ok(),
             Self::Authentication { .. } => Some(ServerError::AuthenticationError),
+            Self::IncompatibleSchema { .. } => Some(ServerError::IncompatibleSchema),
             _ => None,
         }
     }
@@ -270,6 +313,22 @@ impl Error {
                     if ServerError::try_from(*code)
                         .is_ok_and(|code| code == busy || code == ServerError::UnknownError)
             )
+    }
+
+    /// `IncompatibleSchema` from the broker on `topic` as [`Error::IncompatibleSchema`]; any
+    /// other error as it is.
+    pub(crate) fn schema_refused(self, topic: &str) -> Self {
+        match self {
+            Self::Server { code, message, .. }
+                if code == ServerError::IncompatibleSchema as i32 =>
+            {
+                Self::IncompatibleSchema {
+                    topic: topic.to_owned(),
+                    reason: message,
+                }
+            }
+            other => other,
+        }
     }
 
     pub(crate) fn malformed(reason: impl Into<String>) -> Self {

@@ -336,7 +336,62 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Schemas
+//!
+//! A producer or consumer may declare a [`Schema`] ([`ProducerOptions::schema`],
+//! [`ConsumerOptions::schema`]), sent in `PRODUCER` and `SUBSCRIBE`: the broker registers it
+//! for the topic or checks it against the topic's schema, and refuses an incompatible one
+//! with [`Error::IncompatibleSchema`] (not retryable; the message says what to do). A
+//! producer records the version the broker answers ([`Producer::schema_version`]) and every
+//! message carries it ([`Message::schema_version`]). Bytes stay the default: without a
+//! schema nothing changes. [`Schema::builder`] checks the kind and definition before
+//! anything is sent ([`Error::Invalid`] for an empty or malformed definition;
+//! [`SchemaKind::from_code`] and its `FromStr` refuse unknown and unsupported kinds).
+//!
+//! [`Client::create_typed_producer`] and [`Client::subscribe_typed`] send and receive values
+//! through a [`SchemaCodec`]: `JsonSchema` (serde values, feature `json`), `AvroSchema`
+//! (serde values as Avro datums with `apache-avro`, feature `avro`) and `ProtobufSchema`
+//! (prost messages, feature `protobuf`), written as the Java client's `JSONSchema`,
+//! `AvroSchema` and `ProtobufSchema` write them. JSON and Avro schemas carry an Avro record
+//! definition: give the one the Java client registers (`pulsar-admin schemas get`) to share
+//! a topic with it byte for byte, or derive one from `apache_avro::AvroSchema` (`derived`,
+//! feature `avro`); Protobuf schemas need the definition given (prost has no descriptors).
+//! A payload the codec cannot read is [`Error::SchemaDecode`] with the message's id, never a
+//! panic or a silent drop.
+//!
+//! ```no_run
+//! # #[cfg(feature = "json")]
+//! # async fn run() -> Result<(), pulsar_wire::Error> {
+//! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, JsonSchema, ProducerOptions};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Order {
+//!     id: i64,
+//!     item: Option<String>,
+//! }
+//! const ORDER: &str = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},
+//!     {"name":"item","type":["null","string"],"default":null}]}"#;
+//!
+//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! let consumer = client
+//!     .subscribe_typed("orders", "billing", JsonSchema::<Order>::new(ORDER)?, ConsumerOptions::default())
+//!     .await?;
+//! let producer = client
+//!     .create_typed_producer("orders", JsonSchema::<Order>::new(ORDER)?, ProducerOptions::default())
+//!     .await?;
+//! producer.send(&Order { id: 1, item: Some("pen".into()) }).await?;
+//! let message = consumer.receive().await?;
+//! println!("order {} (schema version {:?})", message.value().id, message.message().schema_version());
+//! consumer.ack(&message).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Feature flags
+//! - `json`, `avro`, `protobuf` (off by default): the schema codecs `JsonSchema` (`serde`,
+//!   `serde_json`), `AvroSchema` (`serde`, `apache-avro`; it also parses the definitions of
+//!   every JSON, Avro and Protobuf [`Schema`] before they are sent) and `ProtobufSchema`
+//!   (`prost`, already a dependency). [`Schema`], [`SchemaCodec`] and the typed producer and
+//!   consumer need none of them.
 //! - `tls` (on by default): `pulsar+ssl://` service URLs, with `rustls` on its `ring`
 //!   provider (pure Rust and assembly built by `cc`: no cmake or NASM) and the Mozilla roots
 //!   of `webpki-roots`. Without it, a `pulsar+ssl://` URL is refused with an
@@ -382,8 +437,10 @@ mod pattern;
 mod producer;
 mod reader;
 mod receiving;
+pub mod schema;
 mod tls;
 mod txn;
+mod typed;
 pub mod wire;
 
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
@@ -424,8 +481,16 @@ pub use producer::{
 };
 pub use reader::{Reader, ReaderOptions, StartAt};
 pub use receiving::{BatchReceive, MAX_BATCH_RECEIVE_MESSAGES, Messages};
+#[cfg(feature = "avro")]
+pub use schema::AvroSchema;
+#[cfg(feature = "json")]
+pub use schema::JsonSchema;
+#[cfg(feature = "protobuf")]
+pub use schema::ProtobufSchema;
+pub use schema::{Schema, SchemaBuilder, SchemaCodec, SchemaKind};
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};
+pub use typed::{TypedConsumer, TypedMessage, TypedProducer};
 
 /// Generated protocol types (`pulsar.proto`).
 #[allow(

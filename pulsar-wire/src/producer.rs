@@ -22,7 +22,9 @@ pub use router::{PartitionRouter, RoundRobin, key_partition};
 
 use crate::id::MessageId;
 use crate::link::LinkHub;
+use crate::pb;
 use crate::pool::Pool;
+use crate::schema::Schema;
 use crate::{Compression, Error, LinkStates, Transaction};
 
 /// How a producer behaves.
@@ -39,6 +41,7 @@ pub struct ProducerOptions {
     send_timeout: Duration,
     max_pending_messages: Option<usize>,
     on_queue_full: QueueFull,
+    schema: Option<Schema>,
 }
 
 /// The wait of a send without timeout (`send_timeout(Duration::ZERO)`): about 136 years.
@@ -70,6 +73,7 @@ impl Default for ProducerOptions {
             send_timeout: DEFAULT_SEND_TIMEOUT,
             max_pending_messages: None,
             on_queue_full: QueueFull::Fail,
+            schema: None,
         }
     }
 }
@@ -192,6 +196,17 @@ impl ProducerOptions {
         self
     }
 
+    /// The schema sent in `PRODUCER` (none by default: bytes). The broker registers it for
+    /// the topic, or checks it against the topic's schema and refuses an incompatible one
+    /// ([`Error::IncompatibleSchema`] from [`crate::Client::create_producer`]); every
+    /// message then carries the version the broker answered ([`Producer::schema_version`]).
+    /// Payloads are sent as given: [`crate::TypedProducer`] encodes values with the
+    /// schema's codec.
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
     /// How often the producer of a partitioned topic re-reads the partition count
     /// (`PARTITIONED_METADATA`) and attaches to partitions added since, so that its router
     /// sends to them too (default [`DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
@@ -227,6 +242,7 @@ struct ProducerInner {
     topic: String,
     name: Option<String>,
     transactional: bool,
+    schema: Option<pb::Schema>,
     compression: Compression,
     chunk_size: Option<usize>,
     send_timeout: Duration,
@@ -289,6 +305,7 @@ impl Producer {
             options.on_queue_full,
             options.send_timeout,
         )?;
+        let schema = options.schema.as_ref().map(Schema::wire);
         let links = LinkHub::new("producer");
         let topics = pool.partition_topics(&topic).await?;
         let partitioned = topics.len() > 1 || topics[0] != topic;
@@ -304,6 +321,7 @@ impl Producer {
                         partition,
                         name,
                         txn_enabled: options.transactional,
+                        schema: schema.clone(),
                         compression: options.compression,
                         chunk_size,
                         send_timeout: options.send_timeout,
@@ -326,6 +344,7 @@ impl Producer {
             topic,
             name: options.name,
             transactional: options.transactional,
+            schema,
             compression: options.compression,
             chunk_size,
             send_timeout: options.send_timeout,
@@ -375,6 +394,7 @@ impl Producer {
                     partition: index as i32,
                     name,
                     txn_enabled: inner.transactional,
+                    schema: inner.schema.clone(),
                     compression: inner.compression,
                     chunk_size: inner.chunk_size,
                     send_timeout: inner.send_timeout,
@@ -426,6 +446,18 @@ impl Producer {
     /// refuses the producer for good). The sender is dropped with the producer.
     pub fn state(&self) -> tokio::sync::watch::Receiver<LinkStates> {
         self.inner.links.subscribe()
+    }
+
+    /// The version of the producer's schema in the topic's registry, as the broker answered
+    /// the last `PRODUCER` (an opaque id: 8 bytes, a big-endian counter from 0, on a 4.0
+    /// broker); every message carries it (`schema_version` in its metadata). `None` without
+    /// a schema ([`ProducerOptions::schema`]).
+    pub fn schema_version(&self) -> Option<bytes::Bytes> {
+        self.inner
+            .partitions
+            .get(0)?
+            .schema_version()
+            .map(bytes::Bytes::from)
     }
 
     /// How many messages are sent and not receipted yet, over every partition (the messages

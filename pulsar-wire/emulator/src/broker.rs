@@ -22,6 +22,7 @@ use super::entries::{TopicView, Visibility};
 use super::faults::{Faults, chance};
 use super::names::{TC_ASSIGN_TOPIC, normalize, split_partition};
 use super::outgoing::{Kind, Outgoing, command};
+use super::schemas::Schemas;
 use super::stats::{ConnectionStats, FaultStats, Stats, TopicStats};
 use super::topics::Topic;
 use super::txn::Coordinator;
@@ -66,6 +67,8 @@ struct Conn {
 struct ProducerInfo {
     topic: String,
     name: String,
+    /// The version of its schema, when it declared one.
+    schema_version: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +111,8 @@ pub(super) struct Broker {
     /// wake-up of an older generation ends: an earlier one replaced it).
     wake: Option<(i64, u64)>,
     wake_generation: u64,
+    /// The schema registry.
+    schemas: Schemas,
 }
 
 type Refusal = (ServerError, String);
@@ -154,6 +159,7 @@ impl Broker {
             clock: Clock::new(),
             wake: None,
             wake_generation: 0,
+            schemas: Schemas::default(),
         }
     }
 

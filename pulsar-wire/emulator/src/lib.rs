@@ -116,6 +116,16 @@
 //!   `deliver_at_time` has not come is held and replayed when due (strictly, as a broker
 //!   with `isDelayedDeliveryDeliverAtTimeStrict=true`); Exclusive and Failover deliver it at
 //!   once, as the broker does.
+//! - **Schemas**: the schema of `PRODUCER` and `SUBSCRIBE` goes to a registry per topic
+//!   (a partitioned topic's partitions share it): the first becomes version 0 (8 bytes,
+//!   big-endian, as the broker's `LongSchemaVersion`), an equal one (same type and
+//!   definition; names and properties do not count) gets its version, answered in
+//!   `PRODUCER_SUCCESS`; another type, or a JSON, Avro or Protobuf definition that is not a
+//!   JSON object, is refused with `IncompatibleSchema`. Messages keep their producer's
+//!   `schema_version` (the metadata is dispatched as sent). Simplified: no compatibility
+//!   strategy (a producer's new definition of the same type becomes the next version, a
+//!   consumer's is accepted, where the broker checks them, FULL by default, against the
+//!   latest version), no `GET_SCHEMA`, and bytes producers and consumers are always accepted.
 //! - **Other requests**: GET_LAST_MESSAGE_ID answers the last readable entry of the topic
 //!   (with the largest batch index of a batch; entry `-1` when there is none) and the
 //!   subscription's mark-delete position. SEEK disconnects the subscription's consumers
@@ -144,7 +154,7 @@
 //!   frames per command type; frames per connection.
 //!
 //! # What is not modelled
-//! Persistence on disk (a restart keeps the state in memory), BookKeeper ledgers rolling over, schemas, compression checks (compressed and
+//! Persistence on disk (a restart keeps the state in memory), BookKeeper ledgers rolling over, schema compatibility strategies (see Schemas above), compression checks (compressed and
 //! chunked entries are stored and dispatched as sent), encryption, deduplication, retention and TTL, dead-letter topics,
 //! `maxUnackedMessagesPerSubscription`, geo-replication, TLS, and authentication other than
 //! one static token. Key_Shared moves hashes between AUTO_SPLIT consumers at once when
@@ -173,6 +183,7 @@ mod entries;
 mod faults;
 mod names;
 mod outgoing;
+mod schemas;
 mod server;
 mod stats;
 mod topics;

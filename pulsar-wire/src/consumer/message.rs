@@ -26,6 +26,7 @@ pub struct Message {
     producer_name: Arc<str>,
     sequence_id: Option<u64>,
     topic: Arc<str>,
+    schema_version: Option<Bytes>,
     /// A chunked message's other entries (its earlier chunks), acknowledged with it.
     pub(crate) chunks: Arc<[MessagePosition]>,
     /// Which consumer delivered it, and which of its partitions.
@@ -143,6 +144,13 @@ impl Message {
     /// The full name of the topic (the partition's, on a partitioned topic) it came from.
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    /// The version of the schema its producer registered (`schema_version` of its metadata;
+    /// 8 bytes, a big-endian counter from 0, on a 4.0 broker), or `None` for a producer
+    /// without a schema.
+    pub fn schema_version(&self) -> Option<&Bytes> {
+        self.schema_version.as_ref()
     }
 }
 
@@ -280,6 +288,7 @@ pub(crate) fn decode(
         }
     };
     let producer_name: Arc<str> = metadata.producer_name.as_str().into();
+    let schema_version = metadata.schema_version.clone().map(Bytes::from);
     let common = |position, payload, (key, ordering_key), props, event_time, sequence_id| Message {
         payload,
         key,
@@ -295,6 +304,7 @@ pub(crate) fn decode(
         producer_name: Arc::clone(&producer_name),
         sequence_id,
         topic: Arc::clone(topic),
+        schema_version: schema_version.clone(),
         chunks: Arc::new([]),
         origin,
         handed_again: false,
@@ -393,6 +403,7 @@ pub(crate) fn assembled(
         producer_name: metadata.producer_name.as_str().into(),
         sequence_id: Some(metadata.sequence_id),
         topic: Arc::clone(topic),
+        schema_version: metadata.schema_version.map(Bytes::from),
         chunks: assembled.others.into(),
         origin,
         handed_again: false,

@@ -65,6 +65,8 @@ pub struct ConsumerOptions {
     pub(crate) retry: bool,
     /// A reader's non-durable subscription: where it starts (`start_message_id`).
     pub(crate) reader_start: Option<Option<crate::pb::MessageIdData>>,
+    /// The schema sent in `SUBSCRIBE`, if any.
+    pub(crate) schema: Option<crate::schema::Schema>,
 }
 
 impl Default for ConsumerOptions {
@@ -91,6 +93,7 @@ impl Default for ConsumerOptions {
             ack_timeout: None,
             retry: false,
             reader_start: None,
+            schema: None,
         }
     }
 }
@@ -179,6 +182,17 @@ impl ConsumerOptions {
     /// consumer subscribes.
     pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
         self.key_shared = Some(policy);
+        self
+    }
+
+    /// The schema sent in `SUBSCRIBE` (none by default: bytes). The broker checks it against
+    /// the topic's schema (registering it when the topic has none and is idle) and refuses
+    /// an incompatible one ([`Error::IncompatibleSchema`] from
+    /// [`crate::Client::subscribe`]). Payloads are delivered as stored, with their
+    /// [`crate::Message::schema_version`]: [`crate::TypedConsumer`] decodes them with the
+    /// schema's codec.
+    pub fn schema(mut self, schema: crate::schema::Schema) -> Self {
+        self.schema = Some(schema);
         self
     }
 

@@ -1228,11 +1228,13 @@ async fn subscribe_on(
                     start_message_id: options.reader_start.clone().flatten(),
                     initial_position: Some(options.initial_position.wire() as i32),
                     key_shared_meta: options.key_shared_meta(),
+                    schema: options.schema.as_ref().map(crate::schema::Schema::wire),
                     ..pb::CommandSubscribe::default()
                 });
             })
         })
-        .await;
+        .await
+        .map_err(|error| error.schema_refused(topic));
     if let Err(error) = subscribed {
         connection.unregister_consumer(consumer_id);
         return Err(error);

@@ -142,6 +142,10 @@ pub(crate) struct PartitionProducer {
     /// registration; it is kept for the next ones).
     user_named: bool,
     txn_enabled: bool,
+    /// The schema sent in `PRODUCER`, if any.
+    schema: Option<pb::Schema>,
+    /// The broker's version of the schema (`PRODUCER_SUCCESS`), carried by every message.
+    schema_version: Mutex<Option<Vec<u8>>>,
     /// The epoch of the last registration.
     epoch: AtomicU64,
     /// Held while an entry is numbered and its frame queued, so that frames reach the
@@ -178,6 +182,7 @@ pub(crate) struct PartitionSpec {
     pub(crate) partition: i32,
     pub(crate) name: Option<String>,
     pub(crate) txn_enabled: bool,
+    pub(crate) schema: Option<pb::Schema>,
     pub(crate) compression: Compression,
     pub(crate) chunk_size: Option<usize>,
     pub(crate) send_timeout: Duration,
@@ -192,10 +197,13 @@ impl PartitionProducer {
         let (connection, producer_id, success, ending) = register(
             pool,
             &spec.topic,
-            spec.name.clone(),
-            user_named,
-            0,
-            spec.txn_enabled,
+            Declaration {
+                name: spec.name.clone(),
+                user_named,
+                epoch: 0,
+                txn_enabled: spec.txn_enabled,
+                schema: spec.schema.clone(),
+            },
         )
         .await?;
         let max_message_size = connection
@@ -219,6 +227,8 @@ impl PartitionProducer {
             name: success.producer_name,
             user_named,
             txn_enabled: spec.txn_enabled,
+            schema: spec.schema,
+            schema_version: Mutex::new(success.schema_version),
             epoch: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer {
                 next: next_sequence,
@@ -295,19 +305,25 @@ impl PartitionProducer {
         let registered = register(
             &self.pool,
             &self.topic,
-            Some(self.name.clone()),
-            self.user_named,
-            epoch,
-            self.txn_enabled,
+            Declaration {
+                name: Some(self.name.clone()),
+                user_named: self.user_named,
+                epoch,
+                txn_enabled: self.txn_enabled,
+                schema: self.schema.clone(),
+            },
         )
         .await;
-        let (connection, producer_id, _, ending) = match registered {
+        let (connection, producer_id, success, ending) = match registered {
             Ok(registered) => registered,
             Err(error) if error.may_link_again(ServerError::ProducerBusy) => {
                 return Ok(Again::NotYet(error));
             }
             Err(error) => return Err(error),
         };
+        if self.schema.is_some() {
+            *self.schema_version.lock() = success.schema_version;
+        }
         let sequencer = self.sequencer.lock();
         let link = {
             let mut link = self.link.write();
@@ -771,8 +787,16 @@ impl PartitionProducer {
             publish_time: now_millis(),
             txnid_least_bits: txn.map(|t| t.least_bits),
             txnid_most_bits: txn.map(|t| t.most_bits),
+            schema_version: self.schema_version(),
             ..MessageMetadata::default()
         }
+    }
+
+    /// The broker's version of the producer's schema, from its last registration.
+    pub(crate) fn schema_version(&self) -> Option<Vec<u8>> {
+        // No lock for a producer without a schema.
+        self.schema.as_ref()?;
+        self.schema_version.lock().clone()
     }
 
     fn send_frame(
@@ -883,24 +907,12 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
 async fn register(
     pool: &Pool,
     topic: &str,
-    name: Option<String>,
-    user_named: bool,
-    epoch: u64,
-    txn_enabled: bool,
+    declaration: Declaration,
 ) -> Result<(Connection, u64, pb::CommandProducerSuccess, Ending), Error> {
     let connection = pool.lookup(topic).await?;
     let producer_id = connection.next_id();
     let ending: Ending = Box::pin(connection.watch_producer(producer_id));
-    let answered = registered(
-        &connection,
-        topic,
-        producer_id,
-        name,
-        user_named,
-        epoch,
-        txn_enabled,
-    )
-    .await;
+    let answered = registered(&connection, topic, producer_id, declaration).await;
     match answered {
         Ok(success) => Ok((connection, producer_id, success, ending)),
         Err(error) => {
@@ -910,15 +922,22 @@ async fn register(
     }
 }
 
-/// `PRODUCER` for `producer_id` on `connection`, and the broker's success.
-async fn registered(
-    connection: &Connection,
-    topic: &str,
-    producer_id: u64,
+/// What a `PRODUCER` declares besides the topic and ids.
+struct Declaration {
     name: Option<String>,
     user_named: bool,
     epoch: u64,
     txn_enabled: bool,
+    schema: Option<pb::Schema>,
+}
+
+/// `PRODUCER` for `producer_id` on `connection`, and the broker's success; a refused schema
+/// is [`Error::IncompatibleSchema`].
+async fn registered(
+    connection: &Connection,
+    topic: &str,
+    producer_id: u64,
+    declaration: Declaration,
 ) -> Result<pb::CommandProducerSuccess, Error> {
     let answer = connection
         .request("PRODUCER", |request_id| {
@@ -927,15 +946,17 @@ async fn registered(
                     topic: topic.to_owned(),
                     producer_id,
                     request_id,
-                    user_provided_producer_name: Some(user_named),
-                    producer_name: name,
+                    user_provided_producer_name: Some(declaration.user_named),
+                    producer_name: declaration.name,
                     metadata: Vec::new(),
-                    epoch: Some(epoch),
-                    txn_enabled: Some(txn_enabled),
+                    schema: declaration.schema,
+                    epoch: Some(declaration.epoch),
+                    txn_enabled: Some(declaration.txn_enabled),
                 });
             })
         })
-        .await?;
+        .await
+        .map_err(|error| error.schema_refused(topic))?;
     answer.producer_success.ok_or_else(|| {
         Error::malformed(format!(
             "PRODUCER was answered by a frame of type {} instead of PRODUCER_SUCCESS",

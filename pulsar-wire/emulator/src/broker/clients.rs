@@ -10,6 +10,7 @@ use crate::dispatch::{Consumer, KeySharedPolicy, Subscription};
 use crate::entries::{StoredEntry, Visibility};
 use crate::names::normalize;
 use crate::outgoing::command;
+use crate::schemas::Declarer;
 use pulsar_wire::MAX_BATCH_MESSAGES;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::command_subscribe::{InitialPosition, SubType};
@@ -27,7 +28,8 @@ impl Broker {
             // A retried PRODUCER for the same producer succeeds again.
             if normalize(&body.topic).is_ok_and(|t| t == existing.topic) {
                 let name = existing.name.clone();
-                self.producer_success(conn, body.request_id, name);
+                let version = existing.schema_version.clone();
+                self.producer_success(conn, body.request_id, name, version);
             } else {
                 self.error(
                     conn,
@@ -47,6 +49,14 @@ impl Broker {
             Ok(topic) => topic,
             Err(refusal) => return self.error(conn, body.request_id, refusal),
         };
+        let schema_version =
+            match self
+                .schemas
+                .declare(&topic, body.schema.as_ref(), Declarer::Producer)
+            {
+                Ok(version) => version,
+                Err(refusal) => return self.error(conn, body.request_id, refusal),
+            };
         let name = match body.producer_name.filter(|n| !n.is_empty()) {
             Some(name) => name,
             None => {
@@ -72,17 +82,25 @@ impl Broker {
             ProducerInfo {
                 topic,
                 name: name.clone(),
+                schema_version: schema_version.clone(),
             },
         );
-        self.producer_success(conn, body.request_id, name);
+        self.producer_success(conn, body.request_id, name, schema_version);
     }
 
-    pub(super) fn producer_success(&mut self, conn: u64, request_id: u64, producer_name: String) {
+    pub(super) fn producer_success(
+        &mut self,
+        conn: u64,
+        request_id: u64,
+        producer_name: String,
+        schema_version: Option<Vec<u8>>,
+    ) {
         let mut cmd = command(Type::ProducerSuccess);
         cmd.producer_success = Some(CommandProducerSuccess {
             request_id,
             producer_name,
             last_sequence_id: Some(-1),
+            schema_version,
             producer_ready: Some(true),
             ..Default::default()
         });
@@ -300,6 +318,12 @@ impl Broker {
         } else {
             None
         };
+        if let Err(refusal) =
+            self.schemas
+                .declare(&topic_name, body.schema.as_ref(), Declarer::Consumer)
+        {
+            return self.error(conn, request_id, refusal);
+        }
         let model = self.model_config(topic.max_unacked, sub_type, durable);
         self.next_key += 1;
         let key = self.next_key;

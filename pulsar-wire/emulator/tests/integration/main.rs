@@ -20,6 +20,7 @@ mod receiving;
 mod redelivery;
 mod restarts;
 mod retry;
+mod schemas;
 mod scripted;
 mod seek;
 mod shared;
