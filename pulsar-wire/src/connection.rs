@@ -313,10 +313,13 @@ pub(crate) fn parse_service_url(url: &str) -> Result<ServiceUrl, Error> {
 }
 
 /// Why a producer is gone from its connection (what the connection's watch of it tells).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProducerGone {
     /// The broker closed it (`CLOSE_PRODUCER`: the topic was unloaded or moved).
     Closed,
+    /// The broker closed it naming the broker that serves the topic now (`CLOSE_PRODUCER`
+    /// with `assignedBrokerServiceUrl`, PIP-307): that broker's `host:port`.
+    Moved(String),
     /// The connection ended.
     Lost,
 }
@@ -328,6 +331,10 @@ pub enum ConsumerEvent {
     Message(Box<Frame>),
     /// The broker closed the consumer (`CLOSE_CONSUMER`).
     Closed,
+    /// The broker closed the consumer naming the broker that serves the topic now
+    /// (`CLOSE_CONSUMER` with `assignedBrokerServiceUrl`, PIP-307): that broker's
+    /// `host:port`.
+    Moved(String),
     /// The topic was terminated and every message delivered.
     ReachedEndOfTopic,
     /// The connection was lost.
@@ -367,7 +374,8 @@ struct Shared {
     sends: Mutex<HashMap<(u64, u64), PendingSend>>,
     consumers: Mutex<HashMap<u64, mpsc::UnboundedSender<ConsumerEvent>>>,
     /// Producers told when the broker closes them (`CLOSE_PRODUCER`).
-    producers: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    /// Told when the broker closes the producer, with the broker it names, if any.
+    producers: Mutex<HashMap<u64, oneshot::Sender<Option<String>>>>,
     closed: CancellationToken,
     lost: Mutex<Option<Error>>,
     frames_sent: AtomicU64,
@@ -814,7 +822,11 @@ impl Connection {
         let closed = self.shared.closed.clone();
         async move {
             tokio::select! {
-                told = rx => if told.is_ok() { ProducerGone::Closed } else { ProducerGone::Lost },
+                told = rx => match told {
+                    Ok(Some(address)) => ProducerGone::Moved(address),
+                    Ok(None) => ProducerGone::Closed,
+                    Err(_) => ProducerGone::Lost,
+                },
                 () = closed.cancelled() => ProducerGone::Lost,
             }
         }
@@ -1077,6 +1089,15 @@ fn server_error_of(answer: &BaseCommand) -> Option<(i32, String)> {
         .map(|(code, message)| (code, message.unwrap_or_default()))
 }
 
+/// The `host:port` of the broker a `CLOSE_PRODUCER` or `CLOSE_CONSUMER` names (PIP-307): its
+/// TLS URL for a TLS client, its plain one otherwise; `None` when it names none this client
+/// can use (the client then looks the topic up as after any close).
+fn assigned_broker(tls: bool, plain: Option<&str>, secure: Option<&str>) -> Option<String> {
+    let url = if tls { secure } else { plain }?;
+    let target = parse_service_url(url).ok()?;
+    (target.tls == tls).then_some(target.address)
+}
+
 /// The request id an answer carries, if it is an answer to a request.
 fn request_id_of(c: &BaseCommand) -> Option<u64> {
     c.success
@@ -1238,17 +1259,33 @@ fn route(shared: &Arc<Shared>, frame: Frame) {
             }
         }
         Ok(Type::CloseConsumer) => {
-            let id = c.close_consumer.as_ref().map(|m| m.consumer_id);
-            let tx = id.and_then(|id| shared.consumers.lock().remove(&id));
+            let close = c.close_consumer.as_ref();
+            let tx = close.and_then(|m| shared.consumers.lock().remove(&m.consumer_id));
             if let Some(tx) = tx {
-                let _ = tx.send(ConsumerEvent::Closed);
+                let assigned = close.and_then(|m| {
+                    assigned_broker(
+                        shared.tls,
+                        m.assigned_broker_service_url.as_deref(),
+                        m.assigned_broker_service_url_tls.as_deref(),
+                    )
+                });
+                let _ = tx.send(match assigned {
+                    Some(address) => ConsumerEvent::Moved(address),
+                    None => ConsumerEvent::Closed,
+                });
             }
         }
         Ok(Type::CloseProducer) => {
-            let id = c.close_producer.as_ref().map(|m| m.producer_id);
-            let tx = id.and_then(|id| shared.producers.lock().remove(&id));
+            let close = c.close_producer.as_ref();
+            let tx = close.and_then(|m| shared.producers.lock().remove(&m.producer_id));
             if let Some(tx) = tx {
-                let _ = tx.send(());
+                let _ = tx.send(close.and_then(|m| {
+                    assigned_broker(
+                        shared.tls,
+                        m.assigned_broker_service_url.as_deref(),
+                        m.assigned_broker_service_url_tls.as_deref(),
+                    )
+                }));
             }
         }
         Ok(Type::ReachedEndOfTopic) => {

@@ -154,6 +154,24 @@ impl Pool {
         }
     }
 
+    /// The connection to serve `topic` on: to `assigned` (the broker a close named, PIP-307)
+    /// when given and reachable, without a lookup; else [`Pool::lookup`]'s.
+    pub(crate) async fn connection_for(
+        &self,
+        topic: &str,
+        assigned: Option<&str>,
+    ) -> Result<Connection, Error> {
+        if let Some(address) = assigned {
+            match self.connection_to(address).await {
+                Ok(connection) => return Ok(connection),
+                Err(error) => {
+                    tracing::debug!(%topic, %address, %error, "the assigned broker cannot be reached: looking the topic up");
+                }
+            }
+        }
+        self.lookup(topic).await
+    }
+
     /// One lookup; a failure says whether it was reaching a broker the lookup named (a
     /// broker killed is named until the cluster gives its topics to another: asked again).
     async fn lookup_once(&self, topic: &str) -> Result<Connection, (Error, bool)> {

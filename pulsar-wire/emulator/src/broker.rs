@@ -302,7 +302,7 @@ impl Broker {
     /// their cursors and the pending acks of open transactions, and lose what the broker
     /// kept only in memory, their dispatchers with them. Returns how many producers and
     /// consumers were closed.
-    pub(super) fn unload(&mut self, topic: &str) -> (usize, usize) {
+    pub(super) fn unload(&mut self, topic: &str, assigned: Option<String>) -> (usize, usize) {
         let Ok(base) = normalize(topic) else {
             return (0, 0);
         };
@@ -319,6 +319,8 @@ impl Broker {
             close.close_producer = Some(pulsar_wire::pb::CommandCloseProducer {
                 producer_id,
                 request_id: 0,
+                assigned_broker_service_url: assigned.clone(),
+                ..Default::default()
             });
             self.push(conn, close, Kind::Other);
             self.remove_producer((conn, producer_id));
@@ -335,6 +337,8 @@ impl Broker {
             close.close_consumer = Some(pulsar_wire::pb::CommandCloseConsumer {
                 consumer_id,
                 request_id: 0,
+                assigned_broker_service_url: assigned.clone(),
+                ..Default::default()
             });
             self.push(conn, close, Kind::Other);
             if let Some(topic) = self.remove_consumer((conn, consumer_id)) {

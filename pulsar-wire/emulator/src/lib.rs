@@ -318,7 +318,18 @@ impl Emulator {
     /// of open transactions, and lose their dispatchers (replay sets, redelivery counts).
     /// Returns how many producers and consumers were closed.
     pub fn unload(&self, topic: &str) -> (usize, usize) {
-        self.shared.broker.lock().unload(topic)
+        self.shared.broker.lock().unload(topic, None)
+    }
+
+    /// As [`Emulator::unload`], but the closes name the broker that serves the topic now
+    /// (`assignedBrokerServiceUrl`, PIP-307, as a 4.x broker with the extensible load manager
+    /// sends when it moves a bundle): `service_url`, another emulator's
+    /// [`Emulator::endpoint`] say, where clients that follow PIP-307 go without a lookup.
+    pub fn unload_to(&self, topic: &str, service_url: &str) -> (usize, usize) {
+        self.shared
+            .broker
+            .lock()
+            .unload(topic, Some(service_url.to_owned()))
     }
 
     /// Closes every open connection abruptly; returns how many.

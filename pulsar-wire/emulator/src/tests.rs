@@ -628,6 +628,7 @@ async fn exclusive_subscriptions_refuse_a_second_consumer_and_take_cumulative_ac
     close.close_consumer = Some(CommandCloseConsumer {
         consumer_id: 1,
         request_id: 50,
+        ..Default::default()
     });
     assert_eq!(client.request(close).await.r#type, Type::Success as i32);
     assert_eq!(

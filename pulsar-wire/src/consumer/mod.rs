@@ -1418,6 +1418,7 @@ impl Consumer {
             ack_timeouts: load(&c.ack_timeouts),
             held_at_link_loss: load(&c.held_at_link_loss),
             reconnects: load(&c.reconnects),
+            moved: load(&c.moved),
             acks_resent: load(&c.acks_resent),
             closed_by_broker: c.closed_by_broker.load(Ordering::Relaxed),
             reached_end_of_topic: c.reached_end_of_topic.load(Ordering::Relaxed),

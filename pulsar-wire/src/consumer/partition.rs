@@ -300,7 +300,7 @@ impl PartitionConsumer {
     ) -> Result<(Self, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
         let queue_size = queue_size.max(1);
         let (connection, consumer_id, events) =
-            subscribe_on(pool, &topic, subscription, options).await?;
+            subscribe_on(pool, &topic, subscription, options, None).await?;
         let max_uncompressed = options.max_uncompressed_size.unwrap_or_else(|| {
             connection
                 .max_message_size()
@@ -691,6 +691,7 @@ impl PartitionConsumer {
     async fn subscribe_again(
         &self,
         counters: &Counters,
+        assigned: Option<&str>,
     ) -> Result<mpsc::UnboundedReceiver<ConsumerEvent>, Error> {
         let again = &self.resubscribe;
         let (connection, consumer_id, events) = subscribe_on(
@@ -698,6 +699,7 @@ impl PartitionConsumer {
             &self.topic,
             &again.subscription,
             &again.options,
+            assigned,
         )
         .await?;
         {
@@ -1113,6 +1115,7 @@ impl PartitionConsumer {
                     c.close_consumer = Some(pb::CommandCloseConsumer {
                         consumer_id,
                         request_id,
+                        ..Default::default()
                     });
                 })
             })
@@ -1156,6 +1159,7 @@ async fn resubscribe(
     deliveries: &mpsc::Sender<Delivery>,
     retries: &mut Retries,
     cause: Error,
+    mut assigned: Option<String>,
 ) -> Option<mpsc::UnboundedReceiver<ConsumerEvent>> {
     if consumer.closing.load(Ordering::Acquire) {
         return None;
@@ -1169,7 +1173,11 @@ async fn resubscribe(
         if consumer.closing.load(Ordering::Acquire) || deliveries.is_closed() {
             return None;
         }
-        match consumer.subscribe_again(counters).await {
+        // The broker a close named is tried first, once; then the topic is looked up.
+        match consumer
+            .subscribe_again(counters, assigned.take().as_deref())
+            .await
+        {
             Ok(events) => {
                 tracing::debug!(topic = %consumer.topic, "consumer subscribed again");
                 consumer.state.set(&consumer.topic, LinkState::Connected);
@@ -1210,8 +1218,9 @@ async fn subscribe_on(
     topic: &str,
     subscription: &str,
     options: &ConsumerOptions,
+    assigned: Option<&str>,
 ) -> Result<(Connection, u64, mpsc::UnboundedReceiver<ConsumerEvent>), Error> {
-    let connection = pool.lookup(topic).await?;
+    let connection = pool.connection_for(topic, assigned).await?;
     let consumer_id = connection.next_id();
     let events = connection.register_consumer(consumer_id);
     let subscribed = connection
@@ -1278,7 +1287,9 @@ pub(crate) async fn pump(
                     return;
                 }
                 let cause = consumer.link().connection.lost_error();
-                match resubscribe(&consumer, &counters, &deliveries, &mut retries, cause).await {
+                match resubscribe(&consumer, &counters, &deliveries, &mut retries, cause, None)
+                    .await
+                {
                     Some(more) => {
                         events = more;
                         continue;
@@ -1306,23 +1317,40 @@ pub(crate) async fn pump(
                 counters.reached_end_of_topic.store(true, Ordering::Relaxed);
                 continue;
             }
-            ConsumerEvent::Closed | ConsumerEvent::ConnectionLost(_)
+            ConsumerEvent::Closed | ConsumerEvent::Moved(_) | ConsumerEvent::ConnectionLost(_)
                 if consumer.closing.load(Ordering::Acquire) =>
             {
                 return;
             }
-            ConsumerEvent::Closed | ConsumerEvent::ConnectionLost(_) => {
-                let cause = match event {
-                    ConsumerEvent::ConnectionLost(error) => error,
+            ConsumerEvent::Closed | ConsumerEvent::Moved(_) | ConsumerEvent::ConnectionLost(_) => {
+                let (cause, assigned) = match event {
+                    ConsumerEvent::ConnectionLost(error) => (error, None),
+                    ConsumerEvent::Moved(address) => {
+                        counters.closed_by_broker.store(true, Ordering::Relaxed);
+                        counters.moved.fetch_add(1, Ordering::Relaxed);
+                        let cause = Error::Closed(
+                            "the consumer's subscription (CLOSE_CONSUMER naming its new broker)",
+                        );
+                        (cause, Some(address))
+                    }
                     _ => {
                         counters.closed_by_broker.store(true, Ordering::Relaxed);
-                        Error::Closed(
+                        let cause = Error::Closed(
                             "the consumer's subscription (CLOSE_CONSUMER from the broker)",
-                        )
+                        );
+                        (cause, None)
                     }
                 };
                 tracing::debug!(topic = %consumer.topic, %cause, "consumer disconnected: subscribing again");
-                match resubscribe(&consumer, &counters, &deliveries, &mut retries, cause).await {
+                let resubscribed = resubscribe(
+                    &consumer,
+                    &counters,
+                    &deliveries,
+                    &mut retries,
+                    cause,
+                    assigned,
+                );
+                match resubscribed.await {
                     Some(more) => {
                         events = more;
                         continue;

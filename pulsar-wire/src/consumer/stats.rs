@@ -26,6 +26,8 @@ pub(crate) struct Counters {
     pub(super) ack_timeouts: AtomicU64,
     pub(super) held_at_link_loss: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    /// `CLOSE_CONSUMER`s that named the broker to subscribe on (PIP-307).
+    pub(super) moved: AtomicU64,
     pub(crate) acks_resent: AtomicU64,
     pub(super) closed_by_broker: AtomicBool,
     pub(super) reached_end_of_topic: AtomicBool,
@@ -93,6 +95,9 @@ pub struct ConsumerStats {
     /// Times a partition consumer subscribed again after its connection was lost or the
     /// broker closed it.
     pub reconnects: u64,
+    /// Times the broker closed a partition's consumer naming the broker that serves it now
+    /// (PIP-307, `assignedBrokerServiceUrl`): it subscribed there directly, without a lookup.
+    pub moved: u64,
     /// Acks sent again for redelivered messages the application had acknowledged (outside
     /// a transaction) whose acks the broker did not get, in entries the consumer still
     /// tracks (an entry with messages held or in an open transaction): the copies are not

@@ -164,6 +164,9 @@ pub(crate) struct PartitionProducer {
     send_timeout: Duration,
     /// Set by [`PartitionProducer::close`].
     closing: AtomicBool,
+    /// The broker the last `CLOSE_PRODUCER` named (PIP-307): the next registration tries it
+    /// first, without a lookup.
+    assigned: Mutex<Option<String>>,
     /// Why registering again was refused for good (the topic was deleted or terminated,
     /// the producer fenced): every send fails with it.
     failed: Mutex<Option<Error>>,
@@ -197,6 +200,7 @@ impl PartitionProducer {
         let (connection, producer_id, success, ending) = register(
             pool,
             &spec.topic,
+            None,
             Declaration {
                 name: spec.name.clone(),
                 user_named,
@@ -240,6 +244,7 @@ impl PartitionProducer {
             send_order: tokio::sync::Mutex::new(()),
             send_timeout: spec.send_timeout,
             closing: AtomicBool::new(false),
+            assigned: Mutex::new(None),
             failed: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             retries: Mutex::new(Retries::new()),
@@ -283,6 +288,12 @@ impl PartitionProducer {
                 Gone::Link(ProducerGone::Closed) => {
                     Error::Closed("the producer's registration (CLOSE_PRODUCER from the broker)")
                 }
+                Gone::Link(ProducerGone::Moved(address)) => {
+                    *self.assigned.lock() = Some(address);
+                    Error::Closed(
+                        "the producer's registration (CLOSE_PRODUCER naming its new broker)",
+                    )
+                }
                 Gone::Refused(error) => error,
             }
         };
@@ -302,9 +313,11 @@ impl PartitionProducer {
             let _ = close_on(&old).await;
         }
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let assigned = self.assigned.lock().take();
         let registered = register(
             &self.pool,
             &self.topic,
+            assigned.as_deref(),
             Declaration {
                 name: Some(self.name.clone()),
                 user_named: self.user_named,
@@ -849,6 +862,7 @@ async fn close_on(link: &Link) -> Result<(), Error> {
                 c.close_producer = Some(pb::CommandCloseProducer {
                     producer_id,
                     request_id,
+                    ..Default::default()
                 });
             })
         })
@@ -907,9 +921,10 @@ async fn reconnect(weak: Weak<PartitionProducer>) {
 async fn register(
     pool: &Pool,
     topic: &str,
+    assigned: Option<&str>,
     declaration: Declaration,
 ) -> Result<(Connection, u64, pb::CommandProducerSuccess, Ending), Error> {
-    let connection = pool.lookup(topic).await?;
+    let connection = pool.connection_for(topic, assigned).await?;
     let producer_id = connection.next_id();
     let ending: Ending = Box::pin(connection.watch_producer(producer_id));
     let answered = registered(&connection, topic, producer_id, declaration).await;

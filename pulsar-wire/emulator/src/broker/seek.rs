@@ -93,6 +93,7 @@ impl Broker {
             close.close_consumer = Some(CommandCloseConsumer {
                 consumer_id,
                 request_id: 0,
+                ..Default::default()
             });
             self.push(conn, close, Kind::Other);
             self.remove_consumer((conn, consumer_id));

@@ -332,6 +332,7 @@ async fn a_consumer_closing_hands_its_pending_acks_to_the_others_uncounted() {
     close.close_consumer = Some(CommandCloseConsumer {
         consumer_id: 1,
         request_id: client.id(),
+        ..Default::default()
     });
     client.request(close).await;
     let replayed: Vec<_> = client.sync().await.iter().map(delivery).collect();
@@ -431,6 +432,7 @@ async fn one_transaction_acknowledges_a_batch_through_two_consumers() {
     close.close_consumer = Some(CommandCloseConsumer {
         consumer_id: 1,
         request_id: client.id(),
+        ..Default::default()
     });
     client.request(close).await;
     let replayed = client.sync().await;

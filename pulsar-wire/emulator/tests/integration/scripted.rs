@@ -85,6 +85,7 @@ async fn scripted_broker(listener: TcpListener) {
                         a.close_consumer = Some(pb::CommandCloseConsumer {
                             consumer_id,
                             request_id: 0,
+                            ..Default::default()
                         });
                     }),
                 ]
@@ -194,6 +195,7 @@ async fn closing_producer_broker(
                         a.close_producer = Some(pb::CommandCloseProducer {
                             producer_id: producer.producer_id,
                             request_id: 0,
+                            ..Default::default()
                         });
                     }));
                 }
