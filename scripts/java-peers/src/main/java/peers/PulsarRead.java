@@ -3,6 +3,7 @@ package peers;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.MessageIdAdv;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Reader;
 import org.apache.pulsar.client.api.Schema;
@@ -48,9 +49,10 @@ public final class PulsarRead {
                     if (message == null) {
                         break;
                     }
-                    MessageIdImpl id = (MessageIdImpl) message.getMessageId();
-                    int index = id instanceof BatchMessageIdImpl batch ? batch.getBatchIndex() : -1;
-                    System.out.println(id.getLedgerId() + ":" + id.getEntryId() + ":" + index);
+                    // A partitioned topic's reader gives TopicMessageIdImpl: read it through
+                    // MessageIdAdv, which every id implements (batch index -1 outside a batch).
+                    MessageIdAdv id = (MessageIdAdv) message.getMessageId();
+                    System.out.println(id.getLedgerId() + ":" + id.getEntryId() + ":" + id.getBatchIndex());
                     read++;
                 }
                 System.out.println("read=" + read);
