@@ -799,3 +799,41 @@ async fn a_stream_survives_its_broker_killed() {
     };
     cluster.done().await;
 }
+
+/// PIP-307 on a cluster running the extensible load manager
+/// (`PULSAR_CLUSTER_LOAD_MANAGER=extensible scripts/brokers/pulsar-cluster start`; skipped
+/// on the modular one, whose closes name no broker): a bundle moved from A to B closes the
+/// producer and the consumer naming B (`assignedBrokerServiceUrl`), and both go there without
+/// a lookup; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_moved_by_the_extensible_load_manager_is_followed_to_its_new_broker() {
+    if var("PULSAR_CLUSTER_LOAD_MANAGER").as_deref() != Some("extensible") {
+        eprintln!("PULSAR_CLUSTER_LOAD_MANAGER is not extensible; skipping");
+        return;
+    }
+    let Some(cluster) = cluster("pip307").await else {
+        return;
+    };
+    let topic = cluster.topic_on(Broker::A, "moved").await;
+    let consumer = cluster.shared(&topic, "sub").await;
+    let producer = cluster.batching_producer(&topic).await;
+    send_all(&producer, "before", 50).await;
+    let (got, _) = receive_distinct(&consumer, 50).await;
+    assert_eq!(got, payloads("before", 50));
+    let took = cluster.move_bundle(&topic, Broker::B).await;
+    println!("pip307: {topic} moved to B in {took:?}");
+    send_all(&producer, "after", 50).await;
+    let (got, _) = receive_distinct(&consumer, 50).await;
+    assert_eq!(got, payloads("after", 50));
+    let stats = consumer.stats();
+    assert!(
+        stats.moved >= 1,
+        "the close named no broker (moved {}, reconnects {})",
+        stats.moved,
+        stats.reconnects
+    );
+    cluster.assert_drained(&topic, "sub").await;
+    consumer.close().await.expect("closed");
+    producer.close().await.expect("closed");
+    cluster.done().await;
+}
