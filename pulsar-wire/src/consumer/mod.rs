@@ -169,7 +169,13 @@ impl Retry {
         policy: &DeadLetterPolicy,
     ) -> Result<Self, Error> {
         let retry_topic = crate::pool::topic_name(&policy.retry_topic_for(topic, subscription))?;
-        let options = options.clone().enable_retry(false);
+        // Its dead letters go where the topic's go (`{topic}-{subscription}-DLQ`, as with
+        // the Java client), not to a dead-letter topic named after the retry topic.
+        let options = options.clone().enable_retry(false).dead_letter(
+            policy
+                .clone()
+                .dead_letter_topic(policy.topic_for(topic, subscription)),
+        );
         let consumer = subscribe_boxed(pool, &retry_topic, subscription, options).await?;
         let consumer = Arc::new(consumer);
         let (tx, rx) = mpsc::channel(1);

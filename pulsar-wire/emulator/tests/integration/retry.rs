@@ -168,3 +168,48 @@ async fn reconsume_later_needs_retry_enabled() {
         })
     ));
 }
+
+/// A message of the retry topic nacked past the maximum goes to the topic's dead-letter
+/// topic (`{topic}-{subscription}-DLQ`, as with the Java client), not to one named after the
+/// retry topic.
+#[tokio::test]
+async fn a_retry_letter_nacked_past_the_maximum_lands_in_the_topics_dead_letter_topic() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup
+        .shared(
+            "retry-nack",
+            ConsumerOptions::default()
+                .enable_retry(true)
+                .dead_letter(DeadLetterPolicy::new(1)),
+        )
+        .await;
+    setup
+        .producer("retry-nack", 0)
+        .await
+        .send(OutgoingMessage::new("x"))
+        .await
+        .expect("sent");
+    let topic = consumer.topic().to_owned();
+    let message = receive(&consumer, 1).await.remove(0);
+    consumer
+        .reconsume_later(&message, Duration::ZERO)
+        .await
+        .expect("reconsumed");
+    for _ in 0..2 {
+        let again = receive(&consumer, 1).await.remove(0);
+        assert!(again.topic().ends_with("-sub-RETRY"));
+        consumer.nack(&again).expect("nacked");
+    }
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    let dlq = setup
+        .client
+        .subscribe(
+            &format!("{topic}-sub-DLQ"),
+            "reader",
+            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
+        )
+        .await
+        .expect("subscribed to the DLQ");
+    let letter = receive(&dlq, 1).await.remove(0);
+    assert_eq!(letter.payload().as_ref(), b"x");
+}
