@@ -105,6 +105,14 @@ async fn the_topic_and_the_retry_topic_come_through_one_consumer() {
             .expect("sent");
     }
     let first = receive(&consumer, 10).await;
+    // A delay no delivery time can say is refused, and the message stays.
+    assert!(matches!(
+        consumer.reconsume_later(&first[0], Duration::MAX).await,
+        Err(Error::Invalid {
+            what: "deliver_at",
+            ..
+        })
+    ));
     for message in &first[..5] {
         consumer
             .reconsume_later(message, Duration::ZERO)
