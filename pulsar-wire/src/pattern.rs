@@ -182,7 +182,9 @@ struct Topics {
     consumers: RwLock<BTreeMap<String, Arc<Consumer>>>,
     /// Each consumer's forwarding task, by topic.
     tasks: Mutex<BTreeMap<String, JoinHandle<()>>>,
-    tx: mpsc::Sender<Result<Message, Error>>,
+    /// Where the topics' consumers forward their messages; taken at the close, so that the
+    /// channel ends once their forwarding tasks are gone (a receive waiting then ends too).
+    tx: Mutex<Option<mpsc::Sender<Result<Message, Error>>>>,
     /// Serialises discoveries and the close.
     discovering: tokio::sync::Mutex<()>,
     closed: AtomicBool,
@@ -229,7 +231,11 @@ impl Topics {
             )
             .await?;
             let consumer = Arc::new(consumer);
-            let task = forward(Arc::clone(&consumer), self.tx.clone());
+            let Some(tx) = self.tx.lock().clone() else {
+                let _ = consumer.close().await;
+                return Err(Error::Closed("the pattern consumer"));
+            };
+            let task = forward(Arc::clone(&consumer), tx);
             self.tasks.lock().insert(topic.clone(), task);
             self.consumers.write().insert(topic.clone(), consumer);
             tracing::info!(%topic, pattern = %self.pattern.text, "subscribed a topic of the pattern");
@@ -293,7 +299,7 @@ impl PatternConsumer {
             options,
             consumers: RwLock::new(BTreeMap::new()),
             tasks: Mutex::new(BTreeMap::new()),
-            tx,
+            tx: Mutex::new(Some(tx)),
             discovering: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
         });
@@ -428,6 +434,7 @@ impl PatternConsumer {
 /// Marks the consumer closed and closes every topic's consumer.
 async fn close_all(topics: &Topics) -> Result<(), Error> {
     topics.closed.store(true, Ordering::Release);
+    topics.tx.lock().take();
     for (_, task) in std::mem::take(&mut *topics.tasks.lock()) {
         task.abort();
     }

@@ -91,7 +91,19 @@ async fn a_pattern_consumer_reads_the_matching_topics_and_those_created_later() 
     for topic in ["orders-a", "orders-b", "orders-new"] {
         setup.assert_drained(topic).await;
     }
+    // A receive waiting when the consumer closes ends with Closed.
+    let consumer = std::sync::Arc::new(consumer);
+    let waiting = {
+        let consumer = std::sync::Arc::clone(&consumer);
+        tokio::spawn(async move { consumer.receive().await })
+    };
+    tokio::task::yield_now().await;
     consumer.close().await.expect("closed");
+    let ended = within(PATIENCE, waiting)
+        .await
+        .expect("the waiting receive ended")
+        .expect("joined");
+    assert!(matches!(ended, Err(Error::Closed(_))), "{ended:?}");
     assert!(matches!(consumer.receive().await, Err(Error::Closed(_))));
 }
 
