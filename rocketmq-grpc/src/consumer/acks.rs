@@ -49,17 +49,46 @@ impl Inner {
         }
     }
 
-    /// Makes a failed message visible again after the retry delay for its attempt, retrying
-    /// retryable failures with exponential backoff and jitter (from
-    /// [`AckSettings::retry_backoff`] to [`AckSettings::max_retry_backoff`]) while the
-    /// message is still invisible.
+    /// Makes a failed message visible again after the retry delay for its attempt.
     pub(super) async fn nack(&self, message: &ReceivedMessage) {
         let delay = nack_delay(self.backoff.lock().as_ref(), message.delivery_attempt);
+        match self
+            .change_invisibility(
+                message,
+                &message.receipt_handle,
+                message.invisible_until,
+                delay,
+            )
+            .await
+        {
+            Ok(_) => Counters::add(&self.counters.nacked, 1),
+            // The message becomes visible again when its invisibility ends anyway.
+            Err(error) => {
+                tracing::warn!(message_id = %message.message_id, %error, "nack failed; the proxy redelivers after the invisibility ends");
+            }
+        }
+    }
+
+    /// Sets the invisibility of `message`, whose current receipt handle is `receipt_handle`
+    /// (invisible until `expires`), to `duration` from now with `ChangeInvisibleDuration`
+    /// and returns the new receipt handle, retrying retryable failures with exponential
+    /// backoff and jitter (from
+    /// [`AckSettings::retry_backoff`](super::AckSettings::retry_backoff) to
+    /// [`AckSettings::max_retry_backoff`](super::AckSettings::max_retry_backoff)) while the
+    /// handle is still valid. A stopped consumer gives up (the message is left to its
+    /// invisibility).
+    pub(super) async fn change_invisibility(
+        &self,
+        message: &ReceivedMessage,
+        receipt_handle: &str,
+        expires: tokio::time::Instant,
+        duration: Duration,
+    ) -> Result<String, Error> {
         let request = pb::ChangeInvisibleDurationRequest {
             group: Some(self.session.resource(&self.group)),
             topic: Some(self.session.resource(&message.topic)),
-            receipt_handle: message.receipt_handle.clone(),
-            invisible_duration: prost_types::Duration::try_from(delay).ok(),
+            receipt_handle: receipt_handle.to_owned(),
+            invisible_duration: prost_types::Duration::try_from(duration).ok(),
             message_id: message.message_id.clone(),
         };
         let timeout = self.session.config().request_timeout;
@@ -75,29 +104,22 @@ impl Inner {
                     .await
                     .map_err(|status| Error::rpc("ChangeInvisibleDuration", status))?
                     .into_inner();
-                Error::check("ChangeInvisibleDuration", response.status.as_ref())
+                Error::check("ChangeInvisibleDuration", response.status.as_ref())?;
+                Ok::<_, Error>(response.receipt_handle)
             }
             .await;
             let error = match result {
-                Ok(()) => {
-                    Counters::add(&self.counters.nacked, 1);
-                    return;
-                }
+                Ok(handle) => return Ok(handle),
                 Err(error) => error,
             };
             let wait = backoff.next_delay();
-            if error.is_retryable() && tokio::time::Instant::now() + wait < message.invisible_until
-            {
-                tracing::debug!(message_id = %message.message_id, %error, ?wait, "nack failed; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    // A stopped consumer leaves the message to its invisibility.
-                    () = self.stop.cancelled() => return,
-                }
-            } else {
-                // The message becomes visible again when its invisibility ends anyway.
-                tracing::warn!(message_id = %message.message_id, %error, "nack failed; the proxy redelivers after the invisibility ends");
-                return;
+            if !error.is_retryable() || tokio::time::Instant::now() + wait >= expires {
+                return Err(error);
+            }
+            tracing::debug!(message_id = %message.message_id, %error, ?wait, "ChangeInvisibleDuration failed; retrying");
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.stop.cancelled() => return Err(error),
             }
         }
     }

@@ -12,6 +12,7 @@ pub(super) struct Counters {
     pub(super) ack_failed: AtomicU64,
     pub(super) ack_abandoned: AtomicU64,
     pub(super) nacked: AtomicU64,
+    pub(super) renewed: AtomicU64,
 }
 
 impl Counters {

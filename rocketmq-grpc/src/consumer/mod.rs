@@ -43,6 +43,9 @@ pub struct ConsumerStats {
     pub consumed: u64,
     /// Messages the handler failed.
     pub failed: u64,
+    /// Invisibility renewals of messages whose handler was still running (see
+    /// [`PushConsumerBuilder::renewal`]).
+    pub renewed: u64,
     /// Acks confirmed by the proxy.
     pub acked: u64,
     /// Acks that failed for good (invalid receipt handle, retries exhausted).
@@ -74,6 +77,14 @@ pub struct ShutdownReport {
     pub unacknowledged_dropped: u64,
 }
 
+/// How far a renewal extends the invisibility of a message whose handler still runs, by
+/// default.
+const DEFAULT_RENEWAL: Duration = Duration::from_secs(60);
+/// The proxy's shortest invisible duration (`minInvisibleTimeMillsForRecv`).
+const MIN_RENEWAL: Duration = Duration::from_secs(10);
+/// The proxy's longest invisible duration (`maxInvisibleTimeMills`).
+const MAX_RENEWAL: Duration = Duration::from_secs(12 * 3600);
+
 /// Builds a [`PushConsumer`].
 pub struct PushConsumerBuilder {
     config: ClientConfig,
@@ -83,6 +94,7 @@ pub struct PushConsumerBuilder {
     receive_batch_size: i32,
     long_polling: Duration,
     acks: AckSettings,
+    renewal: Duration,
 }
 
 impl std::fmt::Debug for PushConsumerBuilder {
@@ -136,6 +148,21 @@ impl PushConsumerBuilder {
         self
     }
 
+    /// While a handler runs, extend its message's invisibility by `renewal` whenever the end
+    /// of the invisibility comes near (a fifth of it, and at least 3 s, before), with
+    /// `ChangeInvisibleDuration`; the ack or nack then uses the newest receipt handle.
+    /// Default 60 s; `Duration::ZERO` turns renewal off. Otherwise between 10 s and 12 h
+    /// (the proxy's bounds for an invisible duration).
+    ///
+    /// Without renewal a handler that runs longer than the invisibility (20 s to 60 s on
+    /// the proxy, whatever its own auto-renewal does) gets its message delivered again, and
+    /// its ack is refused as expired: a duplicate. The official clients do not renew.
+    #[must_use]
+    pub fn renewal(mut self, renewal: Duration) -> Self {
+        self.renewal = renewal;
+        self
+    }
+
     fn validate(&self) -> Result<(), Error> {
         if self.group.is_empty() {
             return Err(Error::invalid("group", "the consumer group name is empty"));
@@ -162,6 +189,15 @@ impl PushConsumerBuilder {
             return Err(Error::invalid(
                 "receive_batch_size",
                 format!("{} is not in 1..=1024", self.receive_batch_size),
+            ));
+        }
+        if !self.renewal.is_zero() && !(MIN_RENEWAL..=MAX_RENEWAL).contains(&self.renewal) {
+            return Err(Error::invalid(
+                "renewal",
+                format!(
+                    "{:?} is neither zero (no renewal) nor between 10 s and 12 h",
+                    self.renewal
+                ),
             ));
         }
         if self.long_polling.is_zero() || self.long_polling > Duration::from_secs(60) {
@@ -200,6 +236,7 @@ impl PushConsumerBuilder {
             concurrency: self.concurrency,
             receive_batch_size: self.receive_batch_size,
             long_polling: Mutex::new(self.long_polling),
+            renewal: self.renewal,
             backoff: Mutex::new(None),
             registration: Registration::new(),
             stop: CancellationToken::new(),
@@ -252,6 +289,7 @@ impl PushConsumer {
             receive_batch_size: 32,
             long_polling: Duration::from_secs(20),
             acks: AckSettings::default(),
+            renewal: DEFAULT_RENEWAL,
         }
     }
 
@@ -267,6 +305,7 @@ impl PushConsumer {
             ack_failed: get(&c.ack_failed),
             ack_abandoned: get(&c.ack_abandoned),
             nacked: get(&c.nacked),
+            renewed: get(&c.renewed),
             acks: self.inner.acks.stats(),
         }
     }

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use tokio_util::sync::CancellationToken;
 
 use super::counters::Counters;
@@ -170,9 +172,21 @@ async fn receive(
     Ok(messages)
 }
 
-/// Runs the handler, then acks or nacks.
-async fn consume(inner: &Inner, message: ReceivedMessage) {
-    match inner.handler.handle(&message).await {
+/// Runs the handler, renewing the message's invisibility while it runs, then acks or nacks
+/// with the latest receipt handle.
+async fn consume(inner: &Inner, mut message: ReceivedMessage) {
+    let renewed = {
+        let handling = inner.handler.handle(&message);
+        let renewal = renew_while(inner, &message, handling);
+        renewal.await
+    };
+    let (result, latest) = renewed;
+    if let Some(latest) = latest {
+        // Still received when it was: a renewed message is late, and acked at once.
+        message.receipt_handle = latest.receipt_handle;
+        message.invisible_until = latest.invisible_until;
+    }
+    match result {
         ConsumeResult::Success => {
             Counters::add(&inner.counters.consumed, 1);
             inner.ack(message).await;
@@ -183,3 +197,86 @@ async fn consume(inner: &Inner, message: ReceivedMessage) {
         }
     }
 }
+
+/// A receipt handle obtained by renewing a message's invisibility.
+struct Renewed {
+    receipt_handle: String,
+    renewed_at: Instant,
+    invisible_until: Instant,
+}
+
+/// Runs `handling` to its end; meanwhile, with renewal on, extends the message's
+/// invisibility by the renewal period whenever its end comes near (see [`renew_at`]), so
+/// that a slow handler's message is not delivered again to another consumer and its ack is
+/// not refused as expired. Returns the handler's result and the latest renewed handle. A
+/// renewal that fails for good stops the renewals (the message may then come again).
+async fn renew_while(
+    inner: &Inner,
+    message: &ReceivedMessage,
+    handling: impl Future<Output = ConsumeResult>,
+) -> (ConsumeResult, Option<Renewed>) {
+    let mut handling = std::pin::pin!(handling);
+    if inner.renewal.is_zero() {
+        return (handling.await, None);
+    }
+    let mut latest: Option<Renewed> = None;
+    loop {
+        let (since, until) = latest
+            .as_ref()
+            .map_or((message.received_at, message.invisible_until), |renewed| {
+                (renewed.renewed_at, renewed.invisible_until)
+            });
+        tokio::select! {
+            result = &mut handling => return (result, latest),
+            () = tokio::time::sleep_until(renew_at(since, until)) => {}
+        }
+        let renewed_at = Instant::now();
+        let handle = latest.as_ref().map_or_else(
+            || message.receipt_handle.clone(),
+            |renewed| renewed.receipt_handle.clone(),
+        );
+        // The handler keeps running during the renewal; if it ends first, its result waits
+        // for the renewal (the handle the renewal returns is the one to ack with).
+        let renewing = inner.change_invisibility(message, &handle, until, inner.renewal);
+        let mut renewing = std::pin::pin!(renewing);
+        let mut finished = None;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut renewing => break outcome,
+                result = &mut handling, if finished.is_none() => finished = Some(result),
+            }
+        };
+        match outcome {
+            Ok(receipt_handle) => {
+                Counters::add(&inner.counters.renewed, 1);
+                latest = Some(Renewed {
+                    receipt_handle,
+                    renewed_at,
+                    invisible_until: renewed_at + inner.renewal,
+                });
+                if let Some(result) = finished {
+                    return (result, latest);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(message_id = %message.message_id, %error, "renewing the invisibility of a message whose handler still runs failed; it may be delivered again");
+                let result = match finished {
+                    Some(result) => result,
+                    None => handling.await,
+                };
+                return (result, latest);
+            }
+        }
+    }
+}
+
+/// When to renew an invisibility that began at `since` and ends at `until`: a fifth of it
+/// before the end, and at least [`RENEW_MARGIN`] before (a 20 s invisibility is renewed
+/// after 16 s, a 60 s one after 48 s).
+fn renew_at(since: Instant, until: Instant) -> Instant {
+    let margin = (until.saturating_duration_since(since) / 5).max(RENEW_MARGIN);
+    until.checked_sub(margin).unwrap_or(since).max(since)
+}
+
+/// The least time before a handle expires at which its renewal is sent.
+const RENEW_MARGIN: Duration = Duration::from_secs(3);

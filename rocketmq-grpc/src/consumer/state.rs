@@ -46,6 +46,9 @@ pub(super) struct Inner {
     pub(super) concurrency: usize,
     pub(super) receive_batch_size: i32,
     pub(super) long_polling: Mutex<Duration>,
+    /// How far each renewal extends the invisibility of a message whose handler still runs
+    /// (zero: no renewal).
+    pub(super) renewal: Duration,
     /// The redelivery backoff the server announced on the telemetry stream.
     pub(super) backoff: Mutex<Option<pb::RetryPolicy>>,
     /// Whether the proxy has the consumer's settings (telemetry stream open and answered).

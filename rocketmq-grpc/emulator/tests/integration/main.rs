@@ -6,5 +6,6 @@ mod batching;
 mod faults;
 mod producer;
 mod recovery;
+mod renewal;
 mod results;
 mod support;
