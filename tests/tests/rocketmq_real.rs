@@ -558,3 +558,85 @@ async fn a_message_of_4_mib_is_sent_and_received() {
     assert!(report.unacknowledged.is_empty(), "{report:?}");
     assert_eq!(count_of(&recorder.seen.lock(), &sent), 3, "each once");
 }
+
+/// Records each message id when its handling starts, then takes 30 s.
+#[derive(Default)]
+struct Slow {
+    started: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl MessageHandler for Slow {
+    async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
+        self.started.lock().push(message.message_id.clone());
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        ConsumeResult::Success
+    }
+}
+
+/// A 30 s handler under the proxy's 20 s invisibility (as `scripts/brokers/rocketmq`
+/// configures it): with renewal (the default) the message is handled once and its ack
+/// accepted; without (`renewal(Duration::ZERO)`, as the official clients behave) the same
+/// message comes again to the same group while the first handler still runs. Two groups
+/// consume the same message side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_invisibility_gets_no_duplicate_with_renewal() {
+    let Some(endpoint) = endpoint() else {
+        eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
+        return;
+    };
+    let topic = "it-normal-2";
+    let config = ClientConfig::new(&endpoint).unwrap();
+    let start = |renewal: Duration, name: &str| {
+        let config = config.clone();
+        let group = format!("it-slow-{name}-{}", std::process::id());
+        async move {
+            let slow = Arc::new(Slow::default());
+            let consumer = PushConsumer::builder(config, group.as_str())
+                .subscribe(topic, "*")
+                .renewal(renewal)
+                .start(slow.clone())
+                .await
+                .expect("the consumer starts against the real proxy");
+            (consumer, slow)
+        }
+    };
+    let (renewing, renewing_slow) = start(Duration::from_secs(60), "renewing").await;
+    let (plain, plain_slow) = start(Duration::ZERO, "plain").await;
+    let producer = Producer::new(Session::new(config.clone()).unwrap());
+    let id = producer
+        .send(OutgoingMessage::new(topic, "slow"))
+        .await
+        .expect("send")
+        .message_id;
+    let starts = |slow: &Slow| {
+        slow.started
+            .lock()
+            .iter()
+            .filter(|seen| **seen == id)
+            .count()
+    };
+    wait_for(
+        "the second delivery without renewal",
+        Duration::from_secs(90),
+        || starts(&plain_slow) >= 2,
+    )
+    .await;
+    wait_for("the renewed message's ack", Duration::from_secs(60), || {
+        renewing.stats().acked >= 1
+    })
+    .await;
+    // Past the end of the first invisibility and of the ack: nothing comes again.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let stats = renewing.stats();
+    assert_eq!(
+        starts(&renewing_slow),
+        1,
+        "handled once with renewal: {stats:?}"
+    );
+    assert!(stats.renewed >= 1, "{stats:?}");
+    assert_eq!(stats.ack_failed, 0, "{stats:?}");
+    let report = renewing.shutdown(Duration::from_secs(10)).await;
+    assert!(report.unacknowledged.is_empty(), "{report:?}");
+    plain.shutdown(Duration::from_secs(1)).await;
+}
