@@ -791,7 +791,31 @@ async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic
         );
     }
     let consumer = retrying(&broker).await;
-    let message = receive(&consumer, "the Java client's retry letter").await;
+    let mut message = receive(&consumer, "the Java client's retry letter").await;
+    if message.property(RECONSUME_TIMES) == Some("1") {
+        // Our first letter again, although the Java client acknowledged it before it closed:
+        // seen once in about 100 runs (and once in CI). The broker then holds our letter and
+        // the Java client's, 2 messages in: its ack did not take effect (a Java client or
+        // broker matter), and this client did not write a letter twice, which would make 3.
+        // The redelivered copy is acknowledged, and the Java client's letter comes next.
+        let stats = broker
+            .admin
+            .topic_stats(&retry_topic)
+            .await
+            .expect("the retry topic's stats");
+        assert_eq!(
+            stats.msg_in_counter, 2,
+            "our letter came again, and the retry topic has {} messages in (2: ours and the \
+             Java client's); the Java client printed {printed}; stats: {}",
+            stats.msg_in_counter, stats.json
+        );
+        eprintln!(
+            "the broker delivered our first letter again after the Java client acknowledged \
+             it (2 messages in: not written twice); acknowledging it"
+        );
+        consumer.ack(&message).await.expect("acknowledged");
+        message = receive(&consumer, "the Java client's retry letter").await;
+    }
     assert_eq!(message.topic(), retry_topic);
     assert_eq!(message.property(RECONSUME_TIMES), Some("2"));
     assert_eq!(message.property(REAL_TOPIC), Some(broker.topic.as_str()));
