@@ -28,10 +28,18 @@
 //!   println!("sent {}", receipt.message_id);
 //!   # Ok(()) }
 //!   ```
+//! - [`Transaction`]s: [`Producer::begin_transaction`], [`Producer::send_in`] (a half
+//!   message, invisible until the end), [`Transaction::commit`] or
+//!   [`Transaction::rollback`]; a [`TransactionChecker`] answers the broker's check of a
+//!   transaction left open (a producer that crashed before its end), which the proxy sends to
+//!   a producer that announced the topic. As in the Java client: one message per transaction
+//!   and a checker required.
 //! - [`PushConsumer`]: receives from every assigned queue, runs a [`MessageHandler`] with
 //!   bounded concurrency (FIFO messages in order), acknowledges through `ack-batcher` keyed by
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
-//!   `ChangeInvisibleDuration`. Batches flush at 1,024 entries, 5 s, or before their earliest
+//!   `ChangeInvisibleDuration`; while a handler runs longer than its message's
+//!   invisibility, renews it ([`PushConsumerBuilder::renewal`]) so that the message is not
+//!   delivered twice. Batches flush at 1,024 entries, 5 s, or before their earliest
 //!   receipt handle expires; [`AckSettings::follow_deadlines`] lets them wait longer (25 s,
 //!   say) for many quiet topics, trading more entries per request for more acks lost (and
 //!   messages redelivered) if the process crashes.
@@ -92,7 +100,10 @@ pub use consumer::{
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};
-pub use producer::{Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy};
+pub use producer::{
+    Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy, Transaction,
+    TransactionChecker, TransactionResolution,
+};
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,
     MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,

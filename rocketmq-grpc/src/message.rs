@@ -124,8 +124,18 @@ fn invisible_in_handle(handle: &str) -> Option<Duration> {
 }
 
 impl ReceivedMessage {
-    /// Reads a received `Message`; `None` (logged) when it lacks what an ack needs.
+    /// Reads a received `Message`; an error when it lacks what an ack needs.
     pub(crate) fn from_pb(message: pb::Message, endpoint: &Endpoint) -> Result<Self, Error> {
+        Self::decode(message, endpoint, true)
+    }
+
+    /// Reads the message of a transaction check (it has no receipt handle: it is not
+    /// acknowledged).
+    pub(crate) fn from_check(message: pb::Message, endpoint: &Endpoint) -> Result<Self, Error> {
+        Self::decode(message, endpoint, false)
+    }
+
+    fn decode(message: pb::Message, endpoint: &Endpoint, with_handle: bool) -> Result<Self, Error> {
         let received_at = Instant::now();
         let malformed = |what: &str| Error::Server {
             rpc: "ReceiveMessage",
@@ -135,10 +145,12 @@ impl ReceivedMessage {
         let system = message
             .system_properties
             .ok_or_else(|| malformed("system properties"))?;
-        let receipt_handle = system
-            .receipt_handle
-            .filter(|handle| !handle.is_empty())
-            .ok_or_else(|| malformed("receipt handle"))?;
+        let receipt_handle = system.receipt_handle.filter(|handle| !handle.is_empty());
+        let receipt_handle = match receipt_handle {
+            Some(handle) => handle,
+            None if !with_handle => String::new(),
+            None => return Err(malformed("receipt handle")),
+        };
         if system.message_id.is_empty() {
             return Err(malformed("message id"));
         }

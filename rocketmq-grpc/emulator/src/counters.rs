@@ -28,11 +28,13 @@ pub enum Rpc {
     NotifyClientTermination,
     /// `ChangeInvisibleDuration`.
     ChangeInvisibleDuration,
+    /// `EndTransaction`.
+    EndTransaction,
 }
 
 impl Rpc {
     /// Every RPC, in declaration order.
-    pub const ALL: [Rpc; 9] = [
+    pub const ALL: [Rpc; 10] = [
         Rpc::QueryRoute,
         Rpc::Heartbeat,
         Rpc::SendMessage,
@@ -42,6 +44,7 @@ impl Rpc {
         Rpc::Telemetry,
         Rpc::NotifyClientTermination,
         Rpc::ChangeInvisibleDuration,
+        Rpc::EndTransaction,
     ];
 
     /// The RPC's name as in the service definition.
@@ -56,6 +59,7 @@ impl Rpc {
             Rpc::Telemetry => "Telemetry",
             Rpc::NotifyClientTermination => "NotifyClientTermination",
             Rpc::ChangeInvisibleDuration => "ChangeInvisibleDuration",
+            Rpc::EndTransaction => "EndTransaction",
         }
     }
 
@@ -73,7 +77,7 @@ impl fmt::Display for Rpc {
 /// The live counters (atomics, plus one small lock for the histogram).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    calls: [AtomicU64; 9],
+    calls: [AtomicU64; Rpc::ALL.len()],
     ack_histogram: Mutex<BTreeMap<usize, u64>>,
     pub(crate) ack_entries: AtomicU64,
     pub(crate) messages_stored: AtomicU64,

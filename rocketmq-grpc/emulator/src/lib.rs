@@ -55,6 +55,12 @@
 //!   group's customized redelivery back-off and `long_polling_timeout` = the long-polling
 //!   maximum, 20 s (`grpcClientConsumerMaxLongPollingTimeoutMillis`: the proxy pushes that
 //!   value, not the 30 s of the Java client or the 40 s default of the official Rust client).
+//! - **Transactions.** A topic of [`TopicKind::Transaction`] takes only transactional
+//!   messages and holds each as a half message (the message id is its transaction id) until
+//!   `EndTransaction` commits it (stored, then delivered) or rolls it back (dropped); an
+//!   unknown transaction gets `INVALID_TRANSACTION_ID`. The broker's checks of transactions
+//!   left open (`RecoverOrphanedTransactionCommand` on the telemetry stream) are not
+//!   emulated: the real-proxy tests cover them.
 //! - **Receive.** An OK status frame then one frame per message, or a single
 //!   `MESSAGE_NOT_FOUND` after long polling. Long polling is clamped to 5–20 s (configurable)
 //!   and to the `grpc-timeout` deadline; `auto_renew` receives get the proxy's 60 s invisible

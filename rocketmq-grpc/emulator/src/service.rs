@@ -90,6 +90,8 @@ pub(crate) struct Shared {
     pub(crate) send_log: Mutex<std::collections::VecDeque<SendRecord>>,
     /// The address routes advertise; set once the listener is bound.
     pub(crate) advertised: OnceLock<SocketAddr>,
+    /// Half messages of open transactions: transaction id → (topic, message).
+    pub(crate) halves: Mutex<HashMap<String, (String, StoredMessage)>>,
 }
 
 /// The most `SendMessage` calls [`Emulator::send_log`](super::Emulator::send_log) keeps.
@@ -164,6 +166,7 @@ impl Shared {
             shutdown,
             send_log: Mutex::new(std::collections::VecDeque::new()),
             advertised: OnceLock::new(),
+            halves: Mutex::new(HashMap::new()),
         }
     }
 
@@ -408,6 +411,7 @@ with_status!(
     pb::AckMessageResponse,
     pb::NotifyClientTerminationResponse,
     pb::ChangeInvisibleDurationResponse,
+    pb::EndTransactionResponse,
 );
 
 fn unary<T: WithStatus>(r: Result<T, pb::Status>) -> Result<Response<T>, tonic::Status> {
@@ -645,6 +649,7 @@ impl Service {
         let expected = match topic.kind {
             TopicKind::Normal => "NORMAL",
             TopicKind::Fifo => "FIFO",
+            TopicKind::Transaction => "TRANSACTION",
         };
         if let Some(actual) = actual_types.iter().find(|a| **a != expected) {
             return Err(status(
@@ -655,6 +660,26 @@ impl Service {
             ));
         }
         let ids: Vec<String> = msgs.iter().map(|m| m.message_id.clone()).collect();
+        if topic.kind == TopicKind::Transaction {
+            // Held until EndTransaction; the proxy answers the message id as the
+            // transaction id.
+            let mut halves = s.halves.lock();
+            let mut entries = Vec::with_capacity(msgs.len());
+            for message in msgs {
+                let id = message.message_id.clone();
+                halves.insert(id.clone(), (topic_res.name.clone(), message));
+                entries.push(pb::SendResultEntry {
+                    status: Some(ok()),
+                    message_id: id.clone(),
+                    transaction_id: id,
+                    offset: 0,
+                });
+            }
+            return Ok(pb::SendMessageResponse {
+                status: Some(ok()),
+                entries,
+            });
+        }
         let stored = s.store(&topic, None, msgs);
         // The proxy hands the whole request to the broker as one (batch) message and converts
         // the one `SendResult` it gets back: one entry whose message id is the ids joined by
@@ -840,6 +865,7 @@ impl Service {
                 store_timestamp: Some(m.store_timestamp),
                 store_host: self.shared.advertised().to_string(),
                 delivery_timestamp: None,
+                orphaned_transaction_recovery_duration: None,
                 receipt_handle: Some(d.handle.clone()),
                 queue_id: i32::try_from(d.queue_id).unwrap_or(i32::MAX),
                 queue_offset: Some(i64::try_from(d.offset).unwrap_or(i64::MAX)),
@@ -1053,6 +1079,49 @@ impl Service {
             status: Some(ok()),
             receipt_handle,
         })
+    }
+
+    /// `EndTransaction`: commits (stores) or rolls back (drops) a half message.
+    fn end_transaction_inner(
+        &self,
+        req: &pb::EndTransactionRequest,
+    ) -> Result<pb::EndTransactionResponse, pb::Status> {
+        let s = &self.shared;
+        let topic_name = name(req.topic.as_ref());
+        validate::topic(topic_name).map_err(|m| status(Code::IllegalTopic, m))?;
+        let topic = topic_of(s, topic_name)?;
+        let resolution = pb::TransactionResolution::try_from(req.resolution)
+            .unwrap_or(pb::TransactionResolution::Unspecified);
+        if resolution == pb::TransactionResolution::Unspecified {
+            return Err(status(
+                Code::BadRequest,
+                "the transaction resolution is unspecified",
+            ));
+        }
+        let half = {
+            let mut halves = s.halves.lock();
+            match halves.get(&req.transaction_id) {
+                Some((held, message))
+                    if held == topic_name && message.message_id == req.message_id =>
+                {
+                    halves.remove(&req.transaction_id)
+                }
+                _ => None,
+            }
+        };
+        let Some((_, message)) = half else {
+            return Err(status(
+                Code::InvalidTransactionId,
+                format!(
+                    "no open transaction {} of message {} on topic {topic_name}",
+                    req.transaction_id, req.message_id
+                ),
+            ));
+        };
+        if resolution == pb::TransactionResolution::Commit {
+            s.store(&topic, None, vec![message]);
+        }
+        Ok(pb::EndTransactionResponse { status: Some(ok()) })
     }
 
     /// The reply to a client's telemetry command: settings echoed with server-side values.
@@ -1388,6 +1457,17 @@ impl MessagingService for Service {
         let (md, _, req) = request.into_parts();
         match self.admit(&md, Rpc::ChangeInvisibleDuration).await {
             Ok(ctx) => unary(self.change_invisible_inner(&ctx, &req)),
+            Err(r) => reject_unary(r),
+        }
+    }
+
+    async fn end_transaction(
+        &self,
+        request: Request<pb::EndTransactionRequest>,
+    ) -> Result<Response<pb::EndTransactionResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        match self.admit(&md, Rpc::EndTransaction).await {
+            Ok(_) => unary(self.end_transaction_inner(&req)),
             Err(r) => reject_unary(r),
         }
     }

@@ -20,6 +20,9 @@ pub enum TopicKind {
     Normal,
     /// FIFO messages only (every message has a message group).
     Fifo,
+    /// Transactional messages only: each is held as a half message until its
+    /// `EndTransaction` commits it (stored) or rolls it back (dropped).
+    Transaction,
 }
 
 impl TopicKind {
@@ -27,6 +30,7 @@ impl TopicKind {
         match self {
             TopicKind::Normal => rocketmq_grpc::pb::MessageType::Normal,
             TopicKind::Fifo => rocketmq_grpc::pb::MessageType::Fifo,
+            TopicKind::Transaction => rocketmq_grpc::pb::MessageType::Transaction,
         }
     }
 }

@@ -81,10 +81,11 @@ pub(super) fn take_settings(inner: &Inner, command: pb::TelemetryCommand) {
         let max_attempts = inner.max_attempts.lock().unwrap_or(announced.max_attempts);
         *policy = SendRetryPolicy::new(max_attempts, announced.backoff);
     }
-    inner.settled.notify_waiters();
+    // Counted before the waiters wake: `Producer::start` looks at the count when woken.
     inner
         .settings_answers
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    inner.settled.notify_waiters();
 }
 
 type Telemetry = (
@@ -147,6 +148,13 @@ async fn telemetry(inner: Arc<Inner>) {
                     }
                 }
                 command = inbound.message() => match command {
+                    Ok(Some(pb::TelemetryCommand {
+                        command: Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(check)),
+                        ..
+                    })) => {
+                        let endpoint = inner.session.config().endpoint().clone();
+                        tokio::spawn(super::transaction::recover(Arc::clone(&inner), endpoint, check));
+                    }
                     Ok(Some(command)) => {
                         take_settings(&inner, command);
                         if !answered {

@@ -4,6 +4,7 @@ mod control;
 mod policy;
 mod routes;
 mod state;
+mod transaction;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use policy::{Backoff, SendRetryPolicy};
+pub use transaction::{Transaction, TransactionChecker, TransactionResolution};
 
 use crate::message::new_message_id;
 use crate::pb::{self, MessageType};
@@ -24,6 +26,7 @@ use crate::session::DEFAULT_MAX_BODY;
 use crate::{Endpoint, Error, OutgoingMessage, Session};
 use routes::Routes;
 use state::Inner;
+use transaction::{CheckerSlot, Half, Stage};
 
 /// The default [`Producer::retry_window`]: 10 s.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
@@ -35,6 +38,14 @@ pub struct SendReceipt {
     pub message_id: String,
     /// The queue offset the message was stored at.
     pub offset: i64,
+}
+
+/// A sent message: its receipt, and for a transaction's half message its transaction id and
+/// the endpoint that took it (where it must be ended).
+struct Sent {
+    receipt: SendReceipt,
+    transaction_id: String,
+    endpoint: Endpoint,
 }
 
 /// Sends messages, routing each to a writable queue of its topic and retrying retryable
@@ -92,6 +103,7 @@ impl Producer {
                 deferred: AtomicUsize::new(0),
                 retries_deferred: AtomicU64::new(0),
                 attempts: AtomicU64::new(0),
+                checker: CheckerSlot::default(),
             }),
         }
     }
@@ -153,6 +165,118 @@ impl Producer {
     pub fn topic(self, topic: impl Into<String>) -> Self {
         self.inner.topics.lock().insert(topic.into());
         self
+    }
+
+    /// The checker that decides transactions left open (see [`TransactionChecker`]): the
+    /// broker checks a transaction not ended some seconds after its half message, and the
+    /// proxy asks a producer that announced the topic (this one, or the next one started
+    /// after a crash: announce the topics with [`topic`](Self::topic) and call
+    /// [`start`](Self::start) so that it is asked before it sends). Required by
+    /// [`begin_transaction`](Self::begin_transaction), as in the Java client.
+    pub fn transaction_checker(self, checker: impl TransactionChecker) -> Self {
+        *self.inner.checker.0.lock() = Some(Arc::new(checker));
+        self
+    }
+
+    /// Begins a transaction: send its one message with [`send_in`](Self::send_in), then
+    /// [`Transaction::commit`] or [`Transaction::rollback`].
+    ///
+    /// ```no_run
+    /// # async fn demo(session: std::sync::Arc<rocketmq_grpc::Session>) -> Result<(), rocketmq_grpc::Error> {
+    /// use rocketmq_grpc::{OutgoingMessage, Producer, ReceivedMessage, TransactionResolution};
+    ///
+    /// let producer = Producer::new(session)
+    ///     .topic("orders-tx")
+    ///     .transaction_checker(|_message: ReceivedMessage| async { TransactionResolution::Commit });
+    /// let transaction = producer.begin_transaction()?;
+    /// producer
+    ///     .send_in(&transaction, OutgoingMessage::new("orders-tx", "order 17 paid"))
+    ///     .await?;
+    /// // ... the local transaction (the order's row) ...
+    /// transaction.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] (naming `transaction_checker`) when the producer has no
+    /// checker.
+    pub fn begin_transaction(&self) -> Result<Transaction, Error> {
+        if self.inner.checker.0.lock().is_none() {
+            return Err(Error::invalid(
+                "transaction_checker",
+                "a transaction needs a checker for when it is left open: set one with \
+                 Producer::transaction_checker",
+            ));
+        }
+        Ok(Transaction {
+            producer: Arc::clone(&self.inner),
+            stage: Mutex::new(Stage::Open(None)),
+        })
+    }
+
+    /// Sends `message` as the half message of `transaction`: stored, but invisible to
+    /// consumers until the transaction commits. Retried as [`send`](Self::send) is.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming `transaction` when it is another producer's, already
+    /// ended, or already has its message (one per transaction, as in the Java client), and
+    /// naming `message` when the message has a message group (transactional messages are not
+    /// FIFO); otherwise as [`send`](Self::send).
+    pub async fn send_in(
+        &self,
+        transaction: &Transaction,
+        message: OutgoingMessage,
+    ) -> Result<SendReceipt, Error> {
+        if !Arc::ptr_eq(&transaction.producer, &self.inner) {
+            return Err(Error::invalid(
+                "transaction",
+                "the transaction was begun by another producer; send with that one",
+            ));
+        }
+        match &*transaction.stage.lock() {
+            Stage::Ended(how) => return Err(transaction::ended_error(how)),
+            Stage::Open(Some(half)) => {
+                return Err(Error::invalid(
+                    "transaction",
+                    format!(
+                        "the transaction already has its message ({}); one message per \
+                         transaction",
+                        half.message_id
+                    ),
+                ));
+            }
+            Stage::Open(None) => {}
+        }
+        if message.message_group.is_some() {
+            return Err(Error::invalid(
+                "message",
+                "a transactional message cannot have a message group (FIFO)",
+            ));
+        }
+        let topic = message.topic.clone();
+        let sent = self.send_as(message, true).await?;
+        let mut stage = transaction.stage.lock();
+        match &*stage {
+            Stage::Open(None) => {
+                *stage = Stage::Open(Some(Half {
+                    topic,
+                    message_id: sent.receipt.message_id.clone(),
+                    transaction_id: sent.transaction_id,
+                    endpoint: sent.endpoint,
+                }));
+                Ok(sent.receipt)
+            }
+            // Ended or sent by a concurrent call meanwhile: this half message stays open
+            // and the broker's check decides it.
+            _ => Err(Error::invalid(
+                "transaction",
+                format!(
+                    "the transaction ended or got another message while {} was sent; the \
+                     broker's check decides it",
+                    sent.receipt.message_id
+                ),
+            )),
+        }
     }
 
     /// The retry policy in force: the default until the proxy answered the settings, then
@@ -219,6 +343,11 @@ impl Producer {
     /// message type, …); [`Error::SendFailed`] with the attempts and the last error once
     /// retries are used up or a retry met a terminal error.
     pub async fn send(&self, message: OutgoingMessage) -> Result<SendReceipt, Error> {
+        self.send_as(message, false).await.map(|sent| sent.receipt)
+    }
+
+    /// Sends `message`, as a transaction's half message when `transactional`.
+    async fn send_as(&self, message: OutgoingMessage, transactional: bool) -> Result<Sent, Error> {
         let limit = *self.inner.max_body.lock();
         if message.body.len() > limit {
             return Err(Error::MessageTooLarge {
@@ -258,7 +387,7 @@ impl Producer {
                     let queue = &route[index];
                     inner.attempts.fetch_add(1, Ordering::Relaxed);
                     let outcome = self
-                        .send_once(&message, &message_id, queue, request_timeout)
+                        .send_once(&message, &message_id, queue, request_timeout, transactional)
                         .await;
                     if let Err(error) = &outcome {
                         if error.is_retryable() || routes::is_topic_not_found(error) {
@@ -273,11 +402,11 @@ impl Producer {
                 Err(error) => Err(error),
             };
             let error = match result {
-                Ok(receipt) => {
+                Ok(sent) => {
                     if inner.deferred.load(Ordering::Relaxed) > 0 {
                         inner.answered.notify_waiters();
                     }
-                    return Ok(receipt);
+                    return Ok(sent);
                 }
                 Err(error) => error,
             };
@@ -374,7 +503,8 @@ impl Producer {
         message_id: &str,
         queue: &pb::MessageQueue,
         timeout: Duration,
-    ) -> Result<SendReceipt, Error> {
+        transactional: bool,
+    ) -> Result<Sent, Error> {
         let session = &self.inner.session;
         let endpoint = queue
             .broker
@@ -382,7 +512,9 @@ impl Producer {
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
             .unwrap_or_else(|| session.config().endpoint().clone());
-        let message_type = if message.message_group.is_some() {
+        let message_type = if transactional {
+            MessageType::Transaction
+        } else if message.message_group.is_some() {
             MessageType::Fifo
         } else {
             MessageType::Normal
@@ -417,20 +549,28 @@ impl Producer {
         match entry {
             Some(entry) => {
                 Error::check("SendMessage", entry.status.as_ref())?;
-                Ok(SendReceipt {
-                    message_id: if entry.message_id.is_empty() {
-                        message_id.to_owned()
-                    } else {
-                        entry.message_id
+                Ok(Sent {
+                    receipt: SendReceipt {
+                        message_id: if entry.message_id.is_empty() {
+                            message_id.to_owned()
+                        } else {
+                            entry.message_id
+                        },
+                        offset: entry.offset,
                     },
-                    offset: entry.offset,
+                    transaction_id: entry.transaction_id,
+                    endpoint,
                 })
             }
             None => {
                 Error::check("SendMessage", response.status.as_ref())?;
-                Ok(SendReceipt {
-                    message_id: message_id.to_owned(),
-                    offset: -1,
+                Ok(Sent {
+                    receipt: SendReceipt {
+                        message_id: message_id.to_owned(),
+                        offset: -1,
+                    },
+                    transaction_id: String::new(),
+                    endpoint,
                 })
             }
         }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::policy::SendRetryPolicy;
 use super::routes::Routes;
+use super::transaction::CheckerSlot;
 use crate::Session;
 
 /// What the producer's handle and its tasks share.
@@ -45,4 +46,6 @@ pub(super) struct Inner {
     pub(super) retries_deferred: AtomicU64,
     /// `SendMessage` requests made, retries included, for [`Producer::send_attempts`].
     pub(super) attempts: AtomicU64,
+    /// Decides transactions left open, when the proxy asks.
+    pub(super) checker: CheckerSlot,
 }

@@ -9,3 +9,4 @@ mod recovery;
 mod renewal;
 mod results;
 mod support;
+mod transactions;

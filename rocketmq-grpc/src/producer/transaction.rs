@@ -1,0 +1,245 @@
+//! Transactional messages: a [`Transaction`] holds a half message (stored by the broker but
+//! invisible to consumers) until it is committed or rolled back with `EndTransaction`; a
+//! [`TransactionChecker`] answers the broker's check of a transaction left open (the producer
+//! crashed before ending it), which the proxy forwards on the telemetry stream as a
+//! `RecoverOrphanedTransactionCommand` to a producer that announced the topic.
+//!
+//! As in the official Java 5 client: one message per transaction, a checker required before
+//! a transaction begins, `EndTransaction` sent to the endpoint that took the half message with
+//! source `SOURCE_CLIENT` (or `SOURCE_SERVER_CHECK` when answering a check).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::state::Inner;
+use crate::pb;
+use crate::{Endpoint, Error, ReceivedMessage};
+
+/// What a transaction's message becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransactionResolution {
+    /// Deliver the message to consumers.
+    Commit,
+    /// Discard the message.
+    Rollback,
+    /// Not known yet: the broker asks again later (and gives up after its check limit, 15
+    /// checks by default, discarding the message).
+    Unknown,
+}
+
+/// Answers the broker's check of a transaction that was left open: did the local transaction
+/// the message belongs to commit? Called with the half message as the broker stored it.
+///
+/// Implement it, or pass a closure taking the message and returning a future of the
+/// [`TransactionResolution`]:
+///
+/// ```
+/// use rocketmq_grpc::{ReceivedMessage, TransactionResolution};
+/// let checker = |message: ReceivedMessage| async move {
+///     // Look the order up in the database by the message's key, say.
+///     if message.keys.is_empty() {
+///         TransactionResolution::Rollback
+///     } else {
+///         TransactionResolution::Commit
+///     }
+/// };
+/// # fn takes(_: impl rocketmq_grpc::TransactionChecker) {}
+/// # takes(checker);
+/// ```
+#[async_trait::async_trait]
+pub trait TransactionChecker: Send + Sync + 'static {
+    /// Decides the open transaction of `message`.
+    async fn check(&self, message: ReceivedMessage) -> TransactionResolution;
+}
+
+#[async_trait::async_trait]
+impl<F, Fut> TransactionChecker for F
+where
+    F: Fn(ReceivedMessage) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = TransactionResolution> + Send + 'static,
+{
+    async fn check(&self, message: ReceivedMessage) -> TransactionResolution {
+        self(message).await
+    }
+}
+
+/// The producer's checker, if any.
+#[derive(Default)]
+pub(super) struct CheckerSlot(pub(super) Mutex<Option<Arc<dyn TransactionChecker>>>);
+
+impl std::fmt::Debug for CheckerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().is_some();
+        f.debug_tuple("CheckerSlot").field(&set).finish()
+    }
+}
+
+/// The half message a transaction sent.
+#[derive(Debug, Clone)]
+pub(super) struct Half {
+    pub(super) topic: String,
+    pub(super) message_id: String,
+    pub(super) transaction_id: String,
+    pub(super) endpoint: Endpoint,
+}
+
+/// Where a transaction stands.
+#[derive(Debug)]
+pub(super) enum Stage {
+    /// Begun; the half message once sent.
+    Open(Option<Half>),
+    /// Committed or rolled back (the word says which).
+    Ended(&'static str),
+}
+
+/// A transaction of a [`Producer`](super::Producer), from
+/// [`Producer::begin_transaction`](super::Producer::begin_transaction).
+///
+/// Send its message with [`Producer::send_in`](super::Producer::send_in), do the local work,
+/// then [`commit`](Self::commit) or [`rollback`](Self::rollback). A transaction neither
+/// committed nor rolled back (the process crashed, or the transaction was dropped) is
+/// decided later by the broker's check, answered by the producer's [`TransactionChecker`]
+/// (of this process, or of the next producer of the topic).
+#[derive(Debug)]
+pub struct Transaction {
+    pub(super) producer: Arc<Inner>,
+    pub(super) stage: Mutex<Stage>,
+}
+
+impl Transaction {
+    /// Commits: the message becomes visible to consumers. A transaction without a message
+    /// commits nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] (naming `transaction`) when the transaction already ended;
+    /// the proxy's refusal or a transport error otherwise: a retryable one
+    /// ([`Error::is_retryable`]) may be retried with `commit` again, and the broker's check
+    /// decides the transaction if it is never ended.
+    pub async fn commit(&self) -> Result<(), Error> {
+        self.end(pb::TransactionResolution::Commit, "committed")
+            .await
+    }
+
+    /// Rolls back: the message is discarded. A transaction without a message rolls back
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub async fn rollback(&self) -> Result<(), Error> {
+        self.end(pb::TransactionResolution::Rollback, "rolled back")
+            .await
+    }
+
+    async fn end(
+        &self,
+        resolution: pb::TransactionResolution,
+        ended: &'static str,
+    ) -> Result<(), Error> {
+        let half = match &*self.stage.lock() {
+            Stage::Ended(how) => return Err(ended_error(how)),
+            Stage::Open(half) => half.clone(),
+        };
+        if let Some(half) = half {
+            end_transaction(
+                &self.producer,
+                &half,
+                resolution,
+                pb::TransactionSource::SourceClient,
+            )
+            .await?;
+        }
+        *self.stage.lock() = Stage::Ended(ended);
+        Ok(())
+    }
+}
+
+/// The error for a transaction used after it `how` (committed, rolled back).
+pub(super) fn ended_error(how: &str) -> Error {
+    Error::invalid(
+        "transaction",
+        format!("the transaction was already {how}; begin a new one"),
+    )
+}
+
+/// Sends `EndTransaction` for `half` to the endpoint that took it.
+pub(super) async fn end_transaction(
+    inner: &Inner,
+    half: &Half,
+    resolution: pb::TransactionResolution,
+    source: pb::TransactionSource,
+) -> Result<(), Error> {
+    let session = &inner.session;
+    let request = pb::EndTransactionRequest {
+        topic: Some(session.resource(&half.topic)),
+        message_id: half.message_id.clone(),
+        transaction_id: half.transaction_id.clone(),
+        resolution: resolution as i32,
+        source: source as i32,
+        trace_context: String::new(),
+    };
+    let timeout = session.config().request_timeout;
+    let mut client = session.client(&half.endpoint)?;
+    let response = client
+        .end_transaction(session.request(request, timeout))
+        .await
+        .map_err(|status| Error::rpc("EndTransaction", status))?
+        .into_inner();
+    Error::check("EndTransaction", response.status.as_ref())
+}
+
+/// Answers a `RecoverOrphanedTransactionCommand` from the proxy at `endpoint`: asks the
+/// checker, then ends the transaction with source `SOURCE_SERVER_CHECK`, unless the answer is
+/// [`TransactionResolution::Unknown`] (the broker asks again later) or the producer has no
+/// checker (logged: the broker asks again, perhaps another producer of the topic).
+pub(super) async fn recover(
+    inner: Arc<Inner>,
+    endpoint: Endpoint,
+    command: pb::RecoverOrphanedTransactionCommand,
+) {
+    let Some(checker) = inner.checker.0.lock().clone() else {
+        tracing::warn!(
+            transaction_id = %command.transaction_id,
+            "the proxy asked about an open transaction, but this producer has no transaction checker"
+        );
+        return;
+    };
+    let Some(message) = command.message else {
+        tracing::warn!(transaction_id = %command.transaction_id, "an orphaned-transaction check without its message");
+        return;
+    };
+    let topic = message
+        .topic
+        .as_ref()
+        .map(|topic| topic.name.clone())
+        .unwrap_or_default();
+    let message = match ReceivedMessage::from_check(message, &endpoint) {
+        Ok(message) => message,
+        Err(error) => {
+            tracing::warn!(transaction_id = %command.transaction_id, %error, "an orphaned-transaction check with a malformed message");
+            return;
+        }
+    };
+    let half = Half {
+        topic,
+        message_id: message.message_id.clone(),
+        transaction_id: command.transaction_id,
+        endpoint,
+    };
+    let resolution = match checker.check(message).await {
+        TransactionResolution::Commit => pb::TransactionResolution::Commit,
+        TransactionResolution::Rollback => pb::TransactionResolution::Rollback,
+        TransactionResolution::Unknown => return,
+    };
+    if let Err(error) = end_transaction(
+        &inner,
+        &half,
+        resolution,
+        pb::TransactionSource::SourceServerCheck,
+    )
+    .await
+    {
+        tracing::warn!(message_id = %half.message_id, %error, "ending a checked transaction failed; the broker asks again");
+    }
+}
