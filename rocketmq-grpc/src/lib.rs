@@ -39,7 +39,9 @@
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
 //!   `ChangeInvisibleDuration`; while a handler runs longer than its message's
 //!   invisibility, renews it ([`PushConsumerBuilder::renewal`]) so that the message is not
-//!   delivered twice. Batches flush at 1,024 entries, 5 s, or before their earliest
+//!   delivered twice. A failed FIFO message is retried in place at the proxy's retry policy
+//!   delays (its queue waits, so the order holds) and forwarded to the dead-letter queue
+//!   after the policy's attempts, as the Java client does. Batches flush at 1,024 entries, 5 s, or before their earliest
 //!   receipt handle expires; [`AckSettings::follow_deadlines`] lets them wait longer (25 s,
 //!   say) for many quiet topics, trading more entries per request for more acks lost (and
 //!   messages redelivered) if the process crashes.

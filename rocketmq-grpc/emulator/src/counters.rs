@@ -30,11 +30,13 @@ pub enum Rpc {
     ChangeInvisibleDuration,
     /// `EndTransaction`.
     EndTransaction,
+    /// `ForwardMessageToDeadLetterQueue`.
+    ForwardMessageToDeadLetterQueue,
 }
 
 impl Rpc {
     /// Every RPC, in declaration order.
-    pub const ALL: [Rpc; 10] = [
+    pub const ALL: [Rpc; 11] = [
         Rpc::QueryRoute,
         Rpc::Heartbeat,
         Rpc::SendMessage,
@@ -45,6 +47,7 @@ impl Rpc {
         Rpc::NotifyClientTermination,
         Rpc::ChangeInvisibleDuration,
         Rpc::EndTransaction,
+        Rpc::ForwardMessageToDeadLetterQueue,
     ];
 
     /// The RPC's name as in the service definition.
@@ -60,6 +63,7 @@ impl Rpc {
             Rpc::NotifyClientTermination => "NotifyClientTermination",
             Rpc::ChangeInvisibleDuration => "ChangeInvisibleDuration",
             Rpc::EndTransaction => "EndTransaction",
+            Rpc::ForwardMessageToDeadLetterQueue => "ForwardMessageToDeadLetterQueue",
         }
     }
 

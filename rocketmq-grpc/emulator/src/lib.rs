@@ -61,6 +61,8 @@
 //!   unknown transaction gets `INVALID_TRANSACTION_ID`. The broker's checks of transactions
 //!   left open (`RecoverOrphanedTransactionCommand` on the telemetry stream) are not
 //!   emulated: the real-proxy tests cover them.
+//! - **Dead letters.** `ForwardMessageToDeadLetterQueue` acknowledges the message for the
+//!   group and stores a copy in `%DLQ%<group>` (created on first use, one queue).
 //! - **Receive.** An OK status frame then one frame per message, or a single
 //!   `MESSAGE_NOT_FOUND` after long polling. Long polling is clamped to 5–20 s (configurable)
 //!   and to the `grpc-timeout` deadline; `auto_renew` receives get the proxy's 60 s invisible

@@ -412,6 +412,7 @@ with_status!(
     pb::NotifyClientTerminationResponse,
     pb::ChangeInvisibleDurationResponse,
     pb::EndTransactionResponse,
+    pb::ForwardMessageToDeadLetterQueueResponse,
 );
 
 fn unary<T: WithStatus>(r: Result<T, pb::Status>) -> Result<Response<T>, tonic::Status> {
@@ -1081,6 +1082,72 @@ impl Service {
         })
     }
 
+    /// `ForwardMessageToDeadLetterQueue`: acknowledges the message for the group and stores
+    /// a copy in the group's dead-letter topic `%DLQ%<group>` (created on first use, one
+    /// queue), as the broker does when a client forwards it.
+    fn forward_inner(
+        &self,
+        ctx: &Ctx,
+        req: &pb::ForwardMessageToDeadLetterQueueRequest,
+    ) -> Result<pb::ForwardMessageToDeadLetterQueueResponse, pb::Status> {
+        let s = &self.shared;
+        let cfg = &s.config;
+        let group = name(req.group.as_ref());
+        let topic_name = name(req.topic.as_ref());
+        let topic = topic_of(s, topic_name)?;
+        group_of(s, group)?;
+        let handle = ReceiptHandle::decode(&req.receipt_handle).map_err(|m| {
+            inc(&s.counters.malformed_handles);
+            status(Code::InternalServerError, m)
+        })?;
+        let now_ms = s.clock.now_ms();
+        let message = {
+            let mut inner = topic.inner.lock();
+            inner.reap_group(group, now_ms, &s.counters);
+            match inner.evaluate(
+                group,
+                &handle,
+                &req.message_id,
+                &ctx.client_id,
+                &cfg.broker_name,
+                now_ms,
+            ) {
+                Verdict::Expired => return Err(expired_status(s)),
+                Verdict::Invalid(m) => {
+                    inc(&s.counters.invalid_handles);
+                    return Err(status(Code::InvalidReceiptHandle, m));
+                }
+                Verdict::Error(m) => return Err(status(Code::InternalServerError, m)),
+                Verdict::Target { queue, offset } => {
+                    let message = inner
+                        .queues
+                        .get(queue)
+                        .and_then(|q| q.log.get(usize::try_from(offset).ok()?))
+                        .map(|m| StoredMessage::clone(m));
+                    match inner.apply_ack(group, queue, offset, &s.counters) {
+                        AckApplied::Acked { .. } | AckApplied::Duplicate => message,
+                        AckApplied::Expired => return Err(expired_status(s)),
+                    }
+                }
+            }
+        };
+        topic.notify.notify_waiters();
+        if let Some(mut message) = message {
+            message.message_group = None;
+            let dlq_name = format!("%DLQ%{group}");
+            let dlq = {
+                let mut topics = s.topics.write();
+                Arc::clone(
+                    topics
+                        .entry(dlq_name)
+                        .or_insert_with(|| Arc::new(Topic::new(TopicKind::Normal, 1))),
+                )
+            };
+            s.store(&dlq, Some(0), vec![message]);
+        }
+        Ok(pb::ForwardMessageToDeadLetterQueueResponse { status: Some(ok()) })
+    }
+
     /// `EndTransaction`: commits (stores) or rolls back (drops) a half message.
     fn end_transaction_inner(
         &self,
@@ -1457,6 +1524,17 @@ impl MessagingService for Service {
         let (md, _, req) = request.into_parts();
         match self.admit(&md, Rpc::ChangeInvisibleDuration).await {
             Ok(ctx) => unary(self.change_invisible_inner(&ctx, &req)),
+            Err(r) => reject_unary(r),
+        }
+    }
+
+    async fn forward_message_to_dead_letter_queue(
+        &self,
+        request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
+    ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        match self.admit(&md, Rpc::ForwardMessageToDeadLetterQueue).await {
+            Ok(ctx) => unary(self.forward_inner(&ctx, &req)),
             Err(r) => reject_unary(r),
         }
     }

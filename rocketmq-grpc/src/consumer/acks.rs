@@ -71,12 +71,7 @@ impl Inner {
 
     /// Sets the invisibility of `message`, whose current receipt handle is `receipt_handle`
     /// (invisible until `expires`), to `duration` from now with `ChangeInvisibleDuration`
-    /// and returns the new receipt handle, retrying retryable failures with exponential
-    /// backoff and jitter (from
-    /// [`AckSettings::retry_backoff`](super::AckSettings::retry_backoff) to
-    /// [`AckSettings::max_retry_backoff`](super::AckSettings::max_retry_backoff)) while the
-    /// handle is still valid. A stopped consumer gives up (the message is left to its
-    /// invisibility).
+    /// and returns the new receipt handle, retried as [`Self::retrying`] does.
     pub(super) async fn change_invisibility(
         &self,
         message: &ReceivedMessage,
@@ -92,31 +87,80 @@ impl Inner {
             message_id: message.message_id.clone(),
         };
         let timeout = self.session.config().request_timeout;
+        self.retrying(message, expires, || async {
+            let mut client = self.session.client(&message.endpoint)?;
+            let response = client
+                .change_invisible_duration(self.session.request(request.clone(), timeout))
+                .await
+                .map_err(|status| Error::rpc("ChangeInvisibleDuration", status))?
+                .into_inner();
+            Error::check("ChangeInvisibleDuration", response.status.as_ref())?;
+            Ok(response.receipt_handle)
+        })
+        .await
+    }
+
+    /// Sends `message` (its latest receipt handle) to the group's dead-letter queue with
+    /// `ForwardMessageToDeadLetterQueue`, as the Java client does for a FIFO message whose
+    /// attempts are used up, retried as [`Self::retrying`] does.
+    pub(super) async fn forward_to_dead_letters(
+        &self,
+        message: &ReceivedMessage,
+        max_attempts: i32,
+    ) -> Result<(), Error> {
+        let request = pb::ForwardMessageToDeadLetterQueueRequest {
+            group: Some(self.session.resource(&self.group)),
+            topic: Some(self.session.resource(&message.topic)),
+            receipt_handle: message.receipt_handle.clone(),
+            message_id: message.message_id.clone(),
+            delivery_attempt: message.delivery_attempt,
+            max_delivery_attempts: max_attempts,
+        };
+        let timeout = self.session.config().request_timeout;
+        self.retrying(message, message.invisible_until, || async {
+            let mut client = self.session.client(&message.endpoint)?;
+            let response = client
+                .forward_message_to_dead_letter_queue(
+                    self.session.request(request.clone(), timeout),
+                )
+                .await
+                .map_err(|status| Error::rpc("ForwardMessageToDeadLetterQueue", status))?
+                .into_inner();
+            Error::check("ForwardMessageToDeadLetterQueue", response.status.as_ref())
+        })
+        .await
+    }
+
+    /// Runs `call` about `message` until it succeeds, retrying retryable failures with
+    /// exponential backoff and jitter (from
+    /// [`AckSettings::retry_backoff`](super::AckSettings::retry_backoff) to
+    /// [`AckSettings::max_retry_backoff`](super::AckSettings::max_retry_backoff)) while the
+    /// receipt handle is valid (until `expires`). A stopped consumer gives up (the message
+    /// is left to its invisibility).
+    async fn retrying<T, F, Fut>(
+        &self,
+        message: &ReceivedMessage,
+        expires: tokio::time::Instant,
+        mut call: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let mut backoff = Backoff::new(
             self.ack_settings.retry_backoff,
             self.ack_settings.max_retry_backoff,
         );
         loop {
-            let result = async {
-                let mut client = self.session.client(&message.endpoint)?;
-                let response = client
-                    .change_invisible_duration(self.session.request(request.clone(), timeout))
-                    .await
-                    .map_err(|status| Error::rpc("ChangeInvisibleDuration", status))?
-                    .into_inner();
-                Error::check("ChangeInvisibleDuration", response.status.as_ref())?;
-                Ok::<_, Error>(response.receipt_handle)
-            }
-            .await;
-            let error = match result {
-                Ok(handle) => return Ok(handle),
+            let error = match call().await {
+                Ok(value) => return Ok(value),
                 Err(error) => error,
             };
             let wait = backoff.next_delay();
             if !error.is_retryable() || tokio::time::Instant::now() + wait >= expires {
                 return Err(error);
             }
-            tracing::debug!(message_id = %message.message_id, %error, ?wait, "ChangeInvisibleDuration failed; retrying");
+            tracing::debug!(message_id = %message.message_id, %error, ?wait, "retrying");
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = self.stop.cancelled() => return Err(error),
@@ -128,7 +172,7 @@ impl Inner {
 /// The redelivery delay for a failed delivery attempt: from the server's backoff policy
 /// (announced on the telemetry stream) when it sent one, else exponential from 1 s, capped at
 /// 60 s.
-fn nack_delay(policy: Option<&pb::RetryPolicy>, delivery_attempt: i32) -> Duration {
+pub(super) fn nack_delay(policy: Option<&pb::RetryPolicy>, delivery_attempt: i32) -> Duration {
     let attempt = u32::try_from(delivery_attempt.max(1)).unwrap_or(1);
     policy
         .and_then(SendRetryPolicy::from_pb)

@@ -13,6 +13,7 @@ pub(super) struct Counters {
     pub(super) ack_abandoned: AtomicU64,
     pub(super) nacked: AtomicU64,
     pub(super) renewed: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
 }
 
 impl Counters {

@@ -41,8 +41,11 @@ pub struct ConsumerStats {
     pub received: u64,
     /// Messages the handler processed successfully.
     pub consumed: u64,
-    /// Messages the handler failed.
+    /// Handler failures (a FIFO message retried here counts once per failed attempt).
     pub failed: u64,
+    /// FIFO messages forwarded to the dead-letter queue after failing every attempt of the
+    /// retry policy.
+    pub dead_lettered: u64,
     /// Invisibility renewals of messages whose handler was still running (see
     /// [`PushConsumerBuilder::renewal`]).
     pub renewed: u64,
@@ -293,6 +296,18 @@ impl PushConsumer {
         }
     }
 
+    /// The redelivery policy the proxy announced for the group (its attempts and the delay
+    /// after each failed one), once the consumer's settings were answered. A FIFO message is
+    /// retried here at these delays and goes to the dead-letter queue after the attempts; a
+    /// normal one is made visible again after the delay (see [`ConsumeResult::Failure`]).
+    pub fn retry_policy(&self) -> Option<crate::SendRetryPolicy> {
+        self.inner
+            .backoff
+            .lock()
+            .as_ref()
+            .and_then(crate::SendRetryPolicy::from_pb)
+    }
+
     /// The counters.
     pub fn stats(&self) -> ConsumerStats {
         let c = &self.inner.counters;
@@ -306,6 +321,7 @@ impl PushConsumer {
             ack_abandoned: get(&c.ack_abandoned),
             nacked: get(&c.nacked),
             renewed: get(&c.renewed),
+            dead_lettered: get(&c.dead_lettered),
             acks: self.inner.acks.stats(),
         }
     }

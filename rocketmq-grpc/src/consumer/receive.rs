@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use super::acks::nack_delay;
 use super::counters::Counters;
 use super::handler::ConsumeResult;
 use super::registration::registration_lost;
@@ -172,31 +173,98 @@ async fn receive(
     Ok(messages)
 }
 
-/// Runs the handler, renewing the message's invisibility while it runs, then acks or nacks
-/// with the latest receipt handle.
+/// What became of a message after its handler (and, for a FIFO message, its local retries).
+enum Outcome {
+    /// Handled: acknowledge it.
+    Success,
+    /// Failed: make it visible again after the retry policy's delay.
+    Failure,
+    /// A FIFO message that failed every attempt the policy allows (this many): forward it to
+    /// the dead-letter queue.
+    DeadLetter(i32),
+}
+
+/// Runs the handler, renewing the message's invisibility while it runs, then acks, nacks or
+/// dead-letters with the latest receipt handle.
 async fn consume(inner: &Inner, mut message: ReceivedMessage) {
     let renewed = {
-        let handling = inner.handler.handle(&message);
-        let renewal = renew_while(inner, &message, handling);
-        renewal.await
+        let fifo = message.is_fifo();
+        let message = &message;
+        let handling = async move {
+            if fifo {
+                handle_fifo(inner, message).await
+            } else {
+                match inner.handler.handle(message).await {
+                    ConsumeResult::Success => Outcome::Success,
+                    ConsumeResult::Failure => {
+                        Counters::add(&inner.counters.failed, 1);
+                        Outcome::Failure
+                    }
+                }
+            }
+        };
+        renew_while(inner, message, handling).await
     };
-    let (result, latest) = renewed;
+    let (outcome, latest) = renewed;
     if let Some(latest) = latest {
         // Still received when it was: a renewed message is late, and acked at once.
         message.receipt_handle = latest.receipt_handle;
         message.invisible_until = latest.invisible_until;
     }
-    match result {
-        ConsumeResult::Success => {
+    match outcome {
+        Outcome::Success => {
             Counters::add(&inner.counters.consumed, 1);
             inner.ack(message).await;
         }
-        ConsumeResult::Failure => {
-            Counters::add(&inner.counters.failed, 1);
-            inner.nack(&message).await;
+        Outcome::Failure => inner.nack(&message).await,
+        Outcome::DeadLetter(max_attempts) => {
+            match inner.forward_to_dead_letters(&message, max_attempts).await {
+                Ok(()) => Counters::add(&inner.counters.dead_lettered, 1),
+                Err(error) => {
+                    tracing::warn!(message_id = %message.message_id, %error, "forwarding a message to the dead-letter queue failed; the proxy delivers it again after its invisibility");
+                }
+            }
         }
     }
 }
+
+/// A FIFO message, as the Java client handles one: a failure is retried here, after the
+/// retry policy's delay for its attempt, while the rest of its queue waits (so the order
+/// holds), until the policy's attempts are used up; then it goes to the dead-letter queue.
+/// The handler sees each attempt's number in `delivery_attempt`.
+async fn handle_fifo(inner: &Inner, message: &ReceivedMessage) -> Outcome {
+    let mut attempt = message.clone();
+    loop {
+        if inner.handler.handle(&attempt).await == ConsumeResult::Success {
+            return Outcome::Success;
+        }
+        Counters::add(&inner.counters.failed, 1);
+        let (max_attempts, delay) = {
+            let policy = inner.backoff.lock();
+            let max_attempts = policy
+                .as_ref()
+                .map_or(DEFAULT_MAX_ATTEMPTS, |policy| policy.max_attempts)
+                .max(1);
+            (
+                max_attempts,
+                nack_delay(policy.as_ref(), attempt.delivery_attempt),
+            )
+        };
+        if attempt.delivery_attempt >= max_attempts {
+            return Outcome::DeadLetter(max_attempts);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            // Stopping: the message is left to its invisibility.
+            () = inner.stop.cancelled() => return Outcome::Failure,
+        }
+        attempt.delivery_attempt += 1;
+    }
+}
+
+/// The attempts of a FIFO message when the proxy announced no retry policy: the broker's
+/// default for a group (16 retries) plus the first delivery.
+const DEFAULT_MAX_ATTEMPTS: i32 = 17;
 
 /// A receipt handle obtained by renewing a message's invisibility.
 struct Renewed {
@@ -213,8 +281,8 @@ struct Renewed {
 async fn renew_while(
     inner: &Inner,
     message: &ReceivedMessage,
-    handling: impl Future<Output = ConsumeResult>,
-) -> (ConsumeResult, Option<Renewed>) {
+    handling: impl Future<Output = Outcome>,
+) -> (Outcome, Option<Renewed>) {
     let mut handling = std::pin::pin!(handling);
     if inner.renewal.is_zero() {
         return (handling.await, None);

@@ -1,5 +1,6 @@
 //! [`Producer`]: sends normal and FIFO messages, retrying retryable failures.
 
+mod checker;
 mod control;
 mod policy;
 mod routes;
@@ -17,16 +18,18 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use checker::{TransactionChecker, TransactionResolution};
 pub use policy::{Backoff, SendRetryPolicy};
-pub use transaction::{Transaction, TransactionChecker, TransactionResolution};
+pub use transaction::Transaction;
 
 use crate::message::new_message_id;
 use crate::pb::{self, MessageType};
 use crate::session::DEFAULT_MAX_BODY;
 use crate::{Endpoint, Error, OutgoingMessage, Session};
+use checker::CheckerSlot;
 use routes::Routes;
 use state::Inner;
-use transaction::{CheckerSlot, Half, Stage};
+use transaction::{Half, Stage};
 
 /// The default [`Producer::retry_window`]: 10 s.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);

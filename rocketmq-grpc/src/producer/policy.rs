@@ -139,9 +139,9 @@ impl SendRetryPolicy {
     }
 
     /// The policy's own delay after failed attempt `attempt` (1-based), capped at its maximum;
-    /// also the consumer's redelivery delay for a delivery attempt, from the policy the proxy
-    /// announces to consumers.
-    pub(crate) fn backoff_delay(&self, attempt: u32) -> Duration {
+    /// also the consumer's redelivery delay after a delivery attempt, from the policy the
+    /// proxy announces to consumers ([`PushConsumer::retry_policy`](crate::PushConsumer::retry_policy)).
+    pub fn backoff_delay(&self, attempt: u32) -> Duration {
         self.grown(attempt, Duration::ZERO)
     }
 

@@ -10,9 +10,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::checker::CheckerSlot;
 use super::policy::SendRetryPolicy;
 use super::routes::Routes;
-use super::transaction::CheckerSlot;
 use crate::Session;
 
 /// What the producer's handle and its tasks share.

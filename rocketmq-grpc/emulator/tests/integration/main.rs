@@ -3,6 +3,7 @@
 mod ack_delay;
 mod bad_input;
 mod batching;
+mod dead_letters;
 mod faults;
 mod producer;
 mod recovery;
