@@ -1,6 +1,6 @@
 //! Transactional messages: a [`Transaction`] holds a half message (stored by the broker but
 //! invisible to consumers) until it is committed or rolled back with `EndTransaction`; a
-//! [`TransactionChecker`] answers the broker's check of a transaction left open (the producer
+//! [`TransactionChecker`](super::TransactionChecker) answers the broker's check of a transaction left open (the producer
 //! crashed before ending it), which the proxy forwards on the telemetry stream as a
 //! `RecoverOrphanedTransactionCommand` to a producer that announced the topic.
 //!
@@ -41,7 +41,7 @@ pub(super) enum Stage {
 /// Send its message with [`Producer::send_in`](super::Producer::send_in), do the local work,
 /// then [`commit`](Self::commit) or [`rollback`](Self::rollback). A transaction neither
 /// committed nor rolled back (the process crashed, or the transaction was dropped) is
-/// decided later by the broker's check, answered by the producer's [`TransactionChecker`]
+/// decided later by the broker's check, answered by the producer's [`TransactionChecker`](super::TransactionChecker)
 /// (of this process, or of the next producer of the topic).
 #[derive(Debug)]
 pub struct Transaction {
