@@ -10,6 +10,7 @@ mod handler;
 mod receive;
 mod registration;
 mod state;
+mod telemetry;
 mod unacked;
 
 use std::sync::Arc;
