@@ -87,8 +87,10 @@ pub mod wire;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 pub use consumer::{
-    AckObserver, AckSettings, ConsumeResult, ConsumerStats, MessageHandler, PushConsumer,
-    PushConsumerBuilder, ShutdownReport,
+    AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION,
+    MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION, MessageHandler,
+    PushConsumer, PushConsumerBuilder, ShutdownReport, SimpleCloseReport, SimpleConsumer,
+    SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};

@@ -35,13 +35,13 @@ const CONTROL_BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Durat
 pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
     let stream = telemetry::open(inner.as_ref())
         .await
-        .map_err(|error| unreachable_if_down(inner, error))?;
+        .map_err(|error| telemetry::unreachable_if_down(&inner.session, error))?;
     heartbeat(inner).await?;
     inner.registration.state.send_replace(Some(1));
     for subscription in &inner.subscriptions {
         let assignments = query_assignment(inner, &subscription.topic)
             .await
-            .map_err(|error| unreachable_if_down(inner, error))?;
+            .map_err(|error| telemetry::unreachable_if_down(&inner.session, error))?;
         apply_assignments(inner, &subscription.topic, assignments);
     }
     let tasks = &inner.tasks;
@@ -221,19 +221,6 @@ fn settings(inner: &Inner) -> pb::TelemetryCommand {
         Some(inner.receive_batch_size),
         Some(*inner.long_polling.lock()),
     )
-}
-
-/// A connection failure at start-up is reported as an unreachable endpoint.
-fn unreachable_if_down(inner: &Inner, error: Error) -> Error {
-    match error {
-        Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
-            Error::Unreachable {
-                endpoint: inner.session.config().endpoint().to_string(),
-                reason: source.message().to_owned(),
-            }
-        }
-        other => other,
-    }
 }
 
 impl Announcer for Inner {

@@ -12,6 +12,8 @@ pub(super) struct Counters {
     pub(super) ack_failed: AtomicU64,
     pub(super) ack_abandoned: AtomicU64,
     pub(super) nacked: AtomicU64,
+    /// Successful `ChangeInvisibleDuration` calls of a simple consumer.
+    pub(super) invisible_changed: AtomicU64,
 }
 
 impl Counters {

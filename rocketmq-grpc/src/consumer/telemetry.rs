@@ -73,6 +73,19 @@ pub(super) fn settings_command(
     }
 }
 
+/// A connection failure at start-up is reported as an unreachable endpoint.
+pub(super) fn unreachable_if_down(session: &Session, error: Error) -> Error {
+    match error {
+        Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
+            Error::Unreachable {
+                endpoint: session.config().endpoint().to_string(),
+                reason: source.message().to_owned(),
+            }
+        }
+        other => other,
+    }
+}
+
 /// An open telemetry stream: the sender keeps it open, the receiver reads the server's commands.
 pub(super) type Telemetry = (
     tokio::sync::mpsc::Sender<pb::TelemetryCommand>,

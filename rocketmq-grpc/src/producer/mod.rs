@@ -2,7 +2,7 @@
 
 mod control;
 mod policy;
-mod routes;
+pub(crate) mod routes;
 mod state;
 
 use std::collections::{BTreeSet, HashSet};
