@@ -13,11 +13,9 @@ impl Inner {
     /// batching is off). FIFO acks are awaited so that the next message of the group follows.
     pub(super) async fn ack(&self, message: ReceivedMessage) {
         let fifo = message.is_fifo();
-        let options = self.ack_settings.item_options(
-            message.received_at,
-            message.invisible_until,
-            fifo,
-        );
+        let options =
+            self.ack_settings
+                .item_options(message.received_at, message.invisible_until, fifo);
         // The message is done with: its strings move into the ack instead of being copied.
         let key = AckKey {
             endpoint: message.endpoint,

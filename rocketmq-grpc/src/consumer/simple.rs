@@ -23,7 +23,9 @@ use super::unacked::{UNACKED_CAP, Unacked};
 use crate::backoff::Backoff;
 use crate::pb::{self, ClientType, Code, FilterType};
 use crate::producer::routes::Routes;
-use crate::{AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, ReceivedMessage, Session};
+use crate::{
+    AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, ReceivedMessage, Session,
+};
 
 /// The most messages one [`SimpleConsumer::receive`] asks for: the broker pops at most 32
 /// messages per request (`PopMessageProcessor`).
@@ -438,8 +440,8 @@ impl SimpleConsumer {
             () = inner.stop.cancelled() => return Err(Error::ShutDown),
             route = inner.routes.get(&inner.session, &subscription.topic) => route?,
         };
-        let queue = route[inner.next_queue[index].fetch_add(1, Ordering::Relaxed) % route.len()]
-            .clone();
+        let queue =
+            route[inner.next_queue[index].fetch_add(1, Ordering::Relaxed) % route.len()].clone();
         let endpoint = queue
             .broker
             .as_ref()
@@ -498,10 +500,11 @@ impl SimpleConsumer {
         let inner = &self.inner;
         inner.check_open()?;
         let (receipt_handle, invisible_until) = inner.current_handle(message);
-        let options =
-            inner
-                .ack_settings
-                .item_options(message.received_at, invisible_until, message.is_fifo());
+        let options = inner.ack_settings.item_options(
+            message.received_at,
+            invisible_until,
+            message.is_fifo(),
+        );
         let key = AckKey {
             endpoint: message.endpoint.clone(),
             topic: message.topic.clone(),

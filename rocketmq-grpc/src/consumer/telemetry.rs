@@ -60,8 +60,7 @@ pub(super) fn settings_command(
             client_type: Some(client_type as i32),
             access_point: Some(session.config().endpoint().to_pb()),
             backoff_policy: None,
-            request_timeout: prost_types::Duration::try_from(session.config().request_timeout)
-                .ok(),
+            request_timeout: prost_types::Duration::try_from(session.config().request_timeout).ok(),
             pub_sub: Some(pb::settings::PubSub::Subscription(subscription)),
             user_agent: Some(pb::Ua {
                 language: pb::Language::Rust as i32,

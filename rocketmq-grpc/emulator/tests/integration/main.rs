@@ -7,4 +7,5 @@ mod faults;
 mod producer;
 mod recovery;
 mod results;
+mod simple;
 mod support;
