@@ -39,14 +39,27 @@ async fn started(endpoint: &str, topic: &str, group: &str) -> SimpleConsumer {
         .build()
         .await
         .expect("the simple consumer starts against the real proxy");
-    let first = consumer
-        .receive(32, Duration::from_secs(30))
-        .await
-        .expect("the first receive");
-    for message in &first {
-        consumer.ack(message).await.expect("ack");
+    // A new group starts at the topic's first message still in memory: take (and ack) what
+    // is there until a receive comes back empty.
+    let consumer = Arc::new(consumer);
+    let mut acks = tokio::task::JoinSet::new();
+    loop {
+        let messages = consumer
+            .receive(32, Duration::from_secs(60))
+            .await
+            .expect("a receive of the backlog");
+        if messages.is_empty() {
+            break;
+        }
+        for message in messages {
+            let consumer = Arc::clone(&consumer);
+            acks.spawn(async move { consumer.ack(&message).await });
+        }
     }
-    consumer
+    while let Some(done) = acks.join_next().await {
+        done.unwrap().expect("ack of the backlog");
+    }
+    Arc::into_inner(consumer).expect("no other owner")
 }
 
 async fn send(
