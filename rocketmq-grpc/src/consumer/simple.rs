@@ -27,8 +27,9 @@ use crate::{
     AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, ReceivedMessage, Session,
 };
 
-/// The most messages one [`SimpleConsumer::receive`] asks for: the broker pops at most 32
-/// messages per request (`PopMessageProcessor`).
+/// The most messages one [`SimpleConsumer::receive`] asks for: the 5.3.3 proxy serves at most
+/// 32 per receive (asked for 64 with 100 waiting, it sent 32) and nothing for 0 (a
+/// `MESSAGE_NOT_FOUND` "no new message" with messages waiting), so both are refused here.
 pub const MAX_RECEIVE_MESSAGES: u32 = 32;
 /// The shortest invisible duration of a received message: the proxy's
 /// `minInvisibleTimeMillsForRecv` (10 s); shorter ones are refused with
