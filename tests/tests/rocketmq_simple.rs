@@ -173,7 +173,7 @@ async fn ten_thousand_messages_are_acked_in_at_most_12_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_handle_in_a_batch_fails_only_its_own_ack() {
+async fn an_expired_handle_fails_only_its_own_ack_among_concurrent_acks() {
     let Some(endpoint) = endpoint() else {
         eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
         return;
