@@ -45,6 +45,39 @@
 //!   receipt handle expires; [`AckSettings::follow_deadlines`] lets them wait longer (25 s,
 //!   say) for many quiet topics, trading more entries per request for more acks lost (and
 //!   messages redelivered) if the process crashes.
+//! - [`SimpleConsumer`]: the application receives when it wants
+//!   ([`SimpleConsumer::receive`]: up to 32 messages, invisible for 10 s to 12 h, taking the
+//!   subscribed topics and their readable queues in turn, as the Java client's
+//!   `SimpleConsumer`), then acknowledges each message with [`SimpleConsumer::ack`], which
+//!   joins a batch per (endpoint, topic) — flushed at 1,024 entries, after 5 s, or before the
+//!   receipt handle expires — and returns that message's own result (the Java client sends
+//!   one `AckMessage` per message; against a real proxy, 10,000 messages took 10 requests).
+//!   [`SimpleConsumer::change_invisible_duration`] returns the message with its new receipt
+//!   handle, which later acks use; [`SimpleConsumer::close`] flushes the pending acks.
+//!
+//!   ```no_run
+//!   # async fn demo() -> Result<(), rocketmq_grpc::Error> {
+//!   use std::sync::Arc;
+//!   use std::time::Duration;
+//!   use rocketmq_grpc::{ClientConfig, SimpleConsumer};
+//!
+//!   let consumer = Arc::new(
+//!       SimpleConsumer::builder(ClientConfig::new("127.0.0.1:8081")?, "billing")
+//!           .subscribe("orders", "*")
+//!           .await_duration(Duration::from_secs(20))
+//!           .build()
+//!           .await?,
+//!   );
+//!   for message in consumer.receive(16, Duration::from_secs(30)).await? {
+//!       println!("{}", String::from_utf8_lossy(&message.body));
+//!       // Acks wait for their batch: acknowledge concurrently.
+//!       let consumer = Arc::clone(&consumer);
+//!       tokio::spawn(async move { consumer.ack(&message).await });
+//!   }
+//!   let report = consumer.close(Duration::from_secs(10)).await;
+//!   println!("{} acks flushed at close", report.acks.succeeded);
+//!   # Ok(()) }
+//!   ```
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!
@@ -97,8 +130,10 @@ pub mod wire;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 pub use consumer::{
-    AckObserver, AckSettings, ConsumeResult, ConsumerStats, MessageHandler, PushConsumer,
-    PushConsumerBuilder, ShutdownReport,
+    AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION,
+    MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION, MessageHandler,
+    PushConsumer, PushConsumerBuilder, ShutdownReport, SimpleCloseReport, SimpleConsumer,
+    SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};

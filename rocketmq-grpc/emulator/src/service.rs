@@ -804,9 +804,13 @@ impl Service {
                 (0..n).map(|i| (start + i) % n.max(1)).collect()
             }
         };
+        // As the 5.3.3 proxy: more than 32 gets 32 (the broker's pop limit), and 0 (or less)
+        // gets nothing: the poll ends with MESSAGE_NOT_FOUND "no new message" even with
+        // messages waiting (tests/tests/rocketmq_simple.rs,
+        // the_proxy_serves_at_most_32_messages_per_receive).
         let max = usize::try_from(req.batch_size)
-            .unwrap_or(1)
-            .clamp(1, cfg.max_receive_batch.max(1));
+            .unwrap_or(0)
+            .min(cfg.max_receive_batch.max(1));
         let renew_client: Option<Arc<str>> = renew.then(|| Arc::from(ctx.client_id.as_str()));
         let end_ms = s.clock.now_ms().saturating_add(polling);
         loop {

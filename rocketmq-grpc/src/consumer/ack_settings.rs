@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ack_batcher::{BatchInfo, Batcher, ItemReply, ItemView, Next, Observer, RetryPolicy};
+use ack_batcher::{
+    BatchInfo, Batcher, ItemOptions, ItemReply, ItemView, Next, Observer, RetryPolicy,
+};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -220,6 +222,25 @@ impl AckSettings {
             }
         }
         limit.max(self.max_items)
+    }
+
+    /// How a message's ack goes to the batcher: by the deadline of its receipt handle
+    /// ([`ack_deadline`](Self::ack_deadline)), and at once (a batch of one) when batching is
+    /// off, for FIFO messages (the next message of the group waits for the ack) and for
+    /// messages acknowledged later than [`late_after`](Self::late_after) after their receipt.
+    pub(super) fn item_options(
+        &self,
+        received_at: Instant,
+        invisible_until: Instant,
+        fifo: bool,
+    ) -> ItemOptions {
+        let late = received_at.elapsed() > self.late_after;
+        let options = ItemOptions::new().deadline(self.ack_deadline(received_at, invisible_until));
+        if !self.batching || fifo || late {
+            options.immediate()
+        } else {
+            options
+        }
     }
 
     /// The deadline handed to the ack batcher with a message's ack: the handle's expiry,

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use ack_batcher::ItemOptions;
-
 use super::counters::Counters;
 use super::state::Inner;
 use crate::backoff::Backoff;
@@ -14,15 +12,10 @@ impl Inner {
     /// Acknowledges a consumed message: batched, or at once for FIFO and late messages (or when
     /// batching is off). FIFO acks are awaited so that the next message of the group follows.
     pub(super) async fn ack(&self, message: ReceivedMessage) {
-        let late = message.received_at.elapsed() > self.ack_settings.late_after;
         let fifo = message.is_fifo();
-        let deadline = self
-            .ack_settings
-            .ack_deadline(message.received_at, message.invisible_until);
-        let mut options = ItemOptions::new().deadline(deadline);
-        if !self.ack_settings.batching || fifo || late {
-            options = options.immediate();
-        }
+        let options =
+            self.ack_settings
+                .item_options(message.received_at, message.invisible_until, fifo);
         // The message is done with: its strings move into the ack instead of being copied.
         let key = AckKey {
             endpoint: message.endpoint,

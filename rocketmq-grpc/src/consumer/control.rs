@@ -15,42 +15,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 
 use super::receive;
-use super::registration::registration_lost;
+use super::registration::{Registration, registration_lost};
 use super::state::{Inner, QueueKey};
+use super::telemetry::{self, Announcer};
 use crate::backoff::Backoff;
-use crate::pb::{self, ClientType, Code};
-use crate::{Endpoint, Error};
+use crate::pb::{self, ClientType};
+use crate::{Endpoint, Error, Session};
 
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 const ASSIGNMENT_EVERY: Duration = Duration::from_secs(5);
 /// Backoff of failing heartbeats and assignment queries.
 const CONTROL_BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
-/// Backoff of telemetry reconnection.
-const TELEMETRY_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(200), Duration::from_secs(10));
-/// A telemetry stream that stayed up this long resets the reconnection backoff.
-const STABLE_STREAM: Duration = Duration::from_secs(30);
-
 /// Announces the client's settings on the telemetry stream (the proxy refuses heartbeats and
 /// receives from clients whose settings it has not seen), heartbeats, checks every
 /// subscription, then starts the background loops.
 pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
-    let stream = open_telemetry(inner)
+    let stream = telemetry::open(inner.as_ref())
         .await
-        .map_err(|error| unreachable_if_down(inner, error))?;
+        .map_err(|error| telemetry::unreachable_if_down(&inner.session, error))?;
     heartbeat(inner).await?;
     inner.registration.state.send_replace(Some(1));
     for subscription in &inner.subscriptions {
         let assignments = query_assignment(inner, &subscription.topic)
             .await
-            .map_err(|error| unreachable_if_down(inner, error))?;
+            .map_err(|error| telemetry::unreachable_if_down(&inner.session, error))?;
         apply_assignments(inner, &subscription.topic, assignments);
     }
     let tasks = &inner.tasks;
-    tasks.spawn(telemetry(Arc::clone(inner), stream));
+    tasks.spawn(telemetry::run(Arc::clone(inner), stream));
     tasks.spawn(control(Arc::clone(inner)));
     Ok(())
 }
@@ -218,201 +213,53 @@ async fn control(inner: Arc<Inner>) {
 
 /// The settings this consumer announces on the telemetry stream.
 fn settings(inner: &Inner) -> pb::TelemetryCommand {
-    let subscription = pb::Subscription {
-        group: Some(inner.session.resource(&inner.group)),
-        subscriptions: inner
-            .subscriptions
-            .iter()
-            .map(|s| pb::SubscriptionEntry {
-                topic: Some(inner.session.resource(&s.topic)),
-                expression: Some(s.filter.clone()),
-            })
-            .collect(),
-        fifo: None,
-        receive_batch_size: Some(inner.receive_batch_size),
-        long_polling_timeout: prost_types::Duration::try_from(*inner.long_polling.lock()).ok(),
-    };
-    pb::TelemetryCommand {
-        status: None,
-        command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
-            client_type: Some(ClientType::PushConsumer as i32),
-            access_point: Some(inner.session.config().endpoint().to_pb()),
-            backoff_policy: None,
-            request_timeout: prost_types::Duration::try_from(
-                inner.session.config().request_timeout,
-            )
-            .ok(),
-            pub_sub: Some(pb::settings::PubSub::Subscription(subscription)),
-            user_agent: Some(pb::Ua {
-                language: pb::Language::Rust as i32,
-                version: env!("CARGO_PKG_VERSION").into(),
-                platform: std::env::consts::OS.into(),
-                hostname: String::new(),
-            }),
-        })),
-    }
+    telemetry::settings_command(
+        &inner.session,
+        ClientType::PushConsumer,
+        &inner.group,
+        &inner.subscriptions,
+        Some(inner.receive_batch_size),
+        Some(*inner.long_polling.lock()),
+    )
 }
 
-/// A connection failure at start-up is reported as an unreachable endpoint.
-fn unreachable_if_down(inner: &Inner, error: Error) -> Error {
-    match error {
-        Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
-            Error::Unreachable {
-                endpoint: inner.session.config().endpoint().to_string(),
-                reason: source.message().to_owned(),
-            }
-        }
-        other => other,
+impl Announcer for Inner {
+    fn session(&self) -> &Session {
+        &self.session
     }
-}
 
-/// An open telemetry stream: the sender keeps it open, the receiver reads the server's commands.
-type Telemetry = (
-    tokio::sync::mpsc::Sender<pb::TelemetryCommand>,
-    tonic::Streaming<pb::TelemetryCommand>,
-);
-
-/// Opens the telemetry stream, announces the settings and waits for the server's answer.
-async fn open_telemetry(inner: &Inner) -> Result<Telemetry, Error> {
-    let access = inner.session.config().endpoint().clone();
-    let mut client = inner.session.client(&access)?;
-    let (outbound, rx) = tokio::sync::mpsc::channel(4);
-    let _ = outbound.send(settings(inner)).await;
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    inner.session.stamp(request.metadata_mut());
-    let timeout = inner.session.config().request_timeout;
-    let mut inbound = tokio::time::timeout(timeout, client.telemetry(request))
-        .await
-        .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
-        .map_err(|status| Error::rpc("Telemetry", status))?
-        .into_inner();
-    let first = tokio::time::timeout(timeout, inbound.message())
-        .await
-        .map_err(|_| {
-            Error::rpc(
-                "Telemetry",
-                tonic::Status::deadline_exceeded("no settings answer"),
-            )
-        })?
-        .map_err(|status| Error::rpc("Telemetry", status))?;
-    if let Some(command) = first {
-        if let Some(status) = &command.status {
-            Error::check("Telemetry", Some(status))?;
-        }
-        take_settings(inner, command);
+    fn settings(&self) -> pb::TelemetryCommand {
+        settings(self)
     }
-    Ok((outbound, inbound))
-}
 
-/// Applies what the server announced: its redelivery backoff and long-polling timeout.
-fn take_settings(inner: &Inner, command: pb::TelemetryCommand) {
-    let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
-        return;
-    };
-    if settings.backoff_policy.is_some() {
-        *inner.backoff.lock() = settings.backoff_policy;
-    }
-    if let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
-        && let Some(polling) = subscription
-            .long_polling_timeout
-            .and_then(|d| Duration::try_from(d).ok())
-            .filter(|d| !d.is_zero())
-    {
-        *inner.long_polling.lock() = polling;
-    }
-}
-
-/// Keeps the telemetry stream open, and takes the server's settings. When the stream ends,
-/// or the control plane finds the registration lost, it opens a new stream and announces the
-/// settings again, backing off (with jitter, capped) while that fails; each accepted stream
-/// is a new registration generation.
-async fn telemetry(inner: Arc<Inner>, first: Telemetry) {
-    let mut stream = Some(first);
-    let mut generation = 1;
-    let mut backoff = Backoff::new(TELEMETRY_BACKOFF.0, TELEMETRY_BACKOFF.1);
-    let mut registered = inner.registration.subscribe();
-    loop {
-        let (outbound, mut inbound) = match stream.take() {
-            Some(open) => open,
-            None => {
-                tokio::select! {
-                    () = inner.stop.cancelled() => return,
-                    () = tokio::time::sleep(backoff.next_delay()) => {}
-                }
-                match open_telemetry(&inner).await {
-                    Ok(open) => {
-                        generation += 1;
-                        inner.registration.state.send_replace(Some(generation));
-                        tracing::debug!(generation, "settings announced again");
-                        open
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "telemetry stream could not be reopened");
-                        continue;
-                    }
-                }
-            }
+    /// Applies what the server announced: its redelivery backoff and long-polling timeout.
+    fn take_settings(&self, command: pb::TelemetryCommand) {
+        let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
+            return;
         };
-        let opened = Instant::now();
-        registered.mark_unchanged();
-        loop {
-            let command = tokio::select! {
-                () = inner.stop.cancelled() => return,
-                changed = registered.changed() => {
-                    if changed.is_err() || registered.borrow_and_update().is_none() {
-                        tracing::debug!("the proxy lost the consumer's settings; announcing them again");
-                        break;
-                    }
-                    continue;
-                }
-                command = inbound.message() => command,
-            };
-            match command {
-                Ok(Some(command)) => take_settings(&inner, command),
-                Ok(None) => break,
-                Err(status) => {
-                    tracing::debug!(%status, "telemetry stream ended");
-                    break;
-                }
-            }
+        if settings.backoff_policy.is_some() {
+            *self.backoff.lock() = settings.backoff_policy;
         }
-        inner.registration.state.send_if_modified(|state| {
-            let live = *state == Some(generation);
-            if live {
-                *state = None;
-            }
-            live
-        });
-        drop(outbound);
-        if opened.elapsed() >= STABLE_STREAM {
-            backoff.reset();
+        if let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
+            && let Some(polling) = subscription
+                .long_polling_timeout
+                .and_then(|d| Duration::try_from(d).ok())
+                .filter(|d| !d.is_zero())
+        {
+            *self.long_polling.lock() = polling;
         }
+    }
+
+    fn registration(&self) -> &Registration {
+        &self.registration
+    }
+
+    fn stop(&self) -> &CancellationToken {
+        &self.stop
     }
 }
 
 /// Tells the proxy this client is leaving (best effort).
 pub(super) async fn notify_termination(inner: &Inner) {
-    let access = inner.session.config().endpoint().clone();
-    let Ok(mut client) = inner.session.client(&access) else {
-        return;
-    };
-    let request = pb::NotifyClientTerminationRequest {
-        group: Some(inner.session.resource(&inner.group)),
-    };
-    let timeout = inner.session.config().request_timeout;
-    match client
-        .notify_client_termination(inner.session.request(request, timeout))
-        .await
-    {
-        Ok(response) => {
-            if let Err(error) = Error::check(
-                "NotifyClientTermination",
-                response.get_ref().status.as_ref(),
-            ) && error.code() != Some(Code::Ok)
-            {
-                tracing::debug!(%error, "NotifyClientTermination refused");
-            }
-        }
-        Err(status) => tracing::debug!(%status, "NotifyClientTermination failed"),
-    }
+    telemetry::notify_termination(&inner.session, &inner.group).await;
 }

@@ -14,6 +14,8 @@ pub(super) struct Counters {
     pub(super) nacked: AtomicU64,
     pub(super) renewed: AtomicU64,
     pub(super) dead_lettered: AtomicU64,
+    /// Successful `ChangeInvisibleDuration` calls of a simple consumer.
+    pub(super) invisible_changed: AtomicU64,
 }
 
 impl Counters {

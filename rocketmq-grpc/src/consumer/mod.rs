@@ -9,7 +9,9 @@ mod counters;
 mod handler;
 mod receive;
 mod registration;
+mod simple;
 mod state;
+mod telemetry;
 mod unacked;
 
 use std::sync::Arc;
@@ -32,6 +34,10 @@ use crate::{AckFlusher, ClientConfig, Error, Session};
 
 pub use ack_settings::{AckObserver, AckSettings};
 pub use handler::{ConsumeResult, MessageHandler};
+pub use simple::{
+    DEFAULT_AWAIT_DURATION, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION,
+    SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder, SimpleConsumerStats,
+};
 
 /// Counters of a consumer, from [`PushConsumer::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use super::registration::registration_lost;
 use super::state::{Inner, QueueKey};
 use crate::backoff::Backoff;
 use crate::pb::{self, Code};
-use crate::{Endpoint, Error, ReceivedMessage};
+use crate::{Endpoint, Error, ReceivedMessage, Session};
 
 /// Backoff of a failing receive loop: from 200 ms doubling to 10 s, with jitter; a new
 /// registration (settings announced again after a reconnect) ends the wait early.
@@ -77,7 +77,7 @@ pub(super) async fn run(
         };
         let received = tokio::select! {
             () = stop.cancelled() => return,
-            received = receive(&inner, &endpoint, request, long_polling) => received,
+            received = receive(&inner.session, &endpoint, request, long_polling) => received,
         };
         idle = !matches!(&received, Ok(messages) if !messages.is_empty());
         let messages = match received {
@@ -130,16 +130,16 @@ pub(super) async fn run(
 }
 
 /// One `ReceiveMessage` call: the messages it delivered (possibly none).
-async fn receive(
-    inner: &Inner,
+pub(super) async fn receive(
+    session: &Session,
     endpoint: &Endpoint,
     request: pb::ReceiveMessageRequest,
     long_polling: Duration,
 ) -> Result<Vec<ReceivedMessage>, Error> {
-    let mut client = inner.session.client(endpoint)?;
-    let deadline = long_polling + inner.session.config().request_timeout;
+    let mut client = session.client(endpoint)?;
+    let deadline = long_polling + session.config().request_timeout;
     let mut stream = client
-        .receive_message(inner.session.request(request, deadline))
+        .receive_message(session.request(request, deadline))
         .await
         .map_err(|status| Error::rpc("ReceiveMessage", status))?
         .into_inner();

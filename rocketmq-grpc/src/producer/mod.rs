@@ -3,7 +3,7 @@
 mod checker;
 mod control;
 mod policy;
-mod routes;
+pub(crate) mod routes;
 mod state;
 mod transaction;
 

@@ -1,4 +1,5 @@
-//! The producer's route cache: writable queues per topic, refreshed when a send fails (the
+//! The route cache of the producer (writable queues) and of the simple consumer (readable
+//! queues of the leader brokers): queues per topic, refreshed when a send fails (the
 //! route is marked stale) and periodically, with at most one `QueryRoute` in flight per topic.
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ pub(crate) const ROUTE_REFRESH_EVERY: Duration = Duration::from_secs(30);
 /// failed send into a `QueryRoute`.
 pub(crate) const STALE_RETRY_EVERY: Duration = Duration::from_secs(1);
 
-/// The writable queues of one topic.
+/// The usable queues of one topic (writable, or readable for [`Routes::readable`]).
 pub(crate) type Route = Arc<Vec<pb::MessageQueue>>;
 
 #[derive(Debug)]
@@ -44,9 +45,20 @@ pub(crate) struct Routes {
     refresh: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Completed `QueryRoute` calls (for tests and stats).
     pub(crate) queries: std::sync::atomic::AtomicU64,
+    /// Keeps the readable queues of the leader brokers instead of the writable queues.
+    readable: bool,
 }
 
 impl Routes {
+    /// A cache of the queues a consumer receives from: readable, on a leader broker (id 0),
+    /// as the Java simple consumer picks them.
+    pub(crate) fn readable() -> Self {
+        Self {
+            readable: true,
+            ..Self::default()
+        }
+    }
+
     /// The route of `topic`: the cached one unless it is missing or stale, else a fresh one.
     /// A stale route is kept (and returned) when querying again fails or was tried less than
     /// [`STALE_RETRY_EVERY`] ago, so that sends keep trying the queues they know.
@@ -94,7 +106,7 @@ impl Routes {
             .entry(topic.to_owned())
             .or_default()
             .last_query = Some(Instant::now());
-        let result = query_route(session, topic).await;
+        let result = query_route(session, topic, self.readable).await;
         self.queries
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut topics = self.topics.lock();
@@ -150,7 +162,7 @@ impl Routes {
     }
 }
 
-async fn query_route(session: &Session, topic: &str) -> Result<Route, Error> {
+async fn query_route(session: &Session, topic: &str, readable: bool) -> Result<Route, Error> {
     let access = session.config().endpoint().clone();
     let mut client = session.client(&access)?;
     let request = pb::QueryRouteRequest {
@@ -164,22 +176,28 @@ async fn query_route(session: &Session, topic: &str) -> Result<Route, Error> {
         .map_err(|status| Error::rpc("QueryRoute", status))?
         .into_inner();
     Error::check("QueryRoute", response.status.as_ref())?;
-    let writable: Vec<_> = response
+    let wanted = if readable {
+        pb::Permission::Read
+    } else {
+        pb::Permission::Write
+    };
+    let usable: Vec<_> = response
         .message_queues
         .into_iter()
         .filter(|q| {
-            q.permission == pb::Permission::Write as i32
-                || q.permission == pb::Permission::ReadWrite as i32
+            (q.permission == wanted as i32 || q.permission == pb::Permission::ReadWrite as i32)
+                && (!readable || q.broker.as_ref().is_none_or(|b| b.id == 0))
         })
         .collect();
-    if writable.is_empty() {
+    if usable.is_empty() {
+        let what = if readable { "readable" } else { "writable" };
         return Err(Error::Server {
             rpc: "QueryRoute",
             code: Code::TopicNotFound as i32,
-            message: format!("topic {topic:?} has no writable queue"),
+            message: format!("topic {topic:?} has no {what} queue"),
         });
     }
-    Ok(Arc::new(writable))
+    Ok(Arc::new(usable))
 }
 
 /// TOPIC_NOT_FOUND from the proxy.

@@ -9,5 +9,6 @@ mod producer;
 mod recovery;
 mod renewal;
 mod results;
+mod simple;
 mod support;
 mod transactions;

@@ -1,0 +1,680 @@
+//! [`SimpleConsumer`]: the application asks for messages, then acknowledges each one (through
+//! `ack-batcher`) or changes its invisible duration, as with the Java client's
+//! `SimpleConsumer`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ack_batcher::{Batcher, CloseReport};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ack_settings::AckSettings;
+use super::counters::Counters;
+use super::receive::receive;
+use super::registration::{Registration, registration_lost};
+use super::state::Subscription;
+use super::telemetry::{self, Announcer};
+use super::unacked::{UNACKED_CAP, Unacked};
+use crate::backoff::Backoff;
+use crate::pb::{self, ClientType, Code, FilterType};
+use crate::producer::routes::Routes;
+use crate::{
+    AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, ReceivedMessage, Session,
+};
+
+/// The most messages one [`SimpleConsumer::receive`] asks for: the 5.3.3 proxy serves at most
+/// 32 per receive (asked for 64 with 100 waiting, it sent 32) and nothing for 0 (a
+/// `MESSAGE_NOT_FOUND` "no new message" with messages waiting), so both are refused here.
+pub const MAX_RECEIVE_MESSAGES: u32 = 32;
+/// The shortest invisible duration of a received message: the proxy's
+/// `minInvisibleTimeMillsForRecv` (10 s); shorter ones are refused with
+/// `ILLEGAL_INVISIBLE_TIME`.
+pub const MIN_INVISIBLE_DURATION: Duration = Duration::from_secs(10);
+/// The longest invisible duration: the proxy's `maxInvisibleTimeMills` (12 h), for receives
+/// and for [`SimpleConsumer::change_invisible_duration`].
+pub const MAX_INVISIBLE_DURATION: Duration = Duration::from_secs(12 * 3600);
+/// The default of [`SimpleConsumerBuilder::await_duration`] (30 s, the value of the Java
+/// client's examples; the Java builder has no default).
+pub const DEFAULT_AWAIT_DURATION: Duration = Duration::from_secs(30);
+
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+const HEARTBEAT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(30));
+/// Above this many remembered handle changes, the expired ones are forgotten.
+const RENEWED_PRUNE_AT: usize = 4096;
+
+/// Counters of a [`SimpleConsumer`], from [`SimpleConsumer::stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimpleConsumerStats {
+    /// Messages received.
+    pub received: u64,
+    /// Acks confirmed by the proxy.
+    pub acked: u64,
+    /// Acks that failed for good (invalid receipt handle, retries exhausted).
+    pub ack_failed: u64,
+    /// Acks refused or abandoned because the consumer was closing.
+    pub ack_abandoned: u64,
+    /// Successful [`SimpleConsumer::change_invisible_duration`] calls.
+    pub invisible_changed: u64,
+    /// The ack batcher's counters: [`ack_batcher::Stats::total_batches`] is the number of
+    /// `AckMessage` requests sent (retries included).
+    pub acks: ack_batcher::Stats,
+}
+
+/// What [`SimpleConsumer::close`] did.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SimpleCloseReport {
+    /// What happened to the acks pending at close.
+    pub acks: CloseReport,
+    /// Ids of messages whose ack failed for good or was refused, and that no later delivery
+    /// acknowledged (at most the 10,000 most recent): the proxy will deliver them again.
+    pub unacknowledged: Vec<String>,
+    /// How many ids left `unacknowledged` because it was full.
+    pub unacknowledged_dropped: u64,
+}
+
+/// Builds a [`SimpleConsumer`]; from [`SimpleConsumer::builder`].
+pub struct SimpleConsumerBuilder {
+    config: ClientConfig,
+    group: String,
+    subscriptions: Vec<Subscription>,
+    await_duration: Duration,
+    acks: AckSettings,
+}
+
+impl std::fmt::Debug for SimpleConsumerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimpleConsumerBuilder")
+            .field("group", &self.group)
+            .field("subscriptions", &self.subscriptions)
+            .field("await_duration", &self.await_duration)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimpleConsumerBuilder {
+    /// Subscribes to `topic` with a tag filter expression (`*` for every message, `a || b`
+    /// for either tag). Receives take the subscribed topics in turn.
+    #[must_use]
+    pub fn subscribe(
+        mut self,
+        topic: impl Into<String>,
+        tag_expression: impl Into<String>,
+    ) -> Self {
+        self.subscriptions.push(Subscription {
+            topic: topic.into(),
+            filter: pb::FilterExpression {
+                r#type: FilterType::Tag as i32,
+                expression: tag_expression.into(),
+            },
+        });
+        self
+    }
+
+    /// How long one [`receive`](SimpleConsumer::receive) waits for messages when there are
+    /// none (long polling; default [`DEFAULT_AWAIT_DURATION`], 30 s; 1 ms to 1 h). The proxy
+    /// holds a receive 5 to 20 s (`grpcClientConsumerMin/MaxLongPollingTimeoutMillis`)
+    /// whatever is asked; the client waits for this plus the request timeout.
+    #[must_use]
+    pub fn await_duration(mut self, duration: Duration) -> Self {
+        self.await_duration = duration;
+        self
+    }
+
+    /// How acks are sent (default: batched per (endpoint, topic), 1,024 entries or 5 s, and
+    /// before the receipt handle expires; see [`AckSettings`]).
+    #[must_use]
+    pub fn acks(mut self, acks: AckSettings) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        if self.group.is_empty() {
+            return Err(Error::invalid("group", "the consumer group name is empty"));
+        }
+        if self.subscriptions.is_empty() {
+            return Err(Error::invalid(
+                "subscribe",
+                "subscribe to at least one topic",
+            ));
+        }
+        if let Some(s) = self.subscriptions.iter().find(|s| s.topic.is_empty()) {
+            return Err(Error::invalid(
+                "subscribe",
+                format!("an empty topic name (filter {:?})", s.filter.expression),
+            ));
+        }
+        if self.await_duration < Duration::from_millis(1)
+            || self.await_duration > Duration::from_secs(3600)
+        {
+            return Err(Error::invalid(
+                "await_duration",
+                format!("{:?} is not between 1 ms and 1 h", self.await_duration),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects, announces the consumer's settings on the telemetry stream (the proxy
+    /// refuses receives from a client it has not seen there), heartbeats, and returns the
+    /// consumer. Routes are looked up at the first receive of each topic.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for bad settings (naming the setting); [`Error::Unreachable`]
+    /// when the proxy cannot be reached; [`Error::Server`] when it refuses the client.
+    pub async fn build(self) -> Result<SimpleConsumer, Error> {
+        self.validate()?;
+        let session = Session::new(self.config.clone())?;
+        let counters = Arc::new(Counters::default());
+        let unacknowledged = Arc::new(Mutex::new(Unacked::new(UNACKED_CAP)));
+        let acks = self.acks.build(
+            AckFlusher::new(Arc::clone(&session), &self.group),
+            Arc::clone(&counters),
+            Arc::clone(&unacknowledged),
+        )?;
+        let next_queue = self
+            .subscriptions
+            .iter()
+            .map(|_| AtomicUsize::new(0))
+            .collect();
+        let inner = Arc::new(Inner {
+            session,
+            group: self.group,
+            subscriptions: self.subscriptions,
+            next_topic: AtomicUsize::new(0),
+            next_queue,
+            routes: Routes::readable(),
+            await_duration: self.await_duration,
+            acks,
+            ack_settings: self.acks,
+            renewed: Mutex::new(HashMap::new()),
+            registration: Registration::new(),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            counters,
+            unacknowledged,
+            closed: AtomicBool::new(false),
+        });
+        let stream = telemetry::open(inner.as_ref())
+            .await
+            .map_err(|error| telemetry::unreachable_if_down(&inner.session, error))?;
+        inner.heartbeat().await?;
+        inner.registration.state.send_replace(Some(1));
+        inner
+            .tasks
+            .spawn(telemetry::run(Arc::clone(&inner), stream));
+        inner.tasks.spawn(heartbeats(Arc::clone(&inner)));
+        Ok(SimpleConsumer { inner })
+    }
+}
+
+/// A receipt handle that [`SimpleConsumer::change_invisible_duration`] replaced: its
+/// successor and when the successor expires.
+#[derive(Debug)]
+struct Renewed {
+    handle: String,
+    until: Instant,
+}
+
+struct Inner {
+    session: Arc<Session>,
+    group: String,
+    subscriptions: Vec<Subscription>,
+    /// Which subscription the next receive takes.
+    next_topic: AtomicUsize,
+    /// Per subscription, which queue of its route the next receive takes.
+    next_queue: Vec<AtomicUsize>,
+    routes: Routes,
+    await_duration: Duration,
+    acks: Batcher<AckKey, AckEntry, AckFlusher>,
+    ack_settings: AckSettings,
+    /// Replaced receipt handle → its successor, so that an ack of the message as first
+    /// received uses the latest handle.
+    renewed: Mutex<HashMap<String, Renewed>>,
+    registration: Registration,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    counters: Arc<Counters>,
+    unacknowledged: Arc<Mutex<Unacked>>,
+    closed: AtomicBool,
+}
+
+impl Announcer for Inner {
+    fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn settings(&self) -> pb::TelemetryCommand {
+        telemetry::settings_command(
+            &self.session,
+            ClientType::SimpleConsumer,
+            &self.group,
+            &self.subscriptions,
+            None,
+            None,
+        )
+    }
+
+    fn take_settings(&self, _command: pb::TelemetryCommand) {}
+
+    fn registration(&self) -> &Registration {
+        &self.registration
+    }
+
+    fn stop(&self) -> &CancellationToken {
+        &self.stop
+    }
+}
+
+impl Inner {
+    async fn heartbeat(&self) -> Result<(), Error> {
+        self.session
+            .heartbeat(Some(&self.group), ClientType::SimpleConsumer)
+            .await
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The latest receipt handle of `message` and when it expires.
+    fn current_handle(&self, message: &ReceivedMessage) -> (String, Instant) {
+        let renewed = self.renewed.lock();
+        let mut handle = &message.receipt_handle;
+        let mut until = message.invisible_until;
+        // Each change replaces one handle; the chain is as long as the changes.
+        for _ in 0..=renewed.len() {
+            match renewed.get(handle) {
+                Some(next) => {
+                    handle = &next.handle;
+                    until = next.until;
+                }
+                None => break,
+            }
+        }
+        (handle.clone(), until)
+    }
+
+    /// Forgets the handle changes of `message` (it was acknowledged).
+    fn forget_changes(&self, message: &ReceivedMessage) {
+        let mut renewed = self.renewed.lock();
+        let mut handle = message.receipt_handle.clone();
+        while let Some(next) = renewed.remove(&handle) {
+            handle = next.handle;
+        }
+    }
+
+    fn record_change(&self, old: String, handle: String, until: Instant) {
+        let mut renewed = self.renewed.lock();
+        if renewed.len() >= RENEWED_PRUNE_AT {
+            let now = Instant::now();
+            renewed.retain(|_, r| r.until > now);
+        }
+        renewed.insert(old, Renewed { handle, until });
+    }
+}
+
+/// Heartbeats every 10 s while the consumer is registered; a failure that says the proxy
+/// lost the consumer makes the telemetry task announce the settings again.
+async fn heartbeats(inner: Arc<Inner>) {
+    let mut backoff = Backoff::new(HEARTBEAT_BACKOFF.0, HEARTBEAT_BACKOFF.1);
+    let mut wait = HEARTBEAT_EVERY;
+    loop {
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        let Some(generation) = inner.registration.current() else {
+            wait = backoff.next_delay();
+            continue;
+        };
+        match inner.heartbeat().await {
+            Ok(()) => {
+                backoff.reset();
+                wait = HEARTBEAT_EVERY;
+            }
+            Err(error) => {
+                wait = backoff.next_delay();
+                tracing::warn!(%error, ?wait, "heartbeat failed");
+                if registration_lost(&error) {
+                    inner.registration.lost(generation);
+                }
+            }
+        }
+    }
+}
+
+/// A consumer that receives when asked and acknowledges message by message, like the Java
+/// client's `SimpleConsumer`, with its acks batched per (endpoint, topic) through
+/// `ack-batcher` (the Java client sends one `AckMessage` per message).
+///
+/// Every method takes `&self`: share it (in an `Arc`) between tasks that receive and tasks
+/// that acknowledge. Acks wait in their batch for up to [`AckSettings::max_delay`] (5 s by
+/// default), less when the receipt handle expires sooner, so acknowledge concurrently (spawn,
+/// or join many acks) rather than one after the other.
+///
+/// End it with [`close`](Self::close). Dropping it without `close` stops it too: in the
+/// background (when a Tokio runtime is still running) its pending acks are flushed (10 s at
+/// most) and the proxy is told the client left.
+pub struct SimpleConsumer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SimpleConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimpleConsumer")
+            .field("group", &self.inner.group)
+            .field("client_id", &self.inner.session.client_id())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a dropped consumer's background task waits for the pending acks.
+const DROP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl SimpleConsumer {
+    /// Starts configuring a simple consumer of `group` on the proxy described by `config`.
+    pub fn builder(config: ClientConfig, group: impl Into<String>) -> SimpleConsumerBuilder {
+        SimpleConsumerBuilder {
+            config,
+            group: group.into(),
+            subscriptions: Vec::new(),
+            await_duration: DEFAULT_AWAIT_DURATION,
+            acks: AckSettings::default(),
+        }
+    }
+
+    /// Receives up to `max_messages` messages, invisible to other consumers of the group for
+    /// `invisible_duration` unless acknowledged (or their invisibility is changed) before.
+    ///
+    /// Like the Java client, each call takes the next subscribed topic in turn, and the next
+    /// readable queue of that topic's route (leader brokers only) in turn, and long-polls for
+    /// up to the [`await_duration`](SimpleConsumerBuilder::await_duration) (the proxy pops
+    /// from the queue's broker, `auto_renew` off). An empty vector means nothing came in
+    /// time.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming `max_messages` (not in 1..=[`MAX_RECEIVE_MESSAGES`])
+    /// or `invisible_duration` (not within [`MIN_INVISIBLE_DURATION`] ..=
+    /// [`MAX_INVISIBLE_DURATION`]); [`Error::ShutDown`] after [`close`](Self::close);
+    /// [`Error::Rpc`] / [`Error::Server`] when the route lookup or the receive fails.
+    pub async fn receive(
+        &self,
+        max_messages: u32,
+        invisible_duration: Duration,
+    ) -> Result<Vec<ReceivedMessage>, Error> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        if !(1..=MAX_RECEIVE_MESSAGES).contains(&max_messages) {
+            return Err(Error::invalid(
+                "max_messages",
+                format!(
+                    "{max_messages} is not in 1..={MAX_RECEIVE_MESSAGES} (the broker pops at most \
+                     {MAX_RECEIVE_MESSAGES} messages at a time)"
+                ),
+            ));
+        }
+        if !(MIN_INVISIBLE_DURATION..=MAX_INVISIBLE_DURATION).contains(&invisible_duration) {
+            return Err(Error::invalid(
+                "invisible_duration",
+                format!(
+                    "{invisible_duration:?} is not between {MIN_INVISIBLE_DURATION:?} and \
+                     {MAX_INVISIBLE_DURATION:?} (the proxy's limits)"
+                ),
+            ));
+        }
+        let index = inner.next_topic.fetch_add(1, Ordering::Relaxed) % inner.subscriptions.len();
+        let subscription = &inner.subscriptions[index];
+        let route = tokio::select! {
+            () = inner.stop.cancelled() => return Err(Error::ShutDown),
+            route = inner.routes.get(&inner.session, &subscription.topic) => route?,
+        };
+        let queue =
+            route[inner.next_queue[index].fetch_add(1, Ordering::Relaxed) % route.len()].clone();
+        let endpoint = queue
+            .broker
+            .as_ref()
+            .and_then(|b| b.endpoints.as_ref())
+            .and_then(Endpoint::from_pb)
+            .unwrap_or_else(|| inner.session.config().endpoint().clone());
+        let request = pb::ReceiveMessageRequest {
+            group: Some(inner.session.resource(&inner.group)),
+            message_queue: Some(queue),
+            filter_expression: Some(subscription.filter.clone()),
+            batch_size: i32::try_from(max_messages).unwrap_or(i32::MAX),
+            invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),
+            auto_renew: false,
+            long_polling_timeout: prost_types::Duration::try_from(inner.await_duration).ok(),
+            attempt_id: None,
+        };
+        let generation = inner.registration.current();
+        let received = tokio::select! {
+            () = inner.stop.cancelled() => return Err(Error::ShutDown),
+            received = receive(&inner.session, &endpoint, request, inner.await_duration) => received,
+        };
+        match received {
+            Ok(messages) => {
+                Counters::add(&inner.counters.received, messages.len() as u64);
+                Ok(messages)
+            }
+            Err(error) => {
+                if registration_lost(&error)
+                    && let Some(generation) = generation
+                {
+                    inner.registration.lost(generation);
+                }
+                if error.is_retryable() {
+                    inner.routes.mark_stale(&subscription.topic);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Acknowledges a received message: the proxy will not deliver it again.
+    ///
+    /// The ack joins the batch of its (endpoint, topic) and resolves with this message's own
+    /// result once the batch's `AckMessage` is answered: when the batch is full (1,024), after
+    /// [`AckSettings::max_delay`] (5 s), or before the message's receipt handle expires,
+    /// whichever comes first. FIFO messages and acks made late (see
+    /// [`AckSettings::late_after`]) go at once. Retryable failures are retried until the
+    /// handle expires. After [`change_invisible_duration`](Self::change_invisible_duration),
+    /// the latest receipt handle is used, whichever copy of the message is passed.
+    ///
+    /// # Errors
+    /// [`Error::Server`] with `INVALID_RECEIPT_HANDLE` when the handle expired (the message
+    /// will be delivered again); the last error when retries ran out; [`Error::ShutDown`]
+    /// after [`close`](Self::close) (or when close ran out of time before the answer).
+    pub async fn ack(&self, message: &ReceivedMessage) -> Result<(), Error> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let (receipt_handle, invisible_until) = inner.current_handle(message);
+        let options = inner.ack_settings.item_options(
+            message.received_at,
+            invisible_until,
+            message.is_fifo(),
+        );
+        let key = AckKey {
+            endpoint: message.endpoint.clone(),
+            topic: message.topic.clone(),
+        };
+        let entry = AckEntry {
+            message_id: message.message_id.clone(),
+            receipt_handle,
+        };
+        let ticket = match inner.acks.enqueue(key, entry, options).await {
+            Ok(ticket) => ticket,
+            Err(refused) => {
+                Counters::add(&inner.counters.ack_abandoned, 1);
+                if let Some(entry) = refused.into_item() {
+                    inner.unacknowledged.lock().insert(entry.message_id);
+                }
+                return Err(Error::ShutDown);
+            }
+        };
+        let outcome = ticket.await.map_err(ack_error);
+        if outcome.is_ok() {
+            inner.forget_changes(message);
+        }
+        outcome
+    }
+
+    /// Changes how long `message` stays invisible, from now: the proxy delivers it again
+    /// after `invisible_duration` unless it is acknowledged before (a short duration is a
+    /// negative acknowledgement; the proxy counts another delivery attempt).
+    ///
+    /// The proxy issues a new receipt handle; the returned message carries it, and so does
+    /// every later [`ack`](Self::ack) or change of either copy.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming `invisible_duration` when it is longer than
+    /// [`MAX_INVISIBLE_DURATION`]; [`Error::ShutDown`] after [`close`](Self::close);
+    /// [`Error::Server`] with `INVALID_RECEIPT_HANDLE` when the handle expired, or another
+    /// proxy refusal; [`Error::Rpc`] on transport failures.
+    pub async fn change_invisible_duration(
+        &self,
+        message: &ReceivedMessage,
+        invisible_duration: Duration,
+    ) -> Result<ReceivedMessage, Error> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        if invisible_duration > MAX_INVISIBLE_DURATION {
+            return Err(Error::invalid(
+                "invisible_duration",
+                format!(
+                    "{invisible_duration:?} is longer than {MAX_INVISIBLE_DURATION:?} (the \
+                     proxy's maxInvisibleTimeMills)"
+                ),
+            ));
+        }
+        let (receipt_handle, _) = inner.current_handle(message);
+        let request = pb::ChangeInvisibleDurationRequest {
+            group: Some(inner.session.resource(&inner.group)),
+            topic: Some(inner.session.resource(&message.topic)),
+            receipt_handle: receipt_handle.clone(),
+            invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),
+            message_id: message.message_id.clone(),
+        };
+        let timeout = inner.session.config().request_timeout;
+        let mut client = inner.session.client(&message.endpoint)?;
+        let response = tokio::select! {
+            () = inner.stop.cancelled() => return Err(Error::ShutDown),
+            response = client.change_invisible_duration(inner.session.request(request, timeout)) => response,
+        }
+        .map_err(|status| Error::rpc("ChangeInvisibleDuration", status))?
+        .into_inner();
+        Error::check("ChangeInvisibleDuration", response.status.as_ref())?;
+        if response.receipt_handle.is_empty() {
+            return Err(Error::Server {
+                rpc: "ChangeInvisibleDuration",
+                code: Code::Unspecified as i32,
+                message: "the answer carried no new receipt handle".into(),
+            });
+        }
+        Counters::add(&inner.counters.invisible_changed, 1);
+        let until = Instant::now() + invisible_duration;
+        inner.record_change(receipt_handle, response.receipt_handle.clone(), until);
+        let mut changed = message.clone();
+        changed.receipt_handle = response.receipt_handle;
+        changed.invisible_until = until;
+        Ok(changed)
+    }
+
+    /// The counters; `stats().acks.total_batches()` is the number of `AckMessage` requests.
+    pub fn stats(&self) -> SimpleConsumerStats {
+        let c = &self.inner.counters;
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        SimpleConsumerStats {
+            received: get(&c.received),
+            acked: get(&c.acked),
+            ack_failed: get(&c.ack_failed),
+            ack_abandoned: get(&c.ack_abandoned),
+            invisible_changed: get(&c.invisible_changed),
+            acks: self.inner.acks.stats(),
+        }
+    }
+
+    /// The client id every RPC of this consumer carries.
+    pub fn client_id(&self) -> &str {
+        self.inner.session.client_id()
+    }
+
+    /// The consumer group.
+    pub fn group(&self) -> &str {
+        &self.inner.group
+    }
+
+    /// Closes the consumer: receives in progress end with [`Error::ShutDown`], pending and
+    /// in-flight acks are flushed within `timeout` (each waiting [`ack`](Self::ack) gets its
+    /// own result once; what is not answered in time gets [`Error::ShutDown`]), the proxy is
+    /// told the client left, and every later call fails with [`Error::ShutDown`]. A second
+    /// `close` returns an empty report.
+    pub async fn close(&self, timeout: Duration) -> SimpleCloseReport {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return SimpleCloseReport::default();
+        }
+        inner.stop.cancel();
+        inner.tasks.close();
+        let acks = inner.acks.close(timeout).await;
+        telemetry::notify_termination(&inner.session, &inner.group).await;
+        let (unacknowledged, unacknowledged_dropped) = inner.unacknowledged.lock().take();
+        SimpleCloseReport {
+            acks,
+            unacknowledged,
+            unacknowledged_dropped,
+        }
+    }
+}
+
+impl Drop for SimpleConsumer {
+    /// Stops the background tasks; flushes acks and notifies the proxy in the background
+    /// (see [`SimpleConsumer`]).
+    fn drop(&mut self) {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = Arc::clone(&self.inner);
+        inner.stop.cancel();
+        inner.tasks.close();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let report = inner.acks.close(DROP_TIMEOUT).await;
+                telemetry::notify_termination(&inner.session, &inner.group).await;
+                tracing::debug!(?report, "a dropped simple consumer stopped");
+            });
+        }
+    }
+}
+
+/// The error of one ack from the batcher's outcome.
+fn ack_error(error: ack_batcher::Error<Error>) -> Error {
+    match error {
+        ack_batcher::Error::Failed { source, .. } => source,
+        ack_batcher::Error::Missing { attempts } => Error::Server {
+            rpc: "AckMessage",
+            code: Code::Unspecified as i32,
+            message: format!(
+                "the proxy's answers had no result for this message ({attempts} attempts)"
+            ),
+        },
+        ack_batcher::Error::Closed(()) | ack_batcher::Error::Abandoned => Error::ShutDown,
+        other => Error::Server {
+            rpc: "AckMessage",
+            code: Code::Unspecified as i32,
+            message: other.to_string(),
+        },
+    }
+}
