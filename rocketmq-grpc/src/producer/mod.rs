@@ -213,8 +213,12 @@ impl Producer {
     /// FIFO messages (with a message group) of one group always go to the same queue.
     /// Retryable failures are retried (see [`retry_window`](Self::retry_window)).
     ///
+    /// A message with a delivery time ([`OutgoingMessage::deliver_at`]) is sent as a `DELAY`
+    /// message; see there for what the proxy accepts.
+    ///
     /// # Errors
-    /// [`Error::MessageTooLarge`] before sending; a terminal error of the first attempt as it
+    /// [`Error::MessageTooLarge`] before sending; [`Error::InvalidConfig`] naming `deliver_at`
+    /// before sending for a message with both a delivery time and a message group; a terminal error of the first attempt as it
     /// came ([`Error::Server`] when the proxy refuses the message: unknown topic, wrong
     /// message type, …); [`Error::SendFailed`] with the attempts and the last error once
     /// retries are used up or a retry met a terminal error.
@@ -226,6 +230,7 @@ impl Producer {
                 limit,
             });
         }
+        message.message_type()?;
         self.ensure_started();
         self.announce(&message.topic);
         let inner = &self.inner;
@@ -382,11 +387,7 @@ impl Producer {
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
             .unwrap_or_else(|| session.config().endpoint().clone());
-        let message_type = if message.message_group.is_some() {
-            MessageType::Fifo
-        } else {
-            MessageType::Normal
-        };
+        let message_type: MessageType = message.message_type()?;
         let system = pb::SystemProperties {
             tag: message.tag.clone(),
             keys: message.keys.clone(),
@@ -397,6 +398,7 @@ impl Producer {
             born_host: "rust-client".into(),
             queue_id: queue.id,
             message_group: message.message_group.clone(),
+            delivery_timestamp: message.deliver_at.map(prost_types::Timestamp::from),
             ..pb::SystemProperties::default()
         };
         let request = pb::SendMessageRequest {
@@ -416,7 +418,7 @@ impl Producer {
         let entry = response.entries.into_iter().next();
         match entry {
             Some(entry) => {
-                Error::check("SendMessage", entry.status.as_ref())?;
+                Error::check("SendMessage", entry.status.as_ref()).map_err(explain_send_error)?;
                 Ok(SendReceipt {
                     message_id: if entry.message_id.is_empty() {
                         message_id.to_owned()
@@ -427,13 +429,33 @@ impl Producer {
                 })
             }
             None => {
-                Error::check("SendMessage", response.status.as_ref())?;
+                Error::check("SendMessage", response.status.as_ref())
+                    .map_err(explain_send_error)?;
                 Ok(SendReceipt {
                     message_id: message_id.to_owned(),
                     offset: -1,
                 })
             }
         }
+    }
+}
+
+/// Adds what to do to the proxy's refusal of a delivery time: its own message names the limit
+/// in milliseconds only ("the max delay time of message is too large, max is 86400000").
+fn explain_send_error(error: Error) -> Error {
+    match error {
+        Error::Server { rpc, code, message } if code == pb::Code::IllegalDeliveryTime as i32 => {
+            Error::Server {
+                rpc,
+                code,
+                message: format!(
+                    "{message} (the delivery time of OutgoingMessage::deliver_at or \
+                     deliver_after is further ahead than the proxy's maxDelayTimeMills allows, \
+                     1 day by default; send it closer to its time or raise that limit)"
+                ),
+            }
+        }
+        other => other,
     }
 }
 
