@@ -18,6 +18,7 @@ pub struct OutgoingMessage {
     pub(crate) keys: Vec<String>,
     pub(crate) message_group: Option<String>,
     pub(crate) properties: HashMap<String, String>,
+    pub(crate) deliver_at: Option<SystemTime>,
 }
 
 impl OutgoingMessage {
@@ -54,11 +55,130 @@ impl OutgoingMessage {
         self
     }
 
+    /// Delivers it no earlier than `delay` from now (the Java client's
+    /// `setDeliveryTimestamp(now + delay)`): the time is taken now, from this machine's clock,
+    /// and sent as [`OutgoingMessage::deliver_at`] sends it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rocketmq_grpc::OutgoingMessage;
+    ///
+    /// let reminder = OutgoingMessage::new("reminders", "pay the bill")
+    ///     .deliver_after(Duration::from_secs(30 * 60));
+    /// assert!(reminder.delivery_time().is_some());
+    /// ```
+    pub fn deliver_after(self, delay: Duration) -> Self {
+        let now = SystemTime::now();
+        // A delay past what the clock holds: a century ahead, which the proxy refuses too.
+        let at = now
+            .checked_add(delay)
+            .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+            .unwrap_or(now);
+        self.deliver_at(at)
+    }
+
+    /// Makes this a delay (timed) message: the broker keeps it from consumers until `time`
+    /// (message type `DELAY`, `SystemProperties.delivery_timestamp`, as the Java client's
+    /// `setDeliveryTimestamp`).
+    ///
+    /// - The topic must accept delay messages: a topic created with `message.type=DELAY` (or
+    ///   `MIXED`); the proxy refuses it on a `NORMAL` topic with
+    ///   `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`.
+    /// - It cannot be FIFO: with a [`message_group`](Self::message_group) too,
+    ///   [`Producer::send`](crate::Producer::send) fails before sending with
+    ///   [`Error::InvalidConfig`] naming `deliver_at` (the Java client refuses both at once).
+    /// - A time more than a second in the past is refused before sending with
+    ///   [`Error::InvalidConfig`] naming `deliver_at` (the Java client sends it and the broker
+    ///   delivers it at once, which hides a scheduling bug; send without a delivery time to
+    ///   deliver now). Up to a second late is sent as it is (the broker's timer precision).
+    /// - The proxy refuses a time further ahead than its `maxDelayTimeMills` (1 day by
+    ///   default in 5.3.3; the broker's own `timerMaxDelaySec`, 3 days, is not reached) with
+    ///   `ILLEGAL_DELIVERY_TIME`: the send fails at once with [`Error::Server`], not retried
+    ///   ([`Error::is_retryable`] is false), its message naming the limit.
+    /// - Precision is the millisecond; the broker's timer wheel ticks every second
+    ///   (`timerPrecisionMs`, 1 s), so a message may arrive up to about a second after `time`.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use rocketmq_grpc::OutgoingMessage;
+    ///
+    /// let at = SystemTime::now() + Duration::from_secs(10);
+    /// let message = OutgoingMessage::new("it-delay", "later").deliver_at(at);
+    /// assert_eq!(message.delivery_time(), Some(at));
+    /// ```
+    pub fn deliver_at(mut self, time: SystemTime) -> Self {
+        self.deliver_at = Some(time);
+        self
+    }
+
+    /// The delivery time set by [`deliver_at`](Self::deliver_at) or
+    /// [`deliver_after`](Self::deliver_after).
+    pub fn delivery_time(&self) -> Option<SystemTime> {
+        self.deliver_at
+    }
+
     /// The topic.
     pub fn topic(&self) -> &str {
         &self.topic
     }
+
+    /// Refuses a delivery time more than [`PAST_DELIVERY_GRACE`] before `now`.
+    pub(crate) fn check_delivery_time(&self, now: SystemTime) -> Result<(), Error> {
+        let Some(at) = self.deliver_at else {
+            return Ok(());
+        };
+        match now.duration_since(at) {
+            Ok(late) if late > PAST_DELIVERY_GRACE => Err(Error::invalid(
+                "deliver_at",
+                format!(
+                    "the delivery time is {:.3} s in the past; send the message without a \
+                     delivery time to deliver it now, or give a time ahead",
+                    late.as_secs_f64()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The message type the Java client gives it: `DELAY` with a delivery time, `FIFO` with a
+    /// message group, `NORMAL` otherwise; an error for both (the Java client's builder refuses
+    /// "deliveryTimestamp and messageGroup should not be set at same time").
+    pub(crate) fn message_type(&self, transactional: bool) -> Result<pb::MessageType, Error> {
+        if transactional {
+            return match (&self.deliver_at, &self.message_group) {
+                (None, None) => Ok(pb::MessageType::Transaction),
+                (Some(_), _) => Err(Error::invalid(
+                    "deliver_at",
+                    "a transactional message cannot have a delivery time: the proxy refuses \
+                     it; send it without deliver_at, or outside the transaction",
+                )),
+                (None, Some(group)) => Err(Error::invalid(
+                    "message_group",
+                    format!(
+                        "a transactional message cannot have a message group ({group:?}): the \
+                         proxy refuses it; send it without one"
+                    ),
+                )),
+            };
+        }
+        match (&self.deliver_at, &self.message_group) {
+            (Some(_), Some(group)) => Err(Error::invalid(
+                "deliver_at",
+                format!(
+                    "a message cannot have both a delivery time and a message group ({group:?}): \
+                     delay messages cannot be FIFO; send it without one of them"
+                ),
+            )),
+            (Some(_), None) => Ok(pb::MessageType::Delay),
+            (None, Some(_)) => Ok(pb::MessageType::Fifo),
+            (None, None) => Ok(pb::MessageType::Normal),
+        }
+    }
 }
+
+/// How late a delivery time may be at the send and still go out (the broker's timer ticks
+/// every second).
+pub(crate) const PAST_DELIVERY_GRACE: Duration = Duration::from_secs(1);
 
 static MESSAGE_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -96,6 +216,7 @@ pub struct ReceivedMessage {
     pub delivery_attempt: i32,
     /// The queue it came from.
     pub queue_id: i32,
+    pub(crate) deliver_at: Option<SystemTime>,
     pub(crate) receipt_handle: String,
     pub(crate) endpoint: Endpoint,
     pub(crate) received_at: Instant,
@@ -169,6 +290,9 @@ impl ReceivedMessage {
             message_group: system.message_group,
             delivery_attempt: system.delivery_attempt.unwrap_or(1),
             queue_id: system.queue_id,
+            deliver_at: system
+                .delivery_timestamp
+                .and_then(|t| SystemTime::try_from(t).ok()),
             receipt_handle,
             endpoint: endpoint.clone(),
             received_at,
@@ -179,6 +303,22 @@ impl ReceivedMessage {
     /// Whether this is a FIFO message (it has a message group).
     pub fn is_fifo(&self) -> bool {
         self.message_group.is_some()
+    }
+
+    /// When the producer asked for it to be delivered, for a delay message
+    /// ([`OutgoingMessage::deliver_at`], to the millisecond, as the proxy returns it in
+    /// `SystemProperties.delivery_timestamp`); `None` for other messages.
+    ///
+    /// ```no_run
+    /// # fn demo(message: &rocketmq_grpc::ReceivedMessage) {
+    /// if let Some(due) = message.deliver_at() {
+    ///     let late = std::time::SystemTime::now().duration_since(due).unwrap_or_default();
+    ///     println!("{} arrived {late:?} after its delivery time", message.message_id);
+    /// }
+    /// # }
+    /// ```
+    pub fn deliver_at(&self) -> Option<SystemTime> {
+        self.deliver_at
     }
 }
 

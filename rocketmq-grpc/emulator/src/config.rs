@@ -56,6 +56,9 @@ pub(crate) struct Config {
     pub(crate) credentials: HashMap<String, String>,
     /// `grpcMaxInboundMessageSize` (130 MiB).
     pub(crate) max_inbound_message_size: usize,
+    /// `maxDelayTimeMills` (1 day): the furthest delivery time ahead a send may ask for; zero
+    /// means no limit.
+    pub(crate) max_delay: Duration,
 }
 
 impl Default for Config {
@@ -85,6 +88,7 @@ impl Default for Config {
             release_on_termination: Duration::from_secs(1),
             credentials: HashMap::new(),
             max_inbound_message_size: 130 * 1024 * 1024,
+            max_delay: Duration::from_secs(24 * 3600),
         }
     }
 }

@@ -43,7 +43,15 @@
 //!   no messages or mixed topics → `MESSAGE_CORRUPTED`, empty body → `MESSAGE_BODY_EMPTY`, body
 //!   above 4 MiB (configurable) → `MESSAGE_BODY_TOO_LARGE`, blank message id →
 //!   `ILLEGAL_MESSAGE_ID`, message type not matching the topic (a FIFO topic needs a message
-//!   group, a normal topic must not have one) → `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`.
+//!   group, a normal topic must not have one, a delay topic takes only messages with a
+//!   `delivery_timestamp`) → `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`, a delivery time more than
+//!   `maxDelayTimeMills` ahead (1 day, [`EmulatorBuilder::max_delay`]) →
+//!   `ILLEGAL_DELIVERY_TIME`.
+//! - **Delay messages.** A message with a `delivery_timestamp` is kept from receives until
+//!   then, on the emulator's clock (the delivery time minus the wall clock at the send, added
+//!   to the emulator's time, so paused tokio time and [`Emulator::advance`] move it); a long
+//!   poll wakes when it is due. A time in the past is delivered at once. Deliveries carry the
+//!   `delivery_timestamp` as sent and message type `DELAY`.
 //!   Success: like the proxy, which hands the request to the broker as one (batch) message
 //!   and converts the single `SendResult`, **one** `SendResultEntry` for the whole request,
 //!   whose message id is the request's ids joined by commas (just the id for one message) and
@@ -362,6 +370,15 @@ impl EmulatorBuilder {
         self
     }
 
+    /// The proxy's `maxDelayTimeMills` (default 1 day; zero = no limit): a send whose delivery
+    /// time is further ahead is refused with `ILLEGAL_DELIVERY_TIME` "the max delay time of
+    /// message is too large, max is {ms}", as by the 5.3.3 proxy.
+    #[must_use]
+    pub fn max_delay(mut self, max: Duration) -> Self {
+        self.config.max_delay = max;
+        self
+    }
+
     /// Largest accepted message body (default 4 MiB; 0 = no limit).
     #[must_use]
     pub fn max_body_size(mut self, bytes: usize) -> Self {
@@ -659,7 +676,7 @@ impl Emulator {
                     "topic {topic:?} is FIFO: a message group is required"
                 )));
             }
-            (TopicKind::Normal, Some(_)) => {
+            (TopicKind::Normal | TopicKind::Delay, Some(_)) => {
                 return Err(invalid(format!(
                     "topic {topic:?} is normal: a message group is not allowed"
                 )));

@@ -323,6 +323,8 @@ pub(crate) fn stored_message(
         born_host,
         store_timestamp: prost_types::Timestamp::from(SystemTime::now()),
         body_sha1,
+        delivery_timestamp: None,
+        due_ms: None,
     }
 }
 
@@ -630,7 +632,11 @@ impl Service {
                 "NORMAL"
             };
             actual_types.push(actual);
-            msgs.push(stored_message(
+            let due_ms = match sp.delivery_timestamp {
+                Some(at) => Some(self.due_ms(&at)?),
+                None => None,
+            };
+            let mut stored = stored_message(
                 sp.message_id,
                 m.body,
                 sp.tag,
@@ -639,7 +645,10 @@ impl Service {
                 group,
                 sp.born_timestamp,
                 sp.born_host,
-            ));
+            );
+            stored.delivery_timestamp = sp.delivery_timestamp;
+            stored.due_ms = due_ms;
+            msgs.push(stored);
         }
         let topic = s.topic(&topic_res.name).ok_or_else(|| {
             status(
@@ -651,6 +660,7 @@ impl Service {
             TopicKind::Normal => "NORMAL",
             TopicKind::Fifo => "FIFO",
             TopicKind::Transaction => "TRANSACTION",
+            TopicKind::Delay => "DELAY",
         };
         if let Some(actual) = actual_types.iter().find(|a| **a != expected) {
             return Err(status(
@@ -702,6 +712,27 @@ impl Service {
             status: Some(st),
             entries,
         })
+    }
+
+    /// The emulator time at which a message with delivery time `at` is due, or the proxy's
+    /// `ILLEGAL_DELIVERY_TIME` for a time further ahead than `maxDelayTimeMills`
+    /// (`validateDelayTime`). A time in the past is due at once, as on the real broker.
+    fn due_ms(&self, at: &prost_types::Timestamp) -> Result<u64, pb::Status> {
+        let s = &self.shared;
+        let at_ms = i128::from(at.seconds) * 1000 + i128::from(at.nanos) / 1_000_000;
+        let now_wall_ms = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i128);
+        let ahead_ms = at_ms - now_wall_ms;
+        let max_ms = i128::from(duration_ms(s.config.max_delay).min(i64::MAX as u64));
+        if max_ms > 0 && ahead_ms > max_ms {
+            return Err(status(
+                Code::IllegalDeliveryTime,
+                format!("the max delay time of message is too large, max is {max_ms}"),
+            ));
+        }
+        let ahead = u64::try_from(ahead_ms.max(0)).unwrap_or(u64::MAX);
+        Ok(s.clock.now_ms().saturating_add(ahead))
     }
 
     /// Long polling time after the proxy's clamps, or the status to answer with.
@@ -864,12 +895,16 @@ impl Service {
                     checksum: m.body_sha1.clone(),
                 }),
                 body_encoding: pb::Encoding::Identity as i32,
-                message_type: kind.message_type() as i32,
+                message_type: if m.delivery_timestamp.is_some() {
+                    pb::MessageType::Delay as i32
+                } else {
+                    kind.message_type() as i32
+                },
                 born_timestamp: m.born_timestamp,
                 born_host: m.born_host.clone(),
                 store_timestamp: Some(m.store_timestamp),
                 store_host: self.shared.advertised().to_string(),
-                delivery_timestamp: None,
+                delivery_timestamp: m.delivery_timestamp,
                 orphaned_transaction_recovery_duration: None,
                 receipt_handle: Some(d.handle.clone()),
                 queue_id: i32::try_from(d.queue_id).unwrap_or(i32::MAX),

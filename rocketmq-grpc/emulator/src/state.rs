@@ -23,6 +23,9 @@ pub enum TopicKind {
     /// Transactional messages only: each is held as a half message until its
     /// `EndTransaction` commits it (stored) or rolls it back (dropped).
     Transaction,
+    /// Delay (timed) messages only (every message has a delivery time,
+    /// `message.type=DELAY`): each is delivered no earlier than its delivery time.
+    Delay,
 }
 
 impl TopicKind {
@@ -31,6 +34,7 @@ impl TopicKind {
             TopicKind::Normal => rocketmq_grpc::pb::MessageType::Normal,
             TopicKind::Fifo => rocketmq_grpc::pb::MessageType::Fifo,
             TopicKind::Transaction => rocketmq_grpc::pb::MessageType::Transaction,
+            TopicKind::Delay => rocketmq_grpc::pb::MessageType::Delay,
         }
     }
 }
@@ -49,6 +53,11 @@ pub(crate) struct StoredMessage {
     pub(crate) store_timestamp: prost_types::Timestamp,
     /// Upper-case hex SHA-1 of the body.
     pub(crate) body_sha1: String,
+    /// The delivery time as the producer sent it (returned on delivery).
+    pub(crate) delivery_timestamp: Option<prost_types::Timestamp>,
+    /// The emulator time (ms) before which it is not delivered: the delivery time mapped onto
+    /// the emulator's clock when it was stored.
+    pub(crate) due_ms: Option<u64>,
 }
 
 /// What the ledger knows about one message for one consumer group
@@ -150,6 +159,8 @@ struct Consumption {
     fifo_ready: BTreeSet<(u64, Arc<str>)>,
     /// In-flight messages by deadline.
     deadlines: BTreeSet<(u64, u64)>,
+    /// Concurrent mode: offsets passed by the cursor that are not due yet, by due time.
+    scheduled: BTreeSet<(u64, u64)>,
 }
 
 fn fifo_key(m: &StoredMessage) -> Arc<str> {
@@ -170,6 +181,18 @@ impl Consumption {
             fifo_groups: HashMap::new(),
             fifo_ready: BTreeSet::new(),
             deadlines: BTreeSet::new(),
+            scheduled: BTreeSet::new(),
+        }
+    }
+
+    /// Concurrent mode: scheduled messages whose delivery time has come become ready.
+    fn release_due(&mut self, now_ms: u64) {
+        while let Some(&(due, offset)) = self.scheduled.first() {
+            if due > now_ms {
+                break;
+            }
+            self.scheduled.pop_first();
+            self.ready.insert(offset);
         }
     }
 
@@ -226,7 +249,7 @@ impl Consumption {
         }
     }
 
-    fn next_ready(&mut self) -> Option<u64> {
+    fn next_ready(&mut self, now_ms: u64, log: &[Arc<StoredMessage>]) -> Option<u64> {
         if self.orderly {
             let (offset, key) = self.fifo_ready.pop_first()?;
             if let Some(g) = self.fifo_groups.get_mut(&key) {
@@ -235,11 +258,17 @@ impl Consumption {
             Some(offset)
         } else if let Some(offset) = self.ready.pop_first() {
             Some(offset)
-        } else if idx(self.cursor) < self.records.len() {
-            let offset = self.cursor;
-            self.cursor += 1;
-            Some(offset)
         } else {
+            while idx(self.cursor) < self.records.len() {
+                let offset = self.cursor;
+                self.cursor += 1;
+                match log.get(idx(offset)).and_then(|m| m.due_ms) {
+                    Some(due) if due > now_ms => {
+                        self.scheduled.insert((due, offset));
+                    }
+                    _ => return Some(offset),
+                }
+            }
             None
         }
     }
@@ -315,7 +344,8 @@ pub(crate) struct Delivery {
 #[derive(Debug, Default)]
 pub(crate) struct PopOutcome {
     pub(crate) deliveries: Vec<Delivery>,
-    /// The earliest in-flight deadline among the queues looked at (when to look again).
+    /// The earliest in-flight deadline or delivery time of a scheduled message among the
+    /// queues looked at (when to look again).
     pub(crate) next_deadline_ms: Option<u64>,
 }
 
@@ -405,8 +435,9 @@ impl TopicInner {
                 .or_insert_with(|| Consumption::new(req.orderly));
             c.sync(log);
             c.reap(req.now_ms, log, counters);
+            c.release_due(req.now_ms);
             while out.deliveries.len() < req.max {
-                let Some(offset) = c.next_ready() else {
+                let Some(offset) = c.next_ready(req.now_ms, log) else {
                     break;
                 };
                 let Some(message) = log.get(idx(offset)).cloned() else {
@@ -444,7 +475,9 @@ impl TopicInner {
                     ),
                 });
             }
-            if let Some(&(d, _)) = c.deadlines.first() {
+            let first_deadline = c.deadlines.first().map(|&(d, _)| d);
+            let first_due = c.scheduled.first().map(|&(d, _)| d);
+            for d in first_deadline.into_iter().chain(first_due) {
                 out.next_deadline_ms = Some(out.next_deadline_ms.map_or(d, |x| x.min(d)));
             }
         }
@@ -681,6 +714,8 @@ mod tests {
             born_host: String::new(),
             store_timestamp: prost_types::Timestamp::default(),
             body_sha1: String::new(),
+            delivery_timestamp: None,
+            due_ms: None,
         }
     }
 

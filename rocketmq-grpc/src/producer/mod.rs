@@ -23,7 +23,7 @@ pub use policy::{Backoff, SendRetryPolicy};
 pub use transaction::Transaction;
 
 use crate::message::new_message_id;
-use crate::pb::{self, MessageType};
+use crate::pb;
 use crate::session::DEFAULT_MAX_BODY;
 use crate::{Endpoint, Error, OutgoingMessage, Session};
 use checker::CheckerSlot;
@@ -223,8 +223,8 @@ impl Producer {
     /// # Errors
     /// [`Error::InvalidConfig`] naming `transaction` when it is another producer's, already
     /// ended, or already has its message (one per transaction, as in the Java client), and
-    /// naming `message` when the message has a message group (transactional messages are not
-    /// FIFO); otherwise as [`send`](Self::send).
+    /// naming `message_group` or `deliver_at` when the message has one (transactional messages
+    /// are neither FIFO nor delayed); otherwise as [`send`](Self::send).
     pub async fn send_in(
         &self,
         transaction: &Transaction,
@@ -249,12 +249,6 @@ impl Producer {
                 ));
             }
             Stage::Open(None) => {}
-        }
-        if message.message_group.is_some() {
-            return Err(Error::invalid(
-                "message",
-                "a transactional message cannot have a message group (FIFO)",
-            ));
         }
         let topic = message.topic.clone();
         let sent = self.send_as(message, true).await?;
@@ -340,8 +334,14 @@ impl Producer {
     /// FIFO messages (with a message group) of one group always go to the same queue.
     /// Retryable failures are retried (see [`retry_window`](Self::retry_window)).
     ///
+    /// A message with a delivery time ([`OutgoingMessage::deliver_at`]) is sent as a `DELAY`
+    /// message; see there for what the proxy accepts.
+    ///
     /// # Errors
-    /// [`Error::MessageTooLarge`] before sending; a terminal error of the first attempt as it
+    /// [`Error::MessageTooLarge`] before sending; [`Error::InvalidConfig`] naming `deliver_at`
+    /// before sending for a message with both a delivery time and a message group, or a
+    /// delivery time more than a second in the past; a terminal
+    /// error of the first attempt as it
     /// came ([`Error::Server`] when the proxy refuses the message: unknown topic, wrong
     /// message type, …); [`Error::SendFailed`] with the attempts and the last error once
     /// retries are used up or a retry met a terminal error.
@@ -358,6 +358,8 @@ impl Producer {
                 limit,
             });
         }
+        message.message_type(transactional)?;
+        message.check_delivery_time(SystemTime::now())?;
         self.ensure_started();
         self.announce(&message.topic);
         let inner = &self.inner;
@@ -515,13 +517,7 @@ impl Producer {
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
             .unwrap_or_else(|| session.config().endpoint().clone());
-        let message_type = if transactional {
-            MessageType::Transaction
-        } else if message.message_group.is_some() {
-            MessageType::Fifo
-        } else {
-            MessageType::Normal
-        };
+        let message_type = message.message_type(transactional)?;
         let system = pb::SystemProperties {
             tag: message.tag.clone(),
             keys: message.keys.clone(),
@@ -532,6 +528,7 @@ impl Producer {
             born_host: "rust-client".into(),
             queue_id: queue.id,
             message_group: message.message_group.clone(),
+            delivery_timestamp: message.deliver_at.map(prost_types::Timestamp::from),
             ..pb::SystemProperties::default()
         };
         let request = pb::SendMessageRequest {
@@ -551,7 +548,7 @@ impl Producer {
         let entry = response.entries.into_iter().next();
         match entry {
             Some(entry) => {
-                Error::check("SendMessage", entry.status.as_ref())?;
+                Error::check("SendMessage", entry.status.as_ref()).map_err(explain_send_error)?;
                 Ok(Sent {
                     receipt: SendReceipt {
                         message_id: if entry.message_id.is_empty() {
@@ -566,7 +563,8 @@ impl Producer {
                 })
             }
             None => {
-                Error::check("SendMessage", response.status.as_ref())?;
+                Error::check("SendMessage", response.status.as_ref())
+                    .map_err(explain_send_error)?;
                 Ok(Sent {
                     receipt: SendReceipt {
                         message_id: message_id.to_owned(),
@@ -577,6 +575,25 @@ impl Producer {
                 })
             }
         }
+    }
+}
+
+/// Adds what to do to the proxy's refusal of a delivery time: its own message names the limit
+/// in milliseconds only ("the max delay time of message is too large, max is 86400000").
+fn explain_send_error(error: Error) -> Error {
+    match error {
+        Error::Server { rpc, code, message } if code == pb::Code::IllegalDeliveryTime as i32 => {
+            Error::Server {
+                rpc,
+                code,
+                message: format!(
+                    "{message} (the delivery time of OutgoingMessage::deliver_at or \
+                     deliver_after is further ahead than the proxy's maxDelayTimeMills allows, \
+                     1 day by default; send it closer to its time or raise that limit)"
+                ),
+            }
+        }
+        other => other,
     }
 }
 
