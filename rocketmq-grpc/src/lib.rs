@@ -129,6 +129,9 @@ mod session;
 pub mod wire;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
+/// The attribute macro for implementing [`MessageHandler`] and [`TransactionChecker`]
+/// (re-exported from `async-trait`, so that no extra dependency is needed).
+pub use async_trait::async_trait;
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION,
     MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION, MessageHandler,

@@ -99,3 +99,49 @@ async fn missing_results_and_transient_errors_are_retried_together() {
     assert!(ledger.iter().all(|m| m.acked_exactly_once()), "{ledger:?}");
     assert_eq!(emulator.stats().redelivered, 0);
 }
+
+/// A closure handler: its results decide the acks (failures come back) as a trait handler's do.
+#[tokio::test(start_paused = true)]
+async fn a_closure_handler_is_called_for_every_message_and_its_results_count() {
+    let emulator = support::emulator(&["orders"]).await;
+    let sent = support::publish(&emulator, "orders", 50);
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let handler = {
+        let seen = Arc::clone(&seen);
+        move |message: rocketmq_grpc::ReceivedMessage| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let first = {
+                    let mut seen = seen.lock();
+                    let first = !seen.contains(&message.message_id);
+                    seen.push(message.message_id.clone());
+                    first
+                };
+                // Every message fails once, then succeeds.
+                if first {
+                    rocketmq_grpc::ConsumeResult::Failure
+                } else {
+                    rocketmq_grpc::ConsumeResult::Success
+                }
+            }
+        }
+    };
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .start(handler)
+        .await
+        .unwrap();
+    support::wait_for("two deliveries of each", Duration::from_secs(600), || {
+        seen.lock().len() >= 100
+    })
+    .await;
+    support::wait_for("the acks", Duration::from_secs(60), || {
+        consumer.stats().acked == 50
+    })
+    .await;
+    consumer.shutdown(Duration::from_secs(5)).await;
+    let seen = seen.lock().clone();
+    for id in &sent {
+        assert_eq!(seen.iter().filter(|s| *s == id).count(), 2, "{id}");
+    }
+}
