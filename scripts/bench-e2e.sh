@@ -11,7 +11,8 @@
 # Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python, the pulsar
 # crate; 10,000 and 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate;
 # Shared, individual acks),
-# rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers).
+# rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers),
+# rocketmq-simple (ours, Java simple consumers; warm-up excluded).
 # See examples/src/bin/e2e_load/main.rs for what each measures.
 #
 # Brokers: uses those named by PULSAR_SERVICE_URL (+ PULSAR_ADMIN_URL, default
@@ -31,7 +32,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 args=("$@")
-paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume
+paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume,rocketmq-simple
 clients=ours,java,python,pulsar-rs
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in

@@ -13,15 +13,18 @@ pub(crate) enum Path {
     RocketmqProduce,
     /// RocketMQ push consume of a backlog.
     RocketmqConsume,
+    /// RocketMQ simple consume of a backlog (4 receive loops, acks not awaited).
+    RocketmqSimple,
 }
 
 impl Path {
     /// Every path, in the order they run.
-    pub(crate) const ALL: [Path; 4] = [
+    pub(crate) const ALL: [Path; 5] = [
         Path::PulsarProduce,
         Path::PulsarConsume,
         Path::RocketmqProduce,
         Path::RocketmqConsume,
+        Path::RocketmqSimple,
     ];
 
     /// The name on the command line and in the tables.
@@ -31,6 +34,7 @@ impl Path {
             Path::PulsarConsume => "pulsar-consume",
             Path::RocketmqProduce => "rocketmq-produce",
             Path::RocketmqConsume => "rocketmq-consume",
+            Path::RocketmqSimple => "rocketmq-simple",
         }
     }
 
@@ -121,7 +125,7 @@ pub(crate) const USAGE: &str = "usage: e2e_load [--runs N] [--paths LIST] [--cli
 [--messages N] [--backlog N] [--rocketmq-messages N] [--rocketmq-backlog N] [--size BYTES] [--quick] \
 [--out DIR] [--pulsar URL] [--admin URL] [--rocketmq HOST:PORT] [--namespace TENANT/NS] \
 [--pulsar-perf PATH] [--pulsar-rs PATH] [--java-peers PATH] [--python-peers PATH] [--rocketmq-admin PATH] [--min-free-gib N]
-       e2e_load child pulsar-produce|pulsar-consume|rocketmq-produce|rocketmq-consume ARGS...";
+       e2e_load child pulsar-produce|pulsar-consume|rocketmq-produce|rocketmq-consume|rocketmq-simple ARGS...";
 
 fn repo_path(relative: &str) -> String {
     format!("{}/../{relative}", env!("CARGO_MANIFEST_DIR"))
@@ -240,7 +244,10 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
     let rocketmq = options
         .paths
         .iter()
-        .any(|p| matches!(p, Path::RocketmqProduce | Path::RocketmqConsume));
+        .any(|p| matches!(
+            p,
+            Path::RocketmqProduce | Path::RocketmqConsume | Path::RocketmqSimple
+        ));
     if rocketmq && options.rocketmq.is_none() {
         return Err("the RocketMQ paths need --rocketmq".into());
     }

@@ -2,7 +2,8 @@
 //!
 //! The line protocol of our children and of the Java and Python peers: `start` when the
 //! measured window opens (connected, producer or consumer created), then
-//! `result messages=N seconds=S [p50_ms=X p99_ms=Y]` when it closes; the child then waits
+//! `result messages=N seconds=S [p50_ms=X p99_ms=Y]` when it closes (and any `note …` line,
+//! printed by the driver as it comes); the child then waits
 //! for its standard input to close and exits. The driver reads the child's CPU time from
 //! `/proc/PID/stat` at both lines (the window's CPU) and the whole process's from `getrusage`
 //! after reaping it. `pulsar-perf` speaks its own log lines instead ([`crate::perf`]).
@@ -126,6 +127,8 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
                                     optional(&fields, "p99_ms"),
                                 ));
                                 drop(stdin.take());
+                            } else if let Some(note) = line.strip_prefix("note ") {
+                                eprintln!("e2e_load: {label}: {note}");
                             } else {
                                 keep(line);
                             }

@@ -24,6 +24,10 @@
 //!   RocketMQ 5 Java client.
 //! - `rocketmq-consume`: a `--rocketmq-backlog` (200,000) on a fresh topic, a fresh group's
 //!   push consumer; ours, the Java push consumer.
+//! - `rocketmq-simple`: the same backlog drained by a fresh group's simple consumer (4 receive
+//!   loops of 32 messages, acks not awaited), the window from the backlog's fifth message on
+//!   (warm-up excluded); ours (its `AckMessage` requests printed as a `note` line), the Java
+//!   simple consumer with `ackAsync` (one request per message).
 //!
 //! Interleaving: `for run in 1..=runs { for path { for client { measure } } }`. Every client
 //! runs as a child process (ours through `e2e_load child …`); its CPU within the measured
@@ -45,6 +49,7 @@ mod pulsar_consume;
 mod pulsar_produce;
 mod report;
 mod rocketmq_consume;
+mod rocketmq_simple;
 mod rocketmq_produce;
 mod stats;
 mod window;
@@ -191,6 +196,7 @@ async fn drive(options: Options) -> Result<(), String> {
                 Path::PulsarConsume => pulsar_consume::measure(&mut driver, run).await,
                 Path::RocketmqProduce => rocketmq_produce::measure(&mut driver, run).await,
                 Path::RocketmqConsume => rocketmq_consume::measure(&mut driver, run).await,
+                Path::RocketmqSimple => rocketmq_simple::measure(&mut driver, run).await,
             };
             if let Err(e) = result {
                 stopped = Some(e);
@@ -227,6 +233,7 @@ async fn main() -> ExitCode {
             Some("pulsar-consume") => pulsar_consume::child(rest).await,
             Some("rocketmq-produce") => rocketmq_produce::child(rest).await,
             Some("rocketmq-consume") => rocketmq_consume::child(rest).await,
+            Some("rocketmq-simple") => rocketmq_simple::child(rest).await,
             _ => Err(args::USAGE.into()),
         }
     } else {

@@ -60,15 +60,25 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
 
 /// Run `run` of every client, each on its own topic and backlog, deleted after.
 pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
+    measure_path(driver, run, "rocketmq-consume", "E2eRocketMqPushConsume", &[]).await
+}
+
+/// Run `run` of every client of consume path `path` (our child `path`, the Java peer
+/// `java_class`), each on its own topic and backlog, deleted after; `extra` goes after the
+/// child's `ENDPOINT TOPIC GROUP MESSAGES`.
+pub(crate) async fn measure_path(
+    driver: &mut Driver,
+    run: usize,
+    path: &'static str,
+    java_class: &str,
+    extra: &[String],
+) -> Result<(), String> {
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
     let n = driver.options.rocketmq_backlog;
     for family in driver.options.clients.clone() {
-        let Some((label, program, mut args)) = crate::rocketmq_produce::client(
-            driver,
-            family,
-            "rocketmq-consume",
-            "E2eRocketMqPushConsume",
-        ) else {
+        let Some((label, program, mut args)) =
+            crate::rocketmq_produce::client(driver, family, path, java_class)
+        else {
             continue;
         };
         let topic = fresh_topic(driver, "consume", family).await?;
@@ -84,6 +94,7 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
             format!("{topic}-group"),
             n.to_string(),
         ]);
+        args.extend(extra.iter().cloned());
         let spec = Spec {
             label: label.into(),
             program,
@@ -100,7 +111,7 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
         };
         crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
             .await?;
-        driver.record("rocketmq-consume", label, 0, run, outcome?);
+        driver.record(path, label, 0, run, outcome?);
     }
     Ok(())
 }
