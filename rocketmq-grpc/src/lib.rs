@@ -96,12 +96,12 @@
 //!   forgotten them. The consumer reopens the stream and announces its settings first, then
 //!   heartbeats and queries its assignment; telemetry, heartbeats, assignments and receives
 //!   back off exponentially with jitter (capped) while they fail.
-//! - **Drop.** A [`PushConsumer`] dropped without [`PushConsumer::shutdown`] stops receiving
+//! - **Drop.** A [`PushConsumer`] dropped without [`PushConsumer::close`] stops receiving
 //!   at once and, in the background, waits for its handlers, flushes its pending acks and
 //!   tells the proxy it left (10 s each at most).
-//! - **Shutdown report.** [`ShutdownReport::unacknowledged`] lists the messages whose ack
+//! - **Shutdown report.** [`PushCloseReport::unacknowledged`] lists the messages whose ack
 //!   failed for good and that no later delivery acknowledged: at most the 10,000 most recent,
-//!   with [`ShutdownReport::unacknowledged_dropped`] counting the others.
+//!   with [`PushCloseReport::unacknowledged_dropped`] counting the others.
 //!
 //! # Low level
 //! [`wire`] gives the raw gRPC client of a [`Session`], requests with its headers and
@@ -135,7 +135,7 @@ pub use async_trait::async_trait;
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION,
     MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION, MessageHandler,
-    PushConsumer, PushConsumerBuilder, ShutdownReport, SimpleCloseReport, SimpleConsumer,
+    PushCloseReport, PushConsumer, PushConsumerBuilder, SimpleCloseReport, SimpleConsumer,
     SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;

@@ -16,7 +16,7 @@ use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, Error, MessageHandler,
-    OutgoingMessage, Producer, PushConsumer, ReceivedMessage, ShutdownReport,
+    OutgoingMessage, Producer, PushCloseReport, PushConsumer, ReceivedMessage,
 };
 
 /// One fault: started at its time from the first send; the outage lasts until it returns.
@@ -89,7 +89,7 @@ pub struct Report {
     /// From the end of the fault window to the first ack the proxy confirmed after it.
     pub first_ack_after_fault: Option<Duration>,
     /// The consumer's shutdown report.
-    pub shutdown: ShutdownReport,
+    pub shutdown: PushCloseReport,
     /// The consumer's counters at the end.
     pub consumer: String,
 }
@@ -387,7 +387,7 @@ pub async fn run(
     }
     tokio::time::sleep(stream.settle).await;
     let counters = consumer.stats();
-    let shutdown = consumer.shutdown(Duration::from_secs(15)).await;
+    let shutdown = consumer.close(Duration::from_secs(15)).await;
 
     let (from, to) = *window.lock();
     let deliveries = seen.deliveries.lock();

@@ -156,7 +156,7 @@ async fn a_failing_fifo_message_is_retried_in_order_then_dead_lettered() {
             .any(|(body, _, _)| *body == poison)
     })
     .await;
-    dlq.shutdown(Duration::from_secs(5)).await;
+    dlq.close(Duration::from_secs(5)).await;
     // The official Java client's push consumer reads it there too (a group of its own).
     let printed = java_peer(
         "RocketMqPushConsume",
@@ -164,5 +164,5 @@ async fn a_failing_fifo_message_is_retried_in_order_then_dead_lettered() {
     )
     .await;
     assert!(printed.contains("consumed=1"), "{printed}");
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }

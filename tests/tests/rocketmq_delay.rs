@@ -146,7 +146,7 @@ async fn java_delay_messages_come_to_us_when_due() {
         .collect();
     let late = lateness(&checked, 1000);
     eprintln!("Java -> ours, lateness (ms, sorted): {late:?}");
-    consumer.shutdown(Duration::from_secs(10)).await;
+    consumer.close(Duration::from_secs(10)).await;
 }
 
 /// We send delay messages; the Java push consumer gets each not before it is due, within a

@@ -91,7 +91,7 @@ async fn batched_acks_are_accepted_and_nothing_is_redelivered() {
         "the proxy accepted multi-entry AckMessage requests: {:?}",
         stats.acks.batch_sizes
     );
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
     let ours = |seen: &[String]| seen.iter().filter(|id| sent.contains(*id)).count();
     assert_eq!(
@@ -150,7 +150,7 @@ async fn shutdown_flushes_pending_acks_and_acked_messages_are_not_redelivered() 
         count_of(&recorder.seen.lock(), &sent) == 50
     })
     .await;
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     // A new group also reads what earlier runs left on the topic: at least our 50.
     assert!(report.acks.succeeded >= 50, "{report:?}");
     assert_eq!(
@@ -172,7 +172,7 @@ async fn shutdown_flushes_pending_acks_and_acked_messages_are_not_redelivered() 
         0,
         "acknowledged messages came back"
     );
-    second.shutdown(Duration::from_secs(5)).await;
+    second.close(Duration::from_secs(5)).await;
 }
 
 /// The distinct errors of the acks that failed for good.
@@ -243,7 +243,7 @@ async fn acks_that_follow_the_deadlines_go_out_before_the_handles_expire() {
     // Past the 20 s invisibility: nothing comes back.
     tokio::time::sleep(Duration::from_secs(25)).await;
     assert_eq!(count_of(&recorder.seen.lock(), &sent), 40, "duplicates");
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
 }
 
@@ -280,7 +280,7 @@ async fn fifo_messages_are_consumed_in_order_and_acked_at_once() {
         "{stats:?}"
     );
     assert_eq!(stats.ack_failed, 0);
-    consumer.shutdown(Duration::from_secs(10)).await;
+    consumer.close(Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -554,7 +554,7 @@ async fn a_message_of_4_mib_is_sent_and_received() {
         consumer.stats().acked >= 3
     })
     .await;
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
     assert_eq!(count_of(&recorder.seen.lock(), &sent), 3, "each once");
 }
@@ -636,7 +636,7 @@ async fn a_handler_slower_than_the_invisibility_gets_no_duplicate_with_renewal()
     );
     assert!(stats.renewed >= 1, "{stats:?}");
     assert_eq!(stats.ack_failed, 0, "{stats:?}");
-    let report = renewing.shutdown(Duration::from_secs(10)).await;
+    let report = renewing.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
-    plain.shutdown(Duration::from_secs(1)).await;
+    plain.close(Duration::from_secs(1)).await;
 }

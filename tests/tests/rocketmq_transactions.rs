@@ -154,7 +154,7 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
             "{error}"
         );
     }
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }
 
 /// Transactions left open by producers that went away before ending them (ours dropped, the
@@ -199,7 +199,7 @@ async fn an_orphaned_transaction_is_committed_by_the_checker_of_a_restarted_prod
         (1, 1),
         "once each"
     );
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }
 
 /// Bad input: a producer without a checker cannot begin a transaction; a transactional

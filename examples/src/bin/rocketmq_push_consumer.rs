@@ -2,7 +2,7 @@
 //!
 //! By default it starts the embedded proxy emulator (no RocketMQ needed), creates a topic and a
 //! consumer group, sends some messages with [`Producer`], consumes them with [`PushConsumer`],
-//! shows how the acks were batched, and shuts down with the [`ShutdownReport`]. It takes a few
+//! shows how the acks were batched, and shuts down with the [`PushCloseReport`]. It takes a few
 //! seconds:
 //!
 //! ```sh
@@ -32,7 +32,7 @@ use std::sync::{Mutex, PoisonError};
 use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, Credentials, MessageHandler,
-    OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session, ShutdownReport,
+    OutgoingMessage, Producer, PushCloseReport, PushConsumer, ReceivedMessage, Session,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::task::JoinSet;
@@ -234,7 +234,7 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 6. Shutdown flushes the rest and reports anything that could not be acknowledged.
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     print_report(&report);
     tally.print();
 
@@ -259,7 +259,7 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn print_report(report: &ShutdownReport) {
+fn print_report(report: &PushCloseReport) {
     println!("shutdown report:");
     println!("  handlers finished: {}", report.handlers_finished);
     println!(

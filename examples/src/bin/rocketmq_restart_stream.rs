@@ -176,7 +176,7 @@ async fn run(args: Args) -> Result<(), Error> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let _ = producing.await;
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     println!(
         "report unacknowledged={} ack_failed={}",
         report.unacknowledged.len(),

@@ -125,7 +125,7 @@ impl AckSettings {
     /// the consume rate. Measured against the emulator with 1,000 topics at 2,000 msg/s
     /// (25 s): 50 entries per request instead of 10 (79 % fewer requests), and on average
     /// 25,000 messages exposed instead of 5,100 (at most 50,000 instead of 11,000). A graceful
-    /// [`PushConsumer::shutdown`](crate::PushConsumer::shutdown) still flushes everything.
+    /// [`PushConsumer::close`](crate::PushConsumer::close) still flushes everything.
     ///
     /// The bound on acks held at once grows with the delay (65,536 per 5 s of `max_delay`,
     /// at most 1,048,576), so that a consumer of 8,000 messages per second is not throttled by

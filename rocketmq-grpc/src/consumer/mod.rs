@@ -67,10 +67,10 @@ pub struct ConsumerStats {
     pub acks: ack_batcher::Stats,
 }
 
-/// What [`PushConsumer::shutdown`] did.
+/// What [`PushConsumer::close`] did.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
-pub struct ShutdownReport {
+pub struct PushCloseReport {
     /// Whether every handler finished within the timeout.
     pub handlers_finished: bool,
     /// What happened to the acks pending at shutdown.
@@ -267,8 +267,8 @@ impl PushConsumerBuilder {
 
 /// A running push consumer.
 ///
-/// Stop it with [`shutdown`](Self::shutdown), which waits for handlers and acks and reports
-/// what could not be acknowledged. Dropping it without `shutdown` stops it too: receiving
+/// Stop it with [`close`](Self::close), which waits for handlers and acks and reports
+/// what could not be acknowledged. Dropping it without `close` stops it too: receiving
 /// stops at once (in-flight long polls are cancelled; no new messages reach the handler),
 /// and a background task (when a Tokio runtime is still running) waits up to 10 s for the
 /// running handlers, flushes the pending acks (up to another 10 s, the ack batcher's
@@ -339,8 +339,9 @@ impl PushConsumer {
 
     /// Stops receiving, waits for running handlers, flushes pending and in-flight acks, tells
     /// the proxy the client is leaving, and reports what could not be acknowledged. The whole
-    /// shutdown takes at most about `timeout` (handlers first, then acks with what is left).
-    pub async fn shutdown(self, timeout: Duration) -> ShutdownReport {
+    /// close takes at most about `timeout` (handlers first, then acks with what is left). The
+    /// same name and shape as [`SimpleConsumer::close`](crate::SimpleConsumer::close).
+    pub async fn close(self, timeout: Duration) -> PushCloseReport {
         let inner = &self.inner;
         inner.shut_down.store(true, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + timeout;
@@ -356,7 +357,7 @@ impl PushConsumer {
             .await;
         control::notify_termination(inner).await;
         let (unacknowledged, unacknowledged_dropped) = inner.unacknowledged.lock().take();
-        ShutdownReport {
+        PushCloseReport {
             handlers_finished,
             acks,
             unacknowledged,

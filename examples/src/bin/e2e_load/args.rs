@@ -241,13 +241,12 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
     if pulsar && (options.pulsar.is_none() || options.admin.is_none()) {
         return Err("the Pulsar paths need --pulsar and --admin".into());
     }
-    let rocketmq = options
-        .paths
-        .iter()
-        .any(|p| matches!(
+    let rocketmq = options.paths.iter().any(|p| {
+        matches!(
             p,
             Path::RocketmqProduce | Path::RocketmqConsume | Path::RocketmqSimple
-        ));
+        )
+    });
     if rocketmq && options.rocketmq.is_none() {
         return Err("the RocketMQ paths need --rocketmq".into());
     }

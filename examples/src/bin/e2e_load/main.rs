@@ -49,8 +49,8 @@ mod pulsar_consume;
 mod pulsar_produce;
 mod report;
 mod rocketmq_consume;
-mod rocketmq_simple;
 mod rocketmq_produce;
+mod rocketmq_simple;
 mod stats;
 mod window;
 

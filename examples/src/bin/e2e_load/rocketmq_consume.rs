@@ -54,13 +54,20 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
     let seconds = started.elapsed().as_secs_f64();
     println!("result messages={n} seconds={seconds:.6}");
     stdin_closed().await;
-    consumer.shutdown(Duration::from_secs(30)).await;
+    consumer.close(Duration::from_secs(30)).await;
     Ok(())
 }
 
 /// Run `run` of every client, each on its own topic and backlog, deleted after.
 pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
-    measure_path(driver, run, "rocketmq-consume", "E2eRocketMqPushConsume", &[]).await
+    measure_path(
+        driver,
+        run,
+        "rocketmq-consume",
+        "E2eRocketMqPushConsume",
+        &[],
+    )
+    .await
 }
 
 /// Run `run` of every client of consume path `path` (our child `path`, the Java peer

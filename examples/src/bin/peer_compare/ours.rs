@@ -67,7 +67,7 @@ pub(crate) async fn rocketmq(args: &[String]) -> Result<(), String> {
     counter.done.notified().await;
     println!("consumed={count}");
     stdin_closed().await;
-    let report = consumer.shutdown(Duration::from_secs(30)).await;
+    let report = consumer.close(Duration::from_secs(30)).await;
     if !report.unacknowledged.is_empty() {
         return Err(format!(
             "{} messages unacknowledged",

@@ -276,7 +276,7 @@ pub(crate) async fn consume(args: ConsumeArgs) -> Result<(), BoxError> {
     sampler.abort();
     let (samples, unsent_sum, unsent_max) =
         *exposure.lock().unwrap_or_else(PoisonError::into_inner);
-    let report = consumer.shutdown(Duration::from_secs(30)).await;
+    let report = consumer.close(Duration::from_secs(30)).await;
     let cpu = own_cpu_seconds() - cpu_start;
     let wall = wall_start.elapsed().as_secs_f64();
 

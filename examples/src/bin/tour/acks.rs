@@ -73,7 +73,7 @@ async fn consume(emulator: &Emulator, topic: &str, acks: AckSettings) -> Result<
             .await
             .map_err(|_| "not every message arrived within 30 s".to_owned())?;
     }
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     let took = started.elapsed();
     let after = emulator.stats();
     Ok(Outcome {

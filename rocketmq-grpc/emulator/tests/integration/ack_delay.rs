@@ -102,7 +102,7 @@ async fn a_quiet_topic_waits_past_5_s_and_flushes_a_tenth_before_the_deadline() 
     let (after, reason, len) = single_flush(&flushes, handled);
     assert_between("flushed after", after, 17.9, 18.05);
     assert_eq!((reason, len), (FlushReason::Deadline, 1));
-    let report = consumer.shutdown(Duration::from_secs(5)).await;
+    let report = consumer.close(Duration::from_secs(5)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
     assert_eq!(emulator.stats().expired_handles, 0);
 }
@@ -120,7 +120,7 @@ async fn default_settings_still_flush_at_5_s() {
     let (after, reason, len) = single_flush(&flushes, handled);
     assert_between("flushed after", after, 4.95, 5.05);
     assert_eq!((reason, len), (FlushReason::Delay, 1));
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }
 
 /// Regression: an 8 s handle with `max_delay` 25 s must be acknowledged before it expires
@@ -145,7 +145,7 @@ async fn a_short_invisibility_bounds_a_long_max_delay() {
         (0, 0),
         "{stats:?}"
     );
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }
 
 /// Handles `slow` messages 10 s after receipt and the others at once.
@@ -199,5 +199,5 @@ async fn a_near_deadline_flushes_the_batch_early() {
     assert_between("flushed after", after, 17.9, 18.05);
     assert_eq!((reason, len), (FlushReason::Deadline, 2));
     assert_eq!(emulator.stats().ack_requests_with_entries(2), 1);
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }

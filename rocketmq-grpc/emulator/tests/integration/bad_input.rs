@@ -62,7 +62,7 @@ async fn wrong_credentials_unknown_topic_and_unknown_group_are_refused() {
         .start(Handler::default())
         .await
         .unwrap();
-    ok.shutdown(Duration::from_secs(5)).await;
+    ok.close(Duration::from_secs(5)).await;
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ async fn ten_thousand_messages_take_ceil_of_n_over_1024_ack_rpcs() {
         .await
         .unwrap();
     support::wait_handled(&consumer, 10_000, Duration::from_secs(60)).await;
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(
         report.unacknowledged.is_empty(),
         "{:?}",
@@ -59,7 +59,7 @@ async fn two_topics_never_share_a_request() {
         .await
         .unwrap();
     support::wait_handled(&consumer, 600, Duration::from_secs(30)).await;
-    consumer.shutdown(Duration::from_secs(10)).await;
+    consumer.close(Duration::from_secs(10)).await;
     let batches = acks.batches.lock().clone();
     assert_eq!(batches.len(), 2, "one request per topic: {batches:?}");
     for (topic, ids) in batches {
@@ -92,7 +92,7 @@ async fn a_lone_message_is_acknowledged_by_the_timer() {
     let stats = consumer.stats();
     assert_eq!(stats.acks.batches(FlushReason::Delay), 1, "{stats:?}");
     assert_eq!(stats.acked, 1);
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
     assert_eq!(emulator.stats().ack_requests_with_entries(1), 1);
 }
 
@@ -124,7 +124,7 @@ async fn fifo_messages_are_acknowledged_immediately_and_in_order() {
     let stats = consumer.stats();
     assert_eq!(stats.acks.batches(FlushReason::Immediate), 20);
     assert_eq!(stats.acks.total_batches(), 20);
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
     assert_eq!(emulator.stats().ack_requests_with_entries(1), 20);
 }
 
@@ -146,7 +146,7 @@ async fn late_messages_are_acknowledged_immediately() {
     })
     .await;
     assert_eq!(consumer.stats().acks.batches(FlushReason::Immediate), 5);
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +163,7 @@ async fn immediate_mode_sends_one_entry_per_request() {
         emulator.stats().acked == 50
     })
     .await;
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
     let stats = emulator.stats();
     assert_eq!(stats.ack_requests(), 50);
     assert_eq!(stats.ack_requests_with_entries(1), 50);
@@ -193,5 +193,5 @@ async fn an_idle_queue_does_not_hold_up_the_others() {
         .unwrap();
     // Well below one long poll, however loaded the machine.
     support::wait_handled(&consumer, 500, Duration::from_secs(10)).await;
-    consumer.shutdown(Duration::from_secs(10)).await;
+    consumer.close(Duration::from_secs(10)).await;
 }

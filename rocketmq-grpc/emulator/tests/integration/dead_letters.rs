@@ -97,6 +97,6 @@ async fn a_failing_fifo_message_is_retried_in_order_then_dead_lettered() {
     })
     .await;
     assert_eq!(reader.seen.lock()[0].0, "poison");
-    dlq.shutdown(Duration::from_secs(5)).await;
-    consumer.shutdown(Duration::from_secs(5)).await;
+    dlq.close(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }

@@ -39,7 +39,7 @@ async fn every_message_is_acknowledged_exactly_once_despite_faults() {
         .await
         .unwrap();
     support::wait_handled(&consumer, n as u64, Duration::from_secs(600)).await;
-    let report = consumer.shutdown(Duration::from_secs(30)).await;
+    let report = consumer.close(Duration::from_secs(30)).await;
     assert!(report.handlers_finished);
     assert!(
         report.unacknowledged.is_empty(),

@@ -74,7 +74,7 @@ async fn a_message_with_the_largest_body_the_proxy_accepts_is_received() {
     let mut seen = sizes.0.lock().clone();
     seen.sort_unstable();
     assert_eq!(seen, [5, 6, DEFAULT_MAX_BODY]);
-    let report = consumer.shutdown(Duration::from_secs(5)).await;
+    let report = consumer.close(Duration::from_secs(5)).await;
     assert!(report.unacknowledged.is_empty());
     assert!(
         emulator
@@ -153,7 +153,7 @@ async fn a_consumer_announces_its_settings_again_when_the_proxy_forgot_them() {
     support::wait_handled(&consumer, 5, Duration::from_secs(120)).await;
     let log = emulator.control_log(consumer.client_id());
     settings_come_first(&log).unwrap();
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
     assert_eq!(report.acks.abandoned, 0);
     assert!(
@@ -216,7 +216,7 @@ async fn after_a_proxy_restart_settings_precede_heartbeats_and_assignments() {
     settings_come_first(&log).unwrap();
     assert_eq!(log.first(), Some(&(Rpc::Telemetry, true)), "{log:?}");
     assert!(log.iter().all(|(_, ok)| *ok), "nothing refused: {log:?}");
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
 }
 
@@ -303,7 +303,7 @@ async fn an_ack_that_succeeds_on_redelivery_is_not_reported_unacknowledged() {
     .await;
     let ledger = emulator.ledger("orders", GROUP);
     assert!(ledger.iter().all(|m| m.acked), "{ledger:?}");
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(
         report.unacknowledged.is_empty(),
         "acked on redelivery: {:?} (ids {first}, {second})",
@@ -341,7 +341,7 @@ async fn acks_back_off_through_an_outage() {
     .await;
     // A retry every second (merged per key) would make 34 or more requests.
     assert!(during <= 16, "{during} ack requests during 34 s of outage");
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
     assert!(
         emulator
@@ -373,7 +373,7 @@ async fn terminal_ack_codes_are_not_retried() {
         let stats = emulator.stats();
         assert_eq!(stats.ack_entries, 20, "{code:?}: no entry sent twice");
         assert_eq!(consumer.stats().acks.retries, 0, "{code:?}");
-        let report = consumer.shutdown(Duration::from_secs(10)).await;
+        let report = consumer.close(Duration::from_secs(10)).await;
         assert_eq!(report.unacknowledged.len(), 20, "{code:?}");
     }
 }
@@ -422,7 +422,7 @@ async fn failing_nacks_back_off() {
         (3..=16).contains(&attempts),
         "{attempts} nack attempts in 30 s"
     );
-    let report = consumer.shutdown(Duration::from_secs(5)).await;
+    let report = consumer.close(Duration::from_secs(5)).await;
     assert!(
         report.handlers_finished,
         "the nack retries stop at shutdown"

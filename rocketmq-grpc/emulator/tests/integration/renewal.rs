@@ -45,7 +45,7 @@ async fn slow_handler(renewal: Duration) -> (u64, u64, u64) {
     support::publish(&emulator, "orders", 1);
     tokio::time::sleep(Duration::from_secs(180)).await;
     let stats = consumer.stats();
-    consumer.shutdown(Duration::from_secs(60)).await;
+    consumer.close(Duration::from_secs(60)).await;
     (handled.load(Ordering::Relaxed), stats.renewed, stats.acked)
 }
 

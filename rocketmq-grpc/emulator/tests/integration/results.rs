@@ -28,7 +28,7 @@ async fn mixed_results_reach_the_right_messages_and_invalid_handles_are_not_retr
         .await
         .unwrap();
     support::wait_handled(&consumer, 500, Duration::from_secs(30)).await;
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     let finals = acks.finals.lock().clone();
     assert_eq!(finals.len(), 500, "every ack resolved once");
     let ledger = emulator.ledger("orders", GROUP);
@@ -93,7 +93,7 @@ async fn missing_results_and_transient_errors_are_retried_together() {
         stats.acks.retries
     );
     assert!(acks.missing_seen.load(Ordering::Relaxed) > 0);
-    let report = consumer.shutdown(Duration::from_secs(10)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty());
     let ledger = emulator.ledger("orders", GROUP);
     assert!(ledger.iter().all(|m| m.acked_exactly_once()), "{ledger:?}");
@@ -139,7 +139,7 @@ async fn a_closure_handler_is_called_for_every_message_and_its_results_count() {
         consumer.stats().acked == 50
     })
     .await;
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
     let seen = seen.lock().clone();
     for id in &sent {
         assert_eq!(seen.iter().filter(|s| *s == id).count(), 2, "{id}");

@@ -85,7 +85,7 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
             && ended.to_string().contains("already committed"),
         "{ended}"
     );
-    consumer.shutdown(Duration::from_secs(5)).await;
+    consumer.close(Duration::from_secs(5)).await;
 }
 
 #[tokio::test(start_paused = true)]
