@@ -141,8 +141,8 @@ pub use consumer::{
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{
-    Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy, Transaction,
-    TransactionChecker, TransactionResolution,
+    Backoff, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, SendReceipt, SendRetryPolicy,
+    Transaction, TransactionChecker, TransactionResolution,
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,

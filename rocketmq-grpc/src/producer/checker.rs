@@ -56,6 +56,14 @@ where
     }
 }
 
+/// A shared checker.
+#[async_trait::async_trait]
+impl<C: TransactionChecker + ?Sized> TransactionChecker for Arc<C> {
+    async fn check(&self, message: ReceivedMessage) -> TransactionResolution {
+        (**self).check(message).await
+    }
+}
+
 /// The producer's checker, if any.
 #[derive(Default)]
 pub(super) struct CheckerSlot(pub(super) Mutex<Option<Arc<dyn TransactionChecker>>>);

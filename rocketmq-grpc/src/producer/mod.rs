@@ -1,5 +1,6 @@
 //! [`Producer`]: sends normal and FIFO messages, retrying retryable failures.
 
+mod builder;
 mod checker;
 mod control;
 mod policy;
@@ -18,6 +19,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use builder::ProducerBuilder;
 pub use checker::{TransactionChecker, TransactionResolution};
 pub use policy::{Backoff, SendRetryPolicy};
 pub use transaction::Transaction;
@@ -72,8 +74,10 @@ struct Sent {
 ///   whose sends keep failing, the cached queues used meanwhile and kept when the query
 ///   fails). Every cached route is also refreshed every 30 s, as by the Java client.
 ///
-/// `Producer::new(session)` is enough: the telemetry stream opens on the first send. Call
-/// [`start`](Self::start) to open it beforehand and wait for the proxy's retry policy.
+/// Make one with [`Producer::builder`] (as the consumers: `builder(config)…start().await`), or
+/// with `Producer::new(session)` and the same settings as methods: the telemetry stream opens
+/// on the first send; call [`start`](Self::start) to open it beforehand and wait for the
+/// proxy's retry policy.
 /// Dropping the producer stops its background tasks.
 #[derive(Debug)]
 pub struct Producer {

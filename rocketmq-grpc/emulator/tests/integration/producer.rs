@@ -410,3 +410,52 @@ async fn an_outage_under_a_steady_stream_keeps_to_the_retry_budget() {
         "{unlimited} attempts without the budget"
     );
 }
+
+/// The builder makes a started producer in one expression, and refuses a bad setting with its
+/// name before anything is sent.
+#[tokio::test]
+async fn the_builder_starts_a_producer_and_names_a_bad_setting() {
+    let emulator = emulator().await;
+    let producer = Producer::builder(support::config(&emulator))
+        .topic("orders")
+        .retry_window(Duration::from_secs(1))
+        .max_attempts(2)
+        .start()
+        .await
+        .expect("started");
+    assert!(
+        producer.settings_answers() >= 1,
+        "the proxy answered before start returned"
+    );
+    assert_eq!(producer.retry_policy().max_attempts, 2);
+    producer
+        .send(OutgoingMessage::new("orders", "built"))
+        .await
+        .expect("sent");
+
+    let err = Producer::builder(support::config(&emulator))
+        .retry_budget(RetryBudget::default().ratio(-1.0))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig {
+                setting: "retry_budget",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // A shared session: the builder's config is not used for connections then.
+    let session = Session::new(support::config(&emulator)).unwrap();
+    let shared = Producer::builder(support::config(&emulator))
+        .session(Arc::clone(&session))
+        .build()
+        .unwrap();
+    shared
+        .send(OutgoingMessage::new("orders", "shared"))
+        .await
+        .expect("sent over the shared session");
+}
