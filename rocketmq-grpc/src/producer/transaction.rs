@@ -50,11 +50,12 @@ pub struct Transaction {
 }
 
 impl Transaction {
-    /// Commits: the message becomes visible to consumers. A transaction without a message
-    /// commits nothing.
+    /// Commits: the message becomes visible to consumers.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] (naming `transaction`) when the transaction already ended;
+    /// [`Error::InvalidConfig`] (naming `transaction`) when the transaction already ended or
+    /// has no message yet (as the Java client: most likely its send failed; the transaction
+    /// stays open, so send it, or roll back);
     /// the proxy's refusal or a transport error otherwise: a retryable one
     /// ([`Error::is_retryable`]) may be retried with `commit` again, and the broker's check
     /// decides the transaction if it is never ended.
@@ -64,10 +65,12 @@ impl Transaction {
     }
 
     /// Rolls back: the message is discarded. A transaction without a message rolls back
-    /// nothing.
+    /// nothing and just ends (so an error path may roll back whether or not the send went
+    /// out; the Java client refuses that).
     ///
     /// # Errors
-    /// As [`commit`](Self::commit).
+    /// [`Error::InvalidConfig`] (naming `transaction`) when the transaction already ended;
+    /// otherwise as [`commit`](Self::commit).
     pub async fn rollback(&self) -> Result<(), Error> {
         self.end(pb::TransactionResolution::Rollback, "rolled back")
             .await
@@ -80,6 +83,13 @@ impl Transaction {
     ) -> Result<(), Error> {
         let half = match &*self.stage.lock() {
             Stage::Ended(how) => return Err(ended_error(how)),
+            Stage::Open(None) if resolution == pb::TransactionResolution::Commit => {
+                return Err(Error::invalid(
+                    "transaction",
+                    "the transaction has no message to commit (its send_in failed or was \
+                     not made): send it with Producer::send_in, or roll back",
+                ));
+            }
             Stage::Open(half) => half.clone(),
         };
         if let Some(half) = half {

@@ -131,4 +131,26 @@ async fn invalid_settings_are_rejected_by_name() {
             ..
         }
     ));
+    for renewal in [
+        Duration::from_secs(9),
+        Duration::from_secs(12 * 3600 + 1),
+        Duration::MAX,
+    ] {
+        let error = PushConsumer::builder(ClientConfig::new("127.0.0.1:1").unwrap(), GROUP)
+            .subscribe("t", "*")
+            .renewal(renewal)
+            .start(Handler::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                Error::InvalidConfig {
+                    setting: "renewal",
+                    ..
+                }
+            ),
+            "{renewal:?}: {error}"
+        );
+    }
 }

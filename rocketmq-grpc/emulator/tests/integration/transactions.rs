@@ -128,4 +128,41 @@ async fn a_transaction_needs_a_checker_one_plain_message_and_its_own_producer() 
         .expect_err("a normal message on a transactional topic");
     assert!(error.to_string().contains("TRANSACTION"), "{error}");
     transaction.rollback().await.unwrap();
+    // Used after its end: every call names the transaction and says how it ended.
+    for error in [
+        transaction
+            .commit()
+            .await
+            .expect_err("commit after rollback"),
+        transaction.rollback().await.expect_err("rollback twice"),
+        producer
+            .send_in(&transaction, OutgoingMessage::new("tx", "late"))
+            .await
+            .expect_err("a send after the end"),
+    ] {
+        assert!(
+            matches!(
+                error,
+                Error::InvalidConfig {
+                    setting: "transaction",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("already rolled back"), "{error}");
+    }
+    // Ended without its message: a commit of an empty transaction is refused too.
+    let empty = producer.begin_transaction().unwrap();
+    let error = empty.commit().await.expect_err("nothing to commit");
+    assert!(
+        matches!(
+            error,
+            Error::InvalidConfig {
+                setting: "transaction",
+                ..
+            }
+        ),
+        "{error}"
+    );
 }
