@@ -6,7 +6,8 @@
 //! failed one message at a time, and never blocks one ack behind another.
 //!
 //! - [`Session`]: connections, the headers the proxy reads and HMAC-SHA1 request signing.
-//! - [`Producer`]: sends normal and FIFO messages. It announces its settings on the telemetry
+//! - [`Producer`] ([`Producer::builder`]): sends normal, FIFO and delay messages
+//!   ([`OutgoingMessage::deliver_after`], [`OutgoingMessage::deliver_at`]). It announces its settings on the telemetry
 //!   stream and follows the retry policy the proxy answers with ([`SendRetryPolicy`]; 3
 //!   attempts, exponential 10 ms to 1 s until then); retryable failures
 //!   ([`Error::is_retryable`]) are retried with jitter on another queue and broker (FIFO
@@ -18,14 +19,19 @@
 //!   ```no_run
 //!   # async fn demo() -> Result<(), rocketmq_grpc::Error> {
 //!   use std::time::Duration;
-//!   use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+//!   use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer};
 //!
-//!   let session = Session::new(ClientConfig::new("127.0.0.1:8081")?)?;
-//!   // Ride out a proxy restart of up to a minute.
-//!   let producer = Producer::new(session).retry_window(Duration::from_secs(60));
-//!   producer.start().await?; // optional: waits for the proxy's retry policy
+//!   let producer = Producer::builder(ClientConfig::new("127.0.0.1:8081")?)
+//!       // Ride out a proxy restart of up to a minute.
+//!       .retry_window(Duration::from_secs(60))
+//!       .start() // or build(): the proxy's retry policy comes with the first send
+//!       .await?;
 //!   let receipt = producer.send(OutgoingMessage::new("orders", "hello")).await?;
 //!   println!("sent {}", receipt.message_id);
+//!   // Delivered in half an hour (to a topic of type DELAY).
+//!   producer
+//!       .send(OutgoingMessage::new("reminders", "pay").deliver_after(Duration::from_secs(1800)))
+//!       .await?;
 //!   # Ok(()) }
 //!   ```
 //! - [`Transaction`]s: [`Producer::begin_transaction`], [`Producer::send_in`] (a half
@@ -34,7 +40,8 @@
 //!   transaction left open (a producer that crashed before its end), which the proxy sends to
 //!   a producer that announced the topic. As in the Java client: one message per transaction
 //!   and a checker required.
-//! - [`PushConsumer`]: receives from every assigned queue, runs a [`MessageHandler`] with
+//! - [`PushConsumer`]: receives from every assigned queue, runs a [`MessageHandler`] (a trait
+//!   implementation or a closure) with
 //!   bounded concurrency (FIFO messages in order), acknowledges through `ack-batcher` keyed by
 //!   (endpoint, topic) — FIFO and late messages at once — and nacks failures with
 //!   `ChangeInvisibleDuration`; while a handler runs longer than its message's
