@@ -127,6 +127,10 @@ struct Record {
     state: RecState,
     /// When the in-flight message becomes visible again (the index key in `deadlines`).
     deadline_ms: u64,
+    /// The revive time of the broker's latest checkpoint of this delivery (the receive's
+    /// invisible time, or the last `ChangeInvisibleDuration`): a change cannot make the
+    /// message visible before it.
+    floor_ms: u64,
     /// The client whose proxy-side auto-renewal keeps this delivery alive.
     renew_client: Option<Arc<str>>,
     ok_acks: u32,
@@ -454,6 +458,7 @@ impl TopicInner {
                 rec.attempts = rec.attempts.saturating_add(1);
                 rec.latest_seq = s;
                 rec.renew_client = req.renew.as_ref().map(|(client, _)| client.clone());
+                rec.floor_ms = req.now_ms.saturating_add(req.invisible_ms);
                 let attempt = rec.attempts;
                 c.set_deadline(offset, deadline);
                 inc(&counters.messages_delivered);
@@ -616,7 +621,13 @@ impl TopicInner {
                 rec.latest_seq = s;
                 rec.renew_client = None;
                 rec.nacks = rec.nacks.saturating_add(1);
-                c.set_deadline(offset, now_ms.saturating_add(invisible_ms));
+                // As on the 5.3.3 proxy: a change to a time before the latest checkpoint's
+                // (a 1 s nack right after a 20 s receive) takes effect only then (the message
+                // came back after 20 s): the broker's revive queue reaches the new checkpoint
+                // only after the one before it.
+                let deadline = now_ms.saturating_add(invisible_ms).max(rec.floor_ms);
+                rec.floor_ms = deadline;
+                c.set_deadline(offset, deadline);
                 inc(&counters.nacks);
                 ChangeApplied::Changed(ReceiptHandle::encode(
                     now_ms,
@@ -955,7 +966,10 @@ mod tests {
         ));
         let nh = ReceiptHandle::decode(&new).unwrap();
         assert_eq!(t.evaluate("g", &nh, "a", "c", BROKER, 10), Verdict::Expired);
-        let again = pop(&mut t, "g", false, 1, 30_000, 10, &seq, &counters).deliveries;
+        // Visible again only when the receive's 30 s are over, as on the 5.3.3 proxy.
+        let early = pop(&mut t, "g", false, 1, 30_000, 10, &seq, &counters).deliveries;
+        assert!(early.is_empty());
+        let again = pop(&mut t, "g", false, 1, 30_000, 30_000, &seq, &counters).deliveries;
         assert_eq!(again[0].attempt, 2);
         assert_eq!(t.ledger("g")[0].nacks, 1);
         assert_eq!(counters.snapshot().nacks, 1);

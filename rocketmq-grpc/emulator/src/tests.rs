@@ -852,7 +852,8 @@ async fn invisible_time_validation_and_nack() {
         .await;
     assert_eq!(code(garbage.status.as_ref()), Code::InternalServerError);
 
-    // Nack: new handle, the old one is superseded, redelivery after the new invisible time.
+    // Nack: new handle, the old one is superseded, redelivery after the new invisible time,
+    // but not before the receive's own 30 s (as on the 5.3.3 proxy).
     let nack = c.change_invisible(TOPIC, &m, Duration::from_secs(5)).await;
     assert_eq!(code(nack.status.as_ref()), Code::Ok);
     assert_ne!(nack.receipt_handle, m.1);
@@ -861,6 +862,19 @@ async fn invisible_time_validation_and_nack() {
     let again = c.change_invisible(TOPIC, &m, Duration::from_secs(5)).await;
     assert_eq!(code(again.status.as_ref()), Code::InvalidReceiptHandle);
     emu.advance(Duration::from_secs(5));
+    let (_, early) = c
+        .receive(receive_req(
+            TOPIC,
+            GROUP,
+            false,
+            Some(Duration::from_secs(30)),
+        ))
+        .await;
+    assert!(
+        early.is_empty(),
+        "not before the receive's invisibility ends"
+    );
+    emu.advance(Duration::from_secs(25));
     let (_, redelivered) = c
         .receive(receive_req(
             TOPIC,

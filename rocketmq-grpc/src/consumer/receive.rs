@@ -173,14 +173,14 @@ pub(super) async fn receive(
     Ok(messages)
 }
 
-/// What became of a message after its handler (and, for a FIFO message, its local retries).
+/// What became of a message after its handler and its local retries.
 enum Outcome {
     /// Handled: acknowledge it.
     Success,
-    /// Failed: make it visible again after the retry policy's delay.
-    Failure,
-    /// A FIFO message that failed every attempt the policy allows (this many): forward it to
-    /// the dead-letter queue.
+    /// Failed at this attempt: make it visible again after the retry policy's delay for it.
+    Failure(i32),
+    /// Failed every attempt the policy allows (this many): forward it to the dead-letter
+    /// queue.
     DeadLetter(i32),
 }
 
@@ -188,22 +188,8 @@ enum Outcome {
 /// dead-letters with the latest receipt handle.
 async fn consume(inner: &Inner, mut message: ReceivedMessage) {
     let renewed = {
-        let fifo = message.is_fifo();
         let message = &message;
-        let handling = async move {
-            if fifo {
-                handle_fifo(inner, message).await
-            } else {
-                match inner.handler.handle(message).await {
-                    ConsumeResult::Success => Outcome::Success,
-                    ConsumeResult::Failure => {
-                        Counters::add(&inner.counters.failed, 1);
-                        Outcome::Failure
-                    }
-                }
-            }
-        };
-        renew_while(inner, message, handling).await
+        renew_while(inner, message, handle_retrying(inner, message)).await
     };
     let (outcome, latest) = renewed;
     if let Some(latest) = latest {
@@ -216,7 +202,10 @@ async fn consume(inner: &Inner, mut message: ReceivedMessage) {
             Counters::add(&inner.counters.consumed, 1);
             inner.ack(message).await;
         }
-        Outcome::Failure => inner.nack(&message).await,
+        Outcome::Failure(attempt) => {
+            message.delivery_attempt = attempt;
+            inner.nack(&message).await;
+        }
         Outcome::DeadLetter(max_attempts) => {
             match inner.forward_to_dead_letters(&message, max_attempts).await {
                 Ok(()) => Counters::add(&inner.counters.dead_lettered, 1),
@@ -228,11 +217,22 @@ async fn consume(inner: &Inner, mut message: ReceivedMessage) {
     }
 }
 
-/// A FIFO message, as the Java client handles one: a failure is retried here, after the
-/// retry policy's delay for its attempt, while the rest of its queue waits (so the order
-/// holds), until the policy's attempts are used up; then it goes to the dead-letter queue.
-/// The handler sees each attempt's number in `delivery_attempt`.
-async fn handle_fifo(inner: &Inner, message: &ReceivedMessage) -> Outcome {
+/// Runs the handler on `message`, retrying a failure here after the retry policy's delay for
+/// its attempt (the handler sees each attempt's number in `delivery_attempt`), until the
+/// policy's attempts are used up; then the message goes to the dead-letter queue.
+///
+/// - A FIFO message is always retried here, as the Java client does: the rest of its queue
+///   waits, so the order holds.
+/// - A normal message is retried here while the delay ends before the receive's invisibility
+///   does, and otherwise nacked ([`Outcome::Failure`]: `ChangeInvisibleDuration` to the delay).
+///   The proxy cannot make a message visible before the invisibility it was received with
+///   ends: a nack of 1 s on a 20 s receive came back after 20 s on the 5.3.3 proxy (the new
+///   checkpoint waits behind the receive's own in the broker's revive queue), so a nack alone
+///   turns the policy's short first delays into the invisible duration. The broker counts
+///   only its own deliveries: a message nacked after local attempts comes back with the
+///   broker's count, and the dead-letter limit the broker applies to it counts those.
+async fn handle_retrying(inner: &Inner, message: &ReceivedMessage) -> Outcome {
+    let fifo = message.is_fifo();
     let mut attempt = message.clone();
     loop {
         if inner.handler.handle(&attempt).await == ConsumeResult::Success {
@@ -253,16 +253,24 @@ async fn handle_fifo(inner: &Inner, message: &ReceivedMessage) -> Outcome {
         if attempt.delivery_attempt >= max_attempts {
             return Outcome::DeadLetter(max_attempts);
         }
+        let retry_at = Instant::now() + delay;
+        if !fifo && retry_at + LOCAL_RETRY_MARGIN > message.invisible_until {
+            return Outcome::Failure(attempt.delivery_attempt);
+        }
         tokio::select! {
-            () = tokio::time::sleep(delay) => {}
+            () = tokio::time::sleep_until(retry_at) => {}
             // Stopping: the message is left to its invisibility.
-            () = inner.stop.cancelled() => return Outcome::Failure,
+            () = inner.stop.cancelled() => return Outcome::Failure(attempt.delivery_attempt),
         }
         attempt.delivery_attempt += 1;
     }
 }
 
-/// The attempts of a FIFO message when the proxy announced no retry policy: the broker's
+/// How long before a normal message's invisibility ends a local retry must begin; later
+/// ones are nacks.
+const LOCAL_RETRY_MARGIN: Duration = Duration::from_secs(2);
+
+/// The attempts of a message when the proxy announced no retry policy: the broker's
 /// default for a group (16 retries) plus the first delivery.
 const DEFAULT_MAX_ATTEMPTS: i32 = 17;
 

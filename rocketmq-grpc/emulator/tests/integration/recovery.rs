@@ -380,12 +380,12 @@ async fn terminal_ack_codes_are_not_retried() {
 
 /// Fails every message's first delivery.
 #[derive(Default)]
-struct FailFirst(AtomicU64);
+struct FailFourTimes(AtomicU64);
 
 #[async_trait::async_trait]
-impl MessageHandler for FailFirst {
+impl MessageHandler for FailFourTimes {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        if message.delivery_attempt == 1 {
+        if message.delivery_attempt <= 4 {
             self.0.fetch_add(1, Ordering::Relaxed);
             ConsumeResult::Failure
         } else {
@@ -395,32 +395,41 @@ impl MessageHandler for FailFirst {
 }
 
 /// A nack (`ChangeInvisibleDuration`) that keeps failing backs off exponentially instead of
-/// retrying every second, and stops when the consumer shuts down.
+/// retrying every second, and stops when the consumer shuts down. The handler fails its first
+/// four attempts: the first three are retried in the consumer (after 1, 5 and 10 s, within
+/// the 60 s invisibility); the fourth's delay (30 s) would end past it, so it is nacked.
 #[tokio::test(start_paused = true)]
 async fn failing_nacks_back_off() {
-    let emulator = one_queue_emulator().await;
+    let emulator = Emulator::builder()
+        .topic("orders", TopicKind::Normal, 1)
+        .group(GROUP, false)
+        .seed(11)
+        .auto_renew(Duration::from_secs(40), Duration::from_secs(3 * 3600))
+        .start()
+        .await
+        .expect("the emulator starts");
     emulator.set_faults(
         FaultConfig::none()
             .on_rpcs([Rpc::ChangeInvisibleDuration])
             .unavailable(1.0),
     );
     support::publish(&emulator, "orders", 1);
-    let handler = Arc::new(FailFirst::default());
+    let handler = Arc::new(FailFourTimes::default());
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .start(Arc::clone(&handler))
         .await
         .unwrap();
-    support::wait_for("the failure", Duration::from_secs(30), || {
-        handler.0.load(Ordering::Relaxed) == 1
+    support::wait_for("the fourth failure", Duration::from_secs(60), || {
+        handler.0.load(Ordering::Relaxed) == 4
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let attempts = emulator.stats().calls(Rpc::ChangeInvisibleDuration);
-    // Every second would be 30.
+    // Every second would be 20.
     assert!(
-        (3..=16).contains(&attempts),
-        "{attempts} nack attempts in 30 s"
+        (3..=12).contains(&attempts),
+        "{attempts} nack attempts in 20 s"
     );
     let report = consumer.close(Duration::from_secs(5)).await;
     assert!(
