@@ -55,6 +55,18 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// TLS with the proxy failed: the client refused the proxy's certificate (signed by an
+    /// unknown CA, not valid for the host, expired), the proxy refused the client's
+    /// certificate or its absence, or the endpoint does not speak TLS. Not retryable: the
+    /// same connection fails the same way until a setting or a certificate changes; the
+    /// reason says which.
+    #[error("TLS with the proxy at {endpoint} failed: {reason}")]
+    Tls {
+        /// The endpoint (`host:port`).
+        endpoint: String,
+        /// What was wrong and what to do.
+        reason: String,
+    },
     /// The client was shut down.
     #[error("the client is shut down")]
     ShutDown,
@@ -109,6 +121,7 @@ impl Error {
     /// | `PAYLOAD_TOO_LARGE` 41300 family, `REQUEST_HEADER_FIELDS_TOO_LARGE` 43100 family, `PRECONDITION_FAILED` 42800 | no | |
     /// | `NOT_IMPLEMENTED` 50100, `UNSUPPORTED` 50500 family, `FAILED_TO_CONSUME_MESSAGE` 60000 | no | |
     /// | a code this crate does not know | yes for 5xxxx and 429xx, no for other 4xxxx | by class |
+    /// | [`Error::Tls`] (certificate refused either way, not TLS) | no | a certificate or a setting must change first |
     /// | [`Error::InvalidConfig`], [`Error::MessageTooLarge`], [`Error::ShutDown`] | no | |
     ///
     /// The consumer's control plane (telemetry, heartbeats, assignments) and receive loops keep
@@ -120,12 +133,22 @@ impl Error {
             Self::Rpc { source, .. } => grpc_status_is_retryable(source),
             Self::Unreachable { .. } => true,
             Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
-            Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
+            Self::InvalidConfig { .. }
+            | Self::MessageTooLarge { .. }
+            | Self::ShutDown
+            | Self::Tls { .. } => false,
             Self::SendFailed { last, .. } => last.is_retryable(),
         }
     }
 
+    /// A gRPC failure of `rpc`: [`Error::Tls`] when TLS caused it, else [`Error::Rpc`].
     pub(crate) fn rpc(rpc: &'static str, status: tonic::Status) -> Self {
+        if let Some(failure) = TlsFailure::find(&status) {
+            return Self::Tls {
+                endpoint: failure.endpoint.clone(),
+                reason: failure.reason.clone(),
+            };
+        }
         Self::Rpc {
             rpc,
             source: Arc::new(status),
@@ -154,6 +177,47 @@ impl Error {
                 message: "the response carried no status".into(),
             }),
         }
+    }
+}
+
+/// A TLS failure of a connection to a proxy, made by the TLS connector and carried through
+/// tonic's error chain to [`Error::rpc`], which turns it into [`Error::Tls`].
+#[derive(Debug, Clone)]
+pub(crate) struct TlsFailure {
+    /// `host:port`.
+    pub(crate) endpoint: String,
+    /// What was wrong and what to do.
+    pub(crate) reason: String,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TLS with {} failed: {}", self.endpoint, self.reason)
+    }
+}
+
+impl std::error::Error for TlsFailure {}
+
+impl TlsFailure {
+    /// The TLS failure somewhere in `status`'s error chain (itself or inside an I/O error,
+    /// whose `source` skips the error it wraps).
+    fn find(status: &tonic::Status) -> Option<&TlsFailure> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> =
+            std::error::Error::source(status);
+        while let Some(error) = next {
+            if let Some(failure) = error.downcast_ref::<TlsFailure>() {
+                return Some(failure);
+            }
+            if let Some(failure) = error
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<TlsFailure>())
+            {
+                return Some(failure);
+            }
+            next = error.source();
+        }
+        None
     }
 }
 

@@ -126,6 +126,7 @@ mod error;
 mod message;
 mod producer;
 mod session;
+mod tls;
 pub mod wire;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
@@ -143,7 +144,7 @@ pub use producer::{
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,
-    MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
+    MAX_NAMESPACE_LEN, MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
 };
 
 /// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the
