@@ -145,8 +145,8 @@ impl Error {
     pub(crate) fn rpc(rpc: &'static str, status: tonic::Status) -> Self {
         if let Some(failure) = TlsFailure::find(&status) {
             return Self::Tls {
-                endpoint: failure.endpoint.clone(),
-                reason: failure.reason.clone(),
+                endpoint: failure.endpoint,
+                reason: failure.reason,
             };
         }
         Self::Rpc {
@@ -199,25 +199,39 @@ impl std::fmt::Display for TlsFailure {
 impl std::error::Error for TlsFailure {}
 
 impl TlsFailure {
-    /// The TLS failure somewhere in `status`'s error chain (itself or inside an I/O error,
-    /// whose `source` skips the error it wraps).
-    fn find(status: &tonic::Status) -> Option<&TlsFailure> {
+    /// The TLS failure somewhere in `status`'s error chain: itself (a failed handshake), or
+    /// the text of one inside an I/O error (an alert after the handshake; h2 keeps only the
+    /// kind and the text of the I/O errors it reports, so the type is gone by then).
+    fn find(status: &tonic::Status) -> Option<TlsFailure> {
         let mut next: Option<&(dyn std::error::Error + 'static)> =
             std::error::Error::source(status);
         while let Some(error) = next {
             if let Some(failure) = error.downcast_ref::<TlsFailure>() {
-                return Some(failure);
+                return Some(failure.clone());
             }
-            if let Some(failure) = error
+            if let Some(inner) = error
                 .downcast_ref::<std::io::Error>()
                 .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<TlsFailure>())
             {
-                return Some(failure);
+                if let Some(failure) = inner.downcast_ref::<TlsFailure>() {
+                    return Some(failure.clone());
+                }
+                if let Some(failure) = Self::parse(&inner.to_string()) {
+                    return Some(failure);
+                }
             }
             next = error.source();
         }
         None
+    }
+
+    /// The failure whose `Display` is `text` ("TLS with ENDPOINT failed: REASON").
+    fn parse(text: &str) -> Option<TlsFailure> {
+        let (endpoint, reason) = text.strip_prefix("TLS with ")?.split_once(" failed: ")?;
+        (!endpoint.contains(' ')).then(|| TlsFailure {
+            endpoint: endpoint.to_owned(),
+            reason: reason.to_owned(),
+        })
     }
 }
 
@@ -443,6 +457,29 @@ mod tests {
         assert!(unknown(42_901).is_retryable(), "quota-style throttling");
         assert!(!unknown(40_021).is_retryable(), "INVALID_CLIENT_PROPERTIES");
         assert!(!unknown(40_499).is_retryable());
+    }
+
+    #[test]
+    fn tls_failures_are_terminal_and_found_in_the_text_h2_keeps() {
+        let failure = TlsFailure {
+            endpoint: "127.0.0.1:8081".into(),
+            reason: "the proxy's certificate is not signed by a CA this client trusts".into(),
+        };
+        // As h2 hands it on: an I/O error with the text only.
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, failure.to_string());
+        let status = tonic::Status::from_error(Box::new(io));
+        let error = Error::rpc("SendMessage", status);
+        let Error::Tls { endpoint, reason } = &error else {
+            panic!("not a TLS error: {error}");
+        };
+        assert_eq!(endpoint, "127.0.0.1:8081");
+        assert_eq!(reason, &failure.reason);
+        assert!(!error.is_retryable());
+        // Other I/O errors stay retryable transport errors.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let error = Error::rpc("SendMessage", tonic::Status::from_error(Box::new(io)));
+        assert!(matches!(error, Error::Rpc { .. }), "{error}");
+        assert!(TlsFailure::parse("TLS with a b failed: x").is_none());
     }
 
     #[test]

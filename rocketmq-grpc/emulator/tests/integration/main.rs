@@ -12,4 +12,5 @@ mod renewal;
 mod results;
 mod simple;
 mod support;
+mod tls;
 mod transactions;
