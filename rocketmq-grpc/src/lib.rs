@@ -114,8 +114,34 @@
 //! its children, a child never uses what its parent defines; the shared state of the consumer
 //! and of the producer has a module of its own). `scripts/check-module-cycles` checks it.
 //!
+//! # TLS and namespaces
+//! With the feature `tls`, `https://host:port` (or [`ClientConfig::tls`]) connects with TLS:
+//! [`ClientConfig::tls_ca_file`] / [`ClientConfig::tls_ca_pem`] give a private CA,
+//! [`ClientConfig::tls_client_cert_files`] / [`ClientConfig::tls_client_cert_pem`] a client
+//! certificate, [`ClientConfig::tls_verify_hostname`] and [`ClientConfig::tls_webpki_roots`]
+//! switch the host name check and the public roots (the same names as `pulsar-wire`'s
+//! `ConnectOptions`). Unusable files or PEM are [`Error::InvalidConfig`] naming the setting when
+//! the [`Session`] is built; a refused certificate is [`Error::Tls`], not retryable, at once.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rocketmq_grpc::Error> {
+//! use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+//!
+//! let config = ClientConfig::new("https://localhost:8081")?
+//!     .tls_ca_file("/etc/rocketmq/ca.pem")
+//!     .namespace("tenant-a"); // topic "orders" is the broker's "tenant-a%orders"
+//! let producer = Producer::new(Session::new(config)?);
+//! producer.send(OutgoingMessage::new("orders", "hello")).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`ClientConfig::namespace`] names every topic and group as the broker stores them
+//! (`namespace%name`), which the 5.3.3 proxy needs: it reads neither
+//! `Resource.resource_namespace` nor the `x-mq-namespace` header, both of which are sent too.
+//!
 //! # Feature flags
-//! - `tls` (off by default): TLS connections to the proxy.
+//! - `tls` (off by default): TLS connections to the proxy (`rustls` on `ring`,
+//!   `webpki-roots`).
 
 #![forbid(unsafe_code)]
 

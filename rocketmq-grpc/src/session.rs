@@ -566,11 +566,11 @@ impl Session {
     /// `queue` (from a route or an assignment, whose topic the proxy names without the
     /// namespace) with its topic named as the broker stores it.
     pub(crate) fn queue(&self, mut queue: pb::MessageQueue) -> pb::MessageQueue {
-        if let Some(topic) = queue.topic.as_mut() {
-            if !self.config.namespace.is_empty() {
-                topic.name = wrap_namespace(&self.config.namespace, &topic.name);
-                topic.resource_namespace = self.config.namespace.clone();
-            }
+        if let Some(topic) = queue.topic.as_mut()
+            && !self.config.namespace.is_empty()
+        {
+            topic.name = wrap_namespace(&self.config.namespace, &topic.name);
+            topic.resource_namespace = self.config.namespace.clone();
         }
         queue
     }

@@ -98,11 +98,18 @@
 //!
 //! # What is not modelled
 //!
-//! Filter expressions (accepted, not applied), namespaces (echoed, not used), delay and
+//! Filter expressions (accepted, not applied), namespaces (names are used as sent, so a
+//! client in namespace `ns` needs the topic `ns%orders`, as on the 5.3.3 proxy, which reads
+//! neither `resource_namespace` nor `x-mq-namespace`; unlike the proxy, the emulator does not
+//! take the namespace off the topics it answers with), delay and
 //! transactional messages, dead-letter queues and `max_attempts`, retry topics, stored consumer
 //! offsets (every group starts at offset 0, which is also where a new group starts on a real
-//! 5.3.3 broker: it consumes what the topic already holds), several brokers, TLS, and the RPCs
-//! outside the crate's proto subset.
+//! 5.3.3 broker: it consumes what the topic already holds), several brokers, the proxy's
+//! permissive TLS mode (TLS and plain on one port: with [`EmulatorBuilder::tls`] the emulator
+//! serves TLS only), and the RPCs outside the crate's proto subset.
+//!
+//! # Feature flags
+//! - `tls` (on by default): [`EmulatorBuilder::tls`] and [`EmulatorBuilder::tls_client_ca`].
 //!
 //! # The binary
 //! `rocketmq_emulator` runs the emulator as a process (for load runs and for trying a client
@@ -252,6 +259,7 @@ pub struct TopicInfo {
 
 /// The PEM texts of the emulator's TLS: its certificate chain and key, and the CA its
 /// clients' certificates must come from (when it requires them).
+#[cfg(feature = "tls")]
 #[derive(Clone, Default)]
 struct TlsPem {
     cert_chain: Vec<u8>,
@@ -259,6 +267,7 @@ struct TlsPem {
     client_ca: Option<Vec<u8>>,
 }
 
+#[cfg(feature = "tls")]
 impl std::fmt::Debug for TlsPem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
@@ -281,6 +290,7 @@ pub struct EmulatorBuilder {
     seed: u64,
     topics: Vec<(String, TopicKind, u32)>,
     groups: Vec<(String, bool)>,
+    #[cfg(feature = "tls")]
     tls: Option<TlsPem>,
 }
 
@@ -293,6 +303,7 @@ impl Default for EmulatorBuilder {
             seed: 0x5EED_0FE1_1A70_1234,
             topics: Vec::new(),
             groups: Vec::new(),
+            #[cfg(feature = "tls")]
             tls: None,
         }
     }
@@ -688,7 +699,8 @@ fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), Error> {
 #[cfg(feature = "tls")]
 type ServerTls = tonic::transport::ServerTlsConfig;
 #[cfg(not(feature = "tls"))]
-type ServerTls = std::convert::Infallible;
+#[derive(Debug, Clone)]
+enum ServerTls {}
 
 async fn serve(
     shared: Arc<Shared>,

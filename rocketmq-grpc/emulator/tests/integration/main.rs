@@ -12,5 +12,6 @@ mod renewal;
 mod results;
 mod simple;
 mod support;
+#[cfg(feature = "tls")]
 mod tls;
 mod transactions;
