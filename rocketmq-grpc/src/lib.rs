@@ -96,6 +96,11 @@
 //!   forgotten them. The consumer reopens the stream and announces its settings first, then
 //!   heartbeats and queries its assignment; telemetry, heartbeats, assignments and receives
 //!   back off exponentially with jitter (capped) while they fail.
+//! - **Several proxies.** `ClientConfig::new("p1:8081,p2:8081")` gives access points tried in
+//!   turn: when the one in use is unavailable (connection refused or lost), routes,
+//!   heartbeats, telemetry and assignments go to the next ([`ClientConfig::endpoints`]). The
+//!   telemetry command `ReconnectEndpointsCommand` (protocol v2.1.0) is not handled: the 5.3.3
+//!   proxy does not send it and the Java client 5.0.8 logs it as unrecognized.
 //! - **Drop.** A [`PushConsumer`] dropped without [`PushConsumer::shutdown`] stops receiving
 //!   at once and, in the background, waits for its handlers, flushes its pending acks and
 //!   tells the proxy it left (10 s each at most).

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
@@ -190,7 +190,8 @@ pub const MAX_NAMESPACE_LEN: usize = 64;
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    pub(crate) endpoint: Endpoint,
+    /// The access points, tried in turn: the first until it is unavailable.
+    pub(crate) endpoints: Vec<Endpoint>,
     pub(crate) namespace: String,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) request_timeout: Duration,
@@ -203,11 +204,29 @@ impl ClientConfig {
     /// A client of the proxy at `endpoint` (`host:port`; `https://host:port` turns TLS on,
     /// `http://host:port` is plain), with a 3 s request timeout, no namespace, no credentials.
     ///
+    /// Several proxies, separated by commas (`https://p1:8081,p2:8081`), are access points
+    /// tried in turn: the client uses the first until it is unavailable (connection refused
+    /// or lost, [`Error::Unreachable`]), then the next, for the RPCs that go to the access
+    /// point (routes, heartbeats, telemetry, assignments); sends and receives go where the
+    /// routes say.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// let config = ClientConfig::new("10.0.0.7:8081, 10.0.0.8:8081")?;
+    /// assert_eq!(config.endpoints().len(), 2);
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `endpoint` is not `host:port`.
+    /// [`Error::InvalidConfig`] if an endpoint is not `host:port`.
     pub fn new(endpoint: &str) -> Result<Self, Error> {
+        let endpoints = endpoint
+            .split(',')
+            .map(Endpoint::parse)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            endpoint: Endpoint::parse(endpoint)?,
+            endpoints,
             namespace: String::new(),
             credentials: None,
             request_timeout: Duration::from_secs(3),
@@ -394,9 +413,15 @@ impl ClientConfig {
         self
     }
 
-    /// The proxy's address.
+    /// The proxy's address (the first access point when several are given).
     pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+        // `new` parsed at least one (an empty text is not `host:port`).
+        &self.endpoints[0]
+    }
+
+    /// Every access point, in the order they are tried.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
     }
 
     fn validate(&self) -> Result<(), Error> {
@@ -429,7 +454,7 @@ impl ClientConfig {
                 format!(
                     "TLS options are set but TLS is off: connect to https://{} or call \
                      ClientConfig::tls(true)",
-                    self.endpoint
+                    self.endpoint()
                 ),
             ));
         }
@@ -449,6 +474,15 @@ impl ClientConfig {
         {
             Ok(Some(TlsConfig))
         }
+    }
+}
+
+/// Whether `error` says the proxy is not there (connection refused or lost).
+pub(crate) fn is_unavailable(error: &Error) -> bool {
+    match error {
+        Error::Unreachable { .. } => true,
+        Error::Rpc { source, .. } => source.code() == tonic::Code::Unavailable,
+        _ => false,
     }
 }
 
@@ -506,6 +540,8 @@ pub struct Session {
     client_id: String,
     channels: Mutex<HashMap<Endpoint, Channel>>,
     requests: AtomicU64,
+    /// The index in `config.endpoints` of the access point in use.
+    access: AtomicUsize,
 }
 
 static CLIENT_INDEX: AtomicU64 = AtomicU64::new(0);
@@ -541,6 +577,7 @@ impl Session {
             client_id,
             channels: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
+            access: AtomicUsize::new(0),
         }))
     }
 
@@ -552,6 +589,50 @@ impl Session {
     /// The configuration.
     pub fn config(&self) -> &ClientConfig {
         &self.config
+    }
+
+    /// The access point in use: the first of [`ClientConfig::endpoints`] until it fails.
+    pub(crate) fn access_point(&self) -> Endpoint {
+        let endpoints = &self.config.endpoints;
+        endpoints[self.access.load(Ordering::Relaxed) % endpoints.len()].clone()
+    }
+
+    /// Every access point as the protocol's `Endpoints` (the settings' `access_point`).
+    pub(crate) fn access_points_pb(&self) -> pb::Endpoints {
+        let mut all = self.config.endpoint().to_pb();
+        all.addresses = self
+            .config
+            .endpoints
+            .iter()
+            .flat_map(|e| e.to_pb().addresses)
+            .collect();
+        all
+    }
+
+    /// `error` of an RPC to the access point `endpoint`, passed on; when it says the proxy
+    /// is unavailable (connection refused or lost), the next access point is used from now
+    /// on (unless another caller moved on already).
+    pub(crate) fn access_failed(&self, endpoint: &Endpoint, error: Error) -> Error {
+        let endpoints = &self.config.endpoints;
+        if is_unavailable(&error) && endpoints.len() > 1 {
+            let current = self.access.load(Ordering::Relaxed);
+            if endpoints[current % endpoints.len()] == *endpoint {
+                let next = (current + 1) % endpoints.len();
+                if self
+                    .access
+                    .compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    tracing::warn!(
+                        failed = %endpoint,
+                        next = %endpoints[next],
+                        %error,
+                        "the proxy is unavailable; using the next access point"
+                    );
+                }
+            }
+        }
+        error
     }
 
     /// A resource (topic or group) in the session's namespace: the name as the broker
@@ -630,7 +711,7 @@ impl Session {
         group: Option<&str>,
         client_type: pb::ClientType,
     ) -> Result<(), Error> {
-        let access = self.config.endpoint.clone();
+        let access = self.access_point();
         let mut client = self.client(&access)?;
         let request = pb::HeartbeatRequest {
             group: group.map(|g| self.resource(g)),
@@ -639,7 +720,7 @@ impl Session {
         let response = client
             .heartbeat(self.request(request, self.config.request_timeout))
             .await
-            .map_err(|status| Error::rpc("Heartbeat", status))?
+            .map_err(|status| self.access_failed(&access, Error::rpc("Heartbeat", status)))?
             .into_inner();
         Error::check("Heartbeat", response.status.as_ref())
     }

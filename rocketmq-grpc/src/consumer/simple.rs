@@ -448,7 +448,7 @@ impl SimpleConsumer {
             .as_ref()
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
-            .unwrap_or_else(|| inner.session.config().endpoint().clone());
+            .unwrap_or_else(|| inner.session.access_point());
         let request = pb::ReceiveMessageRequest {
             group: Some(inner.session.resource(&inner.group)),
             message_queue: Some(inner.session.queue(queue)),

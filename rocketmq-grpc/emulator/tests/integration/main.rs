@@ -5,6 +5,7 @@ mod bad_input;
 mod batching;
 mod dead_letters;
 mod delay;
+mod failover;
 mod faults;
 mod producer;
 mod recovery;
