@@ -55,6 +55,18 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// TLS with the proxy failed: the client refused the proxy's certificate (signed by an
+    /// unknown CA, not valid for the host, expired), the proxy refused the client's
+    /// certificate or its absence, or the endpoint does not speak TLS. Not retryable: the
+    /// same connection fails the same way until a setting or a certificate changes; the
+    /// reason says which.
+    #[error("TLS with the proxy at {endpoint} failed: {reason}")]
+    Tls {
+        /// The endpoint (`host:port`).
+        endpoint: String,
+        /// What was wrong and what to do.
+        reason: String,
+    },
     /// The client was shut down.
     #[error("the client is shut down")]
     ShutDown,
@@ -109,6 +121,7 @@ impl Error {
     /// | `PAYLOAD_TOO_LARGE` 41300 family, `REQUEST_HEADER_FIELDS_TOO_LARGE` 43100 family, `PRECONDITION_FAILED` 42800 | no | |
     /// | `NOT_IMPLEMENTED` 50100, `UNSUPPORTED` 50500 family, `FAILED_TO_CONSUME_MESSAGE` 60000 | no | |
     /// | a code this crate does not know | yes for 5xxxx and 429xx, no for other 4xxxx | by class |
+    /// | [`Error::Tls`] (certificate refused either way, not TLS) | no | a certificate or a setting must change first |
     /// | [`Error::InvalidConfig`], [`Error::MessageTooLarge`], [`Error::ShutDown`] | no | |
     ///
     /// The consumer's control plane (telemetry, heartbeats, assignments) and receive loops keep
@@ -120,12 +133,22 @@ impl Error {
             Self::Rpc { source, .. } => grpc_status_is_retryable(source),
             Self::Unreachable { .. } => true,
             Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
-            Self::InvalidConfig { .. } | Self::MessageTooLarge { .. } | Self::ShutDown => false,
+            Self::InvalidConfig { .. }
+            | Self::MessageTooLarge { .. }
+            | Self::ShutDown
+            | Self::Tls { .. } => false,
             Self::SendFailed { last, .. } => last.is_retryable(),
         }
     }
 
+    /// A gRPC failure of `rpc`: [`Error::Tls`] when TLS caused it, else [`Error::Rpc`].
     pub(crate) fn rpc(rpc: &'static str, status: tonic::Status) -> Self {
+        if let Some(failure) = TlsFailure::find(&status) {
+            return Self::Tls {
+                endpoint: failure.endpoint,
+                reason: failure.reason,
+            };
+        }
         Self::Rpc {
             rpc,
             source: Arc::new(status),
@@ -154,6 +177,61 @@ impl Error {
                 message: "the response carried no status".into(),
             }),
         }
+    }
+}
+
+/// A TLS failure of a connection to a proxy, made by the TLS connector and carried through
+/// tonic's error chain to [`Error::rpc`], which turns it into [`Error::Tls`].
+#[derive(Debug, Clone)]
+pub(crate) struct TlsFailure {
+    /// `host:port`.
+    pub(crate) endpoint: String,
+    /// What was wrong and what to do.
+    pub(crate) reason: String,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TLS with {} failed: {}", self.endpoint, self.reason)
+    }
+}
+
+impl std::error::Error for TlsFailure {}
+
+impl TlsFailure {
+    /// The TLS failure somewhere in `status`'s error chain: itself (a failed handshake), or
+    /// the text of one inside an I/O error (an alert after the handshake; h2 keeps only the
+    /// kind and the text of the I/O errors it reports, so the type is gone by then).
+    fn find(status: &tonic::Status) -> Option<TlsFailure> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> =
+            std::error::Error::source(status);
+        while let Some(error) = next {
+            if let Some(failure) = error.downcast_ref::<TlsFailure>() {
+                return Some(failure.clone());
+            }
+            if let Some(inner) = error
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+            {
+                if let Some(failure) = inner.downcast_ref::<TlsFailure>() {
+                    return Some(failure.clone());
+                }
+                if let Some(failure) = Self::parse(&inner.to_string()) {
+                    return Some(failure);
+                }
+            }
+            next = error.source();
+        }
+        None
+    }
+
+    /// The failure whose `Display` is `text` ("TLS with ENDPOINT failed: REASON").
+    fn parse(text: &str) -> Option<TlsFailure> {
+        let (endpoint, reason) = text.strip_prefix("TLS with ")?.split_once(" failed: ")?;
+        (!endpoint.contains(' ')).then(|| TlsFailure {
+            endpoint: endpoint.to_owned(),
+            reason: reason.to_owned(),
+        })
     }
 }
 
@@ -379,6 +457,29 @@ mod tests {
         assert!(unknown(42_901).is_retryable(), "quota-style throttling");
         assert!(!unknown(40_021).is_retryable(), "INVALID_CLIENT_PROPERTIES");
         assert!(!unknown(40_499).is_retryable());
+    }
+
+    #[test]
+    fn tls_failures_are_terminal_and_found_in_the_text_h2_keeps() {
+        let failure = TlsFailure {
+            endpoint: "127.0.0.1:8081".into(),
+            reason: "the proxy's certificate is not signed by a CA this client trusts".into(),
+        };
+        // As h2 hands it on: an I/O error with the text only.
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, failure.to_string());
+        let status = tonic::Status::from_error(Box::new(io));
+        let error = Error::rpc("SendMessage", status);
+        let Error::Tls { endpoint, reason } = &error else {
+            panic!("not a TLS error: {error}");
+        };
+        assert_eq!(endpoint, "127.0.0.1:8081");
+        assert_eq!(reason, &failure.reason);
+        assert!(!error.is_retryable());
+        // Other I/O errors stay retryable transport errors.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let error = Error::rpc("SendMessage", tonic::Status::from_error(Box::new(io)));
+        assert!(matches!(error, Error::Rpc { .. }), "{error}");
+        assert!(TlsFailure::parse("TLS with a b failed: x").is_none());
     }
 
     #[test]

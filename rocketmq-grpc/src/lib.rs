@@ -103,6 +103,11 @@
 //!   forgotten them. The consumer reopens the stream and announces its settings first, then
 //!   heartbeats and queries its assignment; telemetry, heartbeats, assignments and receives
 //!   back off exponentially with jitter (capped) while they fail.
+//! - **Several proxies.** `ClientConfig::new("p1:8081,p2:8081")` gives access points tried in
+//!   turn: when the one in use is unavailable (connection refused or lost), routes,
+//!   heartbeats, telemetry and assignments go to the next ([`ClientConfig::endpoints`]). The
+//!   telemetry command `ReconnectEndpointsCommand` (protocol v2.1.0) is not handled: the 5.3.3
+//!   proxy does not send it and the Java client 5.0.8 logs it as unrecognized.
 //! - **Drop.** A [`PushConsumer`] dropped without [`PushConsumer::close`] stops receiving
 //!   at once and, in the background, waits for its handlers, flushes its pending acks and
 //!   tells the proxy it left (10 s each at most).
@@ -121,8 +126,34 @@
 //! its children, a child never uses what its parent defines; the shared state of the consumer
 //! and of the producer has a module of its own). `scripts/check-module-cycles` checks it.
 //!
+//! # TLS and namespaces
+//! With the feature `tls`, `https://host:port` (or [`ClientConfig::tls`]) connects with TLS:
+//! [`ClientConfig::tls_ca_file`] / [`ClientConfig::tls_ca_pem`] give a private CA,
+//! [`ClientConfig::tls_client_cert_files`] / [`ClientConfig::tls_client_cert_pem`] a client
+//! certificate, [`ClientConfig::tls_verify_hostname`] and [`ClientConfig::tls_webpki_roots`]
+//! switch the host name check and the public roots (the same names as `pulsar-wire`'s
+//! `ConnectOptions`). Unusable files or PEM are [`Error::InvalidConfig`] naming the setting when
+//! the [`Session`] is built; a refused certificate is [`Error::Tls`], not retryable, at once.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rocketmq_grpc::Error> {
+//! use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+//!
+//! let config = ClientConfig::new("https://localhost:8081")?
+//!     .tls_ca_file("/etc/rocketmq/ca.pem")
+//!     .namespace("tenant-a"); // topic "orders" is the broker's "tenant-a%orders"
+//! let producer = Producer::new(Session::new(config)?);
+//! producer.send(OutgoingMessage::new("orders", "hello")).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`ClientConfig::namespace`] names every topic and group as the broker stores them
+//! (`namespace%name`), which the 5.3.3 proxy needs: it reads neither
+//! `Resource.resource_namespace` nor the `x-mq-namespace` header, both of which are sent too.
+//!
 //! # Feature flags
-//! - `tls` (off by default): TLS connections to the proxy.
+//! - `tls` (off by default): TLS connections to the proxy (`rustls` on `ring`,
+//!   `webpki-roots`).
 
 #![forbid(unsafe_code)]
 
@@ -133,6 +164,7 @@ mod error;
 mod message;
 mod producer;
 mod session;
+mod tls;
 pub mod wire;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
@@ -153,7 +185,7 @@ pub use producer::{
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,
-    MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
+    MAX_NAMESPACE_LEN, MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
 };
 
 /// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the

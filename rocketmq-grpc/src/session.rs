@@ -2,8 +2,9 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
@@ -15,6 +16,7 @@ use tonic::transport::Channel;
 use crate::Error;
 use crate::pb;
 use crate::pb::messaging_service_client::MessagingServiceClient;
+use crate::tls::{Pem, TlsConfig, TlsSettings};
 
 /// A proxy address: host and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,12 +26,17 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Parses `host:port` (an optional `http://` prefix is accepted).
+    /// Parses `host:port` (an optional `http://` or `https://` prefix is accepted and
+    /// dropped; [`ClientConfig::new`] reads it).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] when the text is not `host:port` with a port in 1..=65535.
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let bare = text.trim().trim_start_matches("http://");
+        let trimmed = text.trim();
+        let bare = trimmed
+            .strip_prefix("http://")
+            .or_else(|| trimmed.strip_prefix("https://"))
+            .unwrap_or(trimmed);
         let bad = |reason: &str| {
             Error::invalid(
                 "endpoint",
@@ -48,6 +55,16 @@ impl Endpoint {
                 .to_owned(),
             port,
         })
+    }
+
+    /// The host: a DNS name or an IP address (without the brackets of an IPv6 literal).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The first address of the protocol's `Endpoints`, if any is usable.
@@ -78,12 +95,14 @@ impl Endpoint {
         }
     }
 
-    fn uri(&self, tls: bool) -> String {
-        let scheme = if tls { "https" } else { "http" };
+    /// The URI of tonic's channel. Always `http`: with TLS, the channel's connector makes
+    /// the TLS connection itself (tonic's own TLS cannot skip the hostname check nor explain
+    /// a refused certificate).
+    fn uri(&self) -> String {
         if self.host.contains(':') {
-            format!("{scheme}://[{}]:{}", self.host, self.port)
+            format!("http://[{}]:{}", self.host, self.port)
         } else {
-            format!("{scheme}://{}:{}", self.host, self.port)
+            format!("http://{}:{}", self.host, self.port)
         }
     }
 }
@@ -142,56 +161,244 @@ pub const PROXY_MAX_INBOUND: usize = 130 * 1024 * 1024;
 const MIN_MESSAGE_SIZE: usize = 64 * 1024;
 const MAX_MESSAGE_SIZE: usize = 1024 * 1024 * 1024;
 
+/// The longest [`ClientConfig::namespace`]: 64 characters, which leaves a wrapped name
+/// (`namespace%name`) room within the broker's 127-character limit.
+pub const MAX_NAMESPACE_LEN: usize = 64;
+
 /// How to reach and talk to the proxy.
+///
+/// # TLS
+/// `https://host:port` or [`ClientConfig::tls`]`(true)` connects with TLS (crate feature
+/// `tls`), verifying the proxy's certificate against the CA given with
+/// [`ClientConfig::tls_ca_file`] or [`ClientConfig::tls_ca_pem`] (or the public roots of
+/// `webpki-roots` when none is given) and checking that it names the host.
+/// [`ClientConfig::tls_client_cert_files`] presents a client certificate (mutual TLS). The
+/// files are read, and every setting checked, when the [`Session`] is built
+/// ([`Error::InvalidConfig`] naming the setting). A certificate the client refuses (unknown
+/// CA, wrong host, expired) or a client certificate the proxy refuses fails the RPC at once
+/// with [`Error::Tls`], which is not retryable and says what to fix.
+///
+/// ```
+/// use rocketmq_grpc::{ClientConfig, Session};
+///
+/// # fn demo() -> Result<(), rocketmq_grpc::Error> {
+/// let config = ClientConfig::new("https://proxy.example:8081")?
+///     .tls_ca_file("/etc/rocketmq/ca.pem")
+///     .tls_client_cert_files("/etc/rocketmq/client.pem", "/etc/rocketmq/client.key");
+/// let session = Session::new(config)?; // reads and checks the PEM files
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    pub(crate) endpoint: Endpoint,
+    /// The access points, tried in turn: the first until it is unavailable.
+    pub(crate) endpoints: Vec<Endpoint>,
     pub(crate) namespace: String,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) request_timeout: Duration,
     pub(crate) tls: bool,
+    pub(crate) tls_settings: TlsSettings,
     pub(crate) max_message_size: usize,
 }
 
 impl ClientConfig {
-    /// A client of the proxy at `endpoint` (`host:port`), with a 3 s request timeout, no
-    /// namespace, no credentials and no TLS.
+    /// A client of the proxy at `endpoint` (`host:port`; `https://host:port` turns TLS on,
+    /// `http://host:port` is plain), with a 3 s request timeout, no namespace, no credentials.
+    ///
+    /// Several proxies, separated by commas (`https://p1:8081,p2:8081`), are access points
+    /// tried in turn: the client uses the first until it is unavailable (connection refused
+    /// or lost, [`Error::Unreachable`]), then the next, for the RPCs that go to the access
+    /// point (routes, heartbeats, telemetry, assignments); sends and receives go where the
+    /// routes say.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// let config = ClientConfig::new("10.0.0.7:8081, 10.0.0.8:8081")?;
+    /// assert_eq!(config.endpoints().len(), 2);
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `endpoint` is not `host:port`.
+    /// [`Error::InvalidConfig`] if an endpoint is not `host:port`.
     pub fn new(endpoint: &str) -> Result<Self, Error> {
+        let endpoints = endpoint
+            .split(',')
+            .map(Endpoint::parse)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            endpoint: Endpoint::parse(endpoint)?,
+            endpoints,
             namespace: String::new(),
             credentials: None,
             request_timeout: Duration::from_secs(3),
-            tls: false,
+            tls: endpoint.trim().starts_with("https://"),
+            tls_settings: TlsSettings::default(),
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
         })
     }
 
-    /// The namespace sent in `x-mq-namespace` and in every resource.
+    /// The namespace of every topic and group (default none): up to [`MAX_NAMESPACE_LEN`]
+    /// letters, digits, `-` and `_`. Names are sent as the broker stores them,
+    /// `namespace%name` (`%RETRY%namespace%group` for a retry topic), in every resource,
+    /// with the namespace also in `resource_namespace` and the `x-mq-namespace` header as the
+    /// Java client sends it; received messages name their topic without it. The
+    /// open-source proxy (5.3.3) reads neither of the latter two, only the wrapped name.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// // Topic "orders" is the broker's topic "tenant-a%orders".
+    /// let config = ClientConfig::new("127.0.0.1:8081")?.namespace("tenant-a");
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    #[must_use]
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self
     }
 
     /// Signs every request with these credentials.
+    #[must_use]
     pub fn credentials(mut self, credentials: Credentials) -> Self {
         self.credentials = Some(credentials);
         self
     }
 
     /// The deadline of every RPC except long polling (default 3 s).
+    #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
     }
 
-    /// Connects with TLS (needs the crate feature `tls`).
+    /// Connects with TLS (needs the crate feature `tls`; `https://` in the endpoint turns it
+    /// on too). See [TLS](ClientConfig#tls).
+    #[must_use]
     pub fn tls(mut self, tls: bool) -> Self {
         self.tls = tls;
         self
+    }
+
+    /// Trusts the CA certificates in a PEM file (one or more `BEGIN CERTIFICATE` blocks) to
+    /// sign the proxy's certificate; may be called more than once. The file is read when the
+    /// [`Session`] is built. Giving a CA turns off the public roots unless
+    /// [`ClientConfig::tls_webpki_roots`] turns them on again.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// let config = ClientConfig::new("https://127.0.0.1:8081")?.tls_ca_file("ca.pem");
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_settings.ca.push(Pem::File(path.into()));
+        self
+    }
+
+    /// As [`ClientConfig::tls_ca_file`], with the PEM text itself.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// # fn demo(ca_pem: String) -> Result<(), rocketmq_grpc::Error> {
+    /// let config = ClientConfig::new("127.0.0.1:8081")?.tls(true).tls_ca_pem(ca_pem);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls_settings.ca.push(Pem::Bytes(pem.as_ref().into()));
+        self
+    }
+
+    /// Whether to trust the public roots of the Mozilla CA program (`webpki-roots`) as well.
+    /// Default: only when no CA is given.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// // A private CA, and public CAs as well (a proxy behind a public load balancer).
+    /// let config = ClientConfig::new("https://mq.example:443")?
+    ///     .tls_ca_file("private-ca.pem")
+    ///     .tls_webpki_roots(true);
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn tls_webpki_roots(mut self, trust: bool) -> Self {
+        self.tls_settings.webpki_roots = Some(trust);
+        self
+    }
+
+    /// Presents a client certificate (mutual TLS): a PEM file with the certificate chain
+    /// (leaf first) and a PEM file with its private key (PKCS#8, PKCS#1 or SEC1).
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// let config = ClientConfig::new("https://127.0.0.1:8081")?
+    ///     .tls_ca_file("ca.pem")
+    ///     .tls_client_cert_files("client.pem", "client.key");
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn tls_client_cert_files(
+        mut self,
+        cert_chain: impl Into<PathBuf>,
+        private_key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls_settings.client_cert =
+            Some((Pem::File(cert_chain.into()), Pem::File(private_key.into())));
+        self
+    }
+
+    /// As [`ClientConfig::tls_client_cert_files`], with the PEM texts themselves.
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// # fn demo(ca: &str, cert: &str, key: &str) -> Result<(), rocketmq_grpc::Error> {
+    /// let config = ClientConfig::new("https://127.0.0.1:8081")?
+    ///     .tls_ca_pem(ca)
+    ///     .tls_client_cert_pem(cert, key);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert_chain: impl AsRef<[u8]>,
+        private_key: impl AsRef<[u8]>,
+    ) -> Self {
+        self.tls_settings.client_cert = Some((
+            Pem::Bytes(cert_chain.as_ref().into()),
+            Pem::Bytes(private_key.as_ref().into()),
+        ));
+        self
+    }
+
+    /// Whether the proxy's certificate must name the host connected to (default `true`).
+    ///
+    /// `false` still verifies that a trusted CA signed the certificate and that it is valid
+    /// now, but accepts it for any host: anyone holding a certificate from the same CA can
+    /// then pose as the proxy. Use it only when the proxy's certificate cannot name the
+    /// address clients use (the self-signed `CN=localhost` certificate of a proxy in TLS test
+    /// mode names no host at all).
+    ///
+    /// ```
+    /// use rocketmq_grpc::ClientConfig;
+    ///
+    /// let config = ClientConfig::new("https://10.0.0.7:8081")?
+    ///     .tls_ca_file("proxy-ca.pem")
+    ///     .tls_verify_hostname(false);
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn tls_verify_hostname(mut self, verify: bool) -> Self {
+        self.tls_settings.verify_hostname = verify;
+        self
+    }
+
+    /// Whether connections use TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// The largest gRPC message the client decodes (default [`DEFAULT_MAX_MESSAGE_SIZE`],
@@ -200,14 +407,21 @@ impl ClientConfig {
     /// invisibility ends), and again on every redelivery. Set it to the proxy's
     /// `maxMessageSize` plus [`MESSAGE_OVERHEAD`] when that was raised. Requests are encoded
     /// up to the larger of this and the proxy's inbound limit, [`PROXY_MAX_INBOUND`].
+    #[must_use]
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.max_message_size = bytes;
         self
     }
 
-    /// The proxy's address.
+    /// The proxy's address (the first access point when several are given).
     pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+        // `new` parsed at least one (an empty text is not `host:port`).
+        &self.endpoints[0]
+    }
+
+    /// Every access point, in the order they are tried.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
     }
 
     fn validate(&self) -> Result<(), Error> {
@@ -227,13 +441,92 @@ impl ClientConfig {
                 ),
             ));
         }
+        validate_namespace(&self.namespace)?;
         if self.tls && !cfg!(feature = "tls") {
             return Err(Error::invalid(
                 "tls",
                 "TLS needs the crate feature `tls` of rocketmq-grpc",
             ));
         }
+        if !self.tls && self.tls_settings.is_customised() {
+            return Err(Error::invalid(
+                "tls",
+                format!(
+                    "TLS options are set but TLS is off: connect to https://{} or call \
+                     ClientConfig::tls(true)",
+                    self.endpoint()
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The TLS configuration, built (files read) once per session.
+    fn tls_config(&self) -> Result<Option<TlsConfig>, Error> {
+        if !self.tls {
+            return Ok(None);
+        }
+        #[cfg(feature = "tls")]
+        {
+            crate::tls::client_config(&self.tls_settings).map(Some)
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            Ok(Some(TlsConfig))
+        }
+    }
+}
+
+/// Whether `error` says the proxy is not there (connection refused or lost).
+pub(crate) fn is_unavailable(error: &Error) -> bool {
+    match error {
+        Error::Unreachable { .. } => true,
+        Error::Rpc { source, .. } => source.code() == tonic::Code::Unavailable,
+        _ => false,
+    }
+}
+
+/// Checks a namespace: empty (none) or up to [`MAX_NAMESPACE_LEN`] ASCII letters, digits,
+/// `-` and `_` (the broker's name characters without its separators `%` and `|`).
+fn validate_namespace(namespace: &str) -> Result<(), Error> {
+    if namespace.len() > MAX_NAMESPACE_LEN {
+        return Err(Error::invalid(
+            "namespace",
+            format!(
+                "{namespace:?} is {} characters long, more than {MAX_NAMESPACE_LEN}",
+                namespace.len()
+            ),
+        ));
+    }
+    if let Some(bad) = namespace
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(Error::invalid(
+            "namespace",
+            format!(
+                "{namespace:?} contains {bad:?}: a namespace is made of ASCII letters, digits, \
+                 '-' and '_' ('%' separates it from the name on the broker)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The name the broker stores for `name` in `namespace`: `namespace%name`, with the retry
+/// and dead-letter prefixes kept in front (`%RETRY%namespace%group`); unchanged without a
+/// namespace or when it already carries this one.
+pub(crate) fn wrap_namespace(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() || name.is_empty() {
+        return name.to_owned();
+    }
+    let (prefix, bare) = ["%RETRY%", "%DLQ%"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p).map(|rest| (*p, rest)))
+        .unwrap_or(("", name));
+    match bare.strip_prefix(namespace) {
+        Some(rest) if rest.starts_with('%') => name.to_owned(),
+        _ => format!("{prefix}{namespace}%{bare}"),
     }
 }
 
@@ -242,9 +535,13 @@ impl ClientConfig {
 #[derive(Debug)]
 pub struct Session {
     config: ClientConfig,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    tls: Option<TlsConfig>,
     client_id: String,
     channels: Mutex<HashMap<Endpoint, Channel>>,
     requests: AtomicU64,
+    /// The index in `config.endpoints` of the access point in use.
+    access: AtomicUsize,
 }
 
 static CLIENT_INDEX: AtomicU64 = AtomicU64::new(0);
@@ -253,9 +550,12 @@ impl Session {
     /// Opens a session. Connections are made lazily, on the first RPC to each endpoint.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for settings out of range.
+    /// [`Error::InvalidConfig`] for settings out of range, a namespace with other characters
+    /// than letters, digits, `-` and `_`, and TLS files that cannot be read or hold no usable
+    /// certificate or key (naming the setting).
     pub fn new(config: ClientConfig) -> Result<Arc<Self>, Error> {
         config.validate()?;
+        let tls = config.tls_config()?;
         let host = std::env::var("HOSTNAME")
             .ok()
             .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -273,9 +573,11 @@ impl Session {
         );
         Ok(Arc::new(Self {
             config,
+            tls,
             client_id,
             channels: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
+            access: AtomicUsize::new(0),
         }))
     }
 
@@ -289,12 +591,69 @@ impl Session {
         &self.config
     }
 
-    /// A resource (topic or group) in the session's namespace.
+    /// The access point in use: the first of [`ClientConfig::endpoints`] until it fails.
+    pub(crate) fn access_point(&self) -> Endpoint {
+        let endpoints = &self.config.endpoints;
+        endpoints[self.access.load(Ordering::Relaxed) % endpoints.len()].clone()
+    }
+
+    /// Every access point as the protocol's `Endpoints` (the settings' `access_point`).
+    pub(crate) fn access_points_pb(&self) -> pb::Endpoints {
+        let mut all = self.config.endpoint().to_pb();
+        all.addresses = self
+            .config
+            .endpoints
+            .iter()
+            .flat_map(|e| e.to_pb().addresses)
+            .collect();
+        all
+    }
+
+    /// `error` of an RPC to the access point `endpoint`, passed on; when it says the proxy
+    /// is unavailable (connection refused or lost), the next access point is used from now
+    /// on (unless another caller moved on already).
+    pub(crate) fn access_failed(&self, endpoint: &Endpoint, error: Error) -> Error {
+        let endpoints = &self.config.endpoints;
+        if is_unavailable(&error) && endpoints.len() > 1 {
+            let current = self.access.load(Ordering::Relaxed);
+            if endpoints[current % endpoints.len()] == *endpoint {
+                let next = (current + 1) % endpoints.len();
+                if self
+                    .access
+                    .compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    tracing::warn!(
+                        failed = %endpoint,
+                        next = %endpoints[next],
+                        %error,
+                        "the proxy is unavailable; using the next access point"
+                    );
+                }
+            }
+        }
+        error
+    }
+
+    /// A resource (topic or group) in the session's namespace: the name as the broker
+    /// stores it (`namespace%name`), with the namespace in `resource_namespace` as well.
     pub(crate) fn resource(&self, name: &str) -> pb::Resource {
         pb::Resource {
             resource_namespace: self.config.namespace.clone(),
-            name: name.to_owned(),
+            name: wrap_namespace(&self.config.namespace, name),
         }
+    }
+
+    /// `queue` (from a route or an assignment, whose topic the proxy names without the
+    /// namespace) with its topic named as the broker stores it.
+    pub(crate) fn queue(&self, mut queue: pb::MessageQueue) -> pb::MessageQueue {
+        if let Some(topic) = queue.topic.as_mut()
+            && !self.config.namespace.is_empty()
+        {
+            topic.name = wrap_namespace(&self.config.namespace, &topic.name);
+            topic.resource_namespace = self.config.namespace.clone();
+        }
+        queue
     }
 
     /// A client for `endpoint`, sharing one HTTP/2 connection per endpoint.
@@ -313,17 +672,22 @@ impl Session {
             endpoint: endpoint.to_string(),
             reason,
         };
-        let mut builder = tonic::transport::Endpoint::from_shared(endpoint.uri(self.config.tls))
+        let builder = tonic::transport::Endpoint::from_shared(endpoint.uri())
             .map_err(|e| unreachable(e.to_string()))?
             .connect_timeout(self.config.request_timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .keep_alive_while_idle(true);
         #[cfg(feature = "tls")]
-        if self.config.tls {
-            builder = builder
-                .tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots())
-                .map_err(|e| unreachable(e.to_string()))?;
-        }
-        builder = builder.keep_alive_while_idle(true);
+        let channel = match &self.tls {
+            Some(config) => builder.connect_with_connector_lazy(crate::tls::Connector::new(
+                endpoint.host(),
+                endpoint.port(),
+                endpoint.to_string(),
+                Arc::clone(config),
+            )),
+            None => builder.connect_lazy(),
+        };
+        #[cfg(not(feature = "tls"))]
         let channel = builder.connect_lazy();
         channels.insert(endpoint.clone(), channel.clone());
         Ok(self.limits(MessagingServiceClient::new(channel)))
@@ -347,7 +711,7 @@ impl Session {
         group: Option<&str>,
         client_type: pb::ClientType,
     ) -> Result<(), Error> {
-        let access = self.config.endpoint.clone();
+        let access = self.access_point();
         let mut client = self.client(&access)?;
         let request = pb::HeartbeatRequest {
             group: group.map(|g| self.resource(g)),
@@ -356,7 +720,7 @@ impl Session {
         let response = client
             .heartbeat(self.request(request, self.config.request_timeout))
             .await
-            .map_err(|status| Error::rpc("Heartbeat", status))?
+            .map_err(|status| self.access_failed(&access, Error::rpc("Heartbeat", status)))?
             .into_inner();
         Error::check("Heartbeat", response.status.as_ref())
     }
@@ -505,6 +869,109 @@ mod tests {
             assert!(error.to_string().contains("max_message_size"), "{error}");
         }
         assert!(Session::new(config.max_message_size(17 * 1024 * 1024)).is_ok());
+    }
+
+    #[test]
+    fn names_are_wrapped_in_the_namespace_as_the_broker_stores_them() {
+        assert_eq!(wrap_namespace("", "orders"), "orders");
+        assert_eq!(wrap_namespace("ns", "orders"), "ns%orders");
+        assert_eq!(wrap_namespace("ns", "ns%orders"), "ns%orders");
+        assert_eq!(wrap_namespace("ns", "nsx%orders"), "ns%nsx%orders");
+        assert_eq!(wrap_namespace("ns", "%RETRY%group"), "%RETRY%ns%group");
+        assert_eq!(wrap_namespace("ns", "%DLQ%ns%group"), "%DLQ%ns%group");
+        let session =
+            Session::new(ClientConfig::new("127.0.0.1:1").unwrap().namespace("rbns")).unwrap();
+        let resource = session.resource("nst");
+        assert_eq!(resource.name, "rbns%nst");
+        assert_eq!(resource.resource_namespace, "rbns");
+        let queue = session.queue(pb::MessageQueue {
+            topic: Some(pb::Resource {
+                resource_namespace: "rbns".into(),
+                name: "nst".into(),
+            }),
+            ..pb::MessageQueue::default()
+        });
+        assert_eq!(queue.topic.unwrap().name, "rbns%nst");
+    }
+
+    #[test]
+    fn bad_namespaces_are_refused_naming_the_setting() {
+        let config = ClientConfig::new("127.0.0.1:1").unwrap();
+        for bad in ["a%b", "a|b", "with space", "ünï", &"x".repeat(65)] {
+            let error = Session::new(config.clone().namespace(bad)).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    Error::InvalidConfig {
+                        setting: "namespace",
+                        ..
+                    }
+                ),
+                "{error}"
+            );
+        }
+        for good in ["", "rbns", "tenant-a_1", &"x".repeat(64)] {
+            assert!(
+                Session::new(config.clone().namespace(good)).is_ok(),
+                "{good}"
+            );
+        }
+    }
+
+    #[test]
+    fn tls_options_need_tls_and_https_turns_it_on() {
+        let error = Session::new(
+            ClientConfig::new("127.0.0.1:1")
+                .unwrap()
+                .tls_verify_hostname(false),
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("TLS is off"), "{error}");
+        assert!(ClientConfig::new("https://127.0.0.1:1").unwrap().is_tls());
+        assert!(!ClientConfig::new("http://127.0.0.1:1").unwrap().is_tls());
+        assert_eq!(
+            ClientConfig::new("https://[::1]:8081")
+                .unwrap()
+                .endpoint()
+                .host(),
+            "::1"
+        );
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_without_the_feature_is_refused() {
+        let error = Session::new(ClientConfig::new("https://127.0.0.1:1").unwrap()).unwrap_err();
+        assert!(error.to_string().contains("feature `tls`"), "{error}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn unusable_tls_files_are_refused_naming_the_setting() {
+        let https = || ClientConfig::new("https://127.0.0.1:1").unwrap();
+        let setting = |config: ClientConfig| match Session::new(config) {
+            Err(Error::InvalidConfig { setting, reason }) => (setting, reason),
+            other => panic!("not refused: {other:?}"),
+        };
+        let (name, reason) = setting(https().tls_ca_file("/nonexistent/ca.pem"));
+        assert_eq!(name, "tls_ca_file");
+        assert!(reason.contains("/nonexistent/ca.pem"), "{reason}");
+        let (name, reason) = setting(https().tls_ca_pem("not PEM at all"));
+        assert_eq!(name, "tls_ca_pem");
+        assert!(reason.contains("no certificate"), "{reason}");
+        let (name, _) = setting(https().tls_webpki_roots(false));
+        assert_eq!(name, "tls_webpki_roots");
+        // A key where the certificate should be: no certificate.
+        let key =
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIGZ2\n-----END PRIVATE KEY-----\n";
+        let (name, reason) = setting(https().tls_client_cert_pem(key, key));
+        assert_eq!(name, "tls_client_cert_pem");
+        assert!(reason.contains("no certificate"), "{reason}");
+        let (name, _) =
+            setting(https().tls_client_cert_files("/nonexistent/c.pem", "/nonexistent/k.pem"));
+        assert_eq!(name, "tls_client_cert_files");
+        // The public roots alone are a valid configuration.
+        assert!(Session::new(https()).is_ok());
     }
 
     #[tokio::test]

@@ -98,11 +98,18 @@
 //!
 //! # What is not modelled
 //!
-//! Filter expressions (accepted, not applied), namespaces (echoed, not used), delay and
+//! Filter expressions (accepted, not applied), namespaces (names are used as sent, so a
+//! client in namespace `ns` needs the topic `ns%orders`, as on the 5.3.3 proxy, which reads
+//! neither `resource_namespace` nor `x-mq-namespace`; unlike the proxy, the emulator does not
+//! take the namespace off the topics it answers with), delay and
 //! transactional messages, dead-letter queues and `max_attempts`, retry topics, stored consumer
 //! offsets (every group starts at offset 0, which is also where a new group starts on a real
-//! 5.3.3 broker: it consumes what the topic already holds), several brokers, TLS, and the RPCs
-//! outside the crate's proto subset.
+//! 5.3.3 broker: it consumes what the topic already holds), several brokers, the proxy's
+//! permissive TLS mode (TLS and plain on one port: with [`EmulatorBuilder::tls`] the emulator
+//! serves TLS only), and the RPCs outside the crate's proto subset.
+//!
+//! # Feature flags
+//! - `tls` (on by default): [`EmulatorBuilder::tls`] and [`EmulatorBuilder::tls_client_ca`].
 //!
 //! # The binary
 //! `rocketmq_emulator` runs the emulator as a process (for load runs and for trying a client
@@ -250,6 +257,30 @@ pub struct TopicInfo {
     pub messages_per_queue: Vec<u64>,
 }
 
+/// The PEM texts of the emulator's TLS: its certificate chain and key, and the CA its
+/// clients' certificates must come from (when it requires them).
+#[cfg(feature = "tls")]
+#[derive(Clone, Default)]
+struct TlsPem {
+    cert_chain: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for TlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("TlsPem")
+            .field(
+                "cert_chain",
+                &format_args!("<{} bytes>", self.cert_chain.len()),
+            )
+            .field("client_ca", &self.client_ca.as_ref().map(Vec::len))
+            .finish_non_exhaustive()
+    }
+}
+
 /// Configures and starts an [`Emulator`].
 #[derive(Debug, Clone)]
 pub struct EmulatorBuilder {
@@ -259,6 +290,8 @@ pub struct EmulatorBuilder {
     seed: u64,
     topics: Vec<(String, TopicKind, u32)>,
     groups: Vec<(String, bool)>,
+    #[cfg(feature = "tls")]
+    tls: Option<TlsPem>,
 }
 
 impl Default for EmulatorBuilder {
@@ -270,6 +303,8 @@ impl Default for EmulatorBuilder {
             seed: 0x5EED_0FE1_1A70_1234,
             topics: Vec::new(),
             groups: Vec::new(),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -465,6 +500,91 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Serves TLS only (unlike the proxy's permissive mode, a plain connection fails), with
+    /// this certificate chain (PEM, leaf first) and its private key (PEM: PKCS#8, PKCS#1 or
+    /// SEC1). Needs the crate feature `tls` (on by default). [`start`](Self::start) refuses
+    /// PEM it cannot use with [`Error::InvalidConfig`] (setting `tls`).
+    ///
+    /// ```no_run
+    /// # async fn demo(cert: String, key: String, ca: String) -> Result<(), Box<dyn std::error::Error>> {
+    /// use rocketmq_grpc::{ClientConfig, Session};
+    /// use rocketmq_grpc_emulator::Emulator;
+    ///
+    /// let emulator = Emulator::builder().tls(cert, key).start().await?;
+    /// let config = ClientConfig::new(&emulator.url())?.tls_ca_pem(ca); // https://127.0.0.1:PORT
+    /// let session = Session::new(config)?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls(mut self, cert_chain_pem: impl AsRef<[u8]>, key_pem: impl AsRef<[u8]>) -> Self {
+        let tls = self.tls.get_or_insert_with(TlsPem::default);
+        tls.cert_chain = cert_chain_pem.as_ref().to_vec();
+        tls.key = key_pem.as_ref().to_vec();
+        self
+    }
+
+    /// Requires every client to present a certificate signed by a CA of this PEM (mutual
+    /// TLS); a client without one fails its handshake. Needs [`tls`](Self::tls) as well.
+    ///
+    /// ```no_run
+    /// # async fn demo(cert: String, key: String, client_ca: String) -> Result<(), rocketmq_grpc_emulator::Error> {
+    /// use rocketmq_grpc_emulator::Emulator;
+    ///
+    /// let emulator = Emulator::builder()
+    ///     .tls(cert, key)
+    ///     .tls_client_ca(client_ca)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_client_ca(mut self, ca_pem: impl AsRef<[u8]>) -> Self {
+        self.tls.get_or_insert_with(TlsPem::default).client_ca = Some(ca_pem.as_ref().to_vec());
+        self
+    }
+
+    /// The server's TLS settings, checked.
+    #[cfg(feature = "tls")]
+    fn server_tls(&self) -> Result<Option<tonic::transport::ServerTlsConfig>, Error> {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let Some(pem) = &self.tls else {
+            return Ok(None);
+        };
+        let bad = |reason: String| Error::InvalidConfig {
+            setting: "tls",
+            reason,
+        };
+        if pem.cert_chain.is_empty() || pem.key.is_empty() {
+            return Err(bad(
+                "a client CA needs the server's certificate and key too: call \
+                 EmulatorBuilder::tls(cert_chain_pem, key_pem)"
+                    .into(),
+            ));
+        }
+        let mut config = ServerTlsConfig::new()
+            .identity(Identity::from_pem(&pem.cert_chain, &pem.key))
+            .timeout(Duration::from_secs(10));
+        if let Some(ca) = &pem.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(ca));
+        }
+        // tonic parses the PEM here: unusable PEM fails the start, not the first connection.
+        tonic::transport::Server::builder()
+            .tls_config(config.clone())
+            .map_err(|e| {
+                bad(format!(
+                    "the certificate, key or client CA is unusable: {e}"
+                ))
+            })?;
+        Ok(Some(config))
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn server_tls(&self) -> Result<Option<ServerTls>, Error> {
+        Ok(None)
+    }
+
     fn build_shared(self) -> Result<(Arc<Shared>, SocketAddr), Error> {
         if self.config.broker_name.is_empty()
             || self.config.broker_name.contains(char::is_whitespace)
@@ -486,6 +606,7 @@ impl EmulatorBuilder {
 
     /// Binds and starts serving in a background task.
     pub async fn start(self) -> Result<Emulator, Error> {
+        let tls = self.server_tls()?;
         let (shared, bind) = self.build_shared()?;
         let listener = TcpListener::bind(bind)
             .await
@@ -503,11 +624,12 @@ impl EmulatorBuilder {
             local
         };
         let _ = shared.advertised.set(advertised);
-        let task = tokio::spawn(serve(shared.clone(), listener));
+        let task = tokio::spawn(serve(shared.clone(), listener, tls.clone()));
         Ok(Emulator {
             shared,
             addr: advertised,
             task: Some(task),
+            tls,
         })
     }
 
@@ -573,7 +695,18 @@ fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), Error> {
     }
 }
 
-async fn serve(shared: Arc<Shared>, listener: TcpListener) -> Result<(), tonic::transport::Error> {
+/// The server's TLS settings (nothing without the feature `tls`).
+#[cfg(feature = "tls")]
+type ServerTls = tonic::transport::ServerTlsConfig;
+#[cfg(not(feature = "tls"))]
+#[derive(Debug, Clone)]
+enum ServerTls {}
+
+async fn serve(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    tls: Option<ServerTls>,
+) -> Result<(), tonic::transport::Error> {
     let max_inbound = shared.config.max_inbound_message_size;
     let signal = shared.serving().cancelled_owned();
     let svc = MessagingServiceServer::new(Service { shared })
@@ -585,7 +718,15 @@ async fn serve(shared: Arc<Shared>, listener: TcpListener) -> Result<(), tonic::
             let _ = stream.set_nodelay(true);
         })
     });
-    tonic::transport::Server::builder()
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+    let mut server = tonic::transport::Server::builder();
+    #[cfg(feature = "tls")]
+    if let Some(tls) = tls {
+        server = server.tls_config(tls)?;
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    server
         .add_service(svc)
         .serve_with_incoming_shutdown(incoming, signal)
         .await
@@ -621,6 +762,7 @@ pub struct Emulator {
     shared: Arc<Shared>,
     addr: SocketAddr,
     task: Option<ServerTask>,
+    tls: Option<ServerTls>,
 }
 
 impl Emulator {
@@ -639,9 +781,16 @@ impl Emulator {
         self.addr.to_string()
     }
 
-    /// `http://host:port`, for `tonic::transport::Endpoint`.
+    /// `http://host:port`, or `https://host:port` when it serves TLS (which
+    /// `rocketmq_grpc::ClientConfig::new` reads as TLS on).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.is_tls() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Whether it serves TLS ([`EmulatorBuilder::tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The broker name used in routes and receipt handles.
@@ -879,7 +1028,11 @@ impl Emulator {
                 source: Arc::new(source),
             })?;
         *self.shared.serving.lock() = self.shared.shutdown.child_token();
-        self.task = Some(tokio::spawn(serve(self.shared.clone(), listener)));
+        self.task = Some(tokio::spawn(serve(
+            self.shared.clone(),
+            listener,
+            self.tls.clone(),
+        )));
         Ok(())
     }
 

@@ -51,7 +51,7 @@ pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
 }
 
 async fn query_assignment(inner: &Inner, topic: &str) -> Result<Vec<pb::Assignment>, Error> {
-    let access = inner.session.config().endpoint().clone();
+    let access = inner.session.access_point();
     let mut client = inner.session.client(&access)?;
     let request = pb::QueryAssignmentRequest {
         topic: Some(inner.session.resource(topic)),
@@ -62,7 +62,11 @@ async fn query_assignment(inner: &Inner, topic: &str) -> Result<Vec<pb::Assignme
     let response = client
         .query_assignment(inner.session.request(request, timeout))
         .await
-        .map_err(|status| Error::rpc("QueryAssignment", status))?
+        .map_err(|status| {
+            inner
+                .session
+                .access_failed(&access, Error::rpc("QueryAssignment", status))
+        })?
         .into_inner();
     Error::check("QueryAssignment", response.status.as_ref())?;
     Ok(response.assignments)
@@ -71,7 +75,7 @@ async fn query_assignment(inner: &Inner, topic: &str) -> Result<Vec<pb::Assignme
 /// Starts a receive loop for every newly assigned queue of `topic` and stops the loops of
 /// queues no longer assigned.
 fn apply_assignments(inner: &Arc<Inner>, topic: &str, assignments: Vec<pb::Assignment>) {
-    let access = inner.session.config().endpoint().clone();
+    let access = inner.session.access_point();
     let mut assigned = HashSet::new();
     for queue in assignments.into_iter().filter_map(|a| a.message_queue) {
         let readable = queue.permission == pb::Permission::Read as i32

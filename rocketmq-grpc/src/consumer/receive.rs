@@ -63,7 +63,7 @@ pub(super) async fn run(
         let generation = inner.registration.current();
         let request = pb::ReceiveMessageRequest {
             group: Some(inner.session.resource(&inner.group)),
-            message_queue: Some(queue.clone()),
+            message_queue: Some(inner.session.queue(queue.clone())),
             filter_expression: Some(filter.clone()),
             batch_size: wanted,
             invisible_duration: None,

@@ -448,10 +448,10 @@ impl SimpleConsumer {
             .as_ref()
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
-            .unwrap_or_else(|| inner.session.config().endpoint().clone());
+            .unwrap_or_else(|| inner.session.access_point());
         let request = pb::ReceiveMessageRequest {
             group: Some(inner.session.resource(&inner.group)),
-            message_queue: Some(queue),
+            message_queue: Some(inner.session.queue(queue)),
             filter_expression: Some(subscription.filter.clone()),
             batch_size: i32::try_from(max_messages).unwrap_or(i32::MAX),
             invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),

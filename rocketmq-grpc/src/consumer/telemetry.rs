@@ -58,7 +58,7 @@ pub(super) fn settings_command(
         status: None,
         command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
             client_type: Some(client_type as i32),
-            access_point: Some(session.config().endpoint().to_pb()),
+            access_point: Some(session.access_points_pb()),
             backoff_policy: None,
             request_timeout: prost_types::Duration::try_from(session.config().request_timeout).ok(),
             pub_sub: Some(pb::settings::PubSub::Subscription(subscription)),
@@ -77,7 +77,7 @@ pub(super) fn unreachable_if_down(session: &Session, error: Error) -> Error {
     match error {
         Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
             Error::Unreachable {
-                endpoint: session.config().endpoint().to_string(),
+                endpoint: session.access_point().to_string(),
                 reason: source.message().to_owned(),
             }
         }
@@ -91,10 +91,22 @@ pub(super) type Telemetry = (
     tonic::Streaming<pb::TelemetryCommand>,
 );
 
-/// Opens the telemetry stream, announces the settings and waits for the server's answer.
+/// Opens the telemetry stream, announces the settings and waits for the server's answer; an
+/// unavailable access point is followed by the next, each tried once.
 pub(super) async fn open<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemetry, Error> {
+    let tries = announcer.session().config().endpoints().len();
+    let mut tried = 1;
+    loop {
+        match open_once(announcer).await {
+            Err(error) if tried < tries && crate::session::is_unavailable(&error) => tried += 1,
+            other => return other,
+        }
+    }
+}
+
+async fn open_once<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemetry, Error> {
     let session = announcer.session();
-    let access = session.config().endpoint().clone();
+    let access = session.access_point();
     let mut client = session.client(&access)?;
     let (outbound, rx) = tokio::sync::mpsc::channel(4);
     let _ = outbound.send(announcer.settings()).await;
@@ -104,7 +116,7 @@ pub(super) async fn open<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemet
     let mut inbound = tokio::time::timeout(timeout, client.telemetry(request))
         .await
         .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
-        .map_err(|status| Error::rpc("Telemetry", status))?
+        .map_err(|status| session.access_failed(&access, Error::rpc("Telemetry", status)))?
         .into_inner();
     let first = tokio::time::timeout(timeout, inbound.message())
         .await
@@ -194,7 +206,7 @@ pub(super) async fn run<A: Announcer>(inner: Arc<A>, first: Telemetry) {
 
 /// Tells the proxy the client of `group` is leaving (best effort).
 pub(super) async fn notify_termination(session: &Session, group: &str) {
-    let access = session.config().endpoint().clone();
+    let access = session.access_point();
     let Ok(mut client) = session.client(&access) else {
         return;
     };

@@ -39,7 +39,7 @@ fn settings(inner: &Inner) -> pb::TelemetryCommand {
         status: None,
         command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
             client_type: Some(ClientType::Producer as i32),
-            access_point: Some(inner.session.config().endpoint().to_pb()),
+            access_point: Some(inner.session.access_points_pb()),
             backoff_policy: Some(inner.policy.lock().to_pb()),
             request_timeout: prost_types::Duration::try_from(
                 inner.session.config().request_timeout,
@@ -95,7 +95,7 @@ type Telemetry = (
 
 /// Opens the stream with the settings as its first command.
 async fn open(inner: &Inner) -> Result<Telemetry, Error> {
-    let access = inner.session.config().endpoint().clone();
+    let access = inner.session.access_point();
     let mut client = inner.session.client(&access)?;
     let (outbound, rx) = tokio::sync::mpsc::channel(4);
     let _ = outbound.send(settings(inner)).await;
@@ -105,7 +105,11 @@ async fn open(inner: &Inner) -> Result<Telemetry, Error> {
     let inbound = tokio::time::timeout(timeout, client.telemetry(request))
         .await
         .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
-        .map_err(|status| Error::rpc("Telemetry", status))?
+        .map_err(|status| {
+            inner
+                .session
+                .access_failed(&access, Error::rpc("Telemetry", status))
+        })?
         .into_inner();
     Ok((outbound, inbound))
 }
@@ -152,7 +156,7 @@ async fn telemetry(inner: Arc<Inner>) {
                         command: Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(check)),
                         ..
                     })) => {
-                        let endpoint = inner.session.config().endpoint().clone();
+                        let endpoint = inner.session.access_point();
                         tokio::spawn(super::transaction::recover(Arc::clone(&inner), endpoint, check));
                     }
                     Ok(Some(command)) => {

@@ -520,7 +520,7 @@ impl Producer {
             .as_ref()
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
-            .unwrap_or_else(|| session.config().endpoint().clone());
+            .unwrap_or_else(|| session.access_point());
         let message_type = message.message_type(transactional)?;
         let system = pb::SystemProperties {
             tag: message.tag.clone(),

@@ -163,7 +163,7 @@ impl Routes {
 }
 
 async fn query_route(session: &Session, topic: &str, readable: bool) -> Result<Route, Error> {
-    let access = session.config().endpoint().clone();
+    let access = session.access_point();
     let mut client = session.client(&access)?;
     let request = pb::QueryRouteRequest {
         topic: Some(session.resource(topic)),
@@ -173,7 +173,7 @@ async fn query_route(session: &Session, topic: &str, readable: bool) -> Result<R
     let response = client
         .query_route(session.request(request, timeout))
         .await
-        .map_err(|status| Error::rpc("QueryRoute", status))?
+        .map_err(|status| session.access_failed(&access, Error::rpc("QueryRoute", status)))?
         .into_inner();
     Error::check("QueryRoute", response.status.as_ref())?;
     let wanted = if readable {

@@ -5,6 +5,7 @@ mod bad_input;
 mod batching;
 mod dead_letters;
 mod delay;
+mod failover;
 mod faults;
 mod producer;
 mod recovery;
@@ -12,4 +13,6 @@ mod renewal;
 mod results;
 mod simple;
 mod support;
+#[cfg(feature = "tls")]
+mod tls;
 mod transactions;
