@@ -123,6 +123,7 @@ mod ack;
 mod backoff;
 mod consumer;
 mod error;
+mod filter;
 mod message;
 mod producer;
 mod session;
@@ -136,6 +137,7 @@ pub use consumer::{
     SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;
+pub use filter::{FilterExpression, FilterKind};
 pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{
     Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy, Transaction,
