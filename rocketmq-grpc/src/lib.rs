@@ -140,8 +140,8 @@ pub use error::Error;
 pub use filter::{FilterExpression, FilterKind};
 pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{
-    Backoff, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy, Transaction,
-    TransactionChecker, TransactionResolution,
+    Backoff, BatchReceipt, DEFAULT_RETRY_WINDOW, Producer, SendReceipt, SendRetryPolicy,
+    Transaction, TransactionChecker, TransactionResolution,
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,
