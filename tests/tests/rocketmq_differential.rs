@@ -449,7 +449,7 @@ fn describe_received(
             .message
             .contains("parse the consumer's subscription failed")
         {
-            format!(" \"parse the consumer's subscription failed\"")
+            " \"parse the consumer's subscription failed\"".to_owned()
         } else {
             String::new()
         };
