@@ -112,6 +112,7 @@ impl Error {
     /// | `TOO_MANY_REQUESTS` 42900 ("flow limit") | yes | throttling |
     /// | `REQUEST_TIMEOUT` 40800, `PROXY_TIMEOUT` 50400, `MASTER_PERSISTENCE_TIMEOUT` 50401, `SLAVE_PERSISTENCE_TIMEOUT` 50402 | yes | timeouts |
     /// | `INTERNAL_ERROR` 50000, `INTERNAL_SERVER_ERROR` 50001, `HA_NOT_AVAILABLE` 50002 | yes | what the proxy answers for a broker that is restarting ("connect to ... failed"), a broker-side non-OK ack, or any unexpected exception |
+    /// | `INTERNAL_SERVER_ERROR` 50001 "parse the consumer's subscription failed" | no | the 5.3.3 proxy's answer to a receive whose SQL92 filter does not parse |
     /// | `CODE_UNSPECIFIED` 0 (no status), `MULTIPLE_RESULTS` 30000 (without per-entry results) | yes | the answer is missing |
     /// | `INVALID_RECEIPT_HANDLE` 40013 or `BAD_REQUEST` 40000 whose message contains "cannot find broker" | **yes** | the proxy could not resolve the broker named in the receipt handle: its route to that broker is missing while the broker restarts (the proxy's `resolveBrokerAddrInReceiptHandle` reports it as `INVALID_RECEIPT_HANDLE`); the handle itself may still be valid |
     /// | `INVALID_RECEIPT_HANDLE` 40013 otherwise ("receipt handle is expired", superseded) | no | the handle will never be valid again |
@@ -264,6 +265,13 @@ fn cannot_find_broker(message: &str) -> bool {
     message.contains("cannot find broker")
 }
 
+/// The proxy's message when it cannot parse the receive's filter expression (5.3.3:
+/// `INTERNAL_SERVER_ERROR` "org.apache.rocketmq.proxy.common.ProxyException: parse the consumer's
+/// subscription failed", seen for the SQL92 expression `a >>> 1`).
+fn unparsable_subscription(message: &str) -> bool {
+    message.contains("parse the consumer's subscription failed")
+}
+
 /// Whether a RocketMQ status code may pass on a later attempt (see [`Error::is_retryable`]).
 fn server_code_is_retryable(code: i32, message: &str) -> bool {
     let Ok(known) = Code::try_from(code) else {
@@ -271,6 +279,9 @@ fn server_code_is_retryable(code: i32, message: &str) -> bool {
         return code >= 50_000 || (42_900..43_000).contains(&code) || code < 40_000;
     };
     match known {
+        // The 5.3.3 proxy's answer to a receive whose SQL92 filter does not parse: the same
+        // receive fails the same way.
+        Code::InternalServerError if unparsable_subscription(message) => false,
         Code::Unspecified
         | Code::MultipleResults
         | Code::TooManyRequests
@@ -389,6 +400,17 @@ mod tests {
         ] {
             assert!(!retryable(code), "{code:?}");
         }
+    }
+
+    #[test]
+    fn an_unparsable_filter_is_terminal() {
+        let refused = server(
+            Code::InternalServerError,
+            "org.apache.rocketmq.proxy.common.ProxyException: parse the consumer's subscription \
+             failed",
+        );
+        assert!(!refused.is_retryable());
+        assert!(server(Code::InternalServerError, "anything else").is_retryable());
     }
 
     #[test]

@@ -161,6 +161,7 @@ mod ack;
 mod backoff;
 mod consumer;
 mod error;
+mod filter;
 mod message;
 mod producer;
 mod session;
@@ -178,10 +179,11 @@ pub use consumer::{
     SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;
+pub use filter::{FilterExpression, FilterKind};
 pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{
-    Backoff, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, SendReceipt, SendRetryPolicy,
-    Transaction, TransactionChecker, TransactionResolution,
+    Backoff, BatchReceipt, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, SendReceipt,
+    SendRetryPolicy, Transaction, TransactionChecker, TransactionResolution,
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,

@@ -52,10 +52,22 @@
 //!   to the emulator's time, so paused tokio time and [`Emulator::advance`] move it); a long
 //!   poll wakes when it is due. A time in the past is delivered at once. Deliveries carry the
 //!   `delivery_timestamp` as sent and message type `DELAY`.
-//!   Success: like the proxy, which hands the request to the broker as one (batch) message
-//!   and converts the single `SendResult`, **one** `SendResultEntry` for the whole request,
-//!   whose message id is the request's ids joined by commas (just the id for one message) and
-//!   whose offset is the first message's queue offset.
+//!   Success: like the 5.3.3 proxy, which hands a request of several messages to the broker as
+//!   one batch message and converts the single `SendResult`, **one** `SendResultEntry` for the
+//!   whole request: for one message its id as `message_id` and as `transaction_id`; for a
+//!   batch a new upper-case hex id as `message_id`, the first message's id as
+//!   `transaction_id`, and the first message's queue offset. The batch's messages go to one
+//!   queue at consecutive offsets, and are stored (and delivered) with the **first message's
+//!   id, tag, user properties and message group**; each keeps its own body and keys.
+//! - **Filters.** Receives apply the subscription's filter as the broker's pop does: a tag
+//!   expression (`*`, `a`, `a || b`) or a SQL92 expression over the user properties and
+//!   `TAGS` (comparisons, `AND`/`OR`/`NOT`, `IN`, `BETWEEN`, `IS [NOT] NULL`, string and
+//!   number literals; a missing property makes a comparison unknown, which does not match). A
+//!   message the filter rejects is passed over for that group for good (the ledger shows it
+//!   acknowledged). A SQL92 expression outside that subset does not parse and the receive gets
+//!   the proxy's `INTERNAL_SERVER_ERROR` "parse the consumer's subscription failed".
+//! - **FIFO properties.** A FIFO message is delivered with the user property `__SHARDINGKEY`
+//!   holding its message group, as the proxy delivers it.
 //! - **Telemetry settings.** A producer's settings come back with the proxy's producer retry
 //!   policy (`backoff_policy`: 3 attempts, exponential 10 ms to 1 s, multiplier 2, as
 //!   `GrpcClientSettingsManager.mergeProducerData` sets from `ProxyConfig`), `max_body_size`
@@ -71,7 +83,9 @@
 //!   emulated: the real-proxy tests cover them.
 //! - **Dead letters.** `ForwardMessageToDeadLetterQueue` acknowledges the message for the
 //!   group and stores a copy in `%DLQ%<group>` (created on first use, one queue).
-//! - **Receive.** An OK status frame then one frame per message, or a single
+//! - **Receive.** A receive pops from every queue of the topic, starting with the one asked
+//!   for (the proxy pops from every queue of the queue's broker). An OK status frame then one
+//!   frame per message, or a single
 //!   `MESSAGE_NOT_FOUND` after long polling. Long polling is clamped to 5–20 s (configurable)
 //!   and to the `grpc-timeout` deadline; `auto_renew` receives get the proxy's 60 s invisible
 //!   time and are renewed by the "proxy" for their client for up to 3 h; other receives must
@@ -98,10 +112,10 @@
 //!
 //! # What is not modelled
 //!
-//! Filter expressions (accepted, not applied), namespaces (names are used as sent, so a
-//! client in namespace `ns` needs the topic `ns%orders`, as on the 5.3.3 proxy, which reads
-//! neither `resource_namespace` nor `x-mq-namespace`; unlike the proxy, the emulator does not
-//! take the namespace off the topics it answers with), delay and
+//! Namespaces (names are used as sent, so a client in namespace `ns` needs the topic
+//! `ns%orders`, as on the 5.3.3 proxy, which reads neither `resource_namespace` nor
+//! `x-mq-namespace`; unlike the proxy, the emulator does not take the namespace off the
+//! topics it answers with), delay and
 //! transactional messages, dead-letter queues and `max_attempts`, retry topics, stored consumer
 //! offsets (every group starts at offset 0, which is also where a new group starts on a real
 //! 5.3.3 broker: it consumes what the topic already holds), several brokers, the proxy's
@@ -125,6 +139,7 @@ mod config;
 mod counters;
 mod error;
 mod faults;
+mod filter;
 mod handle;
 mod server;
 mod service;

@@ -26,6 +26,7 @@ use super::clock::{Clock, duration_ms, ms_to_proto, proto_duration_ms};
 use super::config::Config;
 use super::counters::{Counters, Rpc, add, inc};
 use super::faults::{FaultConfig, FaultState, ScriptedFailure};
+use super::filter::Filter;
 use super::handle::ReceiptHandle;
 use super::state::{
     AckApplied, ChangeApplied, Delivery, PopRequest, StoredMessage, TopicInner, TopicKind, Verdict,
@@ -203,6 +204,12 @@ impl Shared {
         for t in self.topics.read().values() {
             t.notify.notify_waiters();
         }
+    }
+
+    /// A new id for a batch send: upper-case hex, as the proxy's (`MessageClientIDSetter`).
+    pub(crate) fn next_batch_id(&self) -> String {
+        let n = self.message_ids.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{:08X}{n:024X}", std::process::id())
     }
 
     pub(crate) fn next_message_id(&self) -> String {
@@ -450,6 +457,9 @@ fn group_of(shared: &Shared, group: &str) -> Result<bool, pb::Status> {
     })
 }
 
+/// The property the proxy keeps a FIFO message's group in.
+const SHARDING_KEY: &str = "__SHARDINGKEY";
+
 /// The tonic service.
 #[derive(Debug, Clone)]
 pub(crate) struct Service {
@@ -691,14 +701,30 @@ impl Service {
                 entries,
             });
         }
+        // The proxy hands a request of several messages to the broker as one batch message,
+        // which stores every message with the first one's id, tag and user properties (each
+        // keeps its own body and keys), and converts the one `SendResult` it gets back: one
+        // entry with a new id for the batch, the first message's id as transaction id and the
+        // first message's queue offset (seen on 5.3.3). A single message's entry carries its
+        // id as both.
+        let batch = msgs.len() > 1;
+        if batch && let Some((first, rest)) = msgs.split_first_mut() {
+            for m in rest {
+                m.message_id.clone_from(&first.message_id);
+                m.tag.clone_from(&first.tag);
+                m.user_properties.clone_from(&first.user_properties);
+                m.message_group.clone_from(&first.message_group);
+            }
+        }
         let stored = s.store(&topic, None, msgs);
-        // The proxy hands the whole request to the broker as one (batch) message and converts
-        // the one `SendResult` it gets back: one entry whose message id is the ids joined by
-        // commas and whose offset is the queue offset of the first message.
         let entries = vec![pb::SendResultEntry {
             status: Some(ok()),
-            message_id: ids.join(","),
-            transaction_id: String::new(),
+            message_id: if batch {
+                s.next_batch_id()
+            } else {
+                ids[0].clone()
+            },
+            transaction_id: ids[0].clone(),
             offset: stored
                 .offsets
                 .first()
@@ -827,14 +853,26 @@ impl Service {
                 format!("The client [{}] is disconnected.", ctx.client_id),
             ));
         }
-        let n = topic.queue_count();
-        let queues: Vec<usize> = match usize::try_from(mq.id) {
-            Ok(id) if id < n => vec![id],
-            _ => {
-                let start = topic.next_rr();
-                (0..n).map(|i| (start + i) % n.max(1)).collect()
-            }
+        let filter = match req.filter_expression.as_ref() {
+            Some(f) if f.r#type == pb::FilterType::Sql as i32 => Filter::sql(&f.expression)
+                .map_err(|_| {
+                    status(
+                        Code::InternalServerError,
+                        "org.apache.rocketmq.proxy.common.ProxyException: parse the consumer's \
+                         subscription failed",
+                    )
+                })?,
+            Some(f) => Filter::tags(&f.expression),
+            None => Filter::All,
         };
+        // As the 5.3.3 proxy: a receive pops from every queue of the broker, starting with the
+        // one asked for (a receive on queue 0 got messages of queues 3 and 1).
+        let n = topic.queue_count();
+        let start = match usize::try_from(mq.id) {
+            Ok(id) if id < n => id,
+            _ => topic.next_rr(),
+        };
+        let queues: Vec<usize> = (0..n).map(|i| (start + i) % n.max(1)).collect();
         // As the 5.3.3 proxy: more than 32 gets 32 (the broker's pop limit), and 0 (or less)
         // gets nothing: the poll ends with MESSAGE_NOT_FOUND "no new message" even with
         // messages waiting (tests/tests/rocketmq_simple.rs,
@@ -861,6 +899,7 @@ impl Service {
                         .map(|c| (c, duration_ms(cfg.renew_max))),
                     now_ms,
                     broker_name: &cfg.broker_name,
+                    filter: &filter,
                 };
                 topic.inner.lock().pop(&pop, &s.seq, &s.counters)
             };
@@ -883,9 +922,15 @@ impl Service {
 
     fn to_proto(&self, topic: &pb::Resource, kind: TopicKind, d: &Delivery) -> pb::Message {
         let m = &d.message;
+        let mut user_properties = m.user_properties.clone();
+        // The proxy stores the message group as the property __SHARDINGKEY and hands it back
+        // among the user properties (seen on 5.3.3).
+        if let Some(group) = &m.message_group {
+            user_properties.insert(SHARDING_KEY.to_owned(), group.to_string());
+        }
         pb::Message {
             topic: Some(topic.clone()),
-            user_properties: m.user_properties.clone(),
+            user_properties,
             system_properties: Some(pb::SystemProperties {
                 tag: m.tag.clone(),
                 keys: m.keys.clone(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::counters::{Counters, inc};
+use super::filter::Filter;
 use super::handle::ReceiptHandle;
 
 /// The message type a topic accepts (the topic attribute `message.type`).
@@ -332,6 +333,9 @@ pub(crate) struct PopRequest<'a> {
     pub(crate) renew: Option<(Arc<str>, u64)>,
     pub(crate) now_ms: u64,
     pub(crate) broker_name: &'a str,
+    /// The subscription's filter: a message it rejects is passed over for the group for good
+    /// (as the broker's pop does), counted as acknowledged in the ledger.
+    pub(crate) filter: &'a Filter,
 }
 
 /// One delivered message.
@@ -447,6 +451,16 @@ impl TopicInner {
                 let Some(message) = log.get(idx(offset)).cloned() else {
                     break;
                 };
+                if !req
+                    .filter
+                    .matches(message.tag.as_deref(), &message.user_properties)
+                {
+                    if let Some(rec) = c.records.get_mut(idx(offset)) {
+                        rec.state = RecState::Acked;
+                    }
+                    c.release_fifo_after_ack(offset, log);
+                    continue;
+                }
                 let s = seq.fetch_add(1, Ordering::Relaxed) + 1;
                 let deadline = match &req.renew {
                     Some((_, renew_max)) => req.now_ms.saturating_add(*renew_max),
@@ -752,6 +766,7 @@ mod tests {
                 renew: None,
                 now_ms,
                 broker_name: BROKER,
+                filter: &Filter::All,
             },
             seq,
             counters,
@@ -990,6 +1005,7 @@ mod tests {
             renew: Some((Arc::from("c1"), 3 * 3_600_000)),
             now_ms: 0,
             broker_name: BROKER,
+            filter: &Filter::All,
         };
         let d = t.pop(&req, &seq, &counters).deliveries;
         let ha = decode(&d[0]);

@@ -276,14 +276,17 @@ async fn send_receive_ack_ok() {
         .send(vec![message(TOPIC, "m1", None), message(TOPIC, "m2", None)])
         .await;
     assert_eq!(code(sent.status.as_ref()), Code::Ok);
-    let ids: Vec<(&str, i64)> = sent
+    let entries: Vec<(bool, &str, i64)> = sent
         .entries
         .iter()
-        .map(|e| (e.message_id.as_str(), e.offset))
+        .map(|e| {
+            let new_id = !["m1", "m2"].contains(&e.message_id.as_str());
+            (new_id, e.transaction_id.as_str(), e.offset)
+        })
         .collect();
-    // As the real proxy: one entry for the request (the batch), the ids joined by commas and
-    // the first message's offset.
-    assert_eq!(ids, [("m1,m2", 0)]);
+    // As the real 5.3.3 proxy: one entry for the request (the batch), with a new id for the
+    // batch, the first message's id as transaction id and the first message's offset.
+    assert_eq!(entries, [(true, "m1", 0)]);
 
     let (st, msgs) = c.receive(receive_req(TOPIC, GROUP, true, None)).await;
     assert_eq!(code(Some(&st)), Code::Ok);
@@ -650,14 +653,11 @@ async fn fifo_group_gets_next_message_after_ack() {
     let emu = start().await;
     let mut c = Client::connect(&emu, "client-1").await;
     c.heartbeat().await;
-    let sent = c
-        .send(vec![
-            message(FIFO_TOPIC, "a1", Some("A")),
-            message(FIFO_TOPIC, "a2", Some("A")),
-            message(FIFO_TOPIC, "b1", Some("B")),
-        ])
-        .await;
-    assert_eq!(code(sent.status.as_ref()), Code::Ok);
+    // One send each: a batch would store them all with the first one's group (as the proxy).
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("b1", "B")] {
+        let sent = c.send(vec![message(FIFO_TOPIC, id, Some(group))]).await;
+        assert_eq!(code(sent.status.as_ref()), Code::Ok);
+    }
     let (_, first) = c
         .receive(receive_req(FIFO_TOPIC, FIFO_GROUP, true, None))
         .await;

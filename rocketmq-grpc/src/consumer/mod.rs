@@ -29,8 +29,7 @@ use registration::Registration;
 use state::{Inner, Subscription};
 use unacked::Unacked;
 
-use crate::pb::{self, FilterType};
-use crate::{AckFlusher, ClientConfig, Error, Session};
+use crate::{AckFlusher, ClientConfig, Error, FilterExpression, Session};
 
 pub use ack_settings::{AckObserver, AckSettings};
 pub use handler::{ConsumeResult, MessageHandler};
@@ -117,18 +116,34 @@ impl std::fmt::Debug for PushConsumerBuilder {
 }
 
 impl PushConsumerBuilder {
-    /// Subscribes to `topic` with a tag filter (`*` for every message).
+    /// Subscribes to `topic` with a filter: a tag expression as a string (`"*"` for every
+    /// message, `"a || b"` for either tag) or a [`FilterExpression`] (such as
+    /// [`FilterExpression::sql92`], which needs the broker's `enablePropertyFilter=true`).
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     config: rocketmq_grpc::ClientConfig,
+    /// #     handler: impl rocketmq_grpc::MessageHandler,
+    /// # ) -> Result<(), rocketmq_grpc::Error> {
+    /// use rocketmq_grpc::{FilterExpression, PushConsumer};
+    ///
+    /// let consumer = PushConsumer::builder(config, "billing")
+    ///     .subscribe("orders", "paid || refunded")
+    ///     .subscribe("payments", FilterExpression::sql92("region = 'eu' AND amount > 100"))
+    ///     .start(handler)
+    ///     .await?;
+    /// # drop(consumer);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
     pub fn subscribe(
         mut self,
         topic: impl Into<String>,
-        tag_expression: impl Into<String>,
+        filter: impl Into<FilterExpression>,
     ) -> Self {
         self.subscriptions.push(Subscription {
             topic: topic.into(),
-            filter: pb::FilterExpression {
-                r#type: FilterType::Tag as i32,
-                expression: tag_expression.into(),
-            },
+            filter: filter.into(),
         });
         self
     }
@@ -185,8 +200,11 @@ impl PushConsumerBuilder {
         if let Some(s) = self.subscriptions.iter().find(|s| s.topic.is_empty()) {
             return Err(Error::invalid(
                 "subscribe",
-                format!("an empty topic name (filter {:?})", s.filter.expression),
+                format!("an empty topic name (filter {})", s.filter),
             ));
+        }
+        for s in &self.subscriptions {
+            s.filter.validate(&s.topic)?;
         }
         if !(1..=65_536).contains(&self.concurrency) {
             return Err(Error::invalid(

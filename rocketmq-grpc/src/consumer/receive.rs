@@ -64,7 +64,7 @@ pub(super) async fn run(
         let request = pb::ReceiveMessageRequest {
             group: Some(inner.session.resource(&inner.group)),
             message_queue: Some(inner.session.queue(queue.clone())),
-            filter_expression: Some(filter.clone()),
+            filter_expression: Some(filter.to_pb()),
             batch_size: wanted,
             invisible_duration: None,
             auto_renew: true,
@@ -87,6 +87,7 @@ pub(super) async fn run(
             }
             Err(error) => {
                 drop(permits);
+                let error = crate::filter::explain_filter_error(error, &key.topic, &filter);
                 let wait = backoff.next_delay();
                 tracing::warn!(topic = %key.topic, queue = key.queue_id, %error, ?wait, "receive failed; retrying");
                 if let Some(generation) = generation

@@ -21,10 +21,11 @@ use super::state::Subscription;
 use super::telemetry::{self, Announcer};
 use super::unacked::{UNACKED_CAP, Unacked};
 use crate::backoff::Backoff;
-use crate::pb::{self, ClientType, Code, FilterType};
+use crate::pb::{self, ClientType, Code};
 use crate::producer::routes::Routes;
 use crate::{
-    AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, ReceivedMessage, Session,
+    AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, FilterExpression, ReceivedMessage,
+    Session,
 };
 
 /// The most messages one [`SimpleConsumer::receive`] asks for: the 5.3.3 proxy serves at most
@@ -100,20 +101,31 @@ impl std::fmt::Debug for SimpleConsumerBuilder {
 }
 
 impl SimpleConsumerBuilder {
-    /// Subscribes to `topic` with a tag filter expression (`*` for every message, `a || b`
-    /// for either tag). Receives take the subscribed topics in turn.
+    /// Subscribes to `topic` with a filter: a tag expression as a string (`"*"` for every
+    /// message, `"a || b"` for either tag) or a [`FilterExpression`] (such as
+    /// [`FilterExpression::sql92`], which needs the broker's `enablePropertyFilter=true`).
+    /// Receives take the subscribed topics in turn.
+    ///
+    /// ```no_run
+    /// # async fn demo(config: rocketmq_grpc::ClientConfig) -> Result<(), rocketmq_grpc::Error> {
+    /// use rocketmq_grpc::{FilterExpression, SimpleConsumer};
+    ///
+    /// let consumer = SimpleConsumer::builder(config, "audit")
+    ///     .subscribe("orders", FilterExpression::sql92("amount BETWEEN 100 AND 500"))
+    ///     .build()
+    ///     .await?;
+    /// # drop(consumer);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn subscribe(
         mut self,
         topic: impl Into<String>,
-        tag_expression: impl Into<String>,
+        filter: impl Into<FilterExpression>,
     ) -> Self {
         self.subscriptions.push(Subscription {
             topic: topic.into(),
-            filter: pb::FilterExpression {
-                r#type: FilterType::Tag as i32,
-                expression: tag_expression.into(),
-            },
+            filter: filter.into(),
         });
         self
     }
@@ -149,8 +161,11 @@ impl SimpleConsumerBuilder {
         if let Some(s) = self.subscriptions.iter().find(|s| s.topic.is_empty()) {
             return Err(Error::invalid(
                 "subscribe",
-                format!("an empty topic name (filter {:?})", s.filter.expression),
+                format!("an empty topic name (filter {})", s.filter),
             ));
+        }
+        for s in &self.subscriptions {
+            s.filter.validate(&s.topic)?;
         }
         if self.await_duration < Duration::from_millis(1)
             || self.await_duration > Duration::from_secs(3600)
@@ -452,7 +467,7 @@ impl SimpleConsumer {
         let request = pb::ReceiveMessageRequest {
             group: Some(inner.session.resource(&inner.group)),
             message_queue: Some(inner.session.queue(queue)),
-            filter_expression: Some(subscription.filter.clone()),
+            filter_expression: Some(subscription.filter.to_pb()),
             batch_size: i32::try_from(max_messages).unwrap_or(i32::MAX),
             invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),
             auto_renew: false,
@@ -478,7 +493,11 @@ impl SimpleConsumer {
                 if error.is_retryable() {
                     inner.routes.mark_stale(&subscription.topic);
                 }
-                Err(error)
+                Err(crate::filter::explain_filter_error(
+                    error,
+                    &subscription.topic,
+                    &subscription.filter,
+                ))
             }
         }
     }

@@ -23,7 +23,7 @@ use crate::{AckEntry, AckFlusher, AckKey, Session};
 #[derive(Debug, Clone)]
 pub(super) struct Subscription {
     pub(super) topic: String,
-    pub(super) filter: pb::FilterExpression,
+    pub(super) filter: crate::FilterExpression,
 }
 
 /// Identifies an assigned queue.

@@ -47,7 +47,7 @@ pub(super) fn settings_command(
             .iter()
             .map(|s| pb::SubscriptionEntry {
                 topic: Some(session.resource(&s.topic)),
-                expression: Some(s.filter.clone()),
+                expression: Some(s.filter.to_pb()),
             })
             .collect(),
         fifo: None,

@@ -45,6 +45,53 @@ pub struct SendReceipt {
     pub offset: i64,
 }
 
+/// What the proxy returned for a batch sent with [`Producer::send_batch`]: one receipt per
+/// message, in the order given.
+///
+/// The 5.3.3 proxy hands a batch to the broker as one message and answers with one entry: a
+/// new id for the batch ([`batch_id`](Self::batch_id)), and the queue offset of the first
+/// message; the messages are stored at consecutive offsets of one queue. Consumers receive
+/// every message of the batch with the **first message's id**, so each receipt's
+/// [`SendReceipt::message_id`] is that id, and its offset the first's plus its position.
+///
+/// ```
+/// # fn demo(receipt: rocketmq_grpc::BatchReceipt) {
+/// for (i, sent) in receipt.receipts().iter().enumerate() {
+///     println!("message {i}: id {} at offset {}", sent.message_id, sent.offset);
+/// }
+/// println!("the proxy's id of the batch: {}", receipt.batch_id());
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchReceipt {
+    batch_id: String,
+    receipts: Vec<SendReceipt>,
+}
+
+impl BatchReceipt {
+    /// One receipt per message, in the order of [`Producer::send_batch`]'s messages.
+    pub fn receipts(&self) -> &[SendReceipt] {
+        &self.receipts
+    }
+
+    /// The id the proxy gave the whole batch (`SendResultEntry.message_id`; for a batch of
+    /// one, that message's id). Consumers never see it.
+    pub fn batch_id(&self) -> &str {
+        &self.batch_id
+    }
+
+    /// The receipts, by value.
+    pub fn into_receipts(self) -> Vec<SendReceipt> {
+        self.receipts
+    }
+}
+
+/// What the broker adds to each message of a batch besides its body, user properties, tag and
+/// keys (its encoded header and the system properties the proxy sets), as estimated for the
+/// batch size limit.
+const BATCH_OVERHEAD_PER_MESSAGE: usize = 120;
+
 /// A sent message: its receipt, and for a transaction's half message its transaction id and
 /// the endpoint that took it (where it must be ended).
 struct Sent {
@@ -353,6 +400,59 @@ impl Producer {
         self.send_as(message, false).await.map(|sent| sent.receipt)
     }
 
+    /// Sends `messages` in one `SendMessage` request (a batch), retried as
+    /// [`send`](Self::send) is (the whole batch, with the same ids).
+    ///
+    /// What the 5.3.3 proxy does with a batch, seen on a real one: it stores the messages at
+    /// consecutive offsets of one queue and consumers receive each with the **first message's
+    /// id, tag and user properties** (each keeps its body and keys); a FIFO batch goes to the
+    /// first message's group. So the messages of a batch must share their topic, message
+    /// group, tag and user properties, and the batch is refused otherwise; use
+    /// [`send`](Self::send) for messages that differ. The broker stores a batch as one
+    /// message: bodies, keys, tag, properties and about 120 bytes a message together must fit
+    /// its `maxMessageSize` (4 MiB; [`max_body`](Self::max_body) here). The proxy set no limit on
+    /// the count (20,000 messages went in one batch).
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: rocketmq_grpc::Producer) -> Result<(), rocketmq_grpc::Error> {
+    /// use rocketmq_grpc::OutgoingMessage;
+    ///
+    /// let batch = (0..3)
+    ///     .map(|i| OutgoingMessage::new("metrics", format!("sample {i}")).tag("cpu"))
+    ///     .collect();
+    /// let receipt = producer.send_batch(batch).await?;
+    /// assert_eq!(receipt.receipts().len(), 3);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Before sending: [`Error::InvalidConfig`] naming `messages` for an empty batch, and
+    /// naming `topic`, `message_group`, `tag` or `property` (with both values) when a message
+    /// differs from the first in it, or `deliver_at` when a message has a delivery time (a
+    /// batch is not a delay message); [`Error::MessageTooLarge`] when a body or the batch
+    /// exceeds the limit. Then as [`send`](Self::send).
+    pub async fn send_batch(&self, messages: Vec<OutgoingMessage>) -> Result<BatchReceipt, Error> {
+        let limit = *self.inner.max_body.lock();
+        check_batch(&messages, limit)?;
+        let ids: Vec<String> = messages.iter().map(|_| new_message_id()).collect();
+        let sent = self.send_request(&messages, &ids, false).await?;
+        let first_id = ids.first().cloned().unwrap_or_default();
+        let receipts = (0..messages.len())
+            .map(|i| SendReceipt {
+                message_id: first_id.clone(),
+                offset: if sent.receipt.offset < 0 {
+                    sent.receipt.offset
+                } else {
+                    sent.receipt.offset + i64::try_from(i).unwrap_or(i64::MAX)
+                },
+            })
+            .collect();
+        Ok(BatchReceipt {
+            batch_id: sent.receipt.message_id,
+            receipts,
+        })
+    }
+
     /// Sends `message`, as a transaction's half message when `transactional`.
     async fn send_as(&self, message: OutgoingMessage, transactional: bool) -> Result<Sent, Error> {
         let limit = *self.inner.max_body.lock();
@@ -364,13 +464,29 @@ impl Producer {
         }
         message.message_type(transactional)?;
         message.check_delivery_time(SystemTime::now())?;
+        let ids = [new_message_id()];
+        self.send_request(std::slice::from_ref(&message), &ids, transactional)
+            .await
+    }
+
+    /// Sends `messages` (one, or a batch checked by [`send_batch`](Self::send_batch)) in one
+    /// `SendMessage` request with these ids, retrying as [`send`](Self::send) does.
+    async fn send_request(
+        &self,
+        messages: &[OutgoingMessage],
+        ids: &[String],
+        transactional: bool,
+    ) -> Result<Sent, Error> {
+        let Some(message) = messages.first() else {
+            return Err(Error::invalid("messages", "nothing to send"));
+        };
+        let message_id = ids.first().cloned().unwrap_or_default();
         self.ensure_started();
         self.announce(&message.topic);
         let inner = &self.inner;
         let started = Instant::now();
         let window_end = started + *inner.retry_window.lock();
         let request_timeout = inner.session.config().request_timeout;
-        let message_id = new_message_id();
         let first_index = match &message.message_group {
             Some(group) => stable_hash(group),
             None => inner.next.fetch_add(1, Ordering::Relaxed),
@@ -396,7 +512,7 @@ impl Producer {
                     let queue = &route[index];
                     inner.attempts.fetch_add(1, Ordering::Relaxed);
                     let outcome = self
-                        .send_once(&message, &message_id, queue, request_timeout, transactional)
+                        .send_once(messages, ids, queue, request_timeout, transactional)
                         .await;
                     if let Err(error) = &outcome {
                         if error.is_retryable() || routes::is_topic_not_found(error) {
@@ -508,8 +624,8 @@ impl Producer {
 
     async fn send_once(
         &self,
-        message: &OutgoingMessage,
-        message_id: &str,
+        messages: &[OutgoingMessage],
+        ids: &[String],
         queue: &pb::MessageQueue,
         timeout: Duration,
         transactional: bool,
@@ -521,27 +637,32 @@ impl Producer {
             .and_then(|b| b.endpoints.as_ref())
             .and_then(Endpoint::from_pb)
             .unwrap_or_else(|| session.access_point());
-        let message_type = message.message_type(transactional)?;
-        let system = pb::SystemProperties {
-            tag: message.tag.clone(),
-            keys: message.keys.clone(),
-            message_id: message_id.to_owned(),
-            body_encoding: pb::Encoding::Identity as i32,
-            message_type: message_type as i32,
-            born_timestamp: Some(prost_types::Timestamp::from(SystemTime::now())),
-            born_host: "rust-client".into(),
-            queue_id: queue.id,
-            message_group: message.message_group.clone(),
-            delivery_timestamp: message.deliver_at.map(prost_types::Timestamp::from),
-            ..pb::SystemProperties::default()
-        };
-        let request = pb::SendMessageRequest {
-            messages: vec![pb::Message {
+        let message_id = ids.first().map_or("", String::as_str);
+        let mut wire_messages = Vec::with_capacity(messages.len());
+        for (message, id) in messages.iter().zip(ids) {
+            let message_type = message.message_type(transactional)?;
+            let system = pb::SystemProperties {
+                tag: message.tag.clone(),
+                keys: message.keys.clone(),
+                message_id: id.clone(),
+                body_encoding: pb::Encoding::Identity as i32,
+                message_type: message_type as i32,
+                born_timestamp: Some(prost_types::Timestamp::from(SystemTime::now())),
+                born_host: "rust-client".into(),
+                queue_id: queue.id,
+                message_group: message.message_group.clone(),
+                delivery_timestamp: message.deliver_at.map(prost_types::Timestamp::from),
+                ..pb::SystemProperties::default()
+            };
+            wire_messages.push(pb::Message {
                 topic: Some(session.resource(&message.topic)),
                 user_properties: message.properties.clone(),
                 system_properties: Some(system),
                 body: message.body.clone(),
-            }],
+            });
+        }
+        let request = pb::SendMessageRequest {
+            messages: wire_messages,
         };
         let mut client = session.client(&endpoint)?;
         let response = client
@@ -580,6 +701,93 @@ impl Producer {
             }
         }
     }
+}
+
+/// Refuses a batch that the proxy would not store as given (see [`Producer::send_batch`]).
+fn check_batch(messages: &[OutgoingMessage], limit: usize) -> Result<(), Error> {
+    let Some(first) = messages.first() else {
+        return Err(Error::invalid(
+            "messages",
+            "the batch is empty: give at least one message",
+        ));
+    };
+    let mut total = 0usize;
+    for (i, message) in messages.iter().enumerate() {
+        if message.body.len() > limit {
+            return Err(Error::MessageTooLarge {
+                size: message.body.len(),
+                limit,
+            });
+        }
+        let differs = |setting: &'static str, first: String, this: String| {
+            Error::invalid(
+                setting,
+                format!(
+                    "message {i} of the batch has {setting} {this} but the first has {first}: \
+                     a batch's messages must share topic, message group, tag and properties \
+                     (the proxy delivers them all with the first one's); send it apart"
+                ),
+            )
+        };
+        if message.topic != first.topic {
+            return Err(differs(
+                "topic",
+                format!("{:?}", first.topic),
+                format!("{:?}", message.topic),
+            ));
+        }
+        if message.message_group != first.message_group {
+            return Err(differs(
+                "message_group",
+                format!("{:?}", first.message_group),
+                format!("{:?}", message.message_group),
+            ));
+        }
+        if message.tag != first.tag {
+            return Err(differs(
+                "tag",
+                format!("{:?}", first.tag),
+                format!("{:?}", message.tag),
+            ));
+        }
+        if message.properties != first.properties {
+            let sorted = |m: &OutgoingMessage| {
+                format!(
+                    "{:?}",
+                    m.properties
+                        .iter()
+                        .collect::<std::collections::BTreeMap<_, _>>()
+                )
+            };
+            return Err(differs("property", sorted(first), sorted(message)));
+        }
+        if message.deliver_at.is_some() {
+            return Err(Error::invalid(
+                "deliver_at",
+                format!(
+                    "message {i} of the batch has a delivery time: a batch is sent as normal \
+                     (or FIFO) messages; send delay messages one by one"
+                ),
+            ));
+        }
+        let properties: usize = message
+            .properties
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum();
+        let keys: usize = message.keys.iter().map(|k| k.len() + 1).sum();
+        total = total.saturating_add(
+            message.body.len()
+                + properties
+                + keys
+                + message.tag.as_ref().map_or(0, String::len)
+                + BATCH_OVERHEAD_PER_MESSAGE,
+        );
+    }
+    if total > limit {
+        return Err(Error::MessageTooLarge { size: total, limit });
+    }
+    Ok(())
 }
 
 /// Adds what to do to the proxy's refusal of a delivery time: its own message names the limit
@@ -668,6 +876,47 @@ mod tests {
         // One broker: another queue of it.
         let single = [queue("a", 0), queue("a", 1)];
         assert_eq!(pick_queue(&single, 0, false, Some(0), &failed), 1);
+    }
+
+    #[test]
+    fn batches_that_the_proxy_would_change_are_refused() {
+        let m = |body: &str| OutgoingMessage::new("t", body).tag("x").property("k", "v");
+        assert!(check_batch(&[m("a"), m("b")], 1024).is_ok());
+        let setting = |batch: &[OutgoingMessage]| match check_batch(batch, 1024) {
+            Err(Error::InvalidConfig { setting, .. }) => setting,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(setting(&[]), "messages");
+        assert_eq!(
+            setting(&[
+                m("a"),
+                OutgoingMessage::new("u", "b").tag("x").property("k", "v")
+            ]),
+            "topic"
+        );
+        assert_eq!(setting(&[m("a"), m("b").tag("y")]), "tag");
+        assert_eq!(setting(&[m("a"), m("b").property("k", "w")]), "property");
+        assert_eq!(
+            setting(&[m("a").message_group("g"), m("b").message_group("h")]),
+            "message_group"
+        );
+        let later = SystemTime::now() + Duration::from_secs(60);
+        assert_eq!(setting(&[m("a").deliver_at(later)]), "deliver_at");
+        // Keys may differ: the proxy keeps each message's.
+        assert!(check_batch(&[m("a").key("1"), m("b").key("2")], 1024).is_ok());
+        // Two bodies under the limit, together over it with the overhead.
+        let half = "x".repeat(500);
+        assert!(matches!(
+            check_batch(&[m(&half), m(&half)], 1024),
+            Err(Error::MessageTooLarge { .. })
+        ));
+        assert!(matches!(
+            check_batch(&[m(&"x".repeat(2000))], 1024),
+            Err(Error::MessageTooLarge {
+                size: 2000,
+                limit: 1024
+            })
+        ));
     }
 
     #[test]

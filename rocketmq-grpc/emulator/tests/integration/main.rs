@@ -7,6 +7,7 @@ mod dead_letters;
 mod delay;
 mod failover;
 mod faults;
+mod filters;
 mod producer;
 mod recovery;
 mod renewal;
