@@ -133,10 +133,10 @@ pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 /// (re-exported from `async-trait`, so that no extra dependency is needed).
 pub use async_trait::async_trait;
 pub use consumer::{
-    AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION,
-    MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION, MessageHandler,
-    PushCloseReport, PushConsumer, PushConsumerBuilder, SimpleCloseReport, SimpleConsumer,
-    SimpleConsumerBuilder, SimpleConsumerStats,
+    AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION, LiteOffset,
+    LitePushConsumer, LitePushConsumerBuilder, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES,
+    MIN_INVISIBLE_DURATION, MessageHandler, PushCloseReport, PushConsumer, PushConsumerBuilder,
+    SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;
 pub use message::{OutgoingMessage, ReceivedMessage};

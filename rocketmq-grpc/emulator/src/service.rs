@@ -415,6 +415,7 @@ with_status!(
     pb::ChangeInvisibleDurationResponse,
     pb::EndTransactionResponse,
     pb::ForwardMessageToDeadLetterQueueResponse,
+    pb::SyncLiteSubscriptionResponse,
 );
 
 fn unary<T: WithStatus>(r: Result<T, pb::Status>) -> Result<Response<T>, tonic::Status> {
@@ -906,6 +907,8 @@ impl Service {
                 store_host: self.shared.advertised().to_string(),
                 delivery_timestamp: m.delivery_timestamp,
                 orphaned_transaction_recovery_duration: None,
+                lite_topic: None,
+                priority: None,
                 receipt_handle: Some(d.handle.clone()),
                 queue_id: i32::try_from(d.queue_id).unwrap_or(i32::MAX),
                 queue_offset: Some(i64::try_from(d.offset).unwrap_or(i64::MAX)),
@@ -1587,6 +1590,18 @@ impl MessagingService for Service {
             Ok(_) => unary(self.end_transaction_inner(&req)),
             Err(r) => reject_unary(r),
         }
+    }
+
+    async fn sync_lite_subscription(
+        &self,
+        _request: Request<pb::SyncLiteSubscriptionRequest>,
+    ) -> Result<Response<pb::SyncLiteSubscriptionResponse>, tonic::Status> {
+        unary(Ok(pb::SyncLiteSubscriptionResponse {
+            status: Some(pb::Status {
+                code: Code::NotImplemented as i32,
+                message: "the emulator does not model SyncLiteSubscription".into(),
+            }),
+        }))
     }
 }
 

@@ -226,6 +226,7 @@ pub(crate) async fn batcher_acks(
                 let entry = AckEntry {
                     message_id: message.message_id.clone(),
                     receipt_handle: message.receipt_handle.clone(),
+                    lite_topic: None,
                 };
                 if batcher
                     .enqueue(key, entry, ItemOptions::new().deadline(deadline))
