@@ -444,3 +444,34 @@ fn _java(_: &str) {
     let _ = java_peer;
     let _ = BufReader::new(tokio::io::empty()).lines();
 }
+
+/// A lite subscription without an offset, made after messages were sent to a lite topic the
+/// group never consumed, gets them: a group starts a lite topic it never read at its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lite_subscription_without_offset_after_a_backlog() {
+    let Some(endpoint) = endpoint55() else { return };
+    let prefix = unique("lite-late");
+    let lite = unique("late");
+    let producer = producer(&endpoint).await;
+    for i in 0..5 {
+        producer
+            .send(OutgoingMessage::new(LITE_TOPIC, format!("{prefix}-{i}")).lite_topic(&lite))
+            .await
+            .unwrap();
+    }
+    let seen = Arc::new(Seen::default());
+    let consumer = lite_consumer(&endpoint, &seen).await;
+    consumer.subscribe_lite(&lite).await.unwrap();
+    producer
+        .send(OutgoingMessage::new(LITE_TOPIC, format!("{prefix}-after")).lite_topic(&lite))
+        .await
+        .unwrap();
+    wait_for(&seen, &prefix, 6, Duration::from_secs(15)).await;
+    let got = seen.with_prefix(&prefix);
+    println!(
+        "lite without offset after a backlog of 5: {} came: {got:?}",
+        got.len()
+    );
+    assert_eq!(got.len(), 6, "{got:?}");
+    consumer.close(Duration::from_secs(5)).await;
+}

@@ -6,6 +6,7 @@ mod batching;
 mod dead_letters;
 mod delay;
 mod faults;
+mod priority_lite;
 mod producer;
 mod recovery;
 mod renewal;
