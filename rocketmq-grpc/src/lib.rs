@@ -78,6 +78,12 @@
 //!   println!("{} acks flushed at close", report.acks.succeeded);
 //!   # Ok(()) }
 //!   ```
+//! - **RocketMQ 5.4+** (checked on 5.5.0): priority messages
+//!   ([`OutgoingMessage::priority`]: on a `PRIORITY` topic a backlog of lower levels waits
+//!   behind higher ones) and lite topics ([`OutgoingMessage::lite_topic`], received by a
+//!   [`LitePushConsumer`] that subscribes to lite topics one by one; the proxy must run in
+//!   cluster mode). A 5.3 proxy stores both as normal messages without their level or lite
+//!   topic, and refuses a lite push consumer.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!

@@ -550,3 +550,76 @@ mod tests {
         assert_eq!(invisible(m), DEFAULT_INVISIBLE);
     }
 }
+
+#[cfg(test)]
+mod typed_tests {
+    use super::*;
+
+    fn setting(result: Result<pb::MessageType, Error>) -> &'static str {
+        match result {
+            Err(Error::InvalidConfig { setting, .. }) => setting,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn priority_and_lite_messages_take_their_type_alone() {
+        let m = OutgoingMessage::new("t", "b");
+        assert_eq!(
+            m.clone().priority(0).message_type(false).unwrap(),
+            pb::MessageType::Priority
+        );
+        assert_eq!(
+            m.clone()
+                .priority(i32::MAX as u32)
+                .message_type(false)
+                .unwrap(),
+            pb::MessageType::Priority
+        );
+        assert_eq!(
+            m.clone().lite_topic("a-b_C9").message_type(false).unwrap(),
+            pb::MessageType::Lite
+        );
+        let at = SystemTime::now() + Duration::from_secs(60);
+        for (message, expected) in [
+            (m.clone().priority(1 << 31), "priority"),
+            (m.clone().priority(1).lite_topic("x"), "priority"),
+            (m.clone().priority(1).message_group("g"), "priority"),
+            (m.clone().priority(1).deliver_at(at), "priority"),
+            (m.clone().lite_topic("x").message_group("g"), "lite_topic"),
+            (m.clone().lite_topic("x").deliver_at(at), "lite_topic"),
+            (m.clone().lite_topic(""), "lite_topic"),
+            (m.clone().lite_topic("a b"), "lite_topic"),
+            (m.clone().lite_topic("é"), "lite_topic"),
+        ] {
+            assert_eq!(
+                setting(message.message_type(false)),
+                expected,
+                "{message:?}"
+            );
+        }
+        assert_eq!(
+            setting(m.clone().priority(1).message_type(true)),
+            "priority"
+        );
+        assert_eq!(setting(m.lite_topic("x").message_type(true)), "lite_topic");
+    }
+
+    #[test]
+    fn received_priority_and_lite_topic_are_read() {
+        let endpoint = Endpoint::parse("127.0.0.1:8081").unwrap();
+        let message = pb::Message {
+            system_properties: Some(pb::SystemProperties {
+                receipt_handle: Some("h".into()),
+                message_id: "id".into(),
+                priority: Some(5),
+                lite_topic: Some("session-1".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = ReceivedMessage::from_pb(message, &endpoint).unwrap();
+        assert_eq!(m.priority(), Some(5));
+        assert_eq!(m.lite_topic(), Some("session-1"));
+    }
+}

@@ -732,6 +732,8 @@ mod tests {
             body_sha1: String::new(),
             delivery_timestamp: None,
             due_ms: None,
+            priority: None,
+            lite_topic: None,
         }
     }
 

@@ -114,3 +114,60 @@ impl LiteState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::offset_option::{OffsetType, Policy};
+
+    #[test]
+    fn offsets_map_to_the_protocol() {
+        let of = |o: LiteOffset| o.to_pb().offset_type.unwrap();
+        assert_eq!(
+            of(LiteOffset::Last),
+            OffsetType::Policy(Policy::Last as i32)
+        );
+        assert_eq!(of(LiteOffset::Min), OffsetType::Policy(Policy::Min as i32));
+        assert_eq!(of(LiteOffset::Max), OffsetType::Policy(Policy::Max as i32));
+        assert_eq!(of(LiteOffset::Offset(7)), OffsetType::Offset(7));
+        assert_eq!(of(LiteOffset::TailN(u64::MAX)), OffsetType::TailN(i64::MAX));
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(
+            of(LiteOffset::Timestamp(at)),
+            OffsetType::Timestamp(1_700_000_000_123)
+        );
+    }
+
+    #[test]
+    fn limits_follow_the_server_and_a_negative_quota_is_none() {
+        let state = LiteState::new("parent".into());
+        assert_eq!(
+            state.limits.lock().max_topic_size,
+            DEFAULT_MAX_LITE_TOPIC_SIZE
+        );
+        state.take_limits(&pb::Subscription {
+            lite_subscription_quota: Some(3),
+            max_lite_topic_size: Some(32),
+            ..Default::default()
+        });
+        assert_eq!(
+            *state.limits.lock(),
+            LiteLimits {
+                quota: Some(3),
+                max_topic_size: 32
+            }
+        );
+        state.take_limits(&pb::Subscription {
+            lite_subscription_quota: Some(-1),
+            max_lite_topic_size: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(
+            *state.limits.lock(),
+            LiteLimits {
+                quota: None,
+                max_topic_size: 32
+            }
+        );
+    }
+}
