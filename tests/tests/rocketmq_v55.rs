@@ -7,20 +7,23 @@
 //! - `ROCKETMQ_ENDPOINT`: the 5.3.3 proxy of the other suites; only its `it-normal` topic is
 //!   used, and nothing is created there but consumer groups.
 //!
+//! The official Java client 5.2.0 (the newest on Maven Central, with `setPriority` and the
+//! `LitePushConsumer`) is the peer: `scripts/java-peers/rmq55`, class `RocketMq55`.
+//!
 //! Each test returns at once when its variable is not set. Bodies carry a unique prefix, so
 //! runs do not see each other's messages.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use integration_tests::real_pulsar::java_peer;
 use parking_lot::Mutex;
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer,
     ReceivedMessage, Session, SimpleConsumer,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 const PRIORITY_TOPIC: &str = "it-priority";
 /// Queues of `it-priority`: the levels 0..=7.
@@ -438,13 +441,6 @@ async fn on_5_3_3_priority_and_lite_are_normal_messages() {
     }
 }
 
-/// Java peer interop placeholder (see the Java peer RocketMq55Priority).
-#[allow(dead_code)]
-fn _java(_: &str) {
-    let _ = java_peer;
-    let _ = BufReader::new(tokio::io::empty()).lines();
-}
-
 /// A lite subscription without an offset, made after messages were sent to a lite topic the
 /// group never consumed, gets them: a group starts a lite topic it never read at its start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,4 +470,220 @@ async fn lite_subscription_without_offset_after_a_backlog() {
     );
     assert_eq!(got.len(), 6, "{got:?}");
     consumer.close(Duration::from_secs(5)).await;
+}
+
+/// The Java peer (`scripts/java-peers/rmq55/run RocketMq55 ARGS`), built first if needed; its
+/// stdout as lines.
+fn java55(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let run = format!(
+        "{}/../scripts/java-peers/rmq55/run",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut child = Command::new(&run)
+        .arg("RocketMq55")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {run}: {e}"));
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// Runs the Java peer to its end; its stdout, or a panic when it failed.
+async fn java55_output(args: &[&str]) -> Vec<String> {
+    let (mut child, mut lines) = java55(args);
+    let mut out = Vec::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        out.push(line);
+    }
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "the Java peer failed ({status}): {out:?}");
+    out
+}
+
+/// Reads the Java peer's lines until "ready".
+async fn java55_ready(lines: &mut Lines<BufReader<ChildStdout>>) {
+    let ready = tokio::time::timeout(Duration::from_secs(300), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line == "ready" {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "the Java peer did not get ready");
+}
+
+/// The "got=BODY priority=P lite=L" lines of the Java peer, in order.
+async fn java55_got(
+    mut child: Child,
+    mut lines: Lines<BufReader<ChildStdout>>,
+) -> Vec<(String, i32, String)> {
+    let mut got = Vec::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let Some(rest) = line.strip_prefix("got=") else {
+            continue;
+        };
+        let mut fields = rest.split(' ');
+        let body = fields.next().unwrap().to_owned();
+        let priority = fields
+            .next()
+            .and_then(|f| f.strip_prefix("priority="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let lite = fields
+            .next()
+            .and_then(|f| f.strip_prefix("lite="))
+            .unwrap()
+            .to_owned();
+        got.push((body, priority, lite));
+    }
+    let status = child.wait().await.unwrap();
+    assert!(
+        status.success(),
+        "the Java peer failed ({status}); it got {got:?}"
+    );
+    got
+}
+
+/// Priority messages from the Java client (`setPriority`) come to this client's consumer in
+/// priority order, with their levels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_priority_messages_come_here_in_order() {
+    let Some(endpoint) = endpoint55() else { return };
+    let prefix = unique("java-prio");
+    let consumer = fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, "it-priority-java").await;
+    java55_output(&[
+        "send-priority",
+        &endpoint,
+        PRIORITY_TOPIC,
+        &format!("{prefix}-low"),
+        "0",
+        "20",
+    ])
+    .await;
+    java55_output(&[
+        "send-priority",
+        &endpoint,
+        PRIORITY_TOPIC,
+        &format!("{prefix}-high"),
+        "7",
+        "5",
+    ])
+    .await;
+    let got = drain(&consumer, &prefix, 25, Duration::from_secs(60)).await;
+    let levels: Vec<i32> = got.iter().map(|m| m.priority().unwrap_or(-1)).collect();
+    println!("Java to Rust, priority levels in arrival order: {levels:?}");
+    assert_eq!(levels.len(), 25);
+    assert!(
+        levels[..5].iter().all(|l| *l == 7) && levels[5..].iter().all(|l| *l == 0),
+        "{levels:?}"
+    );
+    consumer.close(Duration::from_secs(5)).await;
+}
+
+/// Priority messages from this client reach the Java client's consumer in priority order, with
+/// their levels (`MessageView.getPriority`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_priority_messages_reach_java_in_order() {
+    let Some(endpoint) = endpoint55() else { return };
+    let prefix = unique("rust-prio");
+    let (child, mut lines) = java55(&[
+        "receive",
+        &endpoint,
+        PRIORITY_TOPIC,
+        "it-priority-rust-java",
+        &prefix,
+        "25",
+        "120",
+        "8",
+    ]);
+    java55_ready(&mut lines).await;
+    let producer = producer(&endpoint).await;
+    for i in 0..20 {
+        producer
+            .send(OutgoingMessage::new(PRIORITY_TOPIC, format!("{prefix}-low-{i}")).priority(0))
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        producer
+            .send(OutgoingMessage::new(PRIORITY_TOPIC, format!("{prefix}-high-{i}")).priority(7))
+            .await
+            .unwrap();
+    }
+    let got = java55_got(child, lines).await;
+    let levels: Vec<i32> = got.iter().map(|(_, p, _)| *p).collect();
+    println!("Rust to Java, priority levels in arrival order: {levels:?}");
+    assert_eq!(levels.len(), 25);
+    // The Java consumer waits 8 s after "ready": the whole backlog is there when it receives.
+    assert!(
+        levels[..5].iter().all(|l| *l == 7) && levels[5..].iter().all(|l| *l == 0),
+        "{levels:?}"
+    );
+}
+
+/// Lite messages from this client reach the Java client's lite push consumer (subscribed to one
+/// lite topic) with their lite topic, and those of another lite topic do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_lite_messages_reach_the_java_lite_consumer() {
+    let Some(endpoint) = endpoint55() else { return };
+    let prefix = unique("rust-lite");
+    let lite = unique("java-sub");
+    let (child, mut lines) = java55(&[
+        "lite-consume",
+        &endpoint,
+        LITE_TOPIC,
+        LITE_GROUP,
+        &lite,
+        &prefix,
+        "5",
+        "120",
+    ]);
+    java55_ready(&mut lines).await;
+    let producer = producer(&endpoint).await;
+    for i in 0..5 {
+        producer
+            .send(
+                OutgoingMessage::new(LITE_TOPIC, format!("{prefix}-other-{i}"))
+                    .lite_topic("not-subscribed"),
+            )
+            .await
+            .unwrap();
+        producer
+            .send(OutgoingMessage::new(LITE_TOPIC, format!("{prefix}-{i}")).lite_topic(&lite))
+            .await
+            .unwrap();
+    }
+    let got = java55_got(child, lines).await;
+    println!("Rust to the Java lite consumer: {got:?}");
+    assert_eq!(got.len(), 5);
+    assert!(
+        got.iter()
+            .all(|(body, _, l)| *l == lite && !body.contains("other")),
+        "{got:?}"
+    );
+}
+
+/// Lite messages from the Java client (`setLiteTopic`) reach this client's lite push consumer
+/// with their lite topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_lite_messages_reach_our_lite_consumer() {
+    let Some(endpoint) = endpoint55() else { return };
+    let prefix = unique("java-lite");
+    let lite = unique("rust-sub");
+    let seen = Arc::new(Seen::default());
+    let consumer = lite_consumer(&endpoint, &seen).await;
+    consumer.subscribe_lite(&lite).await.unwrap();
+    java55_output(&["send-lite", &endpoint, LITE_TOPIC, &prefix, &lite, "5"]).await;
+    wait_for(&seen, &prefix, 5, Duration::from_secs(30)).await;
+    let got = seen.with_prefix(&prefix);
+    println!("Java to the Rust lite consumer: {got:?}");
+    assert_eq!(got.len(), 5);
+    assert!(got.iter().all(|(_, l)| l.as_deref() == Some(lite.as_str())));
+    let report = consumer.close(Duration::from_secs(10)).await;
+    assert!(report.unacknowledged.is_empty(), "{report:?}");
 }
