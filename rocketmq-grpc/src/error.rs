@@ -383,7 +383,10 @@ mod tests {
         assert!(unknown(42_950).is_retryable(), "quota-style throttling");
         // Known since 5.4: a lite quota passes only once something is unsubscribed.
         assert!(!unknown(42_901).is_retryable(), "LITE_TOPIC_QUOTA_EXCEEDED");
-        assert!(!unknown(42_902).is_retryable(), "LITE_SUBSCRIPTION_QUOTA_EXCEEDED");
+        assert!(
+            !unknown(42_902).is_retryable(),
+            "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"
+        );
         assert!(!unknown(40_020).is_retryable(), "ILLEGAL_LITE_TOPIC");
         assert!(!unknown(40_021).is_retryable(), "INVALID_CLIENT_PROPERTIES");
         assert!(!unknown(40_499).is_retryable());
