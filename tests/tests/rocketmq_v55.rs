@@ -69,11 +69,13 @@ async fn fresh_simple_consumer(endpoint: &str, topic: &str, group: &str) -> Simp
         .build()
         .await
         .unwrap();
+    let started = tokio::time::Instant::now();
     loop {
         let early = consumer
             .receive(32, Duration::from_secs(20))
             .await
             .unwrap_or_default();
+        eprintln!("leftovers: {} at {:?}", early.len(), started.elapsed());
         if early.is_empty() {
             break;
         }
@@ -95,7 +97,13 @@ async fn drain(
     let end = tokio::time::Instant::now() + within;
     let mut got = Vec::new();
     while got.len() < expected && tokio::time::Instant::now() < end {
-        let batch = match consumer.receive(32, Duration::from_secs(30)).await {
+        let batch = consumer.receive(32, Duration::from_secs(30)).await;
+        eprintln!(
+            "drain: {:?} at {:?}",
+            batch.as_ref().map(Vec::len),
+            end - tokio::time::Instant::now()
+        );
+        let batch = match batch {
             Ok(batch) => batch,
             Err(error) if error.code() == Some(Code::MessageNotFound) => continue,
             Err(error) => panic!("receive: {error}"),
