@@ -148,6 +148,7 @@ pub(crate) async fn raw_acks(
                         .map(|h| pb::AckMessageEntry {
                             message_id: h.message_id.clone(),
                             receipt_handle: h.receipt_handle.clone(),
+                            lite_topic: None,
                         })
                         .collect(),
                 };
