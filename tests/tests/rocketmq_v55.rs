@@ -744,3 +744,62 @@ async fn java_lite_messages_reach_our_lite_consumer() {
     let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
 }
+
+/// A push consumer of a priority topic, started on a backlog, handles the high messages first
+/// (one at a time: the proxy assigns the whole topic as one queue, popped highest first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_consumer_handles_high_priority_first() {
+    let Some(endpoint) = endpoint55() else { return };
+    let group = "it-priority-push";
+    let prefix = unique("push-prio");
+    // Sets the group's offsets and takes what earlier runs left.
+    fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, group)
+        .await
+        .close(Duration::from_secs(5))
+        .await;
+    let producer = producer(&endpoint).await;
+    for i in 0..20 {
+        producer
+            .send(OutgoingMessage::new(PRIORITY_TOPIC, format!("{prefix}-low-{i}")).priority(1))
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        producer
+            .send(OutgoingMessage::new(PRIORITY_TOPIC, format!("{prefix}-high-{i}")).priority(6))
+            .await
+            .unwrap();
+    }
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&order);
+    let prefix2 = prefix.clone();
+    let consumer =
+        rocketmq_grpc::PushConsumer::builder(ClientConfig::new(&endpoint).unwrap(), group)
+            .subscribe(PRIORITY_TOPIC, "*")
+            .concurrency(1)
+            .receive_batch_size(1)
+            .start(move |message: ReceivedMessage| {
+                let sink = Arc::clone(&sink);
+                let prefix = prefix2.clone();
+                async move {
+                    if String::from_utf8_lossy(&message.body).starts_with(&prefix) {
+                        sink.lock().push(message.priority().unwrap_or(-1));
+                    }
+                    ConsumeResult::Success
+                }
+            })
+            .await
+            .unwrap();
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while order.lock().len() < 25 && tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let order = order.lock().clone();
+    println!("push consumer, priority levels in handling order: {order:?}");
+    assert_eq!(order.len(), 25);
+    assert!(
+        order[..5].iter().all(|l| *l == 6) && order[5..].iter().all(|l| *l == 1),
+        "{order:?}"
+    );
+    consumer.close(Duration::from_secs(10)).await;
+}
