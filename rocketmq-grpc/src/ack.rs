@@ -25,6 +25,10 @@ pub struct AckEntry {
     pub message_id: String,
     /// The receipt handle exactly as received.
     pub receipt_handle: String,
+    /// The message's lite topic, for a lite consumer's ack (`AckMessageEntry.lite_topic`,
+    /// RocketMQ 5.4+): the proxy then acks on the lite topic's queue, one entry at a time.
+    /// `None` for every other consumer.
+    pub lite_topic: Option<String>,
 }
 
 /// Sends batches of acks as `AckMessage` requests for one consumer group.
@@ -57,6 +61,7 @@ impl AckFlusher {
                 .map(|entry| pb::AckMessageEntry {
                     message_id: entry.message_id.clone(),
                     receipt_handle: entry.receipt_handle.clone(),
+                    lite_topic: entry.lite_topic.clone(),
                 })
                 .collect(),
         }
@@ -129,6 +134,7 @@ mod tests {
         AckEntry {
             message_id: id.into(),
             receipt_handle: format!("rh-{id}"),
+            lite_topic: None,
         }
     }
 

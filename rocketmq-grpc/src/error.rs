@@ -119,6 +119,7 @@ impl Error {
     /// | `BAD_REQUEST` 40000 otherwise and the `ILLEGAL_*` / `INVALID_*` / `*_REQUIRED` family 40001–40021 (`ILLEGAL_TOPIC`, `ILLEGAL_CONSUMER_GROUP`, `ILLEGAL_INVISIBLE_TIME`, `CLIENT_ID_REQUIRED`, `UNRECOGNIZED_CLIENT_TYPE`, ...) | no | the request is malformed |
     /// | `UNAUTHORIZED` 40100, `PAYMENT_REQUIRED` 40200, `FORBIDDEN` 40300 | no | credentials or permissions |
     /// | `NOT_FOUND` 40400 family: `MESSAGE_NOT_FOUND`, `TOPIC_NOT_FOUND`, `CONSUMER_GROUP_NOT_FOUND`, `OFFSET_NOT_FOUND` | no | the resource does not exist |
+    /// | `LITE_TOPIC_QUOTA_EXCEEDED` 42901, `LITE_SUBSCRIPTION_QUOTA_EXCEEDED` 42902 | no | a quota of the lite topic or of the consumer's lite subscriptions: unsubscribe first (or have the quota raised) |
     /// | `PAYLOAD_TOO_LARGE` 41300 family, `REQUEST_HEADER_FIELDS_TOO_LARGE` 43100 family, `PRECONDITION_FAILED` 42800 | no | |
     /// | `NOT_IMPLEMENTED` 50100, `UNSUPPORTED` 50500 family, `FAILED_TO_CONSUME_MESSAGE` 60000 | no | |
     /// | a code this crate does not know | yes for 5xxxx and 429xx, no for other 4xxxx | by class |
@@ -312,6 +313,9 @@ fn server_code_is_retryable(code: i32, message: &str) -> bool {
         | Code::ClientIdRequired
         | Code::IllegalPollingTime
         | Code::IllegalOffset
+        | Code::IllegalLiteTopic
+        | Code::LiteTopicQuotaExceeded
+        | Code::LiteSubscriptionQuotaExceeded
         | Code::Unauthorized
         | Code::PaymentRequired
         | Code::Forbidden
@@ -476,7 +480,14 @@ mod tests {
             message: String::new(),
         };
         assert!(unknown(50_003).is_retryable());
-        assert!(unknown(42_901).is_retryable(), "quota-style throttling");
+        assert!(unknown(42_950).is_retryable(), "quota-style throttling");
+        // Known since 5.4: a lite quota passes only once something is unsubscribed.
+        assert!(!unknown(42_901).is_retryable(), "LITE_TOPIC_QUOTA_EXCEEDED");
+        assert!(
+            !unknown(42_902).is_retryable(),
+            "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"
+        );
+        assert!(!unknown(40_020).is_retryable(), "ILLEGAL_LITE_TOPIC");
         assert!(!unknown(40_021).is_retryable(), "INVALID_CLIENT_PROPERTIES");
         assert!(!unknown(40_499).is_retryable());
     }

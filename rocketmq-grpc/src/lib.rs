@@ -85,6 +85,12 @@
 //!   println!("{} acks flushed at close", report.acks.succeeded);
 //!   # Ok(()) }
 //!   ```
+//! - **RocketMQ 5.4+** (checked on 5.5.0): priority messages
+//!   ([`OutgoingMessage::priority`]: on a `PRIORITY` topic a backlog of lower levels waits
+//!   behind higher ones) and lite topics ([`OutgoingMessage::lite_topic`], received by a
+//!   [`LitePushConsumer`] that subscribes to lite topics one by one; the proxy must run in
+//!   cluster mode). A 5.3 proxy stores both as normal messages without their level or lite
+//!   topic, and refuses a lite push consumer.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!
@@ -173,10 +179,10 @@ pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 /// (re-exported from `async-trait`, so that no extra dependency is needed).
 pub use async_trait::async_trait;
 pub use consumer::{
-    AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION,
-    MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION, MessageHandler,
-    PushCloseReport, PushConsumer, PushConsumerBuilder, SimpleCloseReport, SimpleConsumer,
-    SimpleConsumerBuilder, SimpleConsumerStats,
+    AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION, LiteOffset,
+    LitePushConsumer, LitePushConsumerBuilder, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES,
+    MIN_INVISIBLE_DURATION, MessageHandler, PushCloseReport, PushConsumer, PushConsumerBuilder,
+    SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder, SimpleConsumerStats,
 };
 pub use error::Error;
 pub use filter::{FilterExpression, FilterKind};

@@ -19,6 +19,8 @@ pub struct OutgoingMessage {
     pub(crate) message_group: Option<String>,
     pub(crate) properties: HashMap<String, String>,
     pub(crate) deliver_at: Option<SystemTime>,
+    pub(crate) priority: Option<u32>,
+    pub(crate) lite_topic: Option<String>,
 }
 
 impl OutgoingMessage {
@@ -122,6 +124,73 @@ impl OutgoingMessage {
         &self.topic
     }
 
+    /// Makes this a priority message of level `priority` (RocketMQ 5.4+, RIP-80; message type
+    /// `PRIORITY`, `SystemProperties.priority`, as the Java client's `setPriority`).
+    ///
+    /// - **Higher is more urgent.** The broker stores a message of priority `p` on queue
+    ///   `min(p, queues - 1)` of the topic and, for a consumer that pops every queue (push and
+    ///   simple consumers), takes the highest queue first: a backlog of low-priority messages
+    ///   waits while higher ones are there. So a topic of 8 queues has the levels 0 to 7 and
+    ///   every priority above 7 is 7.
+    /// - The topic must be a priority topic (`message.type=PRIORITY`); a 5.4+ proxy refuses
+    ///   the message on any other topic with `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`.
+    /// - A RocketMQ 5.3 proxy does not know the field: it stores the message as a normal one on
+    ///   whatever queue it picks (on a normal topic) and the level is lost.
+    /// - It cannot be combined with [`message_group`](Self::message_group),
+    ///   [`deliver_at`](Self::deliver_at), [`lite_topic`](Self::lite_topic) or a transaction,
+    ///   and it must be at most `i32::MAX` (the protocol's `int32`): otherwise
+    ///   [`Producer::send`](crate::Producer::send) fails before sending with
+    ///   [`Error::InvalidConfig`] naming `priority`.
+    ///
+    /// ```
+    /// use rocketmq_grpc::OutgoingMessage;
+    ///
+    /// let urgent = OutgoingMessage::new("it-priority", "page the on-call").priority(7);
+    /// assert_eq!(urgent.priority_level(), Some(7));
+    /// ```
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The level set by [`priority`](Self::priority).
+    pub fn priority_level(&self) -> Option<u32> {
+        self.priority
+    }
+
+    /// Sends it to the lite topic `lite_topic` under its (parent) topic (RocketMQ 5.4+,
+    /// RIP-83; message type `LITE`, `SystemProperties.lite_topic`, as the Java client's
+    /// `setLiteTopic`). A [`LitePushConsumer`](crate::LitePushConsumer) that subscribed to it
+    /// receives it.
+    ///
+    /// - The topic must be a lite topic (`message.type=LITE`); a 5.4+ proxy refuses the message
+    ///   on any other topic with `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`. The broker keeps one
+    ///   light queue per lite topic (`%LMQ%$parent$lite`); messages of one lite topic also go to
+    ///   one queue of the parent (the proxy hashes the lite topic like a message group).
+    /// - A name is made of ASCII letters, digits, `-` and `_`, and the proxy takes at most
+    ///   `maxLiteTopicSize` bytes (64 by default; `ILLEGAL_LITE_TOPIC` beyond).
+    /// - A RocketMQ 5.3 proxy does not know the field and stores a normal message.
+    /// - It cannot be combined with [`message_group`](Self::message_group),
+    ///   [`deliver_at`](Self::deliver_at), [`priority`](Self::priority) or a transaction; an
+    ///   empty name or another character fails the send before sending with
+    ///   [`Error::InvalidConfig`] naming `lite_topic`.
+    ///
+    /// ```
+    /// use rocketmq_grpc::OutgoingMessage;
+    ///
+    /// let reply = OutgoingMessage::new("it-lite", "your answer").lite_topic("session-42");
+    /// assert_eq!(reply.lite_topic_name(), Some("session-42"));
+    /// ```
+    pub fn lite_topic(mut self, lite_topic: impl Into<String>) -> Self {
+        self.lite_topic = Some(lite_topic.into());
+        self
+    }
+
+    /// The lite topic set by [`lite_topic`](Self::lite_topic).
+    pub fn lite_topic_name(&self) -> Option<&str> {
+        self.lite_topic.as_deref()
+    }
+
     /// Refuses a delivery time more than [`PAST_DELIVERY_GRACE`] before `now`.
     pub(crate) fn check_delivery_time(&self, now: SystemTime) -> Result<(), Error> {
         let Some(at) = self.deliver_at else {
@@ -144,6 +213,9 @@ impl OutgoingMessage {
     /// message group, `NORMAL` otherwise; an error for both (the Java client's builder refuses
     /// "deliveryTimestamp and messageGroup should not be set at same time").
     pub(crate) fn message_type(&self, transactional: bool) -> Result<pb::MessageType, Error> {
+        if let Some(kind) = self.priority_or_lite_type(transactional)? {
+            return Ok(kind);
+        }
         if transactional {
             return match (&self.deliver_at, &self.message_group) {
                 (None, None) => Ok(pb::MessageType::Transaction),
@@ -174,6 +246,77 @@ impl OutgoingMessage {
             (None, None) => Ok(pb::MessageType::Normal),
         }
     }
+}
+
+impl OutgoingMessage {
+    /// `PRIORITY` or `LITE` for a message with a priority or a lite topic (checked: valid and
+    /// alone among the typed options); `None` for the other messages.
+    fn priority_or_lite_type(&self, transactional: bool) -> Result<Option<pb::MessageType>, Error> {
+        let (setting, kind) = match (self.priority, &self.lite_topic) {
+            (None, None) => return Ok(None),
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "priority",
+                    "a message cannot have both a priority and a lite topic: send it with one \
+                     of them",
+                ));
+            }
+            (Some(_), None) => ("priority", pb::MessageType::Priority),
+            (None, Some(_)) => ("lite_topic", pb::MessageType::Lite),
+        };
+        let other = if transactional {
+            Some("a transaction")
+        } else if self.message_group.is_some() {
+            Some("a message group (FIFO)")
+        } else if self.deliver_at.is_some() {
+            Some("a delivery time")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            return Err(Error::invalid(
+                setting,
+                format!(
+                    "a message with a {} cannot also have {other}: the broker takes one message \
+                     type per message; send it without one of them",
+                    setting.replace('_', " ")
+                ),
+            ));
+        }
+        if let Some(priority) = self.priority
+            && i32::try_from(priority).is_err()
+        {
+            return Err(Error::invalid(
+                "priority",
+                format!("{priority} is not in 0..=2147483647 (the protocol's int32)"),
+            ));
+        }
+        if let Some(name) = &self.lite_topic {
+            check_lite_topic(name)?;
+        }
+        Ok(Some(kind))
+    }
+}
+
+/// A lite topic name as the proxy takes it: not empty, ASCII letters, digits, `-` and `_`
+/// (its length limit is the proxy's `maxLiteTopicSize`, left to it).
+pub(crate) fn check_lite_topic(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::invalid("lite_topic", "the lite topic name is empty"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(Error::invalid(
+            "lite_topic",
+            format!(
+                "{name:?} has {bad:?}: a lite topic name takes only ASCII letters, digits, '-' \
+                 and '_'"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// How late a delivery time may be at the send and still go out (the broker's timer ticks
@@ -217,6 +360,8 @@ pub struct ReceivedMessage {
     /// The queue it came from.
     pub queue_id: i32,
     pub(crate) deliver_at: Option<SystemTime>,
+    pub(crate) priority: Option<i32>,
+    pub(crate) lite_topic: Option<String>,
     pub(crate) receipt_handle: String,
     pub(crate) endpoint: Endpoint,
     pub(crate) received_at: Instant,
@@ -293,6 +438,8 @@ impl ReceivedMessage {
             deliver_at: system
                 .delivery_timestamp
                 .and_then(|t| SystemTime::try_from(t).ok()),
+            priority: system.priority,
+            lite_topic: system.lite_topic.filter(|name| !name.is_empty()),
             receipt_handle,
             endpoint: endpoint.clone(),
             received_at,
@@ -319,6 +466,36 @@ impl ReceivedMessage {
     /// ```
     pub fn deliver_at(&self) -> Option<SystemTime> {
         self.deliver_at
+    }
+
+    /// The priority the producer gave it ([`OutgoingMessage::priority`], as the proxy returns
+    /// it in `SystemProperties.priority`), for a message of a priority topic on RocketMQ 5.4+;
+    /// `None` otherwise (a 5.3 proxy never sets it, and a 5.4+ broker drops the level of a
+    /// message sent to a topic of another type).
+    ///
+    /// ```no_run
+    /// # fn demo(message: &rocketmq_grpc::ReceivedMessage) {
+    /// if message.priority().is_some_and(|level| level >= 5) {
+    ///     println!("urgent: {}", message.message_id);
+    /// }
+    /// # }
+    /// ```
+    pub fn priority(&self) -> Option<i32> {
+        self.priority
+    }
+
+    /// The lite topic it was sent to ([`OutgoingMessage::lite_topic`]), for a message of a lite
+    /// topic on RocketMQ 5.4+; `None` otherwise.
+    ///
+    /// ```no_run
+    /// # fn demo(message: &rocketmq_grpc::ReceivedMessage) {
+    /// if let Some(session) = message.lite_topic() {
+    ///     println!("a reply for {session}");
+    /// }
+    /// # }
+    /// ```
+    pub fn lite_topic(&self) -> Option<&str> {
+        self.lite_topic.as_deref()
     }
 }
 
@@ -371,5 +548,78 @@ mod tests {
         assert_eq!(invisible(m), Duration::from_secs(30));
         let m = ReceivedMessage::from_pb(message("opaque", None), &endpoint).unwrap();
         assert_eq!(invisible(m), DEFAULT_INVISIBLE);
+    }
+}
+
+#[cfg(test)]
+mod typed_tests {
+    use super::*;
+
+    fn setting(result: Result<pb::MessageType, Error>) -> &'static str {
+        match result {
+            Err(Error::InvalidConfig { setting, .. }) => setting,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn priority_and_lite_messages_take_their_type_alone() {
+        let m = OutgoingMessage::new("t", "b");
+        assert_eq!(
+            m.clone().priority(0).message_type(false).unwrap(),
+            pb::MessageType::Priority
+        );
+        assert_eq!(
+            m.clone()
+                .priority(i32::MAX as u32)
+                .message_type(false)
+                .unwrap(),
+            pb::MessageType::Priority
+        );
+        assert_eq!(
+            m.clone().lite_topic("a-b_C9").message_type(false).unwrap(),
+            pb::MessageType::Lite
+        );
+        let at = SystemTime::now() + Duration::from_secs(60);
+        for (message, expected) in [
+            (m.clone().priority(1 << 31), "priority"),
+            (m.clone().priority(1).lite_topic("x"), "priority"),
+            (m.clone().priority(1).message_group("g"), "priority"),
+            (m.clone().priority(1).deliver_at(at), "priority"),
+            (m.clone().lite_topic("x").message_group("g"), "lite_topic"),
+            (m.clone().lite_topic("x").deliver_at(at), "lite_topic"),
+            (m.clone().lite_topic(""), "lite_topic"),
+            (m.clone().lite_topic("a b"), "lite_topic"),
+            (m.clone().lite_topic("é"), "lite_topic"),
+        ] {
+            assert_eq!(
+                setting(message.message_type(false)),
+                expected,
+                "{message:?}"
+            );
+        }
+        assert_eq!(
+            setting(m.clone().priority(1).message_type(true)),
+            "priority"
+        );
+        assert_eq!(setting(m.lite_topic("x").message_type(true)), "lite_topic");
+    }
+
+    #[test]
+    fn received_priority_and_lite_topic_are_read() {
+        let endpoint = Endpoint::parse("127.0.0.1:8081").unwrap();
+        let message = pb::Message {
+            system_properties: Some(pb::SystemProperties {
+                receipt_handle: Some("h".into()),
+                message_id: "id".into(),
+                priority: Some(5),
+                lite_topic: Some("session-1".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = ReceivedMessage::from_pb(message, &endpoint).unwrap();
+        assert_eq!(m.priority(), Some(5));
+        assert_eq!(m.lite_topic(), Some("session-1"));
     }
 }

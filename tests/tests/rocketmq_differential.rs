@@ -186,6 +186,7 @@ impl Wire {
                     fifo: None,
                     receive_batch_size: None,
                     long_polling_timeout: None,
+                    ..pb::Subscription::default()
                 })),
                 user_agent: None,
             })),
@@ -643,6 +644,7 @@ async fn script(endpoint: &str) -> Vec<(String, String)> {
             pb::AckMessageEntry {
                 message_id: sp.message_id.clone(),
                 receipt_handle: sp.receipt_handle.clone().unwrap_or_default(),
+                ..pb::AckMessageEntry::default()
             }
         })
         .collect();
@@ -651,6 +653,7 @@ async fn script(endpoint: &str) -> Vec<(String, String)> {
     let garbage = vec![pb::AckMessageEntry {
         message_id: tagged[0].clone(),
         receipt_handle: "not a receipt handle".into(),
+        ..pb::AckMessageEntry::default()
     }];
     let acked = w.ack(&group, "diff-normal", garbage).await;
     out.push(("ack a garbage receipt handle".into(), acked));

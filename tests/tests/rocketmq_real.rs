@@ -303,6 +303,7 @@ async fn a_malformed_receipt_handle_is_a_per_entry_internal_server_error() {
                 entries: vec![pb::AckMessageEntry {
                     message_id: "not-a-message".into(),
                     receipt_handle: "not a receipt handle".into(),
+                    lite_topic: None,
                 }],
             },
             Duration::from_secs(30),
@@ -415,6 +416,8 @@ async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
                 fifo: None,
                 receive_batch_size: None,
                 long_polling_timeout: None,
+                lite_subscription_quota: None,
+                max_lite_topic_size: None,
             })),
             user_agent: None,
         })),
@@ -454,6 +457,7 @@ async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
         AckEntry {
             message_id: properties.message_id.clone(),
             receipt_handle: properties.receipt_handle.clone().unwrap(),
+            lite_topic: None,
         }
     };
     let entries = vec![entry(&expiring), entry(&fresh)];
@@ -470,6 +474,7 @@ async fn an_expired_receipt_handle_is_invalid_for_that_entry_only() {
                     .map(|e| pb::AckMessageEntry {
                         message_id: e.message_id.clone(),
                         receipt_handle: e.receipt_handle.clone(),
+                        lite_topic: None,
                     })
                     .collect(),
             },

@@ -297,6 +297,8 @@ async fn the_proxy_serves_at_most_32_messages_per_receive() {
                 fifo: None,
                 receive_batch_size: None,
                 long_polling_timeout: None,
+                lite_subscription_quota: None,
+                max_lite_topic_size: None,
             })),
             user_agent: None,
         })),

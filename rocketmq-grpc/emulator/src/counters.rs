@@ -32,11 +32,13 @@ pub enum Rpc {
     EndTransaction,
     /// `ForwardMessageToDeadLetterQueue`.
     ForwardMessageToDeadLetterQueue,
+    /// `SyncLiteSubscription` (RocketMQ 5.4+).
+    SyncLiteSubscription,
 }
 
 impl Rpc {
     /// Every RPC, in declaration order.
-    pub const ALL: [Rpc; 11] = [
+    pub const ALL: [Rpc; 12] = [
         Rpc::QueryRoute,
         Rpc::Heartbeat,
         Rpc::SendMessage,
@@ -48,6 +50,7 @@ impl Rpc {
         Rpc::ChangeInvisibleDuration,
         Rpc::EndTransaction,
         Rpc::ForwardMessageToDeadLetterQueue,
+        Rpc::SyncLiteSubscription,
     ];
 
     /// The RPC's name as in the service definition.
@@ -64,6 +67,7 @@ impl Rpc {
             Rpc::ChangeInvisibleDuration => "ChangeInvisibleDuration",
             Rpc::EndTransaction => "EndTransaction",
             Rpc::ForwardMessageToDeadLetterQueue => "ForwardMessageToDeadLetterQueue",
+            Rpc::SyncLiteSubscription => "SyncLiteSubscription",
         }
     }
 

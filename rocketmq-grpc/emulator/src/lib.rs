@@ -141,6 +141,7 @@ mod error;
 mod faults;
 mod filter;
 mod handle;
+mod lite;
 mod server;
 mod service;
 mod state;
@@ -307,6 +308,7 @@ pub struct EmulatorBuilder {
     groups: Vec<(String, bool)>,
     #[cfg(feature = "tls")]
     tls: Option<TlsPem>,
+    lite_groups: Vec<(String, String)>,
 }
 
 impl Default for EmulatorBuilder {
@@ -320,6 +322,7 @@ impl Default for EmulatorBuilder {
             groups: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
+            lite_groups: Vec::new(),
         }
     }
 }
@@ -362,6 +365,27 @@ impl EmulatorBuilder {
     #[must_use]
     pub fn group(mut self, name: impl Into<String>, fifo: bool) -> Self {
         self.groups.push((name.into(), fifo));
+        self
+    }
+
+    /// Creates a lite consumer group at start, bound to the lite topic `bind_topic` (a group
+    /// with `lite.bind.topic`, RocketMQ 5.4+): only lite push consumers may use it (see
+    /// [`Emulator::create_lite_group`]).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), rocketmq_grpc_emulator::Error> {
+    /// use rocketmq_grpc_emulator::{Emulator, TopicKind};
+    ///
+    /// let emulator = Emulator::builder()
+    ///     .topic("replies", TopicKind::Lite, 4)
+    ///     .lite_group("repliers", "replies")
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn lite_group(mut self, name: impl Into<String>, bind_topic: impl Into<String>) -> Self {
+        self.lite_groups.push((name.into(), bind_topic.into()));
         self
     }
 
@@ -616,6 +640,9 @@ impl EmulatorBuilder {
         for (name, fifo) in &self.groups {
             create_group(&shared, name, *fifo)?;
         }
+        for (name, bind_topic) in &self.lite_groups {
+            create_lite_group(&shared, name, bind_topic)?;
+        }
         Ok((shared, self.bind))
     }
 
@@ -708,6 +735,28 @@ fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+fn create_lite_group(shared: &Shared, name: &str, bind_topic: &str) -> Result<(), Error> {
+    match shared.topic(bind_topic) {
+        Some(topic) if topic.kind == TopicKind::Lite => {}
+        Some(_) => {
+            return Err(invalid(format!(
+                "a lite group binds a LITE topic; {bind_topic:?} is of another kind"
+            )));
+        }
+        None => return Err(Error::UnknownTopic(bind_topic.to_owned())),
+    }
+    if let Some(existing) = shared.lite.bind_topic(name)
+        && existing != bind_topic
+    {
+        return Err(Error::AlreadyExists(format!(
+            "lite group {name:?} (bound to {existing:?})"
+        )));
+    }
+    create_group(shared, name, false)?;
+    shared.lite.bind(name, bind_topic);
+    Ok(())
 }
 
 /// The server's TLS settings (nothing without the feature `tls`).
@@ -827,6 +876,29 @@ impl Emulator {
         create_group(&self.shared, name, fifo)
     }
 
+    /// Creates a lite consumer group bound to the lite topic `bind_topic` (`lite.bind.topic`,
+    /// RocketMQ 5.4+). As on the 5.5.0 proxy, a lite push consumer (`LITE_PUSH_CONSUMER`) of a
+    /// regular group, and a push or simple consumer of a lite group, have their settings
+    /// refused with `ILLEGAL_CONSUMER_GROUP` (the real proxy fails the telemetry stream with
+    /// `INVALID_ARGUMENT` saying the same). Idempotent for the same topic.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when `bind_topic` does not exist; [`Error::InvalidConfig`] when
+    /// it is not a [`TopicKind::Lite`] topic or the name is not a valid group name;
+    /// [`Error::AlreadyExists`] for a group bound to another topic or an orderly group.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), rocketmq_grpc_emulator::Error> {
+    /// use rocketmq_grpc_emulator::{Emulator, TopicKind};
+    ///
+    /// let emulator = Emulator::builder().topic("replies", TopicKind::Lite, 4).start().await?;
+    /// emulator.create_lite_group("repliers", "replies")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn create_lite_group(&self, name: &str, bind_topic: &str) -> Result<(), Error> {
+        create_lite_group(&self.shared, name, bind_topic)
+    }
+
     /// Stores a message directly (no RPC, no faults), with the same type rules as `SendMessage`.
     pub fn publish(&self, topic: &str, msg: PublishMessage) -> Result<Published, Error> {
         let t = self
@@ -840,7 +912,13 @@ impl Emulator {
                     "topic {topic:?} is FIFO: a message group is required"
                 )));
             }
-            (TopicKind::Normal | TopicKind::Delay, Some(_)) => {
+            (TopicKind::Lite, _) => {
+                return Err(invalid(format!(
+                    "topic {topic:?} is a lite topic: its messages need a lite topic each; \
+                     send them with SendMessage"
+                )));
+            }
+            (TopicKind::Normal | TopicKind::Delay | TopicKind::Priority, Some(_)) => {
                 return Err(invalid(format!(
                     "topic {topic:?} is normal: a message group is not allowed"
                 )));

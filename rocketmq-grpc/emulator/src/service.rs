@@ -28,8 +28,12 @@ use super::counters::{Counters, Rpc, add, inc};
 use super::faults::{FaultConfig, FaultState, ScriptedFailure};
 use super::filter::Filter;
 use super::handle::ReceiptHandle;
+use super::lite::{
+    LITE_SUBSCRIPTION_QUOTA, LiteRegistry, MAX_LITE_TOPIC_SIZE, check_name as check_lite_name,
+};
 use super::state::{
-    AckApplied, ChangeApplied, Delivery, PopRequest, StoredMessage, TopicInner, TopicKind, Verdict,
+    AckApplied, ChangeApplied, Delivery, PopOutcome, PopRequest, StoredMessage, TopicInner,
+    TopicKind, Verdict,
 };
 use super::validate;
 use crate::server::messaging_service_server::MessagingService;
@@ -93,6 +97,10 @@ pub(crate) struct Shared {
     pub(crate) advertised: OnceLock<SocketAddr>,
     /// Half messages of open transactions: transaction id → (topic, message).
     pub(crate) halves: Mutex<HashMap<String, (String, StoredMessage)>>,
+    /// Lite groups, clients and subscriptions.
+    pub(crate) lite: LiteRegistry,
+    /// The light queue of each lite topic, by (parent, lite topic): one queue each.
+    pub(crate) light_queues: RwLock<HashMap<(String, String), Arc<Topic>>>,
 }
 
 /// The most `SendMessage` calls [`Emulator::send_log`](super::Emulator::send_log) keeps.
@@ -168,7 +176,57 @@ impl Shared {
             send_log: Mutex::new(std::collections::VecDeque::new()),
             advertised: OnceLock::new(),
             halves: Mutex::new(HashMap::new()),
+            lite: LiteRegistry::default(),
+            light_queues: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// The light queue of `lite` under `parent`, if a message made it.
+    pub(crate) fn light_queue(&self, parent: &str, lite: &str) -> Option<Arc<Topic>> {
+        self.light_queues
+            .read()
+            .get(&(parent.to_owned(), lite.to_owned()))
+            .cloned()
+    }
+
+    /// The topic a request about a message of `topic` acts on: the light queue of its lite
+    /// topic when it names one (`TOPIC_NOT_FOUND` when no message made it), else the topic.
+    fn topic_or_light(&self, topic: &str, lite: Option<&str>) -> Result<Arc<Topic>, pb::Status> {
+        let parent = topic_of(self, topic)?;
+        match lite.filter(|l| !l.is_empty()) {
+            Some(lite) => self.light_queue(topic, lite).ok_or_else(|| {
+                status(
+                    Code::TopicNotFound,
+                    format!("lite topic [{lite}] of [{topic}] does not exist"),
+                )
+            }),
+            None => Ok(parent),
+        }
+    }
+
+    /// Stores lite messages as the broker does: on the parent's queue the lite topic hashes
+    /// to (as the proxy selects it) and on the lite topic's light queue (made on the first
+    /// message); wakes the parent's long polls (lite receives wait there).
+    fn store_lite(&self, parent_name: &str, parent: &Topic, msgs: Vec<StoredMessage>) -> Stored {
+        let lite = msgs
+            .first()
+            .and_then(|m| m.lite_topic.clone())
+            .unwrap_or_default();
+        let queue = self.select_queue(parent, Some(&lite), parent.queue_count());
+        let light = {
+            let key = (parent_name.to_owned(), lite);
+            let existing = self.light_queues.read().get(&key).cloned();
+            existing.unwrap_or_else(|| {
+                Arc::clone(
+                    self.light_queues
+                        .write()
+                        .entry(key)
+                        .or_insert_with(|| Arc::new(Topic::new(TopicKind::Lite, 1))),
+                )
+            })
+        };
+        light.inner.lock().append(0, msgs.clone());
+        self.store(parent, Some(queue), msgs)
     }
 
     /// The token of the current serving period.
@@ -332,6 +390,8 @@ pub(crate) fn stored_message(
         body_sha1,
         delivery_timestamp: None,
         due_ms: None,
+        priority: None,
+        lite_topic: None,
     }
 }
 
@@ -422,6 +482,7 @@ with_status!(
     pb::ChangeInvisibleDurationResponse,
     pb::EndTransactionResponse,
     pb::ForwardMessageToDeadLetterQueueResponse,
+    pb::SyncLiteSubscriptionResponse,
 );
 
 fn unary<T: WithStatus>(r: Result<T, pb::Status>) -> Result<Response<T>, tonic::Status> {
@@ -433,6 +494,35 @@ fn reject_unary<T: WithStatus>(r: Reject) -> Result<Response<T>, tonic::Status> 
         Reject::Grpc(st) => Err(st),
         Reject::Code(st) => Ok(Response::new(T::from_status(st))),
     }
+}
+
+/// A lite client's pop: the light queues of the lite topics it subscribed to, in name order,
+/// until `pop.max` messages.
+fn pop_light_queues(
+    s: &Shared,
+    parent: &str,
+    client_id: &str,
+    mut pop: PopRequest<'_>,
+) -> PopOutcome {
+    let mut out = PopOutcome::default();
+    let max = pop.max;
+    pop.queues = vec![0];
+    for lite in s.lite.subscribed(pop.group, client_id) {
+        let want = max.saturating_sub(out.deliveries.len());
+        if want == 0 {
+            break;
+        }
+        let Some(light) = s.light_queue(parent, &lite) else {
+            continue;
+        };
+        pop.max = want;
+        let got = light.inner.lock().pop(&pop, &s.seq, &s.counters);
+        out.deliveries.extend(got.deliveries);
+        if let Some(d) = got.next_deadline_ms {
+            out.next_deadline_ms = Some(out.next_deadline_ms.map_or(d, |x| x.min(d)));
+        }
+    }
+    out
 }
 
 /// Validates a topic name and finds the topic.
@@ -632,12 +722,20 @@ impl Service {
                     "message group cannot be the char sequence of whitespace",
                 ));
             }
+            let lite_topic = sp.lite_topic.clone().filter(|l| !l.is_empty());
+            if let Some(lite) = &lite_topic {
+                check_lite_name(lite).map_err(|m| status(Code::IllegalLiteTopic, m))?;
+            }
             let actual = if group.is_some() {
                 "FIFO"
             } else if sp.delivery_timestamp.is_some() {
                 "DELAY"
             } else if sp.message_type == pb::MessageType::Transaction as i32 {
                 "TRANSACTION"
+            } else if sp.priority.is_some_and(|p| p >= 0) {
+                "PRIORITY"
+            } else if lite_topic.is_some() {
+                "LITE"
             } else {
                 "NORMAL"
             };
@@ -658,6 +756,8 @@ impl Service {
             );
             stored.delivery_timestamp = sp.delivery_timestamp;
             stored.due_ms = due_ms;
+            stored.priority = sp.priority.filter(|p| *p >= 0);
+            stored.lite_topic = lite_topic;
             msgs.push(stored);
         }
         let topic = s.topic(&topic_res.name).ok_or_else(|| {
@@ -671,6 +771,8 @@ impl Service {
             TopicKind::Fifo => "FIFO",
             TopicKind::Transaction => "TRANSACTION",
             TopicKind::Delay => "DELAY",
+            TopicKind::Priority => "PRIORITY",
+            TopicKind::Lite => "LITE",
         };
         if let Some(actual) = actual_types.iter().find(|a| **a != expected) {
             return Err(status(
@@ -716,7 +818,17 @@ impl Service {
                 m.message_group.clone_from(&first.message_group);
             }
         }
-        let stored = s.store(&topic, None, msgs);
+        let stored = match topic.kind {
+            // As the 5.5.0 broker: priority p goes to queue min(p, queues - 1).
+            TopicKind::Priority => {
+                let last = topic.queue_count().saturating_sub(1);
+                let level = msgs.first().and_then(|m| m.priority).unwrap_or(0);
+                let queue = usize::try_from(level).unwrap_or(0).min(last);
+                s.store(&topic, Some(queue), msgs)
+            }
+            TopicKind::Lite => s.store_lite(&topic_res.name, &topic, msgs),
+            _ => s.store(&topic, None, msgs),
+        };
         let entries = vec![pb::SendResultEntry {
             status: Some(ok()),
             message_id: if batch {
@@ -868,11 +980,16 @@ impl Service {
         // As the 5.3.3 proxy: a receive pops from every queue of the broker, starting with the
         // one asked for (a receive on queue 0 got messages of queues 3 and 1).
         let n = topic.queue_count();
-        let start = match usize::try_from(mq.id) {
-            Ok(id) if id < n => id,
-            _ => topic.next_rr(),
+        let queues: Vec<usize> = if topic.kind == TopicKind::Priority {
+            // The 5.5.0 proxy pops every queue of a priority topic, the highest first.
+            (0..n).rev().collect()
+        } else {
+            let start = match usize::try_from(mq.id) {
+                Ok(id) if id < n => id,
+                _ => topic.next_rr(),
+            };
+            (0..n).map(|i| (start + i) % n.max(1)).collect()
         };
-        let queues: Vec<usize> = (0..n).map(|i| (start + i) % n.max(1)).collect();
         // As the 5.3.3 proxy: more than 32 gets 32 (the broker's pop limit), and 0 (or less)
         // gets nothing: the poll ends with MESSAGE_NOT_FOUND "no new message" even with
         // messages waiting (tests/tests/rocketmq_simple.rs,
@@ -882,6 +999,7 @@ impl Service {
             .min(cfg.max_receive_batch.max(1));
         let renew_client: Option<Arc<str>> = renew.then(|| Arc::from(ctx.client_id.as_str()));
         let end_ms = s.clock.now_ms().saturating_add(polling);
+        let lite_client = s.lite.is_lite_client(&ctx.client_id);
         loop {
             let notified = topic.notify.notified();
             tokio::pin!(notified);
@@ -901,7 +1019,11 @@ impl Service {
                     broker_name: &cfg.broker_name,
                     filter: &filter,
                 };
-                topic.inner.lock().pop(&pop, &s.seq, &s.counters)
+                if lite_client {
+                    pop_light_queues(s, &topic_res.name, &ctx.client_id, pop)
+                } else {
+                    topic.inner.lock().pop(&pop, &s.seq, &s.counters)
+                }
             };
             if !out.deliveries.is_empty() {
                 return Ok((topic_res, topic.kind, out.deliveries));
@@ -945,12 +1067,15 @@ impl Service {
                 } else {
                     kind.message_type() as i32
                 },
+                priority: m.priority,
+                lite_topic: m.lite_topic.clone(),
                 born_timestamp: m.born_timestamp,
                 born_host: m.born_host.clone(),
                 store_timestamp: Some(m.store_timestamp),
                 store_host: self.shared.advertised().to_string(),
                 delivery_timestamp: m.delivery_timestamp,
                 orphaned_transaction_recovery_duration: None,
+
                 receipt_handle: Some(d.handle.clone()),
                 queue_id: i32::try_from(d.queue_id).unwrap_or(i32::MAX),
                 queue_offset: Some(i64::try_from(d.offset).unwrap_or(i64::MAX)),
@@ -975,7 +1100,10 @@ impl Service {
         let topic_name = name(req.topic.as_ref());
         validate::topic(topic_name).map_err(|m| status(Code::IllegalTopic, m))?;
         validate::group(group).map_err(|m| status(Code::IllegalConsumerGroup, m))?;
-        let topic = topic_of(s, topic_name)?;
+        // A lite consumer's entries name their lite topic (ack_message splits a request whose
+        // entries name several): its light queue holds them.
+        let lite = req.entries.first().and_then(|e| e.lite_topic.as_deref());
+        let topic = s.topic_or_light(topic_name, lite)?;
         group_of(s, group)?;
 
         let decoded: Vec<Result<ReceiptHandle, String>> = req
@@ -1095,6 +1223,59 @@ impl Service {
         })
     }
 
+    /// As the 5.5.0 proxy, which acks the entries of a lite consumer one by one, each on its
+    /// lite topic's queue: a request whose entries name different lite topics is answered
+    /// as one request per lite topic, the results together.
+    fn ack_split_by_lite_topic(
+        &self,
+        ctx: &Ctx,
+        req: pb::AckMessageRequest,
+    ) -> Result<pb::AckMessageResponse, pb::Status> {
+        let first = req.entries.first().map(|e| e.lite_topic.clone());
+        if req
+            .entries
+            .iter()
+            .all(|e| Some(&e.lite_topic) == first.as_ref())
+        {
+            return self.ack_inner(ctx, req);
+        }
+        let mut parts: Vec<(Option<String>, Vec<pb::AckMessageEntry>)> = Vec::new();
+        for entry in req.entries {
+            match parts.iter_mut().find(|(lite, _)| *lite == entry.lite_topic) {
+                Some((_, entries)) => entries.push(entry),
+                None => parts.push((entry.lite_topic.clone(), vec![entry])),
+            }
+        }
+        let mut entries = Vec::new();
+        for (_, part) in parts {
+            let answer = self.ack_inner(
+                ctx,
+                pb::AckMessageRequest {
+                    group: req.group.clone(),
+                    topic: req.topic.clone(),
+                    entries: part.clone(),
+                },
+            );
+            match answer {
+                Ok(answer) => entries.extend(answer.entries),
+                // A part refused as a whole: each of its entries gets that status.
+                Err(st) => entries.extend(part.into_iter().map(|e| pb::AckMessageResultEntry {
+                    message_id: e.message_id,
+                    receipt_handle: e.receipt_handle,
+                    status: Some(st.clone()),
+                })),
+            }
+        }
+        let st = top_level(
+            entries.iter().filter_map(|e| e.status.as_ref()),
+            "ack message result is empty",
+        );
+        Ok(pb::AckMessageResponse {
+            status: Some(st),
+            entries,
+        })
+    }
+
     fn change_invisible_inner(
         &self,
         ctx: &Ctx,
@@ -1111,7 +1292,7 @@ impl Service {
             .as_ref()
             .map_or(Some(0), proto_duration_ms);
         let invisible_ms = check_invisible(ms, 0, duration_ms(cfg.max_invisible))?;
-        let topic = topic_of(s, topic_name)?;
+        let topic = s.topic_or_light(topic_name, req.lite_topic.as_deref())?;
         group_of(s, group)?;
         let handle = ReceiptHandle::decode(&req.receipt_handle).map_err(|m| {
             inc(&s.counters.malformed_handles);
@@ -1178,7 +1359,7 @@ impl Service {
         let cfg = &s.config;
         let group = name(req.group.as_ref());
         let topic_name = name(req.topic.as_ref());
-        let topic = topic_of(s, topic_name)?;
+        let topic = s.topic_or_light(topic_name, req.lite_topic.as_deref())?;
         group_of(s, group)?;
         let handle = ReceiptHandle::decode(&req.receipt_handle).map_err(|m| {
             inc(&s.counters.malformed_handles);
@@ -1289,8 +1470,24 @@ impl Service {
         shared.forgotten.lock().without_settings.remove(client_id);
         shared.log_control(client_id, Rpc::Telemetry, true);
         let cfg = &shared.config;
+        if let Some(settings::PubSub::Subscription(sub)) = &settings.pub_sub
+            && let Err((code, message)) = shared.lite.announce(
+                client_id,
+                name(sub.group.as_ref()),
+                settings.client_type.unwrap_or_default(),
+            )
+        {
+            return Some(pb::TelemetryCommand {
+                status: Some(status(code, message)),
+                command: None,
+            });
+        }
         match &mut settings.pub_sub {
             Some(settings::PubSub::Subscription(sub)) => {
+                if shared.lite.is_lite_client(client_id) {
+                    sub.lite_subscription_quota = i32::try_from(LITE_SUBSCRIPTION_QUOTA).ok();
+                    sub.max_lite_topic_size = i32::try_from(MAX_LITE_TOPIC_SIZE).ok();
+                }
                 let fifo = shared
                     .groups
                     .read()
@@ -1521,7 +1718,7 @@ impl MessagingService for Service {
     ) -> Result<Response<pb::AckMessageResponse>, tonic::Status> {
         let (md, _, req) = request.into_parts();
         match self.admit(&md, Rpc::AckMessage).await {
-            Ok(ctx) => unary(self.ack_inner(&ctx, req)),
+            Ok(ctx) => unary(self.ack_split_by_lite_topic(&ctx, req)),
             Err(r) => reject_unary(r),
         }
     }
@@ -1583,6 +1780,7 @@ impl MessagingService for Service {
         };
         let s = &self.shared;
         s.clients.lock().remove(&ctx.client_id);
+        s.lite.forget(&ctx.client_id);
         let group = req.group.as_ref().map(|g| g.name.as_str());
         let now_ms = s.clock.now_ms();
         let release_ms = duration_ms(s.config.release_on_termination);
@@ -1632,6 +1830,25 @@ impl MessagingService for Service {
             Ok(_) => unary(self.end_transaction_inner(&req)),
             Err(r) => reject_unary(r),
         }
+    }
+
+    async fn sync_lite_subscription(
+        &self,
+        request: Request<pb::SyncLiteSubscriptionRequest>,
+    ) -> Result<Response<pb::SyncLiteSubscriptionResponse>, tonic::Status> {
+        let (md, _, req) = request.into_parts();
+        let ctx = match self.admit(&md, Rpc::SyncLiteSubscription).await {
+            Ok(ctx) => ctx,
+            Err(r) => return reject_unary(r),
+        };
+        let s = &self.shared;
+        let exists = s.topic(name(req.topic.as_ref())).is_some();
+        unary(
+            s.lite
+                .sync(exists, &ctx.client_id, &req)
+                .map(|()| pb::SyncLiteSubscriptionResponse { status: Some(ok()) })
+                .map_err(|(code, message)| status(code, message)),
+        )
     }
 }
 

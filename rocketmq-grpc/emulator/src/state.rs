@@ -27,6 +27,16 @@ pub enum TopicKind {
     /// Delay (timed) messages only (every message has a delivery time,
     /// `message.type=DELAY`): each is delivered no earlier than its delivery time.
     Delay,
+    /// Priority messages only (RocketMQ 5.4+, `message.type=PRIORITY`; every message has a
+    /// priority): as the 5.5.0 broker, a message of priority `p` is stored on queue
+    /// `min(p, queues - 1)` and a receive takes the highest queue first, whatever queue it
+    /// names.
+    Priority,
+    /// Lite messages only (RocketMQ 5.4+, `message.type=LITE`; every message has a lite
+    /// topic): stored on the queue the lite topic hashes to and on a light queue of its own,
+    /// which the lite push consumers of a group bound to this topic receive from once they
+    /// subscribed to the lite topic (`SyncLiteSubscription`).
+    Lite,
 }
 
 impl TopicKind {
@@ -36,6 +46,8 @@ impl TopicKind {
             TopicKind::Fifo => rocketmq_grpc::pb::MessageType::Fifo,
             TopicKind::Transaction => rocketmq_grpc::pb::MessageType::Transaction,
             TopicKind::Delay => rocketmq_grpc::pb::MessageType::Delay,
+            TopicKind::Priority => rocketmq_grpc::pb::MessageType::Priority,
+            TopicKind::Lite => rocketmq_grpc::pb::MessageType::Lite,
         }
     }
 }
@@ -59,6 +71,10 @@ pub(crate) struct StoredMessage {
     /// The emulator time (ms) before which it is not delivered: the delivery time mapped onto
     /// the emulator's clock when it was stored.
     pub(crate) due_ms: Option<u64>,
+    /// The priority as the producer sent it (5.4+; returned on delivery).
+    pub(crate) priority: Option<i32>,
+    /// The lite topic as the producer sent it (5.4+; returned on delivery).
+    pub(crate) lite_topic: Option<String>,
 }
 
 /// What the ledger knows about one message for one consumer group
@@ -741,6 +757,8 @@ mod tests {
             body_sha1: String::new(),
             delivery_timestamp: None,
             due_ms: None,
+            priority: None,
+            lite_topic: None,
         }
     }
 

@@ -138,6 +138,7 @@ impl Client {
                 .map(|(message_id, receipt_handle)| pb::AckMessageEntry {
                     message_id,
                     receipt_handle,
+                    lite_topic: None,
                 })
                 .collect(),
         });
@@ -156,6 +157,8 @@ impl Client {
             receipt_handle: m.1.clone(),
             invisible_duration: Some(clock::ms_to_proto(clock::duration_ms(d))),
             message_id: m.0.clone(),
+            lite_topic: None,
+            suspend: None,
         });
         self.rpc
             .change_invisible_duration(req)

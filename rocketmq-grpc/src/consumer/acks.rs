@@ -9,6 +9,11 @@ use crate::pb;
 use crate::{AckEntry, AckKey, Error, ReceivedMessage, SendRetryPolicy};
 
 impl Inner {
+    /// The lite topic requests about `message` carry: its own, for a lite consumer only.
+    fn lite_topic_of(&self, message: &ReceivedMessage) -> Option<String> {
+        self.lite.as_ref().and(message.lite_topic.clone())
+    }
+
     /// Acknowledges a consumed message: batched, or at once for FIFO and late messages (or when
     /// batching is off). FIFO acks are awaited so that the next message of the group follows.
     pub(super) async fn ack(&self, message: ReceivedMessage) {
@@ -24,6 +29,8 @@ impl Inner {
         let entry = AckEntry {
             message_id: message.message_id,
             receipt_handle: message.receipt_handle,
+            // Only a lite consumer acks on the lite topic's queue (as the Java client).
+            lite_topic: self.lite.as_ref().and(message.lite_topic),
         };
         match self.acks.enqueue(key, entry, options).await {
             // Dropping a ticket does not withdraw the ack; its outcome is counted by the
@@ -78,6 +85,8 @@ impl Inner {
             receipt_handle: receipt_handle.to_owned(),
             invisible_duration: prost_types::Duration::try_from(duration).ok(),
             message_id: message.message_id.clone(),
+            lite_topic: self.lite_topic_of(message),
+            suspend: None,
         };
         let timeout = self.session.config().request_timeout;
         self.retrying(message, expires, || async {
@@ -108,6 +117,7 @@ impl Inner {
             message_id: message.message_id.clone(),
             delivery_attempt: message.delivery_attempt,
             max_delivery_attempts: max_attempts,
+            lite_topic: self.lite_topic_of(message),
         };
         let timeout = self.session.config().request_timeout;
         self.retrying(message, message.invisible_until, || async {

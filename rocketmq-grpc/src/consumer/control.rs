@@ -17,12 +17,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lite;
 use super::receive;
 use super::registration::{Registration, registration_lost};
 use super::state::{Inner, QueueKey};
 use super::telemetry::{self, Announcer};
 use crate::backoff::Backoff;
-use crate::pb::{self, ClientType};
+use crate::pb;
 use crate::{Endpoint, Error, Session};
 
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
@@ -47,6 +48,10 @@ pub(super) async fn start(inner: &Arc<Inner>) -> Result<(), Error> {
     let tasks = &inner.tasks;
     tasks.spawn(telemetry::run(Arc::clone(inner), stream));
     tasks.spawn(control(Arc::clone(inner)));
+    if inner.lite.is_some() {
+        // The set is empty at start: subscriptions come later (subscribe_lite).
+        tasks.spawn(lite::full_sync_loop(Arc::clone(inner)));
+    }
     Ok(())
 }
 
@@ -129,10 +134,7 @@ fn apply_assignments(inner: &Arc<Inner>, topic: &str, assignments: Vec<pb::Assig
 
 async fn heartbeat(inner: &Inner) -> Result<(), Error> {
     let group = Some(inner.group.as_str());
-    inner
-        .session
-        .heartbeat(group, ClientType::PushConsumer)
-        .await
+    inner.session.heartbeat(group, inner.client_type()).await
 }
 
 /// Heartbeats every 10 s and queries assignments every 5 s while the consumer is
@@ -219,7 +221,7 @@ async fn control(inner: Arc<Inner>) {
 fn settings(inner: &Inner) -> pb::TelemetryCommand {
     telemetry::settings_command(
         &inner.session,
-        ClientType::PushConsumer,
+        inner.client_type(),
         &inner.group,
         &inner.subscriptions,
         Some(inner.receive_batch_size),
@@ -238,11 +240,21 @@ impl Announcer for Inner {
 
     /// Applies what the server announced: its redelivery backoff and long-polling timeout.
     fn take_settings(&self, command: pb::TelemetryCommand) {
-        let Some(pb::telemetry_command::Command::Settings(settings)) = command.command else {
-            return;
+        let settings = match command.command {
+            Some(pb::telemetry_command::Command::Settings(settings)) => settings,
+            Some(pb::telemetry_command::Command::NotifyUnsubscribeLiteCommand(notice)) => {
+                lite::unsubscribed_by_server(self, &notice.lite_topic);
+                return;
+            }
+            _ => return,
         };
         if settings.backoff_policy.is_some() {
             *self.backoff.lock() = settings.backoff_policy;
+        }
+        if let (Some(lite), Some(pb::settings::PubSub::Subscription(subscription))) =
+            (&self.lite, &settings.pub_sub)
+        {
+            lite.take_limits(subscription);
         }
         if let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub
             && let Some(polling) = subscription

@@ -7,6 +7,8 @@ mod acks;
 mod control;
 mod counters;
 mod handler;
+mod lite;
+mod lite_state;
 mod receive;
 mod registration;
 mod simple;
@@ -33,6 +35,7 @@ use crate::{AckFlusher, ClientConfig, Error, FilterExpression, Session};
 
 pub use ack_settings::{AckObserver, AckSettings};
 pub use handler::{ConsumeResult, MessageHandler};
+pub use lite_state::LiteOffset;
 pub use simple::{
     DEFAULT_AWAIT_DURATION, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION,
     SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder, SimpleConsumerStats,
@@ -103,6 +106,8 @@ pub struct PushConsumerBuilder {
     long_polling: Duration,
     acks: AckSettings,
     renewal: Duration,
+    /// The bind topic, for a lite push consumer.
+    lite_bind_topic: Option<String>,
 }
 
 impl std::fmt::Debug for PushConsumerBuilder {
@@ -272,6 +277,9 @@ impl PushConsumerBuilder {
             unacknowledged,
             queues: Mutex::new(Default::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
+            lite: self
+                .lite_bind_topic
+                .map(|topic| Arc::new(lite_state::LiteState::new(topic))),
         });
         if let Err(error) = control::start(&inner).await {
             // Receive loops of the queues assigned before the failure stop too.
@@ -317,6 +325,7 @@ impl PushConsumer {
             long_polling: Duration::from_secs(20),
             acks: AckSettings::default(),
             renewal: DEFAULT_RENEWAL,
+            lite_bind_topic: None,
         }
     }
 
@@ -406,5 +415,210 @@ impl Drop for PushConsumer {
                 tracing::debug!(?report, "a dropped consumer stopped");
             });
         }
+    }
+}
+
+/// How many messages a lite push consumer handles at once by default: the proxy refuses
+/// receives of a lite client holding more than `maxLiteRenewNumPerChannel` (100) unacknowledged
+/// messages (`FORBIDDEN` "too many unacked messages").
+const LITE_CONCURRENCY: usize = 32;
+
+/// Builds a [`LitePushConsumer`] (see there).
+#[derive(Debug)]
+pub struct LitePushConsumerBuilder {
+    builder: PushConsumerBuilder,
+}
+
+impl LitePushConsumerBuilder {
+    /// How many messages are handled at once, and held at most (default 32; keep it well
+    /// under the proxy's 100 unacknowledged messages per lite client).
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.builder = self.builder.concurrency(concurrency);
+        self
+    }
+
+    /// How many messages one receive asks for (default 32).
+    #[must_use]
+    pub fn receive_batch_size(mut self, size: i32) -> Self {
+        self.builder = self.builder.receive_batch_size(size);
+        self
+    }
+
+    /// How long one receive waits for messages (default 20 s), as
+    /// [`PushConsumerBuilder::long_polling`].
+    #[must_use]
+    pub fn long_polling(mut self, timeout: Duration) -> Self {
+        self.builder = self.builder.long_polling(timeout);
+        self
+    }
+
+    /// How acks are sent (default: batched, 32 entries or 200 ms, so that few messages stay
+    /// unacknowledged). The proxy acks the entries of a lite batch one by one on their lite
+    /// topics' queues, but in one request.
+    #[must_use]
+    pub fn acks(mut self, acks: AckSettings) -> Self {
+        self.builder = self.builder.acks(acks);
+        self
+    }
+
+    /// Invisibility renewal of long-running handlers, as [`PushConsumerBuilder::renewal`].
+    #[must_use]
+    pub fn renewal(mut self, renewal: Duration) -> Self {
+        self.builder = self.builder.renewal(renewal);
+        self
+    }
+
+    /// Connects as a lite push consumer (`LITE_PUSH_CONSUMER`), checks the group and the bind
+    /// topic with the proxy, and starts receiving; messages come once lite topics are
+    /// subscribed ([`LitePushConsumer::subscribe_lite`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for bad settings (an empty bind topic names `bind_topic`);
+    /// [`Error::Unreachable`] when the proxy cannot be reached; [`Error::Server`] when it refuses
+    /// the group or the topic (a RocketMQ 5.3 proxy does not know the client type:
+    /// `UNRECOGNIZED_CLIENT_TYPE`).
+    pub async fn start(self, handler: impl MessageHandler) -> Result<LitePushConsumer, Error> {
+        let bind_topic = self.builder.lite_bind_topic.clone().unwrap_or_default();
+        if bind_topic.is_empty() {
+            return Err(Error::invalid(
+                "bind_topic",
+                "the lite consumer's bind topic (the lite topics' parent) is empty",
+            ));
+        }
+        let consumer = self.builder.start(handler).await?;
+        Ok(LitePushConsumer { consumer })
+    }
+}
+
+/// A lite push consumer (RocketMQ 5.4+, RIP-83): a push consumer of the lite topics it
+/// subscribes to, one at a time, under one parent (bind) topic of type `LITE`.
+///
+/// A lite topic is a light queue the broker keeps per name (`%LMQ%$parent$name`), made when a
+/// producer first sends to it ([`OutgoingMessage::lite_topic`](crate::OutgoingMessage::lite_topic))
+/// and dropped after it expires; an application uses many (a reply queue per session, say)
+/// and subscribes to those it needs with [`subscribe_lite`](Self::subscribe_lite). The group
+/// must be bound to the parent topic (`lite.bind.topic`, set with `mqadmin updateSubGroup -a
+/// +lite.bind.topic=PARENT`).
+///
+/// As the Java client's `LitePushConsumer`: subscriptions are `SyncLiteSubscription` requests
+/// (the proxy passes them to the brokers), checked first against the group's quota per client
+/// and the longest name the proxy announced; the whole set is announced again every 30 s and
+/// after every reconnection; a lite topic the server drops (expired) leaves the set. Acks,
+/// nacks, renewals and dead-lettering name each message's lite topic. Messages are handled as
+/// in a [`PushConsumer`], whose [`ConsumeResult`] and handlers it takes.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), rocketmq_grpc::Error> {
+/// use std::time::Duration;
+/// use rocketmq_grpc::{ClientConfig, ConsumeResult, LitePushConsumer, ReceivedMessage};
+///
+/// let consumer = LitePushConsumer::builder(ClientConfig::new("127.0.0.1:8081")?, "replies", "it-lite")
+///     .start(|message: ReceivedMessage| async move {
+///         println!("{:?}: {}", message.lite_topic(), String::from_utf8_lossy(&message.body));
+///         ConsumeResult::Success
+///     })
+///     .await?;
+/// consumer.subscribe_lite("session-42").await?;
+/// // ...
+/// consumer.unsubscribe_lite("session-42").await?;
+/// consumer.close(Duration::from_secs(10)).await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct LitePushConsumer {
+    consumer: PushConsumer,
+}
+
+impl LitePushConsumer {
+    /// Starts configuring a lite push consumer of `group` bound to the lite topic
+    /// `bind_topic` (the parent of its lite topics).
+    pub fn builder(
+        config: ClientConfig,
+        group: impl Into<String>,
+        bind_topic: impl Into<String>,
+    ) -> LitePushConsumerBuilder {
+        let bind_topic = bind_topic.into();
+        let mut builder = PushConsumer::builder(config, group)
+            .subscribe(bind_topic.clone(), "*")
+            .concurrency(LITE_CONCURRENCY)
+            .acks(
+                AckSettings::default()
+                    .max_items(32)
+                    .max_delay(Duration::from_millis(200)),
+            );
+        builder.lite_bind_topic = Some(bind_topic);
+        LitePushConsumerBuilder { builder }
+    }
+
+    /// Subscribes to the lite topic `lite_topic`, from where the group left off (a new one
+    /// from its start). Nothing happens when it is already subscribed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming `lite_topic` for an empty name, a character other than
+    /// ASCII letters, digits, `-` and `_`, or a name longer than the proxy allows;
+    /// [`Error::Server`] with `LITE_SUBSCRIPTION_QUOTA_EXCEEDED` when the group's quota per
+    /// client is reached (checked here first, as the proxy announced it; unsubscribe from
+    /// another one); a transport or proxy error of the request (retryable ones may pass
+    /// later); [`Error::ShutDown`] after [`close`](Self::close).
+    pub async fn subscribe_lite(&self, lite_topic: &str) -> Result<(), Error> {
+        lite::subscribe(&self.consumer.inner, lite_topic, None).await
+    }
+
+    /// Subscribes to `lite_topic` starting at `offset` (see [`LiteOffset`]); as
+    /// [`subscribe_lite`](Self::subscribe_lite) otherwise.
+    ///
+    /// # Errors
+    /// As [`subscribe_lite`](Self::subscribe_lite).
+    pub async fn subscribe_lite_from(
+        &self,
+        lite_topic: &str,
+        offset: LiteOffset,
+    ) -> Result<(), Error> {
+        lite::subscribe(&self.consumer.inner, lite_topic, Some(offset)).await
+    }
+
+    /// Unsubscribes from `lite_topic`; nothing happens when it is not subscribed.
+    ///
+    /// # Errors
+    /// A transport or proxy error of the request (the topic stays in the set);
+    /// [`Error::ShutDown`] after [`close`](Self::close).
+    pub async fn unsubscribe_lite(&self, lite_topic: &str) -> Result<(), Error> {
+        lite::unsubscribe(&self.consumer.inner, lite_topic).await
+    }
+
+    /// The lite topics subscribed to, in name order.
+    pub fn lite_topics(&self) -> Vec<String> {
+        self.consumer
+            .inner
+            .lite
+            .as_ref()
+            .map(|lite| lite.topics.lock().iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The parent topic its lite topics belong to.
+    pub fn bind_topic(&self) -> &str {
+        self.consumer
+            .inner
+            .lite
+            .as_ref()
+            .map_or("", |lite| lite.bind_topic.as_str())
+    }
+
+    /// The counters, as [`PushConsumer::stats`].
+    pub fn stats(&self) -> ConsumerStats {
+        self.consumer.stats()
+    }
+
+    /// The client id every RPC of this consumer carries.
+    pub fn client_id(&self) -> &str {
+        self.consumer.client_id()
+    }
+
+    /// Stops it as [`PushConsumer::close`] does (the proxy drops the client's lite
+    /// subscriptions when it leaves).
+    pub async fn close(self, timeout: Duration) -> PushCloseReport {
+        self.consumer.close(timeout).await
     }
 }

@@ -532,6 +532,7 @@ impl SimpleConsumer {
         let entry = AckEntry {
             message_id: message.message_id.clone(),
             receipt_handle,
+            lite_topic: None,
         };
         let ticket = match inner.acks.enqueue(key, entry, options).await {
             Ok(ticket) => ticket,
@@ -585,6 +586,8 @@ impl SimpleConsumer {
             receipt_handle: receipt_handle.clone(),
             invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),
             message_id: message.message_id.clone(),
+            lite_topic: None,
+            suspend: None,
         };
         let timeout = inner.session.config().request_timeout;
         let mut client = inner.session.client(&message.endpoint)?;

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use super::ack_settings::AckSettings;
 use super::counters::Counters;
 use super::handler::MessageHandler;
+use super::lite_state::LiteState;
 use super::registration::Registration;
 use super::unacked::Unacked;
 use crate::pb;
@@ -60,4 +61,17 @@ pub(super) struct Inner {
     pub(super) queues: Mutex<HashMap<QueueKey, CancellationToken>>,
     /// Set by `shutdown` or `drop`, whichever comes first.
     pub(super) shut_down: AtomicBool,
+    /// The lite subscriptions, for a lite push consumer.
+    pub(super) lite: Option<Arc<LiteState>>,
+}
+
+impl Inner {
+    /// The client type announced and heartbeated: a lite push consumer or a push consumer.
+    pub(super) fn client_type(&self) -> pb::ClientType {
+        if self.lite.is_some() {
+            pb::ClientType::LitePushConsumer
+        } else {
+            pb::ClientType::PushConsumer
+        }
+    }
 }

@@ -53,6 +53,8 @@ pub(super) fn settings_command(
         fifo: None,
         receive_batch_size,
         long_polling_timeout: long_polling.and_then(|d| prost_types::Duration::try_from(d).ok()),
+        lite_subscription_quota: None,
+        max_lite_topic_size: None,
     };
     pb::TelemetryCommand {
         status: None,

@@ -652,6 +652,9 @@ impl Producer {
                 queue_id: queue.id,
                 message_group: message.message_group.clone(),
                 delivery_timestamp: message.deliver_at.map(prost_types::Timestamp::from),
+                // Checked by message_type: at most i32::MAX.
+                priority: message.priority.and_then(|p| i32::try_from(p).ok()),
+                lite_topic: message.lite_topic.clone(),
                 ..pb::SystemProperties::default()
             };
             wire_messages.push(pb::Message {

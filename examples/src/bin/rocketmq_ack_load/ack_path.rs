@@ -148,6 +148,7 @@ pub(crate) async fn raw_acks(
                         .map(|h| pb::AckMessageEntry {
                             message_id: h.message_id.clone(),
                             receipt_handle: h.receipt_handle.clone(),
+                            lite_topic: None,
                         })
                         .collect(),
                 };
@@ -226,6 +227,7 @@ pub(crate) async fn batcher_acks(
                 let entry = AckEntry {
                     message_id: message.message_id.clone(),
                     receipt_handle: message.receipt_handle.clone(),
+                    lite_topic: None,
                 };
                 if batcher
                     .enqueue(key, entry, ItemOptions::new().deadline(deadline))

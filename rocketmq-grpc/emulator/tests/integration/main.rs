@@ -8,6 +8,7 @@ mod delay;
 mod failover;
 mod faults;
 mod filters;
+mod priority_lite;
 mod producer;
 mod recovery;
 mod renewal;
