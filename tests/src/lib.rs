@@ -14,4 +14,5 @@ pub mod conformance;
 pub mod outage;
 pub mod peer_stream;
 pub mod real_pulsar;
+pub mod real_rocketmq;
 pub mod rocketmq_stream;

@@ -4,6 +4,7 @@
 //!
 //! Runs when `ROCKETMQ_ENDPOINT` is set; otherwise every test returns at once.
 
+use integration_tests::real_rocketmq::{endpoint, wait_for};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,12 +14,6 @@ use rocketmq_grpc::{
     ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer, PushConsumer,
     ReceivedMessage, Session,
 };
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
 
 /// Fails the body `poison`; records every attempt at a body of this run: (body, delivery
 /// attempt, when).
@@ -45,17 +40,6 @@ impl MessageHandler for Poisoned {
         } else {
             ConsumeResult::Success
         }
-    }
-}
-
-async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

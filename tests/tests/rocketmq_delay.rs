@@ -5,6 +5,7 @@
 //!
 //! Runs when `ROCKETMQ_ENDPOINT` is set; otherwise every test returns at once.
 
+use integration_tests::real_rocketmq::{endpoint, unique};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,20 +20,6 @@ use rocketmq_grpc::{
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOPIC: &str = "it-delay";
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
-
-fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}-{}-{}", std::process::id(), nanos % 1_000_000_000)
-}
 
 fn unix_ms(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64

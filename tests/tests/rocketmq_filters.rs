@@ -6,8 +6,9 @@
 //!
 //! Runs when `ROCKETMQ_ENDPOINT` is set; otherwise every test returns at once.
 
+use integration_tests::real_rocketmq::{endpoint, unique};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rocketmq_grpc::{
@@ -16,20 +17,6 @@ use rocketmq_grpc::{
 };
 
 const TOPIC: &str = "sql-normal";
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
-
-fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}-{}-{}", std::process::id(), nanos % 1_000_000_000)
-}
 
 /// Sends 12 messages of run `run`: property `n` = 0..12, tag `a`, `b` or `c` by `n % 3`.
 async fn send_run(endpoint: &str, run: &str) {

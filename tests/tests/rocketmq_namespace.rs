@@ -9,6 +9,7 @@
 //! Runs when `ROCKETMQ_ENDPOINT` is set (the script prints it); otherwise every test returns at
 //! once.
 
+use integration_tests::real_rocketmq::{endpoint, unique};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,19 +23,6 @@ use rocketmq_grpc::{
 
 const NAMESPACE: &str = "rbns";
 const TOPIC: &str = "nst";
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
-
-fn unique(name: &str) -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{name}-{}-{millis}", std::process::id())
-}
 
 fn config(endpoint: &str) -> ClientConfig {
     ClientConfig::new(endpoint)

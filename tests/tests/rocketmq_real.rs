@@ -3,6 +3,7 @@
 //! Runs when `ROCKETMQ_ENDPOINT` is set (the script prints it); otherwise every test returns at
 //! once.
 
+use integration_tests::real_rocketmq::{endpoint, wait_for};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,12 +14,6 @@ use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage,
     Producer, PushConsumer, ReceivedMessage, Session, wire,
 };
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
 
 /// Records every message id it sees, and how often.
 #[derive(Default)]
@@ -31,17 +26,6 @@ impl MessageHandler for Recorder {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
         self.seen.lock().push(message.message_id.clone());
         ConsumeResult::Success
-    }
-}
-
-async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -7,6 +7,7 @@
 //! (the broker starts a new group at the first message still in memory): the tests count only
 //! the messages they sent.
 
+use integration_tests::real_rocketmq::{endpoint, unique};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,19 +17,6 @@ use rocketmq_grpc::{
     ClientConfig, Error, OutgoingMessage, Producer, SimpleConsumer, is_invalid_receipt_handle, pb,
     wire,
 };
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
-
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{name}-{}-{nanos}", std::process::id())
-}
 
 /// A consumer of a new group that has made its first receive (which sets the group's starting
 /// offsets), with whatever that receive got acknowledged.

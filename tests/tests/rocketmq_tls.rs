@@ -9,24 +9,12 @@
 //! default) makes a self-signed `CN=localhost` certificate at each start that names no host
 //! (no subjectAltName), so the host name is not checked then.
 
+use integration_tests::real_rocketmq::{endpoint, unique};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rocketmq_grpc::{ClientConfig, Error, OutgoingMessage, Producer, Session, SimpleConsumer};
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
-
-fn unique(name: &str) -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{name}-{}-{millis}", std::process::id())
-}
 
 /// The PEM of the CA to trust for the proxy at `endpoint`, and whether its certificate names
 /// the host (see the module's documentation).

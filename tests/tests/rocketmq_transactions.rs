@@ -4,6 +4,7 @@
 //!
 //! Runs when `ROCKETMQ_ENDPOINT` is set; otherwise every test returns at once.
 
+use integration_tests::real_rocketmq::{endpoint, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +16,6 @@ use rocketmq_grpc::{
 };
 
 const TOPIC: &str = "it-txn";
-
-fn endpoint() -> Option<String> {
-    std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-}
 
 /// Records every body it sees.
 #[derive(Default)]
@@ -71,17 +66,6 @@ fn producer(endpoint: &str, commit: Vec<String>) -> Producer {
                 }
             }
         })
-}
-
-async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Ours and the Java client's: a committed message is delivered once, a rolled-back one never

@@ -13,8 +13,9 @@
 //! Each test returns at once when its variable is not set. Bodies carry a unique prefix, so
 //! runs do not see each other's messages.
 
+use integration_tests::real_rocketmq::unique;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rocketmq_grpc::pb::Code;
@@ -41,14 +42,6 @@ fn endpoint533() -> Option<String> {
     std::env::var("ROCKETMQ_ENDPOINT")
         .ok()
         .filter(|e| !e.is_empty())
-}
-
-fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}-{}-{}", std::process::id(), nanos % 1_000_000_000)
 }
 
 async fn producer(endpoint: &str) -> Producer {

@@ -1,0 +1,31 @@
+//! The real RocketMQ proxy of `scripts/brokers/rocketmq` for a test: its endpoint, names no
+//! other run uses, and waiting for a condition.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::real_pulsar::var;
+
+/// `ROCKETMQ_ENDPOINT` (the 5.3.3 proxy), when set and not empty; the tests skip without it.
+pub fn endpoint() -> Option<String> {
+    var("ROCKETMQ_ENDPOINT")
+}
+
+/// `name` made unique to this process and moment, for groups and message prefixes.
+pub fn unique(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{}-{}", std::process::id(), nanos % 1_000_000_000)
+}
+
+/// Waits (polling every 100 ms) until `done` holds; panics naming `what` after `limit`.
+pub async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
