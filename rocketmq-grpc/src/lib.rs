@@ -91,6 +91,10 @@
 //!   [`LitePushConsumer`] that subscribes to lite topics one by one; the proxy must run in
 //!   cluster mode). A 5.3 proxy stores both as normal messages without their level or lite
 //!   topic, and refuses a lite push consumer.
+//! - **Bodies** are [`bytes::Bytes`] in and out, as `pulsar-wire`'s payloads:
+//!   [`OutgoingMessage::new`] takes anything that converts into one (`Vec<u8>`, `String`,
+//!   `&'static str`, …) and [`ReceivedMessage::body`] is one, sliced from the decoded gRPC
+//!   message without a copy.
 //! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
 //!   [`wire::map_ack_response`] applying the proxy's result rules.
 //!
@@ -197,7 +201,8 @@ pub use session::{
 };
 
 /// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the
-/// generated `MessagingService` client, as `prost` and `tonic` generate them.
+/// generated `MessagingService` client, as `prost` and `tonic` generate them (a `bytes` field,
+/// such as [`pb::Message::body`], is a [`bytes::Bytes`]).
 ///
 /// The crate's API takes and returns its own types; these appear where the protocol shows
 /// through ([`Error::code`] is a [`pb::Code`]) and in [`wire`], for code that speaks the

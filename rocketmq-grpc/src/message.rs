@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::pb;
@@ -13,7 +14,7 @@ use crate::{Endpoint, Error};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OutgoingMessage {
     pub(crate) topic: String,
-    pub(crate) body: Vec<u8>,
+    pub(crate) body: Bytes,
     pub(crate) tag: Option<String>,
     pub(crate) keys: Vec<String>,
     pub(crate) message_group: Option<String>,
@@ -24,8 +25,29 @@ pub struct OutgoingMessage {
 }
 
 impl OutgoingMessage {
-    /// A normal message for `topic`.
-    pub fn new(topic: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
+    /// A normal message for `topic` with this body.
+    ///
+    /// The body is a [`Bytes`]: anything that converts into one is taken (`Vec<u8>`, `String`,
+    /// `&'static [u8]`, `&'static str`, `Bytes`; copy a borrowed slice with
+    /// [`Bytes::copy_from_slice`]). Zero-copy: the message shares the body's memory, and so do
+    /// its clones and the send's retries; it is written out once, by the gRPC encoder.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use rocketmq_grpc::OutgoingMessage;
+    ///
+    /// let from_vec = OutgoingMessage::new("orders", vec![1, 2, 3]);
+    /// assert_eq!(from_vec.body(), &[1_u8, 2, 3][..]);
+    ///
+    /// let from_str = OutgoingMessage::new("orders", "hello");
+    /// assert_eq!(from_str.body(), "hello");
+    ///
+    /// let shared = Bytes::from(vec![0_u8; 1024]);
+    /// let from_bytes = OutgoingMessage::new("orders", shared.clone());
+    /// // The same memory, not a copy.
+    /// assert_eq!(from_bytes.body().as_ptr(), shared.as_ptr());
+    /// ```
+    pub fn new(topic: impl Into<String>, body: impl Into<Bytes>) -> Self {
         Self {
             topic: topic.into(),
             body: body.into(),
@@ -122,6 +144,11 @@ impl OutgoingMessage {
     /// The topic.
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    /// The body.
+    pub fn body(&self) -> &Bytes {
+        &self.body
     }
 
     /// Makes this a priority message of level `priority` (RocketMQ 5.4+, RIP-80; message type
@@ -345,8 +372,10 @@ pub struct ReceivedMessage {
     pub topic: String,
     /// The message id.
     pub message_id: String,
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body. Zero-copy: a slice of the buffer the gRPC message was decoded from, shared by
+    /// clones; a body kept long after its message keeps that buffer alive, so copy a small one
+    /// ([`Bytes::copy_from_slice`]) to keep it alone.
+    pub body: Bytes,
     /// The tag, if any.
     pub tag: Option<String>,
     /// Index keys.
@@ -534,6 +563,32 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_received_body_is_a_slice_of_the_decoded_buffer_not_a_copy() {
+        use prost::Message as _;
+
+        let body = Bytes::from(vec![7_u8; 64 * 1024]);
+        let wire = pb::Message {
+            body: body.clone(),
+            ..message("h", None)
+        }
+        .encode_to_vec();
+        // As tonic decodes a gRPC message: from a `Bytes`-backed buffer.
+        let frame = Bytes::from(wire);
+        let decoded = pb::Message::decode(frame.clone()).unwrap();
+        let endpoint = Endpoint::parse("127.0.0.1:8081").unwrap();
+        let received = ReceivedMessage::from_pb(decoded, &endpoint).unwrap();
+        assert_eq!(received.body, body);
+        let inside = frame.as_ptr_range();
+        assert!(
+            inside.contains(&received.body.as_ptr()),
+            "the body was copied"
+        );
+        // And a sent body is shared with the message, not copied.
+        let outgoing = OutgoingMessage::new("t", body.clone());
+        assert_eq!(outgoing.clone().body().as_ptr(), body.as_ptr());
     }
 
     #[test]

@@ -91,7 +91,7 @@ async fn retried_then_dead_lettered(topic: &str, group: &str, fifo: bool) {
         .expect("the consumer starts against the real proxy");
     let producer = Producer::new(Session::new(config.clone()).unwrap());
     for body in [&poison, &next] {
-        let mut message = OutgoingMessage::new(topic, body.as_str());
+        let mut message = OutgoingMessage::new(topic, body.clone());
         if fifo {
             message = message.message_group(format!("g{run}"));
         }

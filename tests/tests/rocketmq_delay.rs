@@ -175,7 +175,7 @@ async fn our_delay_messages_come_to_java_when_due() {
     let mut sent = HashMap::new();
     for i in 0..10 {
         let body = format!("{prefix}-{i}");
-        let message = OutgoingMessage::new(TOPIC, body.as_str())
+        let message = OutgoingMessage::new(TOPIC, body.clone())
             .deliver_after(Duration::from_millis(5000 + 300 * i));
         let due = unix_ms(message.delivery_time().unwrap());
         producer.send(message).await.expect("sent");

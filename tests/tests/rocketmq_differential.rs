@@ -364,7 +364,7 @@ impl Msg {
                 born_host: "differential".into(),
                 ..Default::default()
             }),
-            body: body.as_bytes().to_vec(),
+            body: bytes::Bytes::copy_from_slice(body.as_bytes()),
         })
     }
 

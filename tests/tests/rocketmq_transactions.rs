@@ -89,17 +89,14 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
     let producer = producer(&endpoint, vec![ours_commit.clone(), ours_rollback.clone()]);
     let committed = producer.begin_transaction().unwrap();
     producer
-        .send_in(
-            &committed,
-            OutgoingMessage::new(TOPIC, ours_commit.as_str()),
-        )
+        .send_in(&committed, OutgoingMessage::new(TOPIC, ours_commit.clone()))
         .await
         .expect("the half message");
     let rolled_back = producer.begin_transaction().unwrap();
     producer
         .send_in(
             &rolled_back,
-            OutgoingMessage::new(TOPIC, ours_rollback.as_str()),
+            OutgoingMessage::new(TOPIC, ours_rollback.clone()),
         )
         .await
         .expect("the half message");
@@ -159,7 +156,7 @@ async fn an_orphaned_transaction_is_committed_by_the_checker_of_a_restarted_prod
         let crashed = producer(&endpoint, Vec::new());
         let transaction = crashed.begin_transaction().unwrap();
         crashed
-            .send_in(&transaction, OutgoingMessage::new(TOPIC, ours.as_str()))
+            .send_in(&transaction, OutgoingMessage::new(TOPIC, ours.clone()))
             .await
             .expect("the half message");
         // Dropped without an end: the producer's tasks stop, as if the process died.

@@ -239,7 +239,7 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     }
     let emulator = builder.start().await?;
     if options.preload > 0 {
-        let body = vec![b'x'; options.body_size];
+        let body = bytes::Bytes::from(vec![b'x'; options.body_size]);
         for topic in &topics {
             for i in 0..options.preload {
                 let mut message = PublishMessage::new(body.clone());

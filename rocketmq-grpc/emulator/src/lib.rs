@@ -155,6 +155,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt as _;
@@ -183,8 +184,8 @@ fn invalid(reason: String) -> Error {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PublishMessage {
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body, stored as it is: every delivery shares it, none copies it.
+    pub body: Bytes,
     /// The message id; generated when `None`.
     pub message_id: Option<String>,
     /// The FIFO message group (required on FIFO topics, refused on normal ones).
@@ -200,8 +201,9 @@ pub struct PublishMessage {
 }
 
 impl PublishMessage {
-    /// A message with this body.
-    pub fn new(body: impl Into<Vec<u8>>) -> Self {
+    /// A message with this body: anything that converts into [`Bytes`] (`Vec<u8>`, `String`,
+    /// `&'static [u8]`, `&'static str`, `Bytes`), as `rocketmq_grpc::OutgoingMessage::new`.
+    pub fn new(body: impl Into<Bytes>) -> Self {
         Self {
             body: body.into(),
             ..Self::default()

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use sha1::{Digest as _, Sha1};
 use tokio::sync::{Notify, mpsc};
@@ -368,7 +369,7 @@ impl Shared {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stored_message(
     message_id: String,
-    body: Vec<u8>,
+    body: Bytes,
     tag: Option<String>,
     keys: Vec<String>,
     user_properties: HashMap<String, String>,
@@ -746,7 +747,10 @@ impl Service {
             };
             let mut stored = stored_message(
                 sp.message_id,
-                m.body,
+                // Copied once: the decoded body is a slice of the request's decode buffer
+                // (8 KiB at least), which a stored message would otherwise keep alive. Every
+                // delivery then shares this copy.
+                Bytes::copy_from_slice(&m.body),
                 sp.tag,
                 sp.keys,
                 m.user_properties,

@@ -9,6 +9,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
+
 use super::counters::{Counters, inc};
 use super::filter::Filter;
 use super::handle::ReceiptHandle;
@@ -56,7 +58,8 @@ impl TopicKind {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredMessage {
     pub(crate) message_id: String,
-    pub(crate) body: Vec<u8>,
+    /// Shared with every delivery (a copy of a sent body, not a slice of its request).
+    pub(crate) body: Bytes,
     pub(crate) tag: Option<String>,
     pub(crate) keys: Vec<String>,
     pub(crate) user_properties: HashMap<String, String>,
@@ -746,7 +749,7 @@ mod tests {
     fn msg(id: &str, group: Option<&str>) -> StoredMessage {
         StoredMessage {
             message_id: id.to_owned(),
-            body: id.as_bytes().to_vec(),
+            body: Bytes::copy_from_slice(id.as_bytes()),
             tag: None,
             keys: Vec::new(),
             user_properties: HashMap::new(),

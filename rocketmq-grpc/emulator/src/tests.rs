@@ -190,7 +190,7 @@ fn message(topic: &str, id: &str, group: Option<&str>) -> pb::Message {
             },
             ..Default::default()
         }),
-        body: format!("body of {id}").into_bytes(),
+        body: format!("body of {id}").into(),
     }
 }
 
@@ -307,7 +307,7 @@ async fn send_receive_ack_ok() {
         msgs[0].user_properties.get("k").map(String::as_str),
         Some("v")
     );
-    assert_eq!(msgs[0].body, b"body of m1");
+    assert_eq!(msgs[0].body, "body of m1");
 
     let ack = c
         .ack(TOPIC, GROUP, msgs.iter().map(id_handle).collect())
@@ -711,14 +711,14 @@ async fn send_validation() {
         ),
         (
             vec![pb::Message {
-                body: vec![0; 65],
+                body: vec![0; 65].into(),
                 ..message(TOPIC, "m", None)
             }],
             Code::MessageBodyTooLarge,
         ),
         (
             vec![pb::Message {
-                body: vec![],
+                body: bytes::Bytes::new(),
                 ..message(TOPIC, "m", None)
             }],
             Code::MessageBodyEmpty,
@@ -740,7 +740,7 @@ async fn send_validation() {
     // The largest allowed body goes through.
     let ok = c
         .send(vec![pb::Message {
-            body: vec![1; 64],
+            body: vec![1; 64].into(),
             ..message(TOPIC, "m", None)
         }])
         .await;
@@ -752,7 +752,7 @@ async fn body_over_the_default_4_mib_is_message_body_too_large() {
     let emu = start().await;
     let mut c = Client::connect(&emu, "p").await;
     let big = pb::Message {
-        body: vec![7; 4 * 1024 * 1024 + 1],
+        body: vec![7; 4 * 1024 * 1024 + 1].into(),
         ..message(TOPIC, "big", None)
     };
     let r = c.send(vec![big]).await;
@@ -762,7 +762,7 @@ async fn body_over_the_default_4_mib_is_message_body_too_large() {
         "message body cannot exceed the max 4194304"
     );
     let max = pb::Message {
-        body: vec![7; 4 * 1024 * 1024],
+        body: vec![7; 4 * 1024 * 1024].into(),
         ..message(TOPIC, "max", None)
     };
     assert_eq!(code(c.send(vec![max]).await.status.as_ref()), Code::Ok);

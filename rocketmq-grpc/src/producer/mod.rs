@@ -883,7 +883,9 @@ mod tests {
 
     #[test]
     fn batches_that_the_proxy_would_change_are_refused() {
-        let m = |body: &str| OutgoingMessage::new("t", body).tag("x").property("k", "v");
+        fn m(body: impl Into<bytes::Bytes>) -> OutgoingMessage {
+            OutgoingMessage::new("t", body).tag("x").property("k", "v")
+        }
         assert!(check_batch(&[m("a"), m("b")], 1024).is_ok());
         let setting = |batch: &[OutgoingMessage]| match check_batch(batch, 1024) {
             Err(Error::InvalidConfig { setting, .. }) => setting,
@@ -910,11 +912,11 @@ mod tests {
         // Two bodies under the limit, together over it with the overhead.
         let half = "x".repeat(500);
         assert!(matches!(
-            check_batch(&[m(&half), m(&half)], 1024),
+            check_batch(&[m(half.clone()), m(half)], 1024),
             Err(Error::MessageTooLarge { .. })
         ));
         assert!(matches!(
-            check_batch(&[m(&"x".repeat(2000))], 1024),
+            check_batch(&[m("x".repeat(2000))], 1024),
             Err(Error::MessageTooLarge {
                 size: 2000,
                 limit: 1024

@@ -43,7 +43,8 @@ pub(crate) async fn send_all(
     size: usize,
     in_flight: usize,
 ) -> Result<Vec<u32>, String> {
-    let body = vec![b'x'; size];
+    // One body shared by every message (a `Bytes` clone is not a copy), as the Pulsar side.
+    let body = bytes::Bytes::from(vec![b'x'; size]);
     crate::window::send_windowed(n, in_flight, || {
         producer.send(OutgoingMessage::new(topic, body.clone()))
     })

@@ -44,7 +44,8 @@ pub(crate) async fn produce(args: ProduceArgs) -> Result<(), BoxError> {
     while warmups.join_next().await.is_some() {}
 
     let total = args.rate * args.duration.as_secs();
-    let body = Arc::new(vec![b'm'; args.body]);
+    // One body shared by every message (a `Bytes` clone is not a copy).
+    let body = bytes::Bytes::from(vec![b'm'; args.body]);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(512));
     let sent = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -59,7 +60,7 @@ pub(crate) async fn produce(args: ProduceArgs) -> Result<(), BoxError> {
             let producer = Arc::clone(&producer);
             let message = OutgoingMessage::new(
                 topics[(started % topics.len() as u64) as usize].clone(),
-                body.as_ref().clone(),
+                body.clone(),
             );
             let (sent, failed, first_error) = (
                 Arc::clone(&sent),

@@ -154,7 +154,7 @@ struct SlowOnBody;
 #[async_trait::async_trait]
 impl MessageHandler for SlowOnBody {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        if message.body == b"slow" {
+        if message.body == "slow" {
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
         ConsumeResult::Success

@@ -123,10 +123,10 @@ async fn a_message_without_a_delay_is_not_held_back_by_an_earlier_delayed_one() 
         .unwrap();
     let start = Instant::now();
     let first = receive_timed(&consumer, 1).await;
-    assert_eq!(first[0].1.body, b"now");
+    assert_eq!(first[0].1.body, "now");
     assert!(first[0].0.duration_since(start) < Duration::from_secs(2));
     let second = receive_timed(&consumer, 1).await;
-    assert_eq!(second[0].1.body, b"in a minute");
+    assert_eq!(second[0].1.body, "in a minute");
     assert!(second[0].0.duration_since(start) >= Duration::from_secs(59));
 }
 

@@ -66,7 +66,7 @@ async fn a_batch_gets_one_receipt_per_message_and_consumers_see_the_first_id() {
 
     let consumer = consumer(&emulator, FilterExpression::all()).await;
     let received = drain(&consumer).await.unwrap();
-    let bodies: Vec<&[u8]> = received.iter().map(|m| m.body.as_slice()).collect();
+    let bodies: Vec<&[u8]> = received.iter().map(|m| &m.body[..]).collect();
     assert_eq!(bodies, [b"b0".as_slice(), b"b1", b"b2"]);
     assert!(received.iter().all(|m| &m.message_id == first));
     let keys: Vec<Vec<String>> = received.iter().map(|m| m.keys.clone()).collect();

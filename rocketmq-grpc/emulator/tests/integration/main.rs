@@ -3,6 +3,7 @@
 mod ack_delay;
 mod bad_input;
 mod batching;
+mod bodies;
 mod dead_letters;
 mod delay;
 mod failover;

@@ -24,7 +24,7 @@ struct Count {
 #[async_trait::async_trait]
 impl MessageHandler for Count {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        let counter = if message.body == b"committed" {
+        let counter = if message.body == "committed" {
             &self.committed
         } else {
             &self.others
