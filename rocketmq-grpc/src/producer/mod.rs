@@ -437,9 +437,17 @@ impl Producer {
         let ids: Vec<String> = messages.iter().map(|_| new_message_id()).collect();
         let sent = self.send_request(&messages, &ids, false).await?;
         let first_id = ids.first().cloned().unwrap_or_default();
-        let receipts = (0..messages.len())
-            .map(|i| SendReceipt {
-                message_id: first_id.clone(),
+        // A proxy whose broker stored each message on its own names them all, in order.
+        let stored_apart = sent.receipt.message_id.split(',').eq(ids.iter().map(String::as_str));
+        let receipts = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| SendReceipt {
+                message_id: if stored_apart {
+                    id.clone()
+                } else {
+                    first_id.clone()
+                },
                 offset: if sent.receipt.offset < 0 {
                     sent.receipt.offset
                 } else {
