@@ -29,3 +29,15 @@ pub async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> boo
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Whether the proxy at [`endpoint`] runs in cluster mode (`ROCKETMQ_PROXY_MODE=cluster`, as
+/// the broker scripts print it; local mode when unset).
+pub fn proxy_in_cluster_mode() -> bool {
+    var("ROCKETMQ_PROXY_MODE").as_deref() == Some("cluster")
+}
+
+/// The RocketMQ version behind [`endpoint`] (`ROCKETMQ_VERSION`, as the broker scripts print
+/// it; `5.3.3` when unset).
+pub fn broker_version() -> String {
+    var("ROCKETMQ_VERSION").unwrap_or_else(|| "5.3.3".to_owned())
+}

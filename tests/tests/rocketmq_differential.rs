@@ -7,7 +7,8 @@
 //!
 //! With `ROCKETMQ_ENDPOINT` set (`scripts/brokers/rocketmq start` prints it) the real proxy runs
 //! the script first; without it the emulator's answers are compared with [`RECORDED`], the
-//! answers a real 5.3.3 proxy gave to the same script. The emulator half always runs, under
+//! answers a real 5.3.3 proxy gave to the same script (in local mode; [`Flavor`] holds what a
+//! 5.3.3 and a 5.5.0 proxy in cluster mode answer otherwise). The emulator half always runs, under
 //! paused (virtual) time.
 //!
 //! The real proxy needs the topics `diff-normal`, `batch-normal`, `sql-normal` (NORMAL),
@@ -19,8 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use integration_tests::real_rocketmq::{broker_version, proxy_in_cluster_mode};
 use rocketmq_grpc::{ClientConfig, Session, pb, wire};
-use rocketmq_grpc_emulator::{Emulator, TopicKind};
+use rocketmq_grpc_emulator::{Emulator, ProxyMode, TopicKind};
 
 type Client = pb::messaging_service_client::MessagingServiceClient<tonic::transport::Channel>;
 
@@ -403,7 +405,7 @@ impl Msg {
 /// A send's answer with the ids of `sent` named by position (`sent#0`), `sent` (one of them),
 /// or `new-hex` (an upper-case hex id that is none of them).
 fn describe_send(answer: &pb::SendMessageResponse, sent: &[String]) -> String {
-    let name_id = |id: &str| match sent.iter().position(|s| s == id) {
+    let name_one = |id: &str| match sent.iter().position(|s| s == id) {
         Some(i) => format!("sent#{i}"),
         None if !id.is_empty()
             && id
@@ -413,6 +415,14 @@ fn describe_send(answer: &pb::SendMessageResponse, sent: &[String]) -> String {
             "new-hex".to_owned()
         }
         None => format!("other({id})"),
+    };
+    // A cluster-mode proxy names a batch by its messages' ids joined by commas.
+    let name_id = |id: &str| {
+        if id.contains(',') && id.split(',').all(|part| sent.iter().any(|s| s == part)) {
+            id.split(',').map(name_one).collect::<Vec<_>>().join(",")
+        } else {
+            name_one(id)
+        }
     };
     let entries: Vec<String> = answer
         .entries
@@ -827,9 +837,76 @@ async fn script(endpoint: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The emulator with the script's topics, groups created on first use.
-async fn emulator() -> Emulator {
+/// The proxies the script's answers were recorded on: the mode the proxy runs in and the
+/// broker's version change how a batch send is answered and stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    /// 5.3.3, local mode (`scripts/brokers/rocketmq`): [`RECORDED`] as it is.
+    Local533,
+    /// 5.3.3, cluster mode: a batch's receipt names its messages' ids.
+    Cluster533,
+    /// 5.5.0, cluster mode (`scripts/test-rocketmq-v55`): as 5.3.3 cluster, and each batch
+    /// message keeps its own id, tag and properties.
+    Cluster550,
+}
+
+impl Flavor {
+    /// The flavor of the proxy at `ROCKETMQ_ENDPOINT`, from `ROCKETMQ_PROXY_MODE` and
+    /// `ROCKETMQ_VERSION` (which the broker scripts print; 5.3.3 local mode when unset).
+    fn of_endpoint() -> Self {
+        match (proxy_in_cluster_mode(), broker_version().as_str()) {
+            (false, "5.3.3") => Flavor::Local533,
+            (true, "5.3.3") => Flavor::Cluster533,
+            (true, "5.5.0") => Flavor::Cluster550,
+            (cluster, version) => panic!(
+                "no recorded answers for RocketMQ {version} with the proxy in {} mode",
+                if cluster { "cluster" } else { "local" }
+            ),
+        }
+    }
+
+    /// The answers this flavor gives to the script.
+    fn recorded(self) -> Vec<(String, String)> {
+        let mut answers: Vec<(String, String)> = RECORDED
+            .iter()
+            .map(|(s, o)| ((*s).to_owned(), (*o).to_owned()))
+            .collect();
+        let mut replace = |step: &str, observation: &str| {
+            let slot = answers
+                .iter_mut()
+                .find(|(s, _)| s == step)
+                .expect("a recorded step");
+            slot.1 = observation.to_owned();
+        };
+        if self != Flavor::Local533 {
+            replace(
+                "send a batch of 3 (tags, properties and keys differ)",
+                "status=OK entries=1 [OK id=sent#0,sent#1,sent#2 txid=sent#0 offset>=0]",
+            );
+        }
+        if self == Flavor::Cluster550 {
+            replace(
+                "receive the batch (tag of its first message)",
+                "1 messages; ids all sent#0; tags all the first's; properties all the first's; keys [[]]; bodies [b0]; one queue, consecutive offsets",
+            );
+            replace(
+                "receive the batch by the tag of its second message",
+                "1 messages, ids distinct and sent, tags {bt1}, property keys {i,run}",
+            );
+        }
+        answers
+    }
+}
+
+/// The emulator with the script's topics, groups created on first use, answering as `flavor`.
+async fn emulator(flavor: Flavor) -> Emulator {
     Emulator::builder()
+        .proxy_mode(if flavor == Flavor::Local533 {
+            ProxyMode::Local
+        } else {
+            ProxyMode::Cluster
+        })
+        .batch_messages_apart(flavor == Flavor::Cluster550)
         .topic("diff-normal", TopicKind::Normal, 4)
         .topic("batch-normal", TopicKind::Normal, 4)
         .topic("sql-normal", TopicKind::Normal, 4)
@@ -863,80 +940,85 @@ fn differences(proxy: &[(String, String)], emulator: &[(String, String)]) -> Vec
     out
 }
 
-#[test]
-fn the_emulator_answers_the_script_as_the_proxy_does() {
-    let proxy: Vec<(String, String)> = match std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-    {
-        Some(endpoint) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            let observed = runtime.block_on(script(&endpoint));
-            for (step, observation) in &observed {
-                eprintln!("proxy    {step}: {observation}");
-            }
-            observed
-        }
-        None => {
-            eprintln!("ROCKETMQ_ENDPOINT is not set: comparing with the recorded proxy answers");
-            RECORDED
-                .iter()
-                .map(|(s, o)| ((*s).to_owned(), (*o).to_owned()))
-                .collect()
-        }
-    };
-    // The emulator under virtual time: empty long polls take no real time.
+/// The script's answers from the emulator answering as `flavor`, under virtual time (empty long
+/// polls take no real time).
+fn emulated(flavor: Flavor) -> Vec<(String, String)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .unwrap();
-    let emulated = runtime.block_on(async {
-        let emulator = emulator().await;
+    runtime.block_on(async {
+        let emulator = emulator(flavor).await;
         let observed = script(&emulator.endpoint()).await;
         emulator.shutdown().await.unwrap();
         observed
+    })
+}
+
+/// The real proxy's answers when `ROCKETMQ_ENDPOINT` is set.
+fn from_the_proxy() -> Option<Vec<(String, String)>> {
+    let endpoint = std::env::var("ROCKETMQ_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let observed = runtime.block_on(script(&endpoint));
+    for (step, observation) in &observed {
+        eprintln!("proxy    {step}: {observation}");
+    }
+    Some(observed)
+}
+
+#[test]
+fn the_emulator_answers_the_script_as_the_proxy_does() {
+    let flavor = Flavor::of_endpoint();
+    let proxy = from_the_proxy().unwrap_or_else(|| {
+        eprintln!("ROCKETMQ_ENDPOINT is not set: comparing with the recorded proxy answers");
+        flavor.recorded()
     });
+    let emulated = emulated(flavor);
     for (step, observation) in &emulated {
         eprintln!("emulator {step}: {observation}");
     }
     let differences = differences(&proxy, &emulated);
     assert!(
         differences.is_empty(),
-        "the emulator answered {} of {} steps differently from the proxy:\n{}",
+        "the emulator ({flavor:?}) answered {} of {} steps differently from the proxy:\n{}",
         differences.len(),
         proxy.len(),
         differences.join("\n")
     );
 }
 
+/// The emulator answers as each recorded proxy flavor (5.3.3 in local and cluster mode, 5.5.0
+/// in cluster mode) without a broker.
+#[test]
+fn the_emulator_answers_as_every_recorded_proxy() {
+    for flavor in [Flavor::Local533, Flavor::Cluster533, Flavor::Cluster550] {
+        let differences = differences(&flavor.recorded(), &emulated(flavor));
+        assert!(
+            differences.is_empty(),
+            "the emulator answered as {flavor:?} differently from the recording:\n{}",
+            differences.join("\n")
+        );
+    }
+}
+
 #[test]
 fn the_recorded_answers_are_what_the_proxy_answers() {
-    let Some(endpoint) = std::env::var("ROCKETMQ_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-    else {
+    let Some(proxy) = from_the_proxy() else {
         eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let proxy = runtime.block_on(script(&endpoint));
-    let recorded: Vec<(String, String)> = RECORDED
-        .iter()
-        .map(|(s, o)| ((*s).to_owned(), (*o).to_owned()))
-        .collect();
-    let differences = differences(&proxy, &recorded);
+    let flavor = Flavor::of_endpoint();
+    let differences = differences(&proxy, &flavor.recorded());
     assert!(
         differences.is_empty(),
-        "the proxy no longer answers as recorded (update RECORDED):\n{}",
+        "the proxy ({flavor:?}) no longer answers as recorded (update RECORDED or Flavor::recorded):\n{}",
         differences.join("\n")
     );
 }

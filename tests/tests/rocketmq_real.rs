@@ -3,7 +3,7 @@
 //! Runs when `ROCKETMQ_ENDPOINT` is set (the script prints it); otherwise every test returns at
 //! once.
 
-use integration_tests::real_rocketmq::{endpoint, wait_for};
+use integration_tests::real_rocketmq::{broker_version, endpoint, wait_for};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -566,7 +566,8 @@ impl MessageHandler for Slow {
 /// A 30 s handler under the proxy's 20 s invisibility (as `scripts/brokers/rocketmq`
 /// configures it): with renewal (the default) the message is handled once and its ack
 /// accepted; without (`renewal(Duration::ZERO)`, as the official clients behave) the same
-/// message comes again to the same group while the first handler still runs. Two groups
+/// message comes again to the same group while the first handler still runs (on 5.3.3; a
+/// 5.5.0 proxy renews it itself). Two groups
 /// consume the same message side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_the_invisibility_gets_no_duplicate_with_renewal() {
@@ -605,12 +606,23 @@ async fn a_handler_slower_than_the_invisibility_gets_no_duplicate_with_renewal()
             .filter(|seen| **seen == id)
             .count()
     };
-    wait_for(
-        "the second delivery without renewal",
-        Duration::from_secs(90),
-        || starts(&plain_slow) >= 2,
-    )
-    .await;
+    if broker_version().starts_with("5.3") {
+        wait_for(
+            "the second delivery without renewal",
+            Duration::from_secs(90),
+            || starts(&plain_slow) >= 2,
+        )
+        .await;
+    } else {
+        // A 5.5.0 proxy renews a push consumer's receive itself (its `enableProxyAutoRenew`,
+        // which on 5.3.3 left the message to expire, in local and cluster mode alike): the
+        // consumer without renewal also handles the message once there.
+        wait_for("the ack without renewal", Duration::from_secs(90), || {
+            plain.stats().acked >= 1
+        })
+        .await;
+        assert_eq!(starts(&plain_slow), 1, "{:?}", plain.stats());
+    }
     wait_for("the renewed message's ack", Duration::from_secs(60), || {
         renewing.stats().acked >= 1
     })

@@ -4,6 +4,20 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// How the emulated proxy runs beside its broker (`ProxyStartup -pm local|cluster`): it
+/// changes the receipt of a batch send (seen on 5.3.3 and 5.5.0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProxyMode {
+    /// The broker runs in the proxy's process (the default): a batch's receipt is one entry
+    /// with a new id for the batch.
+    #[default]
+    Local,
+    /// The proxy reaches its brokers over remoting: a batch's receipt is one entry whose id is
+    /// the messages' own ids joined by commas, in order.
+    Cluster,
+}
+
 /// Proxy defaults from the reference (§4.4, §4.7) unless noted.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -59,6 +73,11 @@ pub(crate) struct Config {
     /// `maxDelayTimeMills` (1 day): the furthest delivery time ahead a send may ask for; zero
     /// means no limit.
     pub(crate) max_delay: Duration,
+    /// How the proxy hands a batch to its broker (local: in process, cluster: remoting).
+    pub(crate) proxy_mode: ProxyMode,
+    /// Whether the broker keeps each batch message's own id, tag and properties (5.5.0) or
+    /// gives them the first message's (5.3.3).
+    pub(crate) batch_messages_apart: bool,
 }
 
 impl Default for Config {
@@ -89,6 +108,8 @@ impl Default for Config {
             credentials: HashMap::new(),
             max_inbound_message_size: 130 * 1024 * 1024,
             max_delay: Duration::from_secs(24 * 3600),
+            proxy_mode: ProxyMode::Local,
+            batch_messages_apart: false,
         }
     }
 }

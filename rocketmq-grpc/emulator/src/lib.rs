@@ -167,6 +167,8 @@ pub use faults::{FaultConfig, ScriptedFailure};
 pub use service::SendRecord;
 pub use state::{MessageRecord, TopicKind};
 
+pub use config::ProxyMode;
+
 use config::Config;
 use service::{Service, Shared, Topic, stored_message};
 
@@ -410,6 +412,24 @@ impl EmulatorBuilder {
     #[must_use]
     pub fn batch_ack(mut self, on: bool) -> Self {
         self.config.batch_ack = on;
+        self
+    }
+
+    /// How the proxy runs beside its broker (default [`ProxyMode::Local`]); it decides the id
+    /// in a batch send's receipt.
+    #[must_use]
+    pub fn proxy_mode(mut self, mode: ProxyMode) -> Self {
+        self.config.proxy_mode = mode;
+        self
+    }
+
+    /// Whether the messages of a batch send keep their own ids, tags and user properties
+    /// (true: RocketMQ 5.5.0, where a consumer filtering on the second message's tag receives
+    /// it alone) or all take the first message's (false, the default: 5.3.3, in both proxy
+    /// modes). Bodies and keys are each message's own either way.
+    #[must_use]
+    pub fn batch_messages_apart(mut self, apart: bool) -> Self {
+        self.config.batch_messages_apart = apart;
         self
     }
 

@@ -24,7 +24,7 @@ use tonic::{Request, Response, Streaming};
 
 use super::auth;
 use super::clock::{Clock, duration_ms, ms_to_proto, proto_duration_ms};
-use super::config::Config;
+use super::config::{Config, ProxyMode};
 use super::counters::{Counters, Rpc, add, inc};
 use super::faults::{FaultConfig, FaultState, ScriptedFailure};
 use super::filter::Filter;
@@ -807,14 +807,18 @@ impl Service {
                 entries,
             });
         }
-        // The proxy hands a request of several messages to the broker as one batch message,
-        // which stores every message with the first one's id, tag and user properties (each
-        // keeps its own body and keys), and converts the one `SendResult` it gets back: one
-        // entry with a new id for the batch, the first message's id as transaction id and the
-        // first message's queue offset (seen on 5.3.3). A single message's entry carries its
-        // id as both.
+        // The proxy hands a request of several messages to the broker as one batch message.
+        // A 5.3.3 broker stores every message with the first one's id, tag and user
+        // properties (each keeps its own body and keys); a 5.5.0 broker keeps each message's
+        // own. The proxy converts the one `SendResult` it gets back into one entry: the first
+        // message's id as transaction id, the first message's queue offset, and as message id
+        // a new id for the batch (local mode) or the messages' ids joined by commas (cluster
+        // mode; seen on 5.3.3 and 5.5.0). A single message's entry carries its id as both.
         let batch = msgs.len() > 1;
-        if batch && let Some((first, rest)) = msgs.split_first_mut() {
+        if batch
+            && !cfg.batch_messages_apart
+            && let Some((first, rest)) = msgs.split_first_mut()
+        {
             for m in rest {
                 m.message_id.clone_from(&first.message_id);
                 m.tag.clone_from(&first.tag);
@@ -835,7 +839,9 @@ impl Service {
         };
         let entries = vec![pb::SendResultEntry {
             status: Some(ok()),
-            message_id: if batch {
+            message_id: if batch && cfg.proxy_mode == ProxyMode::Cluster {
+                ids.join(",")
+            } else if batch {
                 s.next_batch_id()
             } else {
                 ids[0].clone()

@@ -48,11 +48,20 @@ pub struct SendReceipt {
 /// What the proxy returned for a batch sent with [`Producer::send_batch`]: one receipt per
 /// message, in the order given.
 ///
-/// The 5.3.3 proxy hands a batch to the broker as one message and answers with one entry: a
-/// new id for the batch ([`batch_id`](Self::batch_id)), and the queue offset of the first
-/// message; the messages are stored at consecutive offsets of one queue. Consumers receive
-/// every message of the batch with the **first message's id**, so each receipt's
-/// [`SendReceipt::message_id`] is that id, and its offset the first's plus its position.
+/// The proxy hands a batch to its broker as one message and answers with one entry, holding
+/// the queue offset of the first message; the messages are stored at consecutive offsets of
+/// one queue, so each receipt's offset is the first's plus its position. What the entry's id
+/// ([`batch_id`](Self::batch_id)) is, and which id consumers see, depends on the proxy:
+///
+/// | proxy | entry id | consumers see each message with | [`SendReceipt::message_id`] |
+/// |---|---|---|---|
+/// | 5.3.3, local mode | a new id for the batch | the first message's id, tag and properties | the first message's id |
+/// | 5.3.3, cluster mode | the messages' ids joined by commas | the first message's id, tag and properties | the message's own id |
+/// | 5.5.0, cluster mode | the messages' ids joined by commas | its own id, tag and properties | the message's own id |
+///
+/// So a receipt names the id consumers see except on a 5.3.3 proxy in cluster mode, whose
+/// answer names ids its broker then does not keep. [`Producer::send_batch`] refuses messages
+/// whose tag or properties differ, so consumers see the same tag and properties everywhere.
 ///
 /// ```
 /// # fn demo(receipt: rocketmq_grpc::BatchReceipt) {
@@ -437,8 +446,12 @@ impl Producer {
         let ids: Vec<String> = messages.iter().map(|_| new_message_id()).collect();
         let sent = self.send_request(&messages, &ids, false).await?;
         let first_id = ids.first().cloned().unwrap_or_default();
-        // A proxy whose broker stored each message on its own names them all, in order.
-        let stored_apart = sent.receipt.message_id.split(',').eq(ids.iter().map(String::as_str));
+        // A cluster-mode proxy names every message of the batch, in order.
+        let stored_apart = sent
+            .receipt
+            .message_id
+            .split(',')
+            .eq(ids.iter().map(String::as_str));
         let receipts = ids
             .iter()
             .enumerate()

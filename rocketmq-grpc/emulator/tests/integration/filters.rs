@@ -78,6 +78,45 @@ async fn a_batch_gets_one_receipt_per_message_and_consumers_see_the_first_id() {
     consumer.close(Duration::from_secs(5)).await;
 }
 
+/// A cluster-mode proxy names each message of a batch in its answer; the receipts carry those
+/// ids. On 5.5.0 consumers see them too; on 5.3.3 (`batch_messages_apart(false)`) the broker
+/// still delivers every message with the first's id.
+#[tokio::test(start_paused = true)]
+async fn a_cluster_mode_proxy_gives_each_message_of_a_batch_its_own_receipt_id() {
+    for apart in [true, false] {
+        let emulator = rocketmq_grpc_emulator::Emulator::builder()
+            .group(GROUP, false)
+            .topic("orders", rocketmq_grpc_emulator::TopicKind::Normal, 4)
+            .proxy_mode(rocketmq_grpc_emulator::ProxyMode::Cluster)
+            .batch_messages_apart(apart)
+            .start()
+            .await
+            .expect("the emulator starts");
+        let producer = producer(&emulator);
+        let batch = (0..3)
+            .map(|i| OutgoingMessage::new("orders", format!("b{i}")).tag("t"))
+            .collect();
+        let receipt = producer.send_batch(batch).await.expect("the batch is sent");
+        let ids: Vec<String> = receipt
+            .receipts()
+            .iter()
+            .map(|r| r.message_id.clone())
+            .collect();
+        assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), 3, "{ids:?}");
+        assert_eq!(receipt.batch_id(), ids.join(","));
+
+        let consumer = consumer(&emulator, FilterExpression::all()).await;
+        let received = drain(&consumer).await.unwrap();
+        let seen: Vec<String> = received.iter().map(|m| m.message_id.clone()).collect();
+        if apart {
+            assert_eq!(seen, ids);
+        } else {
+            assert_eq!(seen, vec![ids[0].clone(); 3]);
+        }
+        consumer.close(Duration::from_secs(5)).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn batches_the_proxy_would_change_are_refused_before_sending() {
     let emulator = support::emulator(&["orders"]).await;
