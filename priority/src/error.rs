@@ -156,11 +156,16 @@ pub enum Error {
         reason: String,
     },
 
-    /// The growth hold's longest time must be positive.
-    #[error("the growth hold must last longer than zero, got {max:?}: use None to turn it off")]
+    /// [`crate::GateConfig::growth_hold`] must be longer than zero and at most
+    /// [`crate::MAX_GROWTH_HOLD`].
+    #[error(
+        "growth_hold must last longer than zero and at most {limit:?}, got {max:?}: give a hold in that range, or None to turn it off"
+    )]
     InvalidGrowthHold {
         /// The longest hold given.
         max: Duration,
+        /// The longest hold accepted ([`crate::MAX_GROWTH_HOLD`]).
+        limit: Duration,
     },
 
     /// The aging bound must be positive.

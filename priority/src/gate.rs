@@ -84,7 +84,9 @@ pub struct GateConfig {
     /// every producer switched to the new layout before the consumer saw the growth**; a
     /// producer that refreshes its partition count later keeps sending moved keys to the old
     /// partitions after the drain point, and those messages can come after newer ones. The
-    /// cost: the new partitions add no throughput until the hold ends.
+    /// cost: the new partitions add no throughput until the hold ends. `max` must be longer
+    /// than zero and at most [`MAX_GROWTH_HOLD`] (one day); [`Gate::new`] refuses others
+    /// with [`Error::InvalidGrowthHold`].
     pub growth_hold: Option<Duration>,
     /// **Cold start** (default 1 s at most): after the gate's first event, under
     /// [`Strategy::Strict`] and [`Strategy::StrictAging`] (there at most half its `max_wait`;
@@ -107,6 +109,19 @@ pub struct GateConfig {
     /// rounded down (default 0.25). The gap between the two is the hysteresis that stops
     /// pause/resume from flapping.
     pub low_watermark: f64,
+}
+
+impl GateConfig {
+    /// Checks the settings against `policy`, as [`Gate::new`] does before it lays out the
+    /// partitions, so that an adapter can refuse bad settings before it reads the topic's
+    /// partition count.
+    ///
+    /// # Errors
+    /// [`Error::InvalidWatermarks`], [`Error::InvalidShares`], [`Error::InvalidGrowthHold`],
+    /// [`Error::InvalidMaxWait`] or [`Error::InvalidQueueSize`], naming what is wrong.
+    pub fn validate(&self, policy: &PriorityPolicy) -> Result<(), Error> {
+        validate(policy, self).map(|_| ())
+    }
 }
 
 impl Default for GateConfig {
@@ -228,6 +243,24 @@ enum Mode {
     },
 }
 
+/// The longest [`GateConfig::growth_hold`] a gate accepts: one day. A hold ends earlier once
+/// the old partitions have drained; a deadline further out would only keep new partitions
+/// idle, and would overflow the platform's `Instant` for values near `Duration::MAX`.
+pub const MAX_GROWTH_HOLD: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `now + by`, saturating: when the platform's `Instant` cannot reach that far, the furthest
+/// instant it reaches on the way (within a factor of two). Never panics.
+fn later_by(now: Instant, by: Duration) -> Instant {
+    let mut by = by;
+    loop {
+        // Terminates: `now + 0` is always representable.
+        if let Some(later) = now.checked_add(by) {
+            return later;
+        }
+        by /= 2;
+    }
+}
+
 /// Passes are renormalised before they can overflow.
 const PASS_LIMIT: u64 = 1 << 62;
 /// Stride of a level with delivery share 1.
@@ -302,8 +335,13 @@ fn validate(
         Strategy::DeliveryShares(w) => crate::layout::check_shares("delivery", w, levels)?,
         _ => vec![1; levels],
     };
-    if let Some(max) = config.growth_hold.filter(Duration::is_zero) {
-        return Err(Error::InvalidGrowthHold { max });
+    if let Some(max) = config.growth_hold
+        && (max.is_zero() || max > MAX_GROWTH_HOLD)
+    {
+        return Err(Error::InvalidGrowthHold {
+            max,
+            limit: MAX_GROWTH_HOLD,
+        });
     }
     let mode = match config.strategy {
         Strategy::Strict => Mode::Strict,
@@ -356,6 +394,9 @@ fn validate(
 impl Gate {
     /// A gate for a consumer of `partitions` partitions laid out by `spec`. Every partition
     /// starts resumed and empty; nothing is called on a control until the first event.
+    ///
+    /// # Errors
+    /// The errors of [`GateConfig::validate`], then those of [`LayoutSpec::layout`].
     pub fn new(
         policy: PriorityPolicy,
         spec: LayoutSpec,
@@ -897,7 +938,7 @@ impl Gate {
         let layout = self.spec.layout(&self.policy, partitions)?;
         let mut old = std::mem::take(&mut self.parts);
         if let Some(max) = self.config.growth_hold {
-            self.start_holds(&layout, &mut old, now + max, told);
+            self.start_holds(&layout, &mut old, later_by(now, max), told);
         }
         self.install(layout, &old);
         if self.config.growth_hold.is_some() {
@@ -1421,6 +1462,52 @@ mod tests {
         // Shrinking below the explicit partition is refused and nothing changes.
         assert!(g.set_partitions(0, t, &mut c).is_err());
         assert_eq!(g.partitions(), 4);
+    }
+
+    #[test]
+    fn growth_hold_beyond_a_day_is_refused_and_a_growth_never_overflows_its_deadline() {
+        // Regression: `growth_hold: Some(Duration::MAX)` was accepted, then the first growth
+        // panicked ("overflow when adding duration to instant").
+        let policy = PriorityPolicy::new(2).unwrap();
+        let spec = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
+        let config = |hold| GateConfig {
+            growth_hold: Some(hold),
+            cold_start: None,
+            ..GateConfig::default()
+        };
+        for hold in [
+            Duration::MAX,
+            Duration::from_secs(u64::MAX),
+            MAX_GROWTH_HOLD + Duration::from_nanos(1),
+            Duration::ZERO,
+        ] {
+            let e = Gate::new(policy.clone(), spec.clone(), 2, config(hold)).unwrap_err();
+            assert_eq!(
+                e,
+                Error::InvalidGrowthHold {
+                    max: hold,
+                    limit: MAX_GROWTH_HOLD
+                }
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("growth_hold") && text.contains("86400s"),
+                "{text}"
+            );
+            assert_eq!(config(hold).validate(&policy), Err(e));
+        }
+        // The longest hold accepted holds the new partitions.
+        let mut g = Gate::new(policy, spec, 2, config(MAX_GROWTH_HOLD)).unwrap();
+        let mut c = RecordingControl::new();
+        let t = Instant::now();
+        g.on_arrival(1, None, t, &mut c).unwrap();
+        g.set_partitions(4, t, &mut c).unwrap();
+        assert_eq!(g.stats().levels[1].held, 2);
+        // Whatever the hold, a growth cannot panic: its deadline saturates.
+        g.config.growth_hold = Some(Duration::MAX);
+        g.set_partitions(6, t, &mut c).unwrap();
+        assert_eq!(g.partitions(), 6);
+        assert!(later_by(t, Duration::MAX) >= t + MAX_GROWTH_HOLD);
     }
 
     #[test]
