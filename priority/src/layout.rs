@@ -21,7 +21,7 @@
 //!   `{1, 5, 8}`, level 2 `{2}`; growing to 16 adds 10, 12, 13, 15 to level 0 and 11, 14 to
 //!   level 1.
 
-use crate::{Error, Level, PriorityPolicy};
+use crate::{Error, Level, MAX_LEVELS, PriorityPolicy};
 
 /// The largest share accepted (keeps the arithmetic of shares and strides exact).
 pub const MAX_SHARE: u32 = 1 << 16;
@@ -258,8 +258,27 @@ pub struct PartitionLayout {
 impl PartitionLayout {
     /// A layout from each partition's level (index = partition). Every level in `0..levels`
     /// needs at least one partition.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLevelCount`] unless `levels` is in `1..=`[`crate::MAX_LEVELS`];
+    /// [`Error::TooManyPartitions`] for more than [`MAX_PARTITIONS`] partitions (a count
+    /// beyond `u32::MAX` is reported as `u32::MAX`); [`Error::LevelOutOfRange`] for a
+    /// partition whose level is not below `levels`; [`Error::EmptyLevel`] for a level without
+    /// a partition. The bounds are checked before anything is allocated.
     pub fn from_levels(levels: usize, level_of: Vec<Level>) -> Result<PartitionLayout, Error> {
+        if !(1..=MAX_LEVELS).contains(&levels) {
+            return Err(Error::InvalidLevelCount {
+                levels,
+                max: MAX_LEVELS,
+            });
+        }
         let partitions = u32::try_from(level_of.len()).unwrap_or(u32::MAX);
+        if partitions > MAX_PARTITIONS {
+            return Err(Error::TooManyPartitions {
+                partitions,
+                max: MAX_PARTITIONS,
+            });
+        }
         let mut partitions_of = vec![Vec::new(); levels];
         for (p, level) in level_of.iter().enumerate() {
             let Some(set) = partitions_of.get_mut(level.index()) else {
@@ -384,6 +403,46 @@ mod tests {
             LayoutSpec::even(&p).layout(&p, 1),
             Err(Error::TooFewPartitions { .. })
         ));
+    }
+
+    #[test]
+    fn from_levels_refuses_level_and_partition_counts_out_of_bounds_before_allocating() {
+        // Regression: `from_levels(usize::MAX, ..)` panicked (capacity overflow) and
+        // `from_levels(1 << 32, ..)` asked for 96 GiB and aborted the process. Keep the
+        // usize::MAX case first: without the bound it panics before the larger allocation.
+        let one = vec![Level::new(0)];
+        for levels in [usize::MAX, 1 << 32, MAX_LEVELS + 1, 0] {
+            let e = PartitionLayout::from_levels(levels, one.clone()).unwrap_err();
+            assert_eq!(
+                e,
+                Error::InvalidLevelCount {
+                    levels,
+                    max: MAX_LEVELS
+                }
+            );
+            assert!(e.to_string().contains("between 1 and 32 levels"), "{e}");
+        }
+        let too_many = vec![Level::new(0); MAX_PARTITIONS as usize + 1];
+        assert_eq!(
+            PartitionLayout::from_levels(1, too_many).unwrap_err(),
+            Error::TooManyPartitions {
+                partitions: MAX_PARTITIONS + 1,
+                max: MAX_PARTITIONS
+            }
+        );
+        // The bounds themselves are accepted.
+        let most = vec![Level::new(0); MAX_PARTITIONS as usize];
+        assert_eq!(
+            PartitionLayout::from_levels(1, most).unwrap().partitions(),
+            MAX_PARTITIONS
+        );
+        let all: Vec<Level> = (0..MAX_LEVELS as u8).map(Level::new).collect();
+        assert_eq!(
+            PartitionLayout::from_levels(MAX_LEVELS, all)
+                .unwrap()
+                .levels(),
+            MAX_LEVELS
+        );
     }
 
     #[test]
