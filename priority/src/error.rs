@@ -61,14 +61,15 @@ pub enum Error {
         max: u32,
     },
 
-    /// A gate was asked to follow a topic to fewer partitions. A Pulsar topic's partition
-    /// count never shrinks, and the gate would forget the messages buffered on the partitions
-    /// that went away, so it refuses and keeps its state.
+    /// A gate or a router was asked to follow a topic to fewer partitions. A Pulsar topic's
+    /// partition count never shrinks: a smaller count is a stale or wrong read. The gate would
+    /// forget the messages buffered on the partitions that went away, and the router would
+    /// move keys to other partitions, so both refuse and keep their state.
     #[error(
-        "the partition count cannot go down from {from} to {to}: partitioned topics never shrink, and the messages buffered on partitions {to}..{from} would be lost; check the partition count the client read, or create a new consumer"
+        "the partition count cannot go down from {from} to {to}: partitioned topics never shrink, and the messages buffered or routed on partitions {to}..{from} would be lost or moved; check the partition count the client read, or create a new consumer or producer"
     )]
     PartitionsShrunk {
-        /// The gate's partition count.
+        /// The gate's or router's partition count.
         from: u32,
         /// The smaller count asked for.
         to: u32,
