@@ -146,9 +146,10 @@ pub struct LevelStats {
     pub level: Level,
     /// Its partitions.
     pub partitions: usize,
-    /// Messages buffered (arrived, not yet delivered).
+    /// Messages buffered (arrived, not yet delivered), saturating at `u64::MAX`.
     pub buffered: u64,
-    /// Known backlog at the broker (partitions with an unknown backlog count 0).
+    /// Known backlog at the broker (partitions with an unknown backlog count 0), saturating
+    /// at `u64::MAX`.
     pub backlog: u64,
     /// Whether the level is under pressure (above its high watermark, not yet relieved).
     pub pressured: bool,
@@ -231,6 +232,14 @@ struct LevelState {
     acked: u64,
     nacked: u64,
     mismatches: u64,
+}
+
+impl LevelState {
+    /// Whether a sum over the level's partitions reached `u64::MAX` (it may then be below the
+    /// exact sum, so it is recomputed instead of decremented: [`Gate::resum`]).
+    fn saturated(&self) -> bool {
+        [self.buffered, self.held_buffered, self.backlog].contains(&u64::MAX)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -477,13 +486,13 @@ impl Gate {
                 .unwrap_or(0);
             let buffered = carried.map_or(0, |c| c.buffered);
             let backlog = carried.and_then(|c| c.backlog);
-            lv.buffered += buffered;
+            lv.buffered = lv.buffered.saturating_add(buffered);
             let held = carried.is_some_and(|c| c.held);
             if held {
-                lv.held_buffered += buffered;
+                lv.held_buffered = lv.held_buffered.saturating_add(buffered);
             }
             match backlog {
-                Some(b) => lv.backlog += b,
+                Some(b) => lv.backlog = lv.backlog.saturating_add(b),
                 None => lv.unknown_backlog += 1,
             }
             parts.push(Part {
@@ -622,7 +631,7 @@ impl Gate {
     /// level its priority property names, if the adapter read it (a cross-check only: the
     /// partition decides the level; a difference is counted in [`LevelStats::mismatches`]).
     /// A redelivered message is an arrival on its partition and keeps that partition's level.
-    /// Returns the message's level.
+    /// Returns the message's level. Buffered counts saturate at `u64::MAX` (never wrap).
     pub fn on_arrival(
         &mut self,
         partition: u32,
@@ -632,22 +641,25 @@ impl Gate {
     ) -> Result<Level, Error> {
         let i = self.part_index(partition)?;
         let part = &mut self.parts[i];
-        part.buffered += 1;
+        part.buffered = part.buffered.saturating_add(1);
         let level = part.level;
+        let saturated = self.levels[usize::from(level)].saturated();
         if part.held {
-            self.levels[usize::from(level)].held_buffered += 1;
+            let lv = &mut self.levels[usize::from(level)];
+            lv.held_buffered = lv.held_buffered.saturating_add(1);
         }
         if let Some(b) = part.backlog.as_mut()
             && *b > 0
         {
             *b -= 1;
-            self.levels[usize::from(level)].backlog -= 1;
+            let lv = &mut self.levels[usize::from(level)];
+            lv.backlog = lv.backlog.saturating_sub(1);
         }
         if self.levels[usize::from(level)].buffered == 0 {
             self.join(usize::from(level));
         }
         let lv = &mut self.levels[usize::from(level)];
-        lv.buffered += 1;
+        lv.buffered = lv.buffered.saturating_add(1);
         lv.arrivals += 1;
         if claimed.is_some_and(|c| c.get() != level) {
             lv.mismatches += 1;
@@ -655,8 +667,31 @@ impl Gate {
         if lv.waiting_since.is_none() {
             lv.waiting_since = Some(now);
         }
+        if saturated {
+            self.resum(usize::from(level));
+        }
         self.refresh(now, control);
         Ok(Level::new(level))
+    }
+
+    /// Recomputes `level`'s buffered, held and backlog sums from its partitions, saturating at
+    /// `u64::MAX`. Called after an update of a level whose sum was saturated: a saturated sum
+    /// cannot be decremented exactly, every other one can.
+    fn resum(&mut self, level: usize) {
+        let (mut buffered, mut held, mut backlog) = (0u64, 0u64, 0u64);
+        for &p in &self.levels[level].partitions {
+            if let Some(part) = self.parts.get(p as usize) {
+                buffered = buffered.saturating_add(part.buffered);
+                if part.held {
+                    held = held.saturating_add(part.buffered);
+                }
+                backlog = backlog.saturating_add(part.backlog.unwrap_or(0));
+            }
+        }
+        let lv = &mut self.levels[level];
+        lv.buffered = buffered;
+        lv.held_buffered = held;
+        lv.backlog = backlog;
     }
 
     /// A level that had nothing buffered joins the delivery-share round at the smallest pass of the
@@ -738,9 +773,11 @@ impl Gate {
             part.drain_until_empty = false;
         }
         let slot = part.slot as usize;
-        let lv = &mut self.levels[usize::from(part.level)];
+        let level = usize::from(part.level);
+        let lv = &mut self.levels[level];
+        let saturated = lv.saturated();
         if had {
-            lv.buffered -= 1;
+            lv.buffered = lv.buffered.saturating_sub(1);
             if part.held {
                 lv.held_buffered = lv.held_buffered.saturating_sub(1);
             }
@@ -757,6 +794,9 @@ impl Gate {
             }
             self.vtime = 0;
         }
+        if saturated {
+            self.resum(level);
+        }
         self.refresh(now, control);
         Ok(())
     }
@@ -771,6 +811,10 @@ impl Gate {
 
     /// Sets `partition`'s buffered count (for clients that expose their queue sizes instead
     /// of arrival hooks).
+    ///
+    /// Any count is accepted; counts **saturate** at `u64::MAX` and never wrap: a partition
+    /// set to `u64::MAX` stays there on later arrivals, and a level whose partitions hold more
+    /// than `u64::MAX` in all counts `u64::MAX` (see [`LevelStats::buffered`]).
     pub fn set_buffered(
         &mut self,
         partition: u32,
@@ -785,13 +829,23 @@ impl Gate {
         }
         let part = &mut self.parts[i];
         let lv = &mut self.levels[level];
-        lv.buffered = lv.buffered.saturating_sub(part.buffered) + buffered;
+        let saturated = lv.saturated();
+        lv.buffered = lv
+            .buffered
+            .saturating_sub(part.buffered)
+            .saturating_add(buffered);
         if part.held {
-            lv.held_buffered = lv.held_buffered.saturating_sub(part.buffered) + buffered;
+            lv.held_buffered = lv
+                .held_buffered
+                .saturating_sub(part.buffered)
+                .saturating_add(buffered);
         }
         part.buffered = buffered;
         if lv.buffered > 0 && lv.waiting_since.is_none() {
             lv.waiting_since = Some(now);
+        }
+        if saturated {
+            self.resum(level);
         }
         self.refresh(now, control);
         Ok(())
@@ -800,7 +854,7 @@ impl Gate {
     /// Sets `partition`'s backlog: messages at the broker not yet dispatched to this consumer
     /// (`None` = unknown). Do not count delivered-but-unacknowledged messages, or a consumer
     /// that never acks would look permanently backlogged. Each later arrival on the partition
-    /// takes one off a known backlog.
+    /// takes one off a known backlog. A level's backlog saturates at `u64::MAX` (never wraps).
     pub fn set_backlog(
         &mut self,
         partition: u32,
@@ -810,16 +864,21 @@ impl Gate {
     ) -> Result<(), Error> {
         let i = self.part_index(partition)?;
         let part = &mut self.parts[i];
-        let lv = &mut self.levels[usize::from(part.level)];
+        let level = usize::from(part.level);
+        let lv = &mut self.levels[level];
+        let saturated = lv.saturated();
         match part.backlog {
-            Some(b) => lv.backlog -= b,
+            Some(b) => lv.backlog = lv.backlog.saturating_sub(b),
             None => lv.unknown_backlog -= 1,
         }
         match backlog {
-            Some(b) => lv.backlog += b,
+            Some(b) => lv.backlog = lv.backlog.saturating_add(b),
             None => lv.unknown_backlog += 1,
         }
         part.backlog = backlog;
+        if saturated {
+            self.resum(level);
+        }
         self.refresh(now, control);
         Ok(())
     }
@@ -1508,6 +1567,40 @@ mod tests {
         g.set_partitions(6, t, &mut c).unwrap();
         assert_eq!(g.partitions(), 6);
         assert!(later_by(t, Duration::MAX) >= t + MAX_GROWTH_HOLD);
+    }
+
+    #[test]
+    fn buffered_and_backlog_counts_saturate_instead_of_wrapping() {
+        // Regression: set_buffered(u64::MAX) then an arrival wrapped the count to 0 in release
+        // builds (and overflowed in debug builds).
+        let mut g = gate(Strategy::Strict, 10);
+        let mut c = RecordingControl::new();
+        let t = Instant::now();
+        g.set_buffered(0, u64::MAX, t, &mut c).unwrap();
+        g.on_arrival(0, None, t, &mut c).unwrap();
+        assert_eq!(g.buffered(0), Some(u64::MAX));
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        // A second partition of the level: the level's sum saturates too.
+        g.on_arrival(1, None, t, &mut c).unwrap();
+        g.set_buffered(1, u64::MAX, t, &mut c).unwrap();
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        assert!(c.is_paused(2) && c.is_paused(3));
+        assert_eq!(g.poll(t, &mut c), Some(0));
+        assert_eq!(g.buffered(0), Some(u64::MAX - 1));
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        // Backlogs of a level's partitions add up without wrapping either.
+        g.set_backlog(2, Some(u64::MAX), t, &mut c).unwrap();
+        g.set_backlog(3, Some(u64::MAX), t, &mut c).unwrap();
+        assert_eq!(g.stats().levels[1].backlog, u64::MAX);
+        g.on_arrival(2, None, t, &mut c).unwrap();
+        g.set_backlog(3, None, t, &mut c).unwrap();
+        // A saturated sum is recomputed, not decremented: partition 2's backlog remains.
+        assert_eq!(g.stats().levels[1].backlog, u64::MAX - 1);
+        g.set_buffered(0, 0, t, &mut c).unwrap();
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        g.set_buffered(1, 0, t, &mut c).unwrap();
+        assert_eq!(g.buffered_at(Level::new(0)), 0);
+        assert_eq!(g.poll(t, &mut c), Some(2));
     }
 
     #[test]
