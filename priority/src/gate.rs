@@ -54,7 +54,7 @@ pub enum QueueSizing {
     /// Every partition gets `receiver_queue_size`.
     Uniform,
     /// Level 0 gets `receiver_queue_size`, each next level half of the previous one, never
-    /// less than `min_queue_size`. A paused partition can still receive what the broker
+    /// less than `min_queue_size` (which must not be above `receiver_queue_size`). A paused partition can still receive what the broker
     /// already has permits for, so smaller windows for lower levels bound how many lower-level
     /// messages can sit ahead of a high one.
     Halving,
@@ -71,7 +71,10 @@ pub struct GateConfig {
     pub receiver_queue_size: u32,
     /// How the lower levels' queues are sized (default [`QueueSizing::Halving`]).
     pub queue_sizing: QueueSizing,
-    /// The smallest queue [`QueueSizing::Halving`] gives (default 10).
+    /// The smallest queue [`QueueSizing::Halving`] gives (default 10). Under
+    /// [`QueueSizing::Halving`] it must be in `1..=receiver_queue_size` ([`Gate::new`] refuses
+    /// others with [`Error::InvalidQueueSize`], naming both values): with a receiver queue
+    /// below 10, lower it too. The other sizings do not read it.
     pub min_queue_size: u32,
     /// **Key order across a growth the gate observes** (default `None`: off). With
     /// `Some(max)`, when [`Gate::set_partitions`] adds partitions to a level, the new ones are
@@ -374,15 +377,26 @@ fn validate(
     let queues = match &config.queue_sizing {
         QueueSizing::Uniform => vec![base; levels],
         QueueSizing::Halving => {
-            if config.min_queue_size == 0 {
+            let min = config.min_queue_size;
+            if min == 0 {
                 return Err(Error::InvalidQueueSize {
                     reason: "min_queue_size must be at least 1".into(),
+                });
+            }
+            if min > base {
+                return Err(Error::InvalidQueueSize {
+                    reason: format!(
+                        "min_queue_size {min} is above receiver_queue_size {base}, and \
+                         QueueSizing::Halving never gives a level a larger queue than level \
+                         0's: set min_queue_size to at most {base} (or raise \
+                         receiver_queue_size, or use QueueSizing::Uniform)"
+                    ),
                 });
             }
             (0..levels)
                 .map(|i| {
                     let halved = base.checked_shr(i as u32).unwrap_or(0);
-                    halved.max(config.min_queue_size.min(base))
+                    halved.max(min)
                 })
                 .collect()
         }
@@ -1493,6 +1507,7 @@ mod tests {
         let config = GateConfig {
             strategy: Strategy::Strict,
             receiver_queue_size: 2,
+            min_queue_size: 2,
             cold_start: None,
             ..GateConfig::default()
         };
@@ -1601,6 +1616,50 @@ mod tests {
         g.set_buffered(1, 0, t, &mut c).unwrap();
         assert_eq!(g.buffered_at(Level::new(0)), 0);
         assert_eq!(g.poll(t, &mut c), Some(2));
+    }
+
+    #[test]
+    fn min_queue_size_above_the_receiver_queue_is_refused_not_capped() {
+        // Regression: min_queue_size 50 with a receiver queue of 20 was silently capped to 20.
+        let policy = PriorityPolicy::new(3).unwrap();
+        let spec = LayoutSpec::even(&policy);
+        let config = |receiver_queue_size, min_queue_size, queue_sizing| GateConfig {
+            receiver_queue_size,
+            min_queue_size,
+            queue_sizing,
+            cold_start: None,
+            ..GateConfig::default()
+        };
+        let e = Gate::new(
+            policy.clone(),
+            spec.clone(),
+            3,
+            config(20, 50, QueueSizing::Halving),
+        )
+        .unwrap_err();
+        let Error::InvalidQueueSize { reason } = &e else {
+            panic!("{e:?}");
+        };
+        assert!(
+            reason.contains("min_queue_size 50") && reason.contains("receiver_queue_size 20"),
+            "{reason}"
+        );
+        assert!(e.to_string().contains("at most 20"), "{e}");
+        assert_eq!(
+            config(20, 50, QueueSizing::Halving).validate(&policy),
+            Err(e)
+        );
+        // Equal is fine, and the other sizings do not read min_queue_size.
+        let g = Gate::new(
+            policy.clone(),
+            spec.clone(),
+            3,
+            config(20, 20, QueueSizing::Halving),
+        )
+        .unwrap();
+        assert_eq!(g.queue_size_of(Level::new(2)), Some(20));
+        let g = Gate::new(policy, spec, 3, config(20, 50, QueueSizing::Uniform)).unwrap();
+        assert_eq!(g.queue_size_of(Level::new(2)), Some(20));
     }
 
     #[test]

@@ -244,7 +244,12 @@ proptest! {
         events in proptest::collection::vec(event(), 1..300),
     ) {
         let policy = PriorityPolicy::new(levels).unwrap();
-        let config = GateConfig { strategy, receiver_queue_size: queue, ..GateConfig::default() };
+        let config = GateConfig {
+            strategy,
+            receiver_queue_size: queue,
+            min_queue_size: queue.min(10),
+            ..GateConfig::default()
+        };
         let n = levels as u32 + extra;
         let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), n, config).unwrap();
         let mut control = RecordingControl::new();
