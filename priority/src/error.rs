@@ -118,6 +118,16 @@ pub enum Error {
         second: u8,
     },
 
+    /// An explicit layout gives one level two sets of partitions. They are not merged: the
+    /// second set is more likely a typo for another level than a continuation.
+    #[error(
+        "level {level} is given two partition sets in the explicit layout: give each level one set (join the two lists, or correct the level of the second)"
+    )]
+    DuplicateLevel {
+        /// The level listed twice.
+        level: u8,
+    },
+
     /// An explicit layout leaves partitions without a level and does not say where they go.
     #[error(
         "partitions {missing:?} of {partitions} are in no level: list them, or assign unlisted partitions to a level (Unlisted::DefaultLevel or Unlisted::Level)"

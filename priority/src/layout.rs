@@ -52,7 +52,9 @@ pub enum Unlisted {
 pub enum LayoutSpec {
     /// Explicit partition sets per level (the published design's map priority → partitions).
     Explicit {
-        /// `(level, partitions)` pairs; a level may appear at most once per partition.
+        /// `(level, partitions)` pairs: each level at most once ([`Error::DuplicateLevel`]
+        /// otherwise), each partition in at most one set and at most once
+        /// ([`Error::OverlappingPartition`] otherwise).
         sets: Vec<(Level, Vec<u32>)>,
         /// Where partitions that no set lists go.
         unlisted: Unlisted,
@@ -98,12 +100,25 @@ impl LayoutSpec {
 
     /// Checks the specification against `policy` without a partition count (what can be
     /// checked before the topic's metadata is known).
+    ///
+    /// # Errors
+    /// [`Error::InvalidShares`] for shares that are not one per level in `1..=`[`MAX_SHARE`];
+    /// [`Error::LevelOutOfRange`] for an explicit set or [`Unlisted::Level`] naming a level
+    /// the policy does not have; [`Error::DuplicateLevel`] for a level given two sets.
     pub fn validate(&self, policy: &PriorityPolicy) -> Result<(), Error> {
         match self {
             LayoutSpec::Shares(w) => check_shares("partition", w, policy.levels()).map(|_| ()),
             LayoutSpec::Explicit { sets, unlisted } => {
+                let mut seen = [false; MAX_LEVELS];
                 for (level, _) in sets {
                     policy.level(u32::from(level.get()))?;
+                    // The level is below the policy's count, so below MAX_LEVELS.
+                    if let Some(slot) = seen.get_mut(level.index()) {
+                        if *slot {
+                            return Err(Error::DuplicateLevel { level: level.get() });
+                        }
+                        *slot = true;
+                    }
                 }
                 if let Unlisted::Level(level) = unlisted {
                     policy.level(u32::from(level.get()))?;
@@ -442,6 +457,38 @@ mod tests {
                 .unwrap()
                 .levels(),
             MAX_LEVELS
+        );
+    }
+
+    #[test]
+    fn an_explicit_layout_listing_a_level_twice_is_refused() {
+        // Regression: the two sets of level 0 were merged silently.
+        let p = policy(2);
+        let spec = LayoutSpec::explicit([
+            (Level::new(0), vec![0]),
+            (Level::new(1), vec![1]),
+            (Level::new(0), vec![2]),
+        ]);
+        let e = spec.validate(&p).unwrap_err();
+        assert_eq!(e, Error::DuplicateLevel { level: 0 });
+        assert!(e.to_string().contains("level 0"), "{e}");
+        assert_eq!(spec.layout(&p, 3), Err(e));
+        // Also with the unlisted partitions assigned, and with an empty second set.
+        let spec = LayoutSpec::explicit_with(
+            [(Level::new(1), vec![1]), (Level::new(1), vec![])],
+            Unlisted::DefaultLevel,
+        );
+        assert_eq!(spec.layout(&p, 3), Err(Error::DuplicateLevel { level: 1 }));
+        // A level given once, and named again as where unlisted partitions go, is fine.
+        let spec =
+            LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::Level(Level::new(0)));
+        assert_eq!(spec.validate(&p), Ok(()));
+        assert_eq!(
+            spec.layout(&p, 2),
+            Err(Error::EmptyLevel {
+                level: 1,
+                partitions: 2
+            })
         );
     }
 
