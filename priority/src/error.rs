@@ -61,14 +61,15 @@ pub enum Error {
         max: u32,
     },
 
-    /// A gate was asked to follow a topic to fewer partitions. A Pulsar topic's partition
-    /// count never shrinks, and the gate would forget the messages buffered on the partitions
-    /// that went away, so it refuses and keeps its state.
+    /// A gate or a router was asked to follow a topic to fewer partitions. A Pulsar topic's
+    /// partition count never shrinks: a smaller count is a stale or wrong read. The gate would
+    /// forget the messages buffered on the partitions that went away, and the router would
+    /// move keys to other partitions, so both refuse and keep their state.
     #[error(
-        "the partition count cannot go down from {from} to {to}: partitioned topics never shrink, and the messages buffered on partitions {to}..{from} would be lost; check the partition count the client read, or create a new consumer"
+        "the partition count cannot go down from {from} to {to}: partitioned topics never shrink, and the messages buffered or routed on partitions {to}..{from} would be lost or moved; check the partition count the client read, or create a new consumer or producer"
     )]
     PartitionsShrunk {
-        /// The gate's partition count.
+        /// The gate's or router's partition count.
         from: u32,
         /// The smaller count asked for.
         to: u32,
@@ -117,6 +118,16 @@ pub enum Error {
         second: u8,
     },
 
+    /// An explicit layout gives one level two sets of partitions. They are not merged: the
+    /// second set is more likely a typo for another level than a continuation.
+    #[error(
+        "level {level} is given two partition sets in the explicit layout: give each level one set (join the two lists, or correct the level of the second)"
+    )]
+    DuplicateLevel {
+        /// The level listed twice.
+        level: u8,
+    },
+
     /// An explicit layout leaves partitions without a level and does not say where they go.
     #[error(
         "partitions {missing:?} of {partitions} are in no level: list them, or assign unlisted partitions to a level (Unlisted::DefaultLevel or Unlisted::Level)"
@@ -156,11 +167,16 @@ pub enum Error {
         reason: String,
     },
 
-    /// The growth hold's longest time must be positive.
-    #[error("the growth hold must last longer than zero, got {max:?}: use None to turn it off")]
+    /// [`crate::GateConfig::growth_hold`] must be longer than zero and at most
+    /// [`crate::MAX_GROWTH_HOLD`].
+    #[error(
+        "growth_hold must last longer than zero and at most {limit:?}, got {max:?}: give a hold in that range, or None to turn it off"
+    )]
     InvalidGrowthHold {
         /// The longest hold given.
         max: Duration,
+        /// The longest hold accepted ([`crate::MAX_GROWTH_HOLD`]).
+        limit: Duration,
     },
 
     /// The aging bound must be positive.

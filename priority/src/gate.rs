@@ -54,7 +54,7 @@ pub enum QueueSizing {
     /// Every partition gets `receiver_queue_size`.
     Uniform,
     /// Level 0 gets `receiver_queue_size`, each next level half of the previous one, never
-    /// less than `min_queue_size`. A paused partition can still receive what the broker
+    /// less than `min_queue_size` (which must not be above `receiver_queue_size`). A paused partition can still receive what the broker
     /// already has permits for, so smaller windows for lower levels bound how many lower-level
     /// messages can sit ahead of a high one.
     Halving,
@@ -71,7 +71,10 @@ pub struct GateConfig {
     pub receiver_queue_size: u32,
     /// How the lower levels' queues are sized (default [`QueueSizing::Halving`]).
     pub queue_sizing: QueueSizing,
-    /// The smallest queue [`QueueSizing::Halving`] gives (default 10).
+    /// The smallest queue [`QueueSizing::Halving`] gives (default 10). Under
+    /// [`QueueSizing::Halving`] it must be in `1..=receiver_queue_size` ([`Gate::new`] refuses
+    /// others with [`Error::InvalidQueueSize`], naming both values): with a receiver queue
+    /// below 10, lower it too. The other sizings do not read it.
     pub min_queue_size: u32,
     /// **Key order across a growth the gate observes** (default `None`: off). With
     /// `Some(max)`, when [`Gate::set_partitions`] adds partitions to a level, the new ones are
@@ -84,7 +87,9 @@ pub struct GateConfig {
     /// every producer switched to the new layout before the consumer saw the growth**; a
     /// producer that refreshes its partition count later keeps sending moved keys to the old
     /// partitions after the drain point, and those messages can come after newer ones. The
-    /// cost: the new partitions add no throughput until the hold ends.
+    /// cost: the new partitions add no throughput until the hold ends. `max` must be longer
+    /// than zero and at most [`MAX_GROWTH_HOLD`] (one day); [`Gate::new`] refuses others
+    /// with [`Error::InvalidGrowthHold`].
     pub growth_hold: Option<Duration>,
     /// **Cold start** (default 1 s at most): after the gate's first event, under
     /// [`Strategy::Strict`] and [`Strategy::StrictAging`] (there at most half its `max_wait`;
@@ -109,6 +114,19 @@ pub struct GateConfig {
     pub low_watermark: f64,
 }
 
+impl GateConfig {
+    /// Checks the settings against `policy`, as [`Gate::new`] does before it lays out the
+    /// partitions, so that an adapter can refuse bad settings before it reads the topic's
+    /// partition count.
+    ///
+    /// # Errors
+    /// [`Error::InvalidWatermarks`], [`Error::InvalidShares`], [`Error::InvalidGrowthHold`],
+    /// [`Error::InvalidMaxWait`] or [`Error::InvalidQueueSize`], naming what is wrong.
+    pub fn validate(&self, policy: &PriorityPolicy) -> Result<(), Error> {
+        validate(policy, self).map(|_| ())
+    }
+}
+
 impl Default for GateConfig {
     fn default() -> Self {
         GateConfig {
@@ -131,9 +149,10 @@ pub struct LevelStats {
     pub level: Level,
     /// Its partitions.
     pub partitions: usize,
-    /// Messages buffered (arrived, not yet delivered).
+    /// Messages buffered (arrived, not yet delivered), saturating at `u64::MAX`.
     pub buffered: u64,
-    /// Known backlog at the broker (partitions with an unknown backlog count 0).
+    /// Known backlog at the broker (partitions with an unknown backlog count 0), saturating
+    /// at `u64::MAX`.
     pub backlog: u64,
     /// Whether the level is under pressure (above its high watermark, not yet relieved).
     pub pressured: bool,
@@ -218,6 +237,14 @@ struct LevelState {
     mismatches: u64,
 }
 
+impl LevelState {
+    /// Whether a sum over the level's partitions reached `u64::MAX` (it may then be below the
+    /// exact sum, so it is recomputed instead of decremented: [`Gate::resum`]).
+    fn saturated(&self) -> bool {
+        [self.buffered, self.held_buffered, self.backlog].contains(&u64::MAX)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Strict,
@@ -226,6 +253,24 @@ enum Mode {
         max_wait: Duration,
         resume_after: Duration,
     },
+}
+
+/// The longest [`GateConfig::growth_hold`] a gate accepts: one day. A hold ends earlier once
+/// the old partitions have drained; a deadline further out would only keep new partitions
+/// idle, and would overflow the platform's `Instant` for values near `Duration::MAX`.
+pub const MAX_GROWTH_HOLD: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `now + by`, saturating: when the platform's `Instant` cannot reach that far, the furthest
+/// instant it reaches on the way (within a factor of two). Never panics.
+fn later_by(now: Instant, by: Duration) -> Instant {
+    let mut by = by;
+    loop {
+        // Terminates: `now + 0` is always representable.
+        if let Some(later) = now.checked_add(by) {
+            return later;
+        }
+        by /= 2;
+    }
 }
 
 /// Passes are renormalised before they can overflow.
@@ -302,8 +347,13 @@ fn validate(
         Strategy::DeliveryShares(w) => crate::layout::check_shares("delivery", w, levels)?,
         _ => vec![1; levels],
     };
-    if let Some(max) = config.growth_hold.filter(Duration::is_zero) {
-        return Err(Error::InvalidGrowthHold { max });
+    if let Some(max) = config.growth_hold
+        && (max.is_zero() || max > MAX_GROWTH_HOLD)
+    {
+        return Err(Error::InvalidGrowthHold {
+            max,
+            limit: MAX_GROWTH_HOLD,
+        });
     }
     let mode = match config.strategy {
         Strategy::Strict => Mode::Strict,
@@ -327,15 +377,26 @@ fn validate(
     let queues = match &config.queue_sizing {
         QueueSizing::Uniform => vec![base; levels],
         QueueSizing::Halving => {
-            if config.min_queue_size == 0 {
+            let min = config.min_queue_size;
+            if min == 0 {
                 return Err(Error::InvalidQueueSize {
                     reason: "min_queue_size must be at least 1".into(),
+                });
+            }
+            if min > base {
+                return Err(Error::InvalidQueueSize {
+                    reason: format!(
+                        "min_queue_size {min} is above receiver_queue_size {base}, and \
+                         QueueSizing::Halving never gives a level a larger queue than level \
+                         0's: set min_queue_size to at most {base} (or raise \
+                         receiver_queue_size, or use QueueSizing::Uniform)"
+                    ),
                 });
             }
             (0..levels)
                 .map(|i| {
                     let halved = base.checked_shr(i as u32).unwrap_or(0);
-                    halved.max(config.min_queue_size.min(base))
+                    halved.max(min)
                 })
                 .collect()
         }
@@ -356,6 +417,9 @@ fn validate(
 impl Gate {
     /// A gate for a consumer of `partitions` partitions laid out by `spec`. Every partition
     /// starts resumed and empty; nothing is called on a control until the first event.
+    ///
+    /// # Errors
+    /// The errors of [`GateConfig::validate`], then those of [`LayoutSpec::layout`].
     pub fn new(
         policy: PriorityPolicy,
         spec: LayoutSpec,
@@ -436,13 +500,13 @@ impl Gate {
                 .unwrap_or(0);
             let buffered = carried.map_or(0, |c| c.buffered);
             let backlog = carried.and_then(|c| c.backlog);
-            lv.buffered += buffered;
+            lv.buffered = lv.buffered.saturating_add(buffered);
             let held = carried.is_some_and(|c| c.held);
             if held {
-                lv.held_buffered += buffered;
+                lv.held_buffered = lv.held_buffered.saturating_add(buffered);
             }
             match backlog {
-                Some(b) => lv.backlog += b,
+                Some(b) => lv.backlog = lv.backlog.saturating_add(b),
                 None => lv.unknown_backlog += 1,
             }
             parts.push(Part {
@@ -581,7 +645,7 @@ impl Gate {
     /// level its priority property names, if the adapter read it (a cross-check only: the
     /// partition decides the level; a difference is counted in [`LevelStats::mismatches`]).
     /// A redelivered message is an arrival on its partition and keeps that partition's level.
-    /// Returns the message's level.
+    /// Returns the message's level. Buffered counts saturate at `u64::MAX` (never wrap).
     pub fn on_arrival(
         &mut self,
         partition: u32,
@@ -591,22 +655,25 @@ impl Gate {
     ) -> Result<Level, Error> {
         let i = self.part_index(partition)?;
         let part = &mut self.parts[i];
-        part.buffered += 1;
+        part.buffered = part.buffered.saturating_add(1);
         let level = part.level;
+        let saturated = self.levels[usize::from(level)].saturated();
         if part.held {
-            self.levels[usize::from(level)].held_buffered += 1;
+            let lv = &mut self.levels[usize::from(level)];
+            lv.held_buffered = lv.held_buffered.saturating_add(1);
         }
         if let Some(b) = part.backlog.as_mut()
             && *b > 0
         {
             *b -= 1;
-            self.levels[usize::from(level)].backlog -= 1;
+            let lv = &mut self.levels[usize::from(level)];
+            lv.backlog = lv.backlog.saturating_sub(1);
         }
         if self.levels[usize::from(level)].buffered == 0 {
             self.join(usize::from(level));
         }
         let lv = &mut self.levels[usize::from(level)];
-        lv.buffered += 1;
+        lv.buffered = lv.buffered.saturating_add(1);
         lv.arrivals += 1;
         if claimed.is_some_and(|c| c.get() != level) {
             lv.mismatches += 1;
@@ -614,8 +681,31 @@ impl Gate {
         if lv.waiting_since.is_none() {
             lv.waiting_since = Some(now);
         }
+        if saturated {
+            self.resum(usize::from(level));
+        }
         self.refresh(now, control);
         Ok(Level::new(level))
+    }
+
+    /// Recomputes `level`'s buffered, held and backlog sums from its partitions, saturating at
+    /// `u64::MAX`. Called after an update of a level whose sum was saturated: a saturated sum
+    /// cannot be decremented exactly, every other one can.
+    fn resum(&mut self, level: usize) {
+        let (mut buffered, mut held, mut backlog) = (0u64, 0u64, 0u64);
+        for &p in &self.levels[level].partitions {
+            if let Some(part) = self.parts.get(p as usize) {
+                buffered = buffered.saturating_add(part.buffered);
+                if part.held {
+                    held = held.saturating_add(part.buffered);
+                }
+                backlog = backlog.saturating_add(part.backlog.unwrap_or(0));
+            }
+        }
+        let lv = &mut self.levels[level];
+        lv.buffered = buffered;
+        lv.held_buffered = held;
+        lv.backlog = backlog;
     }
 
     /// A level that had nothing buffered joins the delivery-share round at the smallest pass of the
@@ -697,9 +787,11 @@ impl Gate {
             part.drain_until_empty = false;
         }
         let slot = part.slot as usize;
-        let lv = &mut self.levels[usize::from(part.level)];
+        let level = usize::from(part.level);
+        let lv = &mut self.levels[level];
+        let saturated = lv.saturated();
         if had {
-            lv.buffered -= 1;
+            lv.buffered = lv.buffered.saturating_sub(1);
             if part.held {
                 lv.held_buffered = lv.held_buffered.saturating_sub(1);
             }
@@ -716,6 +808,9 @@ impl Gate {
             }
             self.vtime = 0;
         }
+        if saturated {
+            self.resum(level);
+        }
         self.refresh(now, control);
         Ok(())
     }
@@ -730,6 +825,10 @@ impl Gate {
 
     /// Sets `partition`'s buffered count (for clients that expose their queue sizes instead
     /// of arrival hooks).
+    ///
+    /// Any count is accepted; counts **saturate** at `u64::MAX` and never wrap: a partition
+    /// set to `u64::MAX` stays there on later arrivals, and a level whose partitions hold more
+    /// than `u64::MAX` in all counts `u64::MAX` (see [`LevelStats::buffered`]).
     pub fn set_buffered(
         &mut self,
         partition: u32,
@@ -744,13 +843,23 @@ impl Gate {
         }
         let part = &mut self.parts[i];
         let lv = &mut self.levels[level];
-        lv.buffered = lv.buffered.saturating_sub(part.buffered) + buffered;
+        let saturated = lv.saturated();
+        lv.buffered = lv
+            .buffered
+            .saturating_sub(part.buffered)
+            .saturating_add(buffered);
         if part.held {
-            lv.held_buffered = lv.held_buffered.saturating_sub(part.buffered) + buffered;
+            lv.held_buffered = lv
+                .held_buffered
+                .saturating_sub(part.buffered)
+                .saturating_add(buffered);
         }
         part.buffered = buffered;
         if lv.buffered > 0 && lv.waiting_since.is_none() {
             lv.waiting_since = Some(now);
+        }
+        if saturated {
+            self.resum(level);
         }
         self.refresh(now, control);
         Ok(())
@@ -759,7 +868,7 @@ impl Gate {
     /// Sets `partition`'s backlog: messages at the broker not yet dispatched to this consumer
     /// (`None` = unknown). Do not count delivered-but-unacknowledged messages, or a consumer
     /// that never acks would look permanently backlogged. Each later arrival on the partition
-    /// takes one off a known backlog.
+    /// takes one off a known backlog. A level's backlog saturates at `u64::MAX` (never wraps).
     pub fn set_backlog(
         &mut self,
         partition: u32,
@@ -769,16 +878,21 @@ impl Gate {
     ) -> Result<(), Error> {
         let i = self.part_index(partition)?;
         let part = &mut self.parts[i];
-        let lv = &mut self.levels[usize::from(part.level)];
+        let level = usize::from(part.level);
+        let lv = &mut self.levels[level];
+        let saturated = lv.saturated();
         match part.backlog {
-            Some(b) => lv.backlog -= b,
+            Some(b) => lv.backlog = lv.backlog.saturating_sub(b),
             None => lv.unknown_backlog -= 1,
         }
         match backlog {
-            Some(b) => lv.backlog += b,
+            Some(b) => lv.backlog = lv.backlog.saturating_add(b),
             None => lv.unknown_backlog += 1,
         }
         part.backlog = backlog;
+        if saturated {
+            self.resum(level);
+        }
         self.refresh(now, control);
         Ok(())
     }
@@ -897,7 +1011,7 @@ impl Gate {
         let layout = self.spec.layout(&self.policy, partitions)?;
         let mut old = std::mem::take(&mut self.parts);
         if let Some(max) = self.config.growth_hold {
-            self.start_holds(&layout, &mut old, now + max, told);
+            self.start_holds(&layout, &mut old, later_by(now, max), told);
         }
         self.install(layout, &old);
         if self.config.growth_hold.is_some() {
@@ -1393,6 +1507,7 @@ mod tests {
         let config = GateConfig {
             strategy: Strategy::Strict,
             receiver_queue_size: 2,
+            min_queue_size: 2,
             cold_start: None,
             ..GateConfig::default()
         };
@@ -1421,6 +1536,130 @@ mod tests {
         // Shrinking below the explicit partition is refused and nothing changes.
         assert!(g.set_partitions(0, t, &mut c).is_err());
         assert_eq!(g.partitions(), 4);
+    }
+
+    #[test]
+    fn growth_hold_beyond_a_day_is_refused_and_a_growth_never_overflows_its_deadline() {
+        // Regression: `growth_hold: Some(Duration::MAX)` was accepted, then the first growth
+        // panicked ("overflow when adding duration to instant").
+        let policy = PriorityPolicy::new(2).unwrap();
+        let spec = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
+        let config = |hold| GateConfig {
+            growth_hold: Some(hold),
+            cold_start: None,
+            ..GateConfig::default()
+        };
+        for hold in [
+            Duration::MAX,
+            Duration::from_secs(u64::MAX),
+            MAX_GROWTH_HOLD + Duration::from_nanos(1),
+            Duration::ZERO,
+        ] {
+            let e = Gate::new(policy.clone(), spec.clone(), 2, config(hold)).unwrap_err();
+            assert_eq!(
+                e,
+                Error::InvalidGrowthHold {
+                    max: hold,
+                    limit: MAX_GROWTH_HOLD
+                }
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("growth_hold") && text.contains("86400s"),
+                "{text}"
+            );
+            assert_eq!(config(hold).validate(&policy), Err(e));
+        }
+        // The longest hold accepted holds the new partitions.
+        let mut g = Gate::new(policy, spec, 2, config(MAX_GROWTH_HOLD)).unwrap();
+        let mut c = RecordingControl::new();
+        let t = Instant::now();
+        g.on_arrival(1, None, t, &mut c).unwrap();
+        g.set_partitions(4, t, &mut c).unwrap();
+        assert_eq!(g.stats().levels[1].held, 2);
+        // Whatever the hold, a growth cannot panic: its deadline saturates.
+        g.config.growth_hold = Some(Duration::MAX);
+        g.set_partitions(6, t, &mut c).unwrap();
+        assert_eq!(g.partitions(), 6);
+        assert!(later_by(t, Duration::MAX) >= t + MAX_GROWTH_HOLD);
+    }
+
+    #[test]
+    fn buffered_and_backlog_counts_saturate_instead_of_wrapping() {
+        // Regression: set_buffered(u64::MAX) then an arrival wrapped the count to 0 in release
+        // builds (and overflowed in debug builds).
+        let mut g = gate(Strategy::Strict, 10);
+        let mut c = RecordingControl::new();
+        let t = Instant::now();
+        g.set_buffered(0, u64::MAX, t, &mut c).unwrap();
+        g.on_arrival(0, None, t, &mut c).unwrap();
+        assert_eq!(g.buffered(0), Some(u64::MAX));
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        // A second partition of the level: the level's sum saturates too.
+        g.on_arrival(1, None, t, &mut c).unwrap();
+        g.set_buffered(1, u64::MAX, t, &mut c).unwrap();
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        assert!(c.is_paused(2) && c.is_paused(3));
+        assert_eq!(g.poll(t, &mut c), Some(0));
+        assert_eq!(g.buffered(0), Some(u64::MAX - 1));
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        // Backlogs of a level's partitions add up without wrapping either.
+        g.set_backlog(2, Some(u64::MAX), t, &mut c).unwrap();
+        g.set_backlog(3, Some(u64::MAX), t, &mut c).unwrap();
+        assert_eq!(g.stats().levels[1].backlog, u64::MAX);
+        g.on_arrival(2, None, t, &mut c).unwrap();
+        g.set_backlog(3, None, t, &mut c).unwrap();
+        // A saturated sum is recomputed, not decremented: partition 2's backlog remains.
+        assert_eq!(g.stats().levels[1].backlog, u64::MAX - 1);
+        g.set_buffered(0, 0, t, &mut c).unwrap();
+        assert_eq!(g.buffered_at(Level::new(0)), u64::MAX);
+        g.set_buffered(1, 0, t, &mut c).unwrap();
+        assert_eq!(g.buffered_at(Level::new(0)), 0);
+        assert_eq!(g.poll(t, &mut c), Some(2));
+    }
+
+    #[test]
+    fn min_queue_size_above_the_receiver_queue_is_refused_not_capped() {
+        // Regression: min_queue_size 50 with a receiver queue of 20 was silently capped to 20.
+        let policy = PriorityPolicy::new(3).unwrap();
+        let spec = LayoutSpec::even(&policy);
+        let config = |receiver_queue_size, min_queue_size, queue_sizing| GateConfig {
+            receiver_queue_size,
+            min_queue_size,
+            queue_sizing,
+            cold_start: None,
+            ..GateConfig::default()
+        };
+        let e = Gate::new(
+            policy.clone(),
+            spec.clone(),
+            3,
+            config(20, 50, QueueSizing::Halving),
+        )
+        .unwrap_err();
+        let Error::InvalidQueueSize { reason } = &e else {
+            panic!("{e:?}");
+        };
+        assert!(
+            reason.contains("min_queue_size 50") && reason.contains("receiver_queue_size 20"),
+            "{reason}"
+        );
+        assert!(e.to_string().contains("at most 20"), "{e}");
+        assert_eq!(
+            config(20, 50, QueueSizing::Halving).validate(&policy),
+            Err(e)
+        );
+        // Equal is fine, and the other sizings do not read min_queue_size.
+        let g = Gate::new(
+            policy.clone(),
+            spec.clone(),
+            3,
+            config(20, 20, QueueSizing::Halving),
+        )
+        .unwrap();
+        assert_eq!(g.queue_size_of(Level::new(2)), Some(20));
+        let g = Gate::new(policy, spec, 3, config(20, 50, QueueSizing::Uniform)).unwrap();
+        assert_eq!(g.queue_size_of(Level::new(2)), Some(20));
     }
 
     #[test]

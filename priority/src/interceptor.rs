@@ -61,7 +61,12 @@ pub trait ConsumerInterceptor: Send + Sync {
 /// };
 ///
 /// let policy = PriorityPolicy::new(2)?;
-/// let config = GateConfig { strategy: Strategy::Strict, receiver_queue_size: 4, ..GateConfig::default() };
+/// let config = GateConfig {
+///     strategy: Strategy::Strict,
+///     receiver_queue_size: 4,
+///     min_queue_size: 4,
+///     ..GateConfig::default()
+/// };
 /// let gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config)?;
 /// let hooks = GateInterceptor::with_clock(gate, RecordingControl::new(), ManualClock::new(Instant::now()));
 /// let interceptor: &dyn ConsumerInterceptor = &hooks;
@@ -177,6 +182,7 @@ mod tests {
                 max_wait: Duration::from_secs(1),
             },
             receiver_queue_size: 4,
+            min_queue_size: 4,
             cold_start: None,
             ..GateConfig::default()
         };

@@ -21,7 +21,7 @@
 //!   `{1, 5, 8}`, level 2 `{2}`; growing to 16 adds 10, 12, 13, 15 to level 0 and 11, 14 to
 //!   level 1.
 
-use crate::{Error, Level, PriorityPolicy};
+use crate::{Error, Level, MAX_LEVELS, PriorityPolicy};
 
 /// The largest share accepted (keeps the arithmetic of shares and strides exact).
 pub const MAX_SHARE: u32 = 1 << 16;
@@ -52,7 +52,9 @@ pub enum Unlisted {
 pub enum LayoutSpec {
     /// Explicit partition sets per level (the published design's map priority → partitions).
     Explicit {
-        /// `(level, partitions)` pairs; a level may appear at most once per partition.
+        /// `(level, partitions)` pairs: each level at most once ([`Error::DuplicateLevel`]
+        /// otherwise), each partition in at most one set and at most once
+        /// ([`Error::OverlappingPartition`] otherwise).
         sets: Vec<(Level, Vec<u32>)>,
         /// Where partitions that no set lists go.
         unlisted: Unlisted,
@@ -98,12 +100,25 @@ impl LayoutSpec {
 
     /// Checks the specification against `policy` without a partition count (what can be
     /// checked before the topic's metadata is known).
+    ///
+    /// # Errors
+    /// [`Error::InvalidShares`] for shares that are not one per level in `1..=`[`MAX_SHARE`];
+    /// [`Error::LevelOutOfRange`] for an explicit set or [`Unlisted::Level`] naming a level
+    /// the policy does not have; [`Error::DuplicateLevel`] for a level given two sets.
     pub fn validate(&self, policy: &PriorityPolicy) -> Result<(), Error> {
         match self {
             LayoutSpec::Shares(w) => check_shares("partition", w, policy.levels()).map(|_| ()),
             LayoutSpec::Explicit { sets, unlisted } => {
+                let mut seen = [false; MAX_LEVELS];
                 for (level, _) in sets {
                     policy.level(u32::from(level.get()))?;
+                    // The level is below the policy's count, so below MAX_LEVELS.
+                    if let Some(slot) = seen.get_mut(level.index()) {
+                        if *slot {
+                            return Err(Error::DuplicateLevel { level: level.get() });
+                        }
+                        *slot = true;
+                    }
                 }
                 if let Unlisted::Level(level) = unlisted {
                     policy.level(u32::from(level.get()))?;
@@ -258,8 +273,27 @@ pub struct PartitionLayout {
 impl PartitionLayout {
     /// A layout from each partition's level (index = partition). Every level in `0..levels`
     /// needs at least one partition.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLevelCount`] unless `levels` is in `1..=`[`crate::MAX_LEVELS`];
+    /// [`Error::TooManyPartitions`] for more than [`MAX_PARTITIONS`] partitions (a count
+    /// beyond `u32::MAX` is reported as `u32::MAX`); [`Error::LevelOutOfRange`] for a
+    /// partition whose level is not below `levels`; [`Error::EmptyLevel`] for a level without
+    /// a partition. The bounds are checked before anything is allocated.
     pub fn from_levels(levels: usize, level_of: Vec<Level>) -> Result<PartitionLayout, Error> {
+        if !(1..=MAX_LEVELS).contains(&levels) {
+            return Err(Error::InvalidLevelCount {
+                levels,
+                max: MAX_LEVELS,
+            });
+        }
         let partitions = u32::try_from(level_of.len()).unwrap_or(u32::MAX);
+        if partitions > MAX_PARTITIONS {
+            return Err(Error::TooManyPartitions {
+                partitions,
+                max: MAX_PARTITIONS,
+            });
+        }
         let mut partitions_of = vec![Vec::new(); levels];
         for (p, level) in level_of.iter().enumerate() {
             let Some(set) = partitions_of.get_mut(level.index()) else {
@@ -384,6 +418,78 @@ mod tests {
             LayoutSpec::even(&p).layout(&p, 1),
             Err(Error::TooFewPartitions { .. })
         ));
+    }
+
+    #[test]
+    fn from_levels_refuses_level_and_partition_counts_out_of_bounds_before_allocating() {
+        // Regression: `from_levels(usize::MAX, ..)` panicked (capacity overflow) and
+        // `from_levels(1 << 32, ..)` asked for 96 GiB and aborted the process. Keep the
+        // usize::MAX case first: without the bound it panics before the larger allocation.
+        let one = vec![Level::new(0)];
+        for levels in [usize::MAX, 1 << 32, MAX_LEVELS + 1, 0] {
+            let e = PartitionLayout::from_levels(levels, one.clone()).unwrap_err();
+            assert_eq!(
+                e,
+                Error::InvalidLevelCount {
+                    levels,
+                    max: MAX_LEVELS
+                }
+            );
+            assert!(e.to_string().contains("between 1 and 32 levels"), "{e}");
+        }
+        let too_many = vec![Level::new(0); MAX_PARTITIONS as usize + 1];
+        assert_eq!(
+            PartitionLayout::from_levels(1, too_many).unwrap_err(),
+            Error::TooManyPartitions {
+                partitions: MAX_PARTITIONS + 1,
+                max: MAX_PARTITIONS
+            }
+        );
+        // The bounds themselves are accepted.
+        let most = vec![Level::new(0); MAX_PARTITIONS as usize];
+        assert_eq!(
+            PartitionLayout::from_levels(1, most).unwrap().partitions(),
+            MAX_PARTITIONS
+        );
+        let all: Vec<Level> = (0..MAX_LEVELS as u8).map(Level::new).collect();
+        assert_eq!(
+            PartitionLayout::from_levels(MAX_LEVELS, all)
+                .unwrap()
+                .levels(),
+            MAX_LEVELS
+        );
+    }
+
+    #[test]
+    fn an_explicit_layout_listing_a_level_twice_is_refused() {
+        // Regression: the two sets of level 0 were merged silently.
+        let p = policy(2);
+        let spec = LayoutSpec::explicit([
+            (Level::new(0), vec![0]),
+            (Level::new(1), vec![1]),
+            (Level::new(0), vec![2]),
+        ]);
+        let e = spec.validate(&p).unwrap_err();
+        assert_eq!(e, Error::DuplicateLevel { level: 0 });
+        assert!(e.to_string().contains("level 0"), "{e}");
+        assert_eq!(spec.layout(&p, 3), Err(e));
+        // Also with the unlisted partitions assigned, and with an empty second set.
+        let spec = LayoutSpec::explicit_with(
+            [(Level::new(1), vec![1]), (Level::new(1), vec![])],
+            Unlisted::DefaultLevel,
+        );
+        assert_eq!(spec.layout(&p, 3), Err(Error::DuplicateLevel { level: 1 }));
+        // A level given once, and named again as where unlisted partitions go, is fine.
+        let spec =
+            LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::Level(Level::new(0)));
+        assert_eq!(spec.validate(&p), Ok(()));
+        assert_eq!(
+            spec.layout(&p, 2),
+            Err(Error::EmptyLevel {
+                level: 1,
+                partitions: 2
+            })
+        );
     }
 
     #[test]

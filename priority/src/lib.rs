@@ -88,7 +88,7 @@ mod router;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use control::{ControlEvent, NoControl, PartitionControl, RecordingControl};
 pub use error::Error;
-pub use gate::{Gate, GateConfig, GateStats, LevelStats, QueueSizing, Strategy};
+pub use gate::{Gate, GateConfig, GateStats, LevelStats, MAX_GROWTH_HOLD, QueueSizing, Strategy};
 pub use hash::{KeyHash, KeyPlacement, java_string_hash, jump_consistent, murmur3_32};
 pub use interceptor::{ConsumerInterceptor, GateInterceptor, MessageInfo};
 pub use layout::{LayoutSpec, MAX_PARTITIONS, MAX_SHARE, PartitionLayout, Unlisted};

@@ -145,9 +145,22 @@ impl Router {
     }
 
     /// Recomputes the layout for `partitions` partitions. On error the previous layout stays.
+    ///
+    /// # Errors
+    /// [`Error::PartitionsShrunk`] for fewer partitions than the router has, as
+    /// [`crate::Gate::set_partitions`] (a partitioned topic never shrinks: a smaller count is
+    /// a stale or wrong read, and routing by it would move keys); the layout's errors
+    /// ([`Error::UnassignedPartitions`], [`Error::TooManyPartitions`], ...) otherwise.
     pub fn set_partitions(&self, partitions: u32) -> Result<Arc<PartitionLayout>, Error> {
         let mut guard = self.layout.write();
-        if guard.partitions() != partitions {
+        let from = guard.partitions();
+        if partitions < from {
+            return Err(Error::PartitionsShrunk {
+                from,
+                to: partitions,
+            });
+        }
+        if partitions != from {
             *guard = Arc::new(self.spec.layout(&self.policy, partitions)?);
         }
         Ok(Arc::clone(&guard))
@@ -156,8 +169,9 @@ impl Router {
     /// The partition for a message of `level` with an optional `key`, on a topic that has
     /// `partitions` partitions now. A level outside the policy is routed as the default level.
     /// When `partitions` differs from the layout's count, the layout is recomputed first; if
-    /// that fails (e.g. an explicit layout that does not cover new partitions) the error is
-    /// returned and no partition is chosen.
+    /// that fails (e.g. an explicit layout that does not cover new partitions, or fewer
+    /// partitions than before: [`Error::PartitionsShrunk`], see [`Router::set_partitions`])
+    /// the error is returned and no partition is chosen.
     pub fn route(
         &self,
         level: Level,
@@ -283,20 +297,54 @@ mod tests {
             .map(|_| r.route(Level::new(1), None, 8, now).unwrap())
             .collect();
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), [2, 3, 4, 5, 6, 7]);
-        // Shrink below an explicit partition: an error, never an out-of-range index.
+        // Shrink: an error (the topic never shrinks), never an out-of-range index.
         let policy = PriorityPolicy::new(2).unwrap();
         let spec = LayoutSpec::explicit([(Level::new(0), vec![0]), (Level::new(1), vec![1, 2])]);
         let r = Router::new(policy, spec, 3, RouterConfig::default(), now).unwrap();
-        assert!(matches!(
+        assert_eq!(
             r.route(Level::new(1), None, 2, now),
-            Err(Error::PartitionOutOfRange { .. })
-        ));
+            Err(Error::PartitionsShrunk { from: 3, to: 2 })
+        );
         assert!(matches!(
             r.route(Level::new(1), None, 4, now),
             Err(Error::UnassignedPartitions { .. })
         ));
         assert_eq!(r.layout().partitions(), 3);
         assert!(r.route(Level::new(9), None, 3, now).unwrap() < 3);
+    }
+
+    #[test]
+    fn refuses_a_shrinking_partition_count_as_the_gate_does() {
+        // Regression: the router recomputed a partition-shares layout for fewer partitions
+        // (moving keys) where the gate refuses the same count.
+        let now = Instant::now();
+        let policy = PriorityPolicy::new(2).unwrap();
+        let spec = LayoutSpec::partition_shares([1, 1]);
+        let r = Router::new(
+            policy.clone(),
+            spec.clone(),
+            6,
+            RouterConfig::default(),
+            now,
+        )
+        .unwrap();
+        let mut gate = crate::Gate::new(policy, spec, 6, crate::GateConfig::default()).unwrap();
+        let from_gate = gate
+            .set_partitions(4, now, &mut crate::NoControl)
+            .unwrap_err();
+        let from_router = r.set_partitions(4).unwrap_err();
+        assert_eq!(from_router, Error::PartitionsShrunk { from: 6, to: 4 });
+        assert_eq!(from_router, from_gate);
+        assert_eq!(from_router.to_string(), from_gate.to_string());
+        assert_eq!(
+            r.route(Level::new(0), Some("k"), 4, now),
+            Err(Error::PartitionsShrunk { from: 6, to: 4 })
+        );
+        assert_eq!(r.layout().partitions(), 6);
+        // Growing still works, and the same count is no change.
+        assert_eq!(r.set_partitions(6).unwrap().partitions(), 6);
+        assert_eq!(r.set_partitions(8).unwrap().partitions(), 8);
+        assert!(r.route(Level::new(1), None, 8, now).unwrap() < 8);
     }
 
     #[test]

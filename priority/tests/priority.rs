@@ -173,11 +173,17 @@ proptest! {
         };
         let now = Instant::now();
         let router = Router::new(policy.clone(), spec, n, config, now).unwrap();
-        for level in policy.all_levels() {
-            let before: Vec<u32> = keys
-                .iter()
-                .map(|k| router.route(level, Some(k), n, now).unwrap())
-                .collect();
+        // Every level's placements before the growth first: the router refuses to go back to
+        // fewer partitions, as the topic never shrinks.
+        let placements: Vec<Vec<u32>> = policy
+            .all_levels()
+            .map(|level| {
+                keys.iter()
+                    .map(|k| router.route(level, Some(k), n, now).unwrap())
+                    .collect()
+            })
+            .collect();
+        for (level, before) in policy.all_levels().zip(placements) {
             let after: Vec<u32> = keys
                 .iter()
                 .map(|k| router.route(level, Some(k), n + added, now).unwrap())
@@ -238,7 +244,12 @@ proptest! {
         events in proptest::collection::vec(event(), 1..300),
     ) {
         let policy = PriorityPolicy::new(levels).unwrap();
-        let config = GateConfig { strategy, receiver_queue_size: queue, ..GateConfig::default() };
+        let config = GateConfig {
+            strategy,
+            receiver_queue_size: queue,
+            min_queue_size: queue.min(10),
+            ..GateConfig::default()
+        };
         let n = levels as u32 + extra;
         let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), n, config).unwrap();
         let mut control = RecordingControl::new();

@@ -476,8 +476,9 @@ pub use pattern::{
 };
 pub use pool::{partition_topic, topic_name};
 pub use producer::{
-    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, OutgoingMessage,
-    PartitionRouter, Producer, ProducerOptions, QueueFull, RoundRobin, key_partition,
+    BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MAX_PARTITIONS_REFRESH,
+    MIN_PARTITIONS_REFRESH, OutgoingMessage, PartitionRouter, Producer, ProducerOptions, QueueFull,
+    RoundRobin, key_partition,
 };
 pub use reader::{Reader, ReaderOptions, StartAt};
 pub use receiving::{BatchReceive, MAX_BATCH_RECEIVE_MESSAGES, Messages};

@@ -55,6 +55,34 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// client's `autoUpdatePartitionsInterval`).
 pub const DEFAULT_PARTITIONS_REFRESH: Duration = Duration::from_secs(60);
 
+/// The shortest `partitions_refresh` accepted (of [`ProducerOptions`],
+/// [`crate::ConsumerOptions`] and [`crate::prioritized::PriorityConsumerOptions`]): 100 ms,
+/// as [`crate::MIN_DISCOVERY_INTERVAL`]. Each refresh is a `PARTITIONED_METADATA` request;
+/// a shorter period only loads the broker (and zero would be a busy loop).
+pub const MIN_PARTITIONS_REFRESH: Duration = Duration::from_millis(100);
+
+/// The longest `partitions_refresh` accepted: one day. For rarer refreshes, turn the periodic
+/// one off (`None`) and call `refresh_partitions` when the topic grew.
+pub const MAX_PARTITIONS_REFRESH: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Checks a `partitions_refresh` option: `None`, or a period in
+/// [`MIN_PARTITIONS_REFRESH`]`..=`[`MAX_PARTITIONS_REFRESH`].
+pub(crate) fn check_partitions_refresh(every: Option<Duration>) -> Result<(), Error> {
+    match every {
+        Some(every) if !(MIN_PARTITIONS_REFRESH..=MAX_PARTITIONS_REFRESH).contains(&every) => {
+            Err(Error::Invalid {
+                what: "partitions_refresh",
+                reason: format!(
+                    "{every:?} is outside {MIN_PARTITIONS_REFRESH:?}..={MAX_PARTITIONS_REFRESH:?} \
+                     (default {DEFAULT_PARTITIONS_REFRESH:?}): give a period in that range, or \
+                     None to re-read the partition count only on refresh_partitions"
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 impl Default for ProducerOptions {
     /// A broker-assigned name, batching with [`BatchingOptions::default`], the
     /// [`RoundRobin`] router, not transactional, partitions re-read every
@@ -210,9 +238,12 @@ impl ProducerOptions {
     /// How often the producer of a partitioned topic re-reads the partition count
     /// (`PARTITIONED_METADATA`) and attaches to partitions added since, so that its router
     /// sends to them too (default [`DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
-    /// [`Producer::refresh_partitions`]).
+    /// [`Producer::refresh_partitions`]). A period must be in
+    /// [`MIN_PARTITIONS_REFRESH`]`..=`[`MAX_PARTITIONS_REFRESH`]: creating the producer
+    /// refuses others (zero included) with [`Error::Invalid`] naming `partitions_refresh`.
+    #[must_use]
     pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
-        self.partitions_refresh = every.filter(|d| !d.is_zero());
+        self.partitions_refresh = every;
         self
     }
 }
@@ -279,6 +310,7 @@ impl Producer {
     ) -> Result<Self, Error> {
         let topic = crate::pool::topic_name(topic)?;
         options.compression.ensure_available()?;
+        check_partitions_refresh(options.partitions_refresh)?;
         if let Some(batching) = &options.batching {
             batching.validate()?;
         }
@@ -648,6 +680,59 @@ async fn refresh_partitions_every(inner: std::sync::Weak<ProducerInner>, every: 
         let producer = Producer { inner };
         if let Err(error) = producer.refresh_partitions().await {
             tracing::warn!(topic = %producer.topic(), %error, "re-reading the partition count failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partitions_refresh_out_of_range_is_refused_by_producer_and_consumer_options() {
+        // Regression: Some(Duration::ZERO) was taken as None in silence, and Duration::MAX
+        // panicked the producer's refresh task (an instant overflow).
+        for every in [
+            Duration::ZERO,
+            Duration::from_millis(99),
+            MAX_PARTITIONS_REFRESH + Duration::from_nanos(1),
+            Duration::MAX,
+        ] {
+            let refused = |error: Error| {
+                let text = error.to_string();
+                assert!(
+                    matches!(
+                        error,
+                        Error::Invalid {
+                            what: "partitions_refresh",
+                            ..
+                        }
+                    ) && text.contains("100ms..=86400s")
+                        && text.contains("None"),
+                    "{every:?}: {text}"
+                );
+            };
+            refused(check_partitions_refresh(Some(every)).unwrap_err());
+            refused(
+                crate::ConsumerOptions::default()
+                    .partitions_refresh(Some(every))
+                    .validate()
+                    .unwrap_err(),
+            );
+        }
+        for every in [
+            None,
+            Some(MIN_PARTITIONS_REFRESH),
+            Some(DEFAULT_PARTITIONS_REFRESH),
+            Some(MAX_PARTITIONS_REFRESH),
+        ] {
+            assert!(check_partitions_refresh(every).is_ok());
+            assert!(
+                crate::ConsumerOptions::default()
+                    .partitions_refresh(every)
+                    .validate()
+                    .is_ok()
+            );
         }
     }
 }

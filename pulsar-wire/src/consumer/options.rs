@@ -225,10 +225,14 @@ impl ConsumerOptions {
     /// How often a consumer of a partitioned topic re-reads the partition count and
     /// subscribes to the partitions added since, in the background (default every
     /// [`crate::DEFAULT_PARTITIONS_REFRESH`], as the Java client's
-    /// `autoUpdatePartitionsInterval`; `None` or zero: only on
-    /// [`Consumer::refresh_partitions`](crate::Consumer::refresh_partitions)).
+    /// `autoUpdatePartitionsInterval`; `None`: only on
+    /// [`Consumer::refresh_partitions`](crate::Consumer::refresh_partitions)). A period must
+    /// be in [`crate::MIN_PARTITIONS_REFRESH`]`..=`[`crate::MAX_PARTITIONS_REFRESH`]:
+    /// subscribing refuses others (zero included) with [`Error::Invalid`] naming
+    /// `partitions_refresh`.
+    #[must_use]
     pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
-        self.partitions_refresh = every.filter(|every| !every.is_zero());
+        self.partitions_refresh = every;
         self
     }
 
@@ -270,6 +274,7 @@ impl ConsumerOptions {
     }
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
+        crate::producer::check_partitions_refresh(self.partitions_refresh)?;
         if let Some(backoff) = &self.nack_backoff {
             backoff.validate()?;
         }

@@ -79,9 +79,14 @@ impl PriorityConsumerOptions {
     }
 
     /// How often the partition count is re-read (`PARTITIONED_METADATA`) to subscribe to new
-    /// partitions (`None`: only on [`PriorityConsumer::refresh_partitions`]).
+    /// partitions (default [`crate::DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
+    /// [`PriorityConsumer::refresh_partitions`]). A period must be in
+    /// [`crate::MIN_PARTITIONS_REFRESH`]`..=`[`crate::MAX_PARTITIONS_REFRESH`]:
+    /// [`PriorityConsumer::subscribe`] refuses others (zero included) with [`Error::Invalid`]
+    /// naming `partitions_refresh`.
+    #[must_use]
     pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
-        self.partitions_refresh = every.filter(|d| !d.is_zero());
+        self.partitions_refresh = every;
         self
     }
 
@@ -98,6 +103,30 @@ impl PriorityConsumerOptions {
     pub fn tick(mut self, every: Duration) -> Self {
         self.tick = every.max(MIN_TICK);
         self
+    }
+
+    /// Checks every option before anything is asked of the broker.
+    fn validate(&self) -> Result<(), Error> {
+        if self.consumer.ack_timeout.is_some() {
+            return Err(Error::Invalid {
+                what: "ack_timeout",
+                reason: "the priority consumer does not apply an ack timeout: leave it unset \
+                         (nack what the application gives up on)"
+                    .into(),
+            });
+        }
+        if self.consumer.retry {
+            return Err(Error::Invalid {
+                what: "enable_retry",
+                reason: "the priority consumer does not read a retry-letter topic: leave retry \
+                         off (nack, or publish to a topic of the priority you want)"
+                    .into(),
+            });
+        }
+        crate::producer::check_partitions_refresh(self.partitions_refresh)?;
+        self.layout.validate(&self.policy)?;
+        self.gate.validate(&self.policy)?;
+        Ok(())
     }
 }
 
@@ -221,31 +250,18 @@ impl PriorityConsumer {
     /// Subscribes to every partition of `topic` as `subscription`.
     ///
     /// # Errors
-    /// [`Error::Invalid`] when the topic is not partitioned or for bad options;
-    /// [`Error::Priority`] when the gate settings or the layout do not fit the partition
-    /// count; the errors of [`Client::subscribe`].
+    /// [`Error::Invalid`] for bad options (checked first, before any request:
+    /// `partitions_refresh` out of range, an ack timeout, retry) or when the topic is not
+    /// partitioned; [`Error::Priority`] for bad gate settings or layout (also checked first:
+    /// [`GateConfig::validate`], [`LayoutSpec::validate`]) or a layout that does not fit the
+    /// partition count; the errors of [`Client::subscribe`].
     pub async fn subscribe(
         client: &Client,
         topic: &str,
         subscription: &str,
         options: PriorityConsumerOptions,
     ) -> Result<Self, Error> {
-        if options.consumer.ack_timeout.is_some() {
-            return Err(Error::Invalid {
-                what: "ack_timeout",
-                reason: "the priority consumer does not apply an ack timeout: leave it unset \
-                         (nack what the application gives up on)"
-                    .into(),
-            });
-        }
-        if options.consumer.retry {
-            return Err(Error::Invalid {
-                what: "enable_retry",
-                reason: "the priority consumer does not read a retry-letter topic: leave retry \
-                         off (nack, or publish to a topic of the priority you want)"
-                    .into(),
-            });
-        }
+        options.validate()?;
         let topic = crate::topic_name(topic)?;
         let partitions = client.partitions(&topic).await?;
         if partitions == 0 {
@@ -843,7 +859,93 @@ impl MessageConsumer for PriorityConsumer {
 
 #[cfg(test)]
 mod tests {
+    use ::mq_priority::{Level, QueueSizing};
+
     use super::*;
+    use crate::{MAX_PARTITIONS_REFRESH, MIN_PARTITIONS_REFRESH};
+
+    fn options() -> PriorityConsumerOptions {
+        let policy = PriorityPolicy::new(2).unwrap();
+        PriorityConsumerOptions::new(policy, LayoutSpec::partition_shares([1, 1]))
+    }
+
+    #[test]
+    fn partitions_refresh_out_of_range_is_refused_naming_the_option() {
+        // Regression: Some(Duration::ZERO) was taken silently (as None).
+        for every in [
+            Duration::ZERO,
+            Duration::from_millis(99),
+            MAX_PARTITIONS_REFRESH + Duration::from_nanos(1),
+            Duration::MAX,
+        ] {
+            match options().partitions_refresh(Some(every)).validate() {
+                Err(error @ Error::Invalid { what, .. }) => {
+                    assert_eq!(what, "partitions_refresh");
+                    let text = error.to_string();
+                    assert!(
+                        text.contains("partitions_refresh")
+                            && text.contains("100ms..=86400s")
+                            && text.contains(&format!("{every:?}")),
+                        "{text}"
+                    );
+                }
+                other => panic!("{every:?}: {other:?}"),
+            }
+        }
+        for every in [
+            None,
+            Some(MIN_PARTITIONS_REFRESH),
+            Some(MAX_PARTITIONS_REFRESH),
+        ] {
+            assert!(options().partitions_refresh(every).validate().is_ok());
+        }
+    }
+
+    #[test]
+    fn gate_settings_and_layout_are_refused_before_any_request() {
+        // A growth hold the gate could not add to an instant (it panicked the refresh task).
+        let gate = GateConfig {
+            growth_hold: Some(Duration::MAX),
+            ..GateConfig::default()
+        };
+        assert!(matches!(
+            options().gate(gate).validate(),
+            Err(Error::Priority(
+                mq_priority::Error::InvalidGrowthHold { .. }
+            ))
+        ));
+        // min_queue_size above the receiver queue (it was capped silently).
+        let gate = GateConfig {
+            receiver_queue_size: 20,
+            min_queue_size: 50,
+            queue_sizing: QueueSizing::Halving,
+            ..GateConfig::default()
+        };
+        match options().gate(gate).validate() {
+            Err(error @ Error::Priority(mq_priority::Error::InvalidQueueSize { .. })) => {
+                let text = error.to_string();
+                assert!(
+                    text.contains("min_queue_size 50") && text.contains("receiver_queue_size 20"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // An explicit layout listing a level twice (it was merged silently).
+        let policy = PriorityPolicy::new(2).unwrap();
+        let layout = LayoutSpec::explicit([
+            (Level::new(0), vec![0]),
+            (Level::new(1), vec![1]),
+            (Level::new(1), vec![2]),
+        ]);
+        assert!(matches!(
+            PriorityConsumerOptions::new(policy, layout).validate(),
+            Err(Error::Priority(mq_priority::Error::DuplicateLevel {
+                level: 1
+            }))
+        ));
+        assert!(options().validate().is_ok());
+    }
 
     #[test]
     fn aging_caps_the_tick_at_a_quarter_of_max_wait() {

@@ -9,7 +9,11 @@ use crate::{Client, Error, OutgoingMessage, PartitionRouter};
 /// [`PriorityPolicy`]; a message with a key goes to the key's partition within the level,
 /// one without a key goes round robin over the level's partitions (per level, sticky for a
 /// window so that batches fill). The layout is recomputed whenever the producer's partition
-/// count changes, so partitions added to the topic get their share.
+/// count changes, so partitions added to the topic get their share. The count never goes
+/// down (a partitioned topic never shrinks): a producer that passes fewer partitions than the
+/// router has, for example one created on a stale read of the count right after a growth,
+/// gets [`Error::Priority`] (`PartitionsShrunk`) from its sends until
+/// [`crate::Producer::refresh_partitions`] reads the grown count.
 ///
 /// Give it to [`crate::ProducerOptions::router`] as an `Arc<dyn PartitionRouter>`.
 #[derive(Debug)]

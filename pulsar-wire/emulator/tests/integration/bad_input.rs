@@ -3,9 +3,12 @@
 use std::time::Duration;
 
 use pulsar_wire::pb::ServerError;
+use pulsar_wire::prioritized::{
+    LayoutSpec, PriorityConsumer, PriorityConsumerOptions, PriorityPolicy,
+};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, OutgoingMessage,
-    ProducerOptions,
+    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, MAX_PARTITIONS_REFRESH,
+    MIN_PARTITIONS_REFRESH, OutgoingMessage, ProducerOptions,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -227,6 +230,91 @@ async fn a_receiver_queue_out_of_range_is_refused_when_subscribing() {
         )
         .await
         .expect("the largest queue is taken");
+}
+
+/// A `partitions_refresh` outside 100 ms..=1 day is refused when creating a producer or
+/// subscribing, plainly or by priority, naming the option (before: zero was taken as `None`
+/// in silence, and `Duration::MAX` panicked the refresh task of a producer or a priority
+/// consumer at its first wait).
+#[tokio::test]
+async fn a_partitions_refresh_out_of_range_is_refused() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    setup
+        .emulator
+        .create_topic("refreshed", 2)
+        .expect("created");
+    let priority = |every| {
+        let policy = PriorityPolicy::new(2).expect("policy");
+        PriorityConsumerOptions::new(policy, LayoutSpec::partition_shares([1, 1]))
+            .partitions_refresh(every)
+    };
+    let refused = |side: &str, error: Error| {
+        assert!(
+            matches!(&error, Error::Invalid { what, .. } if *what == "partitions_refresh"),
+            "{side}: {error}"
+        );
+        assert!(
+            error.to_string().contains("100ms..=86400s"),
+            "{side}: {error}"
+        );
+    };
+    for every in [
+        Duration::ZERO,
+        Duration::from_millis(99),
+        MAX_PARTITIONS_REFRESH + Duration::from_nanos(1),
+        Duration::MAX,
+    ] {
+        let error = setup
+            .client
+            .create_producer(
+                "refreshed",
+                ProducerOptions::default().partitions_refresh(Some(every)),
+            )
+            .await
+            .expect_err("producer");
+        refused("producer", error);
+        let error = setup
+            .client
+            .subscribe(
+                "refreshed",
+                "plain",
+                ConsumerOptions::default().partitions_refresh(Some(every)),
+            )
+            .await
+            .expect_err("consumer");
+        refused("consumer", error);
+        let error =
+            PriorityConsumer::subscribe(&setup.client, "refreshed", "prio", priority(Some(every)))
+                .await
+                .expect_err("priority consumer");
+        refused("priority consumer", error);
+    }
+    for every in [MIN_PARTITIONS_REFRESH, MAX_PARTITIONS_REFRESH] {
+        let producer = setup
+            .client
+            .create_producer(
+                "refreshed",
+                ProducerOptions::default().partitions_refresh(Some(every)),
+            )
+            .await
+            .expect("producer");
+        producer.close().await.expect("closed");
+        let consumer = setup
+            .client
+            .subscribe(
+                "refreshed",
+                "plain",
+                ConsumerOptions::default().partitions_refresh(Some(every)),
+            )
+            .await
+            .expect("consumer");
+        consumer.close().await.expect("closed");
+        let consumer =
+            PriorityConsumer::subscribe(&setup.client, "refreshed", "prio", priority(Some(every)))
+                .await
+                .expect("priority consumer");
+        consumer.close().await.expect("closed");
+    }
 }
 
 /// After `Client::close` nothing works any more, each call failing with `Closed` (before:
