@@ -261,23 +261,28 @@ pub(crate) fn run(s: &GrowthScenario, row: &Row) -> Result<GrowthReport, String>
     let mut topic = Topic::new(from);
     let mut producer = Producer::new(None);
     let key_names: Vec<String> = (0..s.keys).map(|k| format!("key-{k}")).collect();
-    let router = match row.layout {
-        Some(kind) => Some(
-            Router::new(
-                policy()?,
-                layout_spec(kind, s.shares, from)?,
-                from,
-                RouterConfig {
-                    hash: KeyHash::JavaStringHash,
-                    placement: placement(row.keys),
-                    sticky: StickyWindow::per_message(),
-                },
-                start,
-            )
-            .map_err(|e| e.to_string())?,
-        ),
-        None => None,
+    let new_router = || -> Result<Option<Router>, String> {
+        let Some(kind) = row.layout else {
+            return Ok(None);
+        };
+        Router::new(
+            policy()?,
+            layout_spec(kind, s.shares, from)?,
+            from,
+            RouterConfig {
+                hash: KeyHash::JavaStringHash,
+                placement: placement(row.keys),
+                sticky: StickyWindow::per_message(),
+            },
+            start,
+        )
+        .map(Some)
+        .map_err(|e| e.to_string())
     };
+    let router = new_router()?;
+    // A router's partition count never goes down: the placements before and after the growth
+    // come from routers of their own.
+    let (before, after) = (new_router()?, new_router()?);
     let mut consumer = match row.layout {
         Some(kind) => {
             let config = GateConfig {
@@ -309,7 +314,7 @@ pub(crate) fn run(s: &GrowthScenario, row: &Row) -> Result<GrowthReport, String>
     let mut delivered_seq = vec![None::<u32>; LEVELS * s.keys as usize];
     let mut live = from;
     // Where each (level, key) goes before and after the growth.
-    let place = |lv: u8, key: &str, partitions: u32| match &router {
+    let place_with = |router: &Option<Router>, lv: u8, key: &str, partitions: u32| match router {
         Some(r) => r
             .route(Level::new(lv), Some(key), partitions, start)
             .unwrap_or(0),
@@ -319,7 +324,7 @@ pub(crate) fn run(s: &GrowthScenario, row: &Row) -> Result<GrowthReport, String>
     };
     let moved: Vec<bool> = (0..LEVELS as u8)
         .flat_map(|lv| key_names.iter().map(move |k| (lv, k)))
-        .map(|(lv, k)| place(lv, k, from) != place(lv, k, to))
+        .map(|(lv, k)| place_with(&before, lv, k, from) != place_with(&after, lv, k, to))
         .collect();
     let mut reordered = vec![false; moved.len()];
     let mut report = GrowthReport {
@@ -379,7 +384,7 @@ pub(crate) fn run(s: &GrowthScenario, row: &Row) -> Result<GrowthReport, String>
                 at: tick,
             });
             levels.push(lv);
-            let p = place(lv, &key_names[key as usize], live);
+            let p = place_with(&router, lv, &key_names[key as usize], live);
             producer.send(topic, p, id, tick);
         }
     };
