@@ -86,10 +86,15 @@ pub struct GateConfig {
     /// partition then has its earlier messages delivered before its later ones, **provided
     /// every producer switched to the new layout before the consumer saw the growth**; a
     /// producer that refreshes its partition count later keeps sending moved keys to the old
-    /// partitions after the drain point, and those messages can come after newer ones. The
-    /// cost: the new partitions add no throughput until the hold ends. `max` must be longer
-    /// than zero and at most [`MAX_GROWTH_HOLD`] (one day); [`Gate::new`] refuses others
-    /// with [`Error::InvalidGrowthHold`].
+    /// partitions after the drain point, and those messages can come after newer ones. **It
+    /// covers keys moved to new partitions only**: with
+    /// [`KeyPlacement::Jump`](crate::KeyPlacement::Jump) every moved key moves to a new
+    /// partition, but with the router's default
+    /// [`KeyPlacement::Modulo`](crate::KeyPlacement::Modulo) a growth also moves keys between
+    /// old partitions (10 → 16: most keys), and those can be reordered: use `Jump` where key
+    /// order across growth matters. The cost: the new partitions add no throughput until the
+    /// hold ends. `max` must be longer than zero and at most [`MAX_GROWTH_HOLD`] (one day);
+    /// [`Gate::new`] refuses others with [`Error::InvalidGrowthHold`].
     pub growth_hold: Option<Duration>,
     /// **Cold start** (default 1 s at most): after the gate's first event, under
     /// [`Strategy::Strict`] and [`Strategy::StrictAging`] (there at most half its `max_wait`;
