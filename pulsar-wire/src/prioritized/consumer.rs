@@ -28,6 +28,9 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
 /// The smallest tick period.
 const MIN_TICK: Duration = Duration::from_millis(1);
 
+/// The longest tick period (a longer one is taken as this).
+const MAX_TICK: Duration = Duration::from_secs(3600);
+
 /// The tick period the maintenance task uses: the configured one, capped at `max_wait / 4`
 /// (at least [`MIN_TICK`]) under [`Strategy::StrictAging`].
 fn tick_period(configured: Duration, strategy: &Strategy) -> Duration {
@@ -35,7 +38,7 @@ fn tick_period(configured: Duration, strategy: &Strategy) -> Duration {
         Strategy::StrictAging { max_wait } => configured.min((*max_wait / 4).max(MIN_TICK)),
         _ => configured,
     }
-    .max(MIN_TICK)
+    .clamp(MIN_TICK, MAX_TICK)
 }
 
 /// How a [`PriorityConsumer`] subscribes and decides.
@@ -90,8 +93,8 @@ impl PriorityConsumerOptions {
         self
     }
 
-    /// How often [`Gate::tick`] runs (for [`Strategy::StrictAging`]; at least 1 ms; default
-    /// [`DEFAULT_TICK`]).
+    /// How often [`Gate::tick`] runs (for [`Strategy::StrictAging`]; default
+    /// [`DEFAULT_TICK`]). A period below 1 ms is taken as 1 ms, one above an hour as an hour.
     ///
     /// Under [`Strategy::StrictAging`]` { max_wait }` the consumer ticks at the smaller of
     /// this and `max_wait / 4` (at least 1 ms), whatever is configured here: the gate resumes
@@ -101,7 +104,7 @@ impl PriorityConsumerOptions {
     /// strategy, also after [`PriorityConsumer::set_strategy`]; see
     /// [`PriorityConsumer::tick_period`].
     pub fn tick(mut self, every: Duration) -> Self {
-        self.tick = every.max(MIN_TICK);
+        self.tick = every.clamp(MIN_TICK, MAX_TICK);
         self
     }
 
@@ -812,8 +815,11 @@ async fn maintain(inner: Weak<Inner>, retick: Arc<Notify>, refresh: Option<Durat
             Some(inner) => inner.tick_period(),
             None => return,
         };
-        // A strategy change cuts the wait short; the period is then re-read.
-        let _ = tokio::time::timeout_at(last_tick + period, retick.notified()).await;
+        // A strategy change cuts the wait short; the period is then re-read. A refresh that
+        // is due before the next tick is not kept waiting for it.
+        let tick_due = last_tick + period;
+        let wake = next_refresh.map_or(tick_due, |due| due.min(tick_due));
+        let _ = tokio::time::timeout_at(wake, retick.notified()).await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
@@ -945,6 +951,15 @@ mod tests {
             }))
         ));
         assert!(options().validate().is_ok());
+    }
+
+    #[test]
+    fn a_huge_tick_is_taken_as_an_hour_so_its_deadline_never_overflows() {
+        // `tick(Duration::MAX)` once made the maintenance task panic adding it to an instant.
+        assert_eq!(tick_period(Duration::MAX, &Strategy::Strict), MAX_TICK);
+        assert_eq!(options().tick(Duration::MAX).tick, MAX_TICK);
+        assert_eq!(options().tick(Duration::ZERO).tick, MIN_TICK);
+        let _deadline = tokio::time::Instant::now() + tick_period(Duration::MAX, &Strategy::Strict);
     }
 
     #[test]
