@@ -243,20 +243,47 @@ async fn a_partitions_refresh_out_of_range_is_refused() {
         .emulator
         .create_topic("refreshed", 2)
         .expect("created");
-    let priority = |every| {
-        let policy = PriorityPolicy::new(2).expect("policy");
-        PriorityConsumerOptions::new(policy, LayoutSpec::partition_shares([1, 1]))
-            .partitions_refresh(every)
-    };
-    let refused = |side: &str, error: Error| {
-        assert!(
-            matches!(&error, Error::Invalid { what, .. } if *what == "partitions_refresh"),
-            "{side}: {error}"
-        );
-        assert!(
-            error.to_string().contains("100ms..=86400s"),
-            "{side}: {error}"
-        );
+    // Creates a producer, a plain and a priority consumer with `every`, closing each that
+    // opens; returns each one's outcome.
+    let open_each = |every: Duration| {
+        let client = &setup.client;
+        async move {
+            let policy = PriorityPolicy::new(2).expect("policy");
+            let priority =
+                PriorityConsumerOptions::new(policy, LayoutSpec::partition_shares([1, 1]))
+                    .partitions_refresh(Some(every));
+            let producer = match client
+                .create_producer(
+                    "refreshed",
+                    ProducerOptions::default().partitions_refresh(Some(every)),
+                )
+                .await
+            {
+                Ok(producer) => producer.close().await,
+                Err(error) => Err(error),
+            };
+            let plain = match client
+                .subscribe(
+                    "refreshed",
+                    "plain",
+                    ConsumerOptions::default().partitions_refresh(Some(every)),
+                )
+                .await
+            {
+                Ok(consumer) => consumer.close().await,
+                Err(error) => Err(error),
+            };
+            let prioritized =
+                match PriorityConsumer::subscribe(client, "refreshed", "prio", priority).await {
+                    Ok(consumer) => consumer.close().await,
+                    Err(error) => Err(error),
+                };
+            [
+                ("producer", producer),
+                ("consumer", plain),
+                ("priority consumer", prioritized),
+            ]
+        }
     };
     for every in [
         Duration::ZERO,
@@ -264,56 +291,22 @@ async fn a_partitions_refresh_out_of_range_is_refused() {
         MAX_PARTITIONS_REFRESH + Duration::from_nanos(1),
         Duration::MAX,
     ] {
-        let error = setup
-            .client
-            .create_producer(
-                "refreshed",
-                ProducerOptions::default().partitions_refresh(Some(every)),
-            )
-            .await
-            .expect_err("producer");
-        refused("producer", error);
-        let error = setup
-            .client
-            .subscribe(
-                "refreshed",
-                "plain",
-                ConsumerOptions::default().partitions_refresh(Some(every)),
-            )
-            .await
-            .expect_err("consumer");
-        refused("consumer", error);
-        let error =
-            PriorityConsumer::subscribe(&setup.client, "refreshed", "prio", priority(Some(every)))
-                .await
-                .expect_err("priority consumer");
-        refused("priority consumer", error);
+        for (side, outcome) in open_each(every).await {
+            let error = outcome.expect_err(side);
+            assert!(
+                matches!(&error, Error::Invalid { what, .. } if *what == "partitions_refresh"),
+                "{side}: {error}"
+            );
+            assert!(
+                error.to_string().contains("100ms..=86400s"),
+                "{side}: {error}"
+            );
+        }
     }
     for every in [MIN_PARTITIONS_REFRESH, MAX_PARTITIONS_REFRESH] {
-        let producer = setup
-            .client
-            .create_producer(
-                "refreshed",
-                ProducerOptions::default().partitions_refresh(Some(every)),
-            )
-            .await
-            .expect("producer");
-        producer.close().await.expect("closed");
-        let consumer = setup
-            .client
-            .subscribe(
-                "refreshed",
-                "plain",
-                ConsumerOptions::default().partitions_refresh(Some(every)),
-            )
-            .await
-            .expect("consumer");
-        consumer.close().await.expect("closed");
-        let consumer =
-            PriorityConsumer::subscribe(&setup.client, "refreshed", "prio", priority(Some(every)))
-                .await
-                .expect("priority consumer");
-        consumer.close().await.expect("closed");
+        for (side, outcome) in open_each(every).await {
+            outcome.unwrap_or_else(|error| panic!("{side} with {every:?}: {error}"));
+        }
     }
 }
 
