@@ -21,7 +21,7 @@
 //!   From buffered counts (and backlogs when known) it pauses and resumes partitions through
 //!   [`PartitionControl`] with hysteresis, suggests smaller receiver queues for lower levels,
 //!   and picks the partition the next message comes from by a [`Strategy`]: strict, delivery
-//!   shares (stride scheduling, 2:1 by default, a proven bound on the deliveries between two
+//!   shares (stride scheduling, 4:1 per level by default, a proven bound on the deliveries between two
 //!   of a level's own) or strict with aging (a starvation bound in time). The strategy can be
 //!   changed on a live gate, and [`GateConfig::growth_hold`] keeps key order across a growth.
 //!   It decides on arrivals and deliveries, never only on acks.

@@ -44,9 +44,10 @@ impl StickyWindow {
 pub struct RouterConfig {
     /// The hash of message keys (default [`KeyHash::JavaStringHash`], Pulsar's default).
     pub hash: KeyHash,
-    /// How the hash picks one of the level's partitions (default [`KeyPlacement::Modulo`],
-    /// the Java client's rule; [`KeyPlacement::Jump`] moves the fewest keys when the topic
-    /// grows).
+    /// How the hash picks one of the level's partitions (default [`KeyPlacement::Jump`], which
+    /// moves the fewest keys when the topic grows, each to a new partition, so that the
+    /// consumer's growth hold keeps their order; [`KeyPlacement::Modulo`] is the Java client's
+    /// rule).
     pub placement: KeyPlacement,
     /// The round robin window for messages without a key.
     pub sticky: StickyWindow,
@@ -233,8 +234,10 @@ mod tests {
     fn recipe_router(window: StickyWindow, now: Instant) -> Router {
         let policy = PriorityPolicy::new(2).unwrap();
         let spec = LayoutSpec::explicit_with([(Level::new(0), vec![0, 1])], Unlisted::DefaultLevel);
+        // The recipe placed keys as the Java client does.
         let config = RouterConfig {
             sticky: window,
+            placement: KeyPlacement::Modulo,
             ..RouterConfig::default()
         };
         Router::new(policy, spec, 5, config, now).unwrap()

@@ -28,8 +28,9 @@
 //!   re-read (periodically or with [`PriorityConsumer::refresh_partitions`]), and the gate's
 //!   layout is extended: growth never moves an existing partition to another level (see
 //!   [`mq_priority::LayoutSpec`]), and with [`GateConfig::growth_hold`] a key moved to a new
-//!   partition keeps its order (every moved key, with `KeyPlacement::Jump`; the default
-//!   `Modulo` also moves keys between old partitions, which the hold does not cover). [`PriorityConsumer::set_strategy`] changes the strategy of a live
+//!   partition keeps its order (every moved key with the router's default
+//!   `KeyPlacement::Jump`; `Modulo` also moves keys between old partitions, which the hold
+//!   does not cover). [`PriorityConsumer::set_strategy`] changes the strategy of a live
 //!   consumer.
 //! - [`follow_growth`]: after the topic grew, refreshes the producer's partition count and
 //!   then the consumer's, the order that [`GateConfig::growth_hold`] needs to keep key order.
@@ -60,7 +61,7 @@
 //!     .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest));
 //! let consumer = PriorityConsumer::subscribe(&client, "jobs", "workers", options).await?;
 //! // The partition the gate picks: under the default delivery shares each level in turn by
-//! // its share (2:1 here), so a low message can come before a buffered urgent one;
+//! // its share (4:1 here), so a low message can come before a buffered urgent one;
 //! // `Strategy::Strict` always takes the most important level's first.
 //! let message = consumer.receive().await?;
 //! consumer.ack(&message).await?;

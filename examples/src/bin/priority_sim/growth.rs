@@ -504,7 +504,7 @@ pub(crate) fn render(s: &GrowthScenario, reports: &[GrowthReport]) -> String {
          first wave of {} low, {} mid and {} high messages waits when the consumer starts (10 \
          msg/ms); at {} ms the topic grows to {} partitions (producers at once, the consumer \
          {} ms later) and a second wave of the same size is published; drained. Delivery \
-         shares are the default 4:2:1.\n",
+         shares are the default 16:4:1.\n",
         s.name,
         s.shares,
         s.partitions.0,

@@ -1,34 +1,45 @@
-//! Priority and key order on Pulsar while the topic grows from 4 to 8 partitions.
+//! Priority and key order on Pulsar while the topic grows.
 //!
-//! Every message has one of `--keys` keys (100 by default) and a priority (2 levels). A first
-//! wave of `--low` low messages (100,000) then `--high` high ones (1,000) is queued; the consumer attaches and
-//! drains, acknowledging each message; halfway through, the topic is raised to 8 partitions,
+//! Every message has one of `--keys` keys (100 by default) and a level. A first wave (per level,
+//! most important first, `--counts`: by default 1,000 high and 100,000 low; `--high`/`--low`
+//! set the first and last) is queued, the least important level first, so the most important
+//! messages wait behind everything; the consumer attaches and drains, acknowledging each
+//! message; halfway through, the topic is raised from `--partitions` (4) to `--grown` (8),
 //! [`pulsar_wire::prioritized::follow_growth`] refreshes the producer and then the consumer,
-//! and a second wave (a quarter of the low count, half of the high count) is sent and queued
-//! behind what is left of the first. Each row
-//! runs on a fresh topic:
+//! and a second wave (half of the first level's count, a quarter of the others') is sent and
+//! queued behind what is left of the first (the consumer waits while it is sent). Producers
+//! batch with the defaults (1,000 messages or 1 ms, the Java client's). Each row runs on a
+//! fresh topic, `--runs` times (1):
 //!
 //! - **no priority**: Pulsar's key router (`JavaStringHash % partitions`) and a plain consumer;
-//! - **ours**: `PriorityRouter` and `PriorityConsumer` with partition shares 1:3 (4 partitions:
-//!   level 0 on partition 0; 8: also partition 5; growth never moves a partition) or an
-//!   explicit layout (partition 0, the rest to the default level), keys placed by modulo or by
-//!   jump consistent hashing, with or without the consumer's growth hold (its drain points are
-//!   the old partitions' last message ids when the growth is seen).
+//! - **ours**: `PriorityRouter` and `PriorityConsumer` with partition shares (`--shares`, 1:3:
+//!   with 2 levels and 4 partitions level 0 has partition 0; 8: also partition 5; growth
+//!   never moves a partition) or, with 2 levels, an explicit layout (partition 0, the rest to
+//!   the default level), keys placed by modulo or by jump consistent hashing, with or without
+//!   the consumer's growth hold (its drain points are the old partitions' last message ids when
+//!   the growth is seen);
+//! - **defaults + hold**: the router's and the gate's defaults (jump placement, delivery shares
+//!   4:1 per level, halving receiver queues from 1,000), only the growth hold turned on.
+//!   `--defaults-only` runs this row and no priority.
 //!
 //! Per row: the high level's p50 and p99 latency (send confirmed → delivered) of each wave and
 //! the p99's share of no priority's, key-order violations (messages delivered after a later
-//! message of their key and level), the longest time low messages waited without a low
-//! delivery (what strict with aging bounds), lost and duplicated messages. The exit code is 1 when a message is
-//! lost or duplicated, when a row of ours has a high p99 above `--ratio-limit` % (10) of no
-//! priority's in either wave, or when a row with the growth hold has a key-order violation.
-//! (On a real broker of a 2-core machine the whole run drains at about 100,000 msg/s, so no
-//! priority's second-wave p99 is only a few hundred ms and ours varies by tens of ms with the
-//! new partitions' first reads: 2.7-14.7 % in five runs; CI passes `--ratio-limit 25` there.)
+//! message of their key and level), the longest time the least important level waited without
+//! a delivery, lost and duplicated messages; with several runs, a summary per row (medians,
+//! worst values, runs passing). The exit code is 1 when a message is lost or duplicated, when a
+//! row of ours has a high p99 above `--ratio-limit` % (10) of no priority's in either wave, or
+//! when a row with the growth hold has a key-order violation. (On a real broker of a 2-core
+//! machine the whole run drains at about 100,000 msg/s, so no priority's second-wave p99 is
+//! only a few hundred ms and ours varies by tens of ms with the new partitions' first reads:
+//! 2.7-14.7 % in five runs; CI passes `--ratio-limit 25` there.)
 //!
 //! ```text
 //! cargo run --release -p examples --bin pulsar_priority_growth             # embedded emulator
 //! cargo run --release -p examples --bin pulsar_priority_growth -- \
 //!     --service-url pulsar://127.0.0.1:6650 --admin-url http://127.0.0.1:8080
+//! # issue 30's shape: 3 levels, 10 → 16 partitions, 200 keys, 20 runs of the defaults
+//! cargo run --release -p examples --bin pulsar_priority_growth -- --counts 2000,20000,30000 \
+//!     --shares 60,30,10 --partitions 10 --grown 16 --keys 200 --runs 20 --defaults-only
 //! ```
 
 #[path = "../../shared/pulsar_broker.rs"]
@@ -53,63 +64,124 @@ use pulsar_wire::{
 };
 
 const PROPERTY: &str = "priority";
-const PARTITIONS: u32 = 4;
-const GROWN: u32 = 8;
 const QUEUE: u32 = 1_000;
 const CHUNK: usize = 5_000;
 
 struct Args {
     service_url: Option<String>,
     admin_url: Option<String>,
-    low: usize,
-    high: usize,
+    /// First-wave message counts per level, most important first.
+    counts: Vec<usize>,
+    /// Partition shares per level, most important first.
+    shares: Vec<u32>,
+    partitions: u32,
+    grown: u32,
     keys: usize,
+    runs: usize,
+    /// Only no priority and the defaults row.
+    defaults_only: bool,
     /// The largest high p99 of ours, in % of no priority's, that passes.
     ratio_limit: f64,
 }
+
+const USAGE: &str = "usage: pulsar_priority_growth [--service-url URL --admin-url URL] \
+    [--low N] [--high N] [--counts N,N,..] [--shares N,N,..] [--partitions N] [--grown N] \
+    [--keys N] [--runs N] [--defaults-only] [--ratio-limit PERCENT]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         service_url: None,
         admin_url: None,
-        low: 100_000,
-        high: 1_000,
+        counts: vec![1_000, 100_000],
+        shares: vec![1, 3],
+        partitions: 4,
+        grown: 8,
         keys: 100,
+        runs: 1,
+        defaults_only: false,
         ratio_limit: 10.0,
     };
     let mut it = std::env::args().skip(1);
+    let number = |name: &str, v: String| {
+        v.parse::<usize>()
+            .map_err(|_| format!("{name} needs a number, got {v:?}"))
+    };
+    let list = |name: &str, v: String| {
+        v.split(',')
+            .map(|part| number(name, part.trim().to_owned()))
+            .collect::<Result<Vec<usize>, String>>()
+    };
+    let small =
+        |name: &str, v: usize| u32::try_from(v).map_err(|_| format!("{name}: {v} is too large"));
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let number = |name: &str, v: String| {
-            v.parse::<usize>()
-                .map_err(|_| format!("{name} needs a number, got {v:?}"))
-        };
         match arg.as_str() {
             "--service-url" => args.service_url = Some(value("--service-url")?),
             "--admin-url" => args.admin_url = Some(value("--admin-url")?),
-            "--low" => args.low = number("--low", value("--low")?)?,
-            "--high" => args.high = number("--high", value("--high")?)?,
+            "--low" => {
+                let low = number("--low", value("--low")?)?;
+                if let Some(last) = args.counts.last_mut() {
+                    *last = low;
+                }
+            }
+            "--high" => args.counts[0] = number("--high", value("--high")?)?,
+            "--counts" => args.counts = list("--counts", value("--counts")?)?,
+            "--shares" => {
+                args.shares = list("--shares", value("--shares")?)?
+                    .into_iter()
+                    .map(|s| small("--shares", s))
+                    .collect::<Result<_, _>>()?
+            }
+            "--partitions" => {
+                args.partitions = small(
+                    "--partitions",
+                    number("--partitions", value("--partitions")?)?,
+                )?
+            }
+            "--grown" => args.grown = small("--grown", number("--grown", value("--grown")?)?)?,
             "--keys" => args.keys = number("--keys", value("--keys")?)?,
+            "--runs" => args.runs = number("--runs", value("--runs")?)?,
+            "--defaults-only" => args.defaults_only = true,
             "--ratio-limit" => {
                 args.ratio_limit = number("--ratio-limit", value("--ratio-limit")?)? as f64
             }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: pulsar_priority_growth [--service-url URL --admin-url URL] \
-                            [--low N] [--high N] [--keys N] [--ratio-limit PERCENT]"
-                        .into(),
-                );
-            }
+            "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
     }
     if args.service_url.is_some() && args.admin_url.is_none() {
         return Err("a real broker needs --admin-url to create and grow the topic".into());
     }
-    if args.high < 2 || args.low < 4 || args.keys == 0 {
-        return Err("--high needs at least 2, --low at least 4 and --keys at least 1".into());
+    if args.counts.len() != args.shares.len() || args.counts.len() < 2 {
+        return Err(format!(
+            "--counts and --shares need one value per level, at least 2 (got {} counts, {} shares)",
+            args.counts.len(),
+            args.shares.len()
+        ));
+    }
+    if args.counts[0] < 2 || args.counts[1..].iter().any(|&c| c < 4) || args.keys == 0 {
+        return Err(
+            "the first level needs at least 2 messages, the others at least 4, and --keys at least 1"
+                .into(),
+        );
+    }
+    if args.grown <= args.partitions || args.runs == 0 {
+        return Err("--grown must be above --partitions and --runs at least 1".into());
     }
     Ok(args)
+}
+
+impl Args {
+    fn levels(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Second-wave counts: half the first level's, a quarter of the others'.
+    fn second_wave(&self) -> Vec<usize> {
+        let mut counts: Vec<usize> = self.counts.iter().map(|c| c / 4).collect();
+        counts[0] = self.counts[0] / 2;
+        counts
+    }
 }
 
 /// One row: `None` layout is no priority.
@@ -119,72 +191,99 @@ struct Row {
     placement: KeyPlacement,
     hold: bool,
     strategy: Strategy,
-    label: &'static str,
+    /// The router's and the gate's own defaults (only the hold is set).
+    defaults: bool,
+    label: String,
 }
 
-fn rows() -> Vec<Row> {
-    let shares = LayoutSpec::partition_shares([1, 3]);
+fn rows(args: &Args) -> Vec<Row> {
+    let shares = LayoutSpec::partition_shares(args.shares.clone());
+    let named = args
+        .shares
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(":");
     let explicit = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
-    let row = |layout: Option<&LayoutSpec>, placement, hold, strategy, label| Row {
+    let row = |layout: Option<&LayoutSpec>, placement, hold, strategy, label: String| Row {
         layout: layout.cloned(),
         placement,
         hold,
         strategy,
+        defaults: false,
         label,
     };
-    vec![
-        row(
-            None,
-            KeyPlacement::Modulo,
-            false,
-            Strategy::Strict,
-            "no priority (key hash % partitions)",
-        ),
+    let none = row(
+        None,
+        KeyPlacement::Modulo,
+        false,
+        Strategy::Strict,
+        "no priority (key hash % partitions)".into(),
+    );
+    let defaults = Row {
+        defaults: true,
+        ..row(
+            Some(&shares),
+            RouterConfig::default().placement,
+            true,
+            GateConfig::default().strategy,
+            format!("shares {named}, defaults + hold"),
+        )
+    };
+    if args.defaults_only {
+        return vec![none, defaults];
+    }
+    let mut rows = vec![
+        none,
         row(
             Some(&shares),
             KeyPlacement::Modulo,
             false,
             Strategy::Strict,
-            "shares 1:3, modulo, strict",
+            format!("shares {named}, modulo, strict"),
+        ),
+        row(
+            Some(&shares),
+            KeyPlacement::Jump,
+            false,
+            Strategy::Strict,
+            format!("shares {named}, jump, strict"),
         ),
         row(
             Some(&shares),
             KeyPlacement::Jump,
             true,
             Strategy::Strict,
-            "shares 1:3, jump + hold, strict",
+            format!("shares {named}, jump + hold, strict"),
         ),
         row(
             Some(&shares),
             KeyPlacement::Jump,
             true,
             Strategy::delivery_shares(),
-            "shares 1:3, jump + hold, delivery shares",
+            format!("shares {named}, jump + hold, delivery shares"),
         ),
-        row(
-            Some(&explicit),
-            KeyPlacement::Jump,
-            true,
-            Strategy::StrictAging {
-                max_wait: Duration::from_millis(50),
-            },
-            "explicit, jump + hold, aging 50 ms",
-        ),
-        row(
-            Some(&explicit),
-            KeyPlacement::Jump,
-            true,
-            Strategy::StrictAging {
-                max_wait: Duration::from_millis(5),
-            },
-            "explicit, jump + hold, aging 5 ms",
-        ),
-    ]
+    ];
+    if args.levels() == 2 {
+        for max_wait in [50, 5] {
+            rows.push(row(
+                Some(&explicit),
+                KeyPlacement::Jump,
+                true,
+                Strategy::StrictAging {
+                    max_wait: Duration::from_millis(max_wait),
+                },
+                format!("explicit, jump + hold, aging {max_wait} ms"),
+            ));
+        }
+    }
+    rows.push(defaults);
+    rows
 }
 
 /// What one row measured.
 struct Report {
-    label: &'static str,
+    label: String,
     hold: bool,
     ours: bool,
     high_p99: [Duration; 2],
@@ -215,18 +314,20 @@ fn parse(payload: &[u8]) -> Option<(u8, u8, usize, usize)> {
     ))
 }
 
-/// Sends a wave: `low` low messages then `high` high ones, keys in turn; returns each
-/// message's receipt time by payload.
+/// Sends a wave: each level's count, the least important level first (so the most important
+/// messages queue behind all others), keys in turn; records each message's receipt time by
+/// payload.
 async fn send_wave(
     producer: &Producer,
     wave: u8,
-    counts: [usize; 2],
+    counts: &[usize],
     keys: usize,
-    next_seq: &mut [Vec<usize>; 2],
+    next_seq: &mut [Vec<usize>],
     receipts: &mut HashMap<String, Instant>,
 ) -> Result<(), String> {
-    for level in [1u8, 0] {
-        let count = counts[usize::from(level)];
+    for level in (0..counts.len()).rev() {
+        let count = counts[level];
+        let level = u8::try_from(level).map_err(|_| "at most 255 levels".to_owned())?;
         let mut messages = Vec::with_capacity(count);
         for i in 0..count {
             let key = i % keys;
@@ -260,33 +361,38 @@ fn percentile(mut values: Vec<Duration>, p: f64) -> Duration {
 }
 
 async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result<Report, String> {
-    let err =
-        |what: &'static str| move |e: pulsar_wire::Error| format!("{}: {what}: {e}", row.label);
+    let err = |what: &'static str| {
+        let label = row.label.clone();
+        move |e: pulsar_wire::Error| format!("{label}: {what}: {e}")
+    };
+    let levels = args.levels();
+    let lowest = u8::try_from(levels - 1).map_err(|_| "at most 255 levels".to_owned())?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let topic = format!("persistent://public/default/priority-growth-{stamp}");
-    broker.create_topic(&topic, PARTITIONS).await?;
+    broker.create_topic(&topic, args.partitions).await?;
     let policy = PriorityPolicy::builder()
-        .levels(2)
+        .levels(levels)
         .property(PROPERTY)
         .build()
         .map_err(|e| e.to_string())?;
     let consumer_options = ConsumerOptions::default()
         .initial_position(InitialPosition::Earliest)
         .receiver_queue_size(QUEUE);
+    // The batching defaults (the Java client's): 1,000 messages or 1 ms.
     let mut producer_options = ProducerOptions::default()
-        .batching(
-            BatchingOptions::default()
-                .max_messages(100)
-                .max_delay(Duration::from_millis(5)),
-        )
+        .batching(BatchingOptions::default())
         .partitions_refresh(None);
     if let Some(layout) = &row.layout {
-        let config = RouterConfig {
-            placement: row.placement,
-            sticky: StickyWindow::default(),
-            ..RouterConfig::default()
+        let config = if row.defaults {
+            RouterConfig::default()
+        } else {
+            RouterConfig {
+                placement: row.placement,
+                sticky: StickyWindow::default(),
+                ..RouterConfig::default()
+            }
         };
         let router =
             PriorityRouter::for_topic(client, &topic, policy.clone(), layout.clone(), config)
@@ -310,10 +416,18 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
 
     let started = Instant::now();
     let mut receipts = HashMap::new();
-    let mut next_seq = [vec![0; args.keys], vec![0; args.keys]];
-    let first = [args.high, args.low];
-    let second = [args.high / 2, args.low / 4];
-    send_wave(&producer, 0, first, args.keys, &mut next_seq, &mut receipts).await?;
+    let mut next_seq = vec![vec![0; args.keys]; levels];
+    let first = args.counts.clone();
+    let second = args.second_wave();
+    send_wave(
+        &producer,
+        0,
+        &first,
+        args.keys,
+        &mut next_seq,
+        &mut receipts,
+    )
+    .await?;
     let consumer: Box<dyn MessageConsumer> = match &row.layout {
         None => Box::new(
             client
@@ -322,11 +436,18 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
                 .map_err(err("subscribe"))?,
         ),
         Some(layout) => {
-            let gate = GateConfig {
-                strategy: row.strategy.clone(),
-                receiver_queue_size: QUEUE,
-                growth_hold: row.hold.then_some(Duration::from_secs(60)),
-                ..GateConfig::default()
+            let gate = if row.defaults {
+                GateConfig {
+                    growth_hold: Some(Duration::from_secs(60)),
+                    ..GateConfig::default()
+                }
+            } else {
+                GateConfig {
+                    strategy: row.strategy.clone(),
+                    receiver_queue_size: QUEUE,
+                    growth_hold: row.hold.then_some(Duration::from_secs(60)),
+                    ..GateConfig::default()
+                }
             };
             let options = PriorityConsumerOptions::new(policy.clone(), layout.clone())
                 .consumer(consumer_options.clone())
@@ -357,13 +478,13 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
             .map_err(err("receive"))?;
         let at = Instant::now();
         consumer.ack(&message).await.map_err(err("ack"))?;
-        if parse(message.payload()).is_some_and(|(_, level, _, _)| level == 1) {
+        if parse(message.payload()).is_some_and(|(_, level, _, _)| level == lowest) {
             low_gap = low_gap.max(at.saturating_duration_since(low_since));
             low_since = at;
         }
         delivered.push((String::from_utf8_lossy(message.payload()).into_owned(), at));
-        if !grown && delivered.len() == (args.low + args.high) / 2 {
-            broker.grow(&topic, GROWN).await?;
+        if !grown && delivered.len() == first.iter().sum::<usize>() / 2 {
+            broker.grow(&topic, args.grown).await?;
             follow_growth(&producer, consumer.as_ref())
                 .await
                 .map_err(err("follow the growth"))?;
@@ -371,7 +492,7 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
             send_wave(
                 &producer,
                 1,
-                second,
+                &second,
                 args.keys,
                 &mut next_seq,
                 &mut receipts,
@@ -414,7 +535,7 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
     let [h0, h1] = high;
     Ok(Report {
         low_gap,
-        label: row.label,
+        label: row.label.clone(),
         hold: row.hold,
         ours: row.layout.is_some(),
         high_p50: [percentile(h0.clone(), 50.0), percentile(h1.clone(), 50.0)],
@@ -430,28 +551,29 @@ fn ms(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1000.0)
 }
 
-/// Prints the table and says whether every check holds.
-fn print(reports: &[Report], args: &Args, broker: &str) -> bool {
+/// Each row's high p99 of both waves in % of no priority's (the run's first row).
+fn shares_of_no_priority(run: &[Report]) -> Vec<[f64; 2]> {
+    let base = run.first().map(|r| r.high_p99);
+    run.iter()
+        .map(|r| {
+            let pct = |i: usize| {
+                base.filter(|b| !b[i].is_zero()).map_or(0.0, |b| {
+                    r.high_p99[i].as_secs_f64() * 100.0 / b[i].as_secs_f64()
+                })
+            };
+            [pct(0), pct(1)]
+        })
+        .collect()
+}
+
+/// Prints one run's table and says whether every check holds.
+fn print_run(run: &[Report], index: usize, args: &Args) -> bool {
     println!(
-        "\n{broker}: {} low then {} high messages over {} keys on {PARTITIONS} partitions, raised \
-         to {GROWN} halfway (producer, then consumer), then {} low and {} high more\n",
-        args.low,
-        args.high,
-        args.keys,
-        args.low / 4,
-        args.high / 2
+        "\nrun {}: | row | high p50 ms wave 1 / wave 2 | high p99 ms wave 1 / wave 2 | p99 % of no priority | key-order violations | longest low gap ms | lost | duplicated | drained in s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        index + 1
     );
-    println!(
-        "| row | high p50 ms wave 1 / wave 2 | high p99 ms wave 1 / wave 2 | p99 % of no priority | key-order violations | longest low gap ms | lost | duplicated | drained in s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    let base = reports.first().map(|r| r.high_p99);
     let mut ok = true;
-    for r in reports {
-        let pct = |i: usize| {
-            base.filter(|b| !b[i].is_zero()).map_or(0.0, |b| {
-                r.high_p99[i].as_secs_f64() * 100.0 / b[i].as_secs_f64()
-            })
-        };
+    for (r, pct) in run.iter().zip(shares_of_no_priority(run)) {
         println!(
             "| {} | {} / {} | {} / {} | {:.1} / {:.1} | {} | {:.1} | {} | {} | {:.1} |",
             r.label,
@@ -459,8 +581,8 @@ fn print(reports: &[Report], args: &Args, broker: &str) -> bool {
             ms(r.high_p50[1]),
             ms(r.high_p99[0]),
             ms(r.high_p99[1]),
-            pct(0),
-            pct(1),
+            pct[0],
+            pct[1],
             r.violations,
             r.low_gap.as_secs_f64() * 1000.0,
             r.lost,
@@ -469,16 +591,15 @@ fn print(reports: &[Report], args: &Args, broker: &str) -> bool {
         );
         let mut fail = |why: String| {
             ok = false;
-            eprintln!("FAIL {}: {why}", r.label);
+            eprintln!("FAIL run {} {}: {why}", index + 1, r.label);
         };
         if r.lost > 0 || r.duplicated > 0 {
             fail(format!("{} lost, {} duplicated", r.lost, r.duplicated));
         }
-        if r.ours && (pct(0) > args.ratio_limit || pct(1) > args.ratio_limit) {
+        if r.ours && (pct[0] > args.ratio_limit || pct[1] > args.ratio_limit) {
             fail(format!(
                 "high p99 at {:.1} % / {:.1} % of no priority",
-                pct(0),
-                pct(1)
+                pct[0], pct[1]
             ));
         }
         if r.hold && r.violations > 0 {
@@ -489,6 +610,72 @@ fn print(reports: &[Report], args: &Args, broker: &str) -> bool {
         }
     }
     ok
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Prints, per row over every run, the medians and worst values, and how many runs passed.
+fn print_summary(runs: &[Vec<Report>], args: &Args, broker: &str) {
+    let levels = args
+        .counts
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    let second = args
+        .second_wave()
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    println!(
+        "\n{broker}: {} runs; per level (most important first) {levels} messages over {} keys \
+         on {} partitions (partition shares {:?}), the least important level sent first; \
+         raised to {} halfway (producer, then consumer), then {second} more\n",
+        runs.len(),
+        args.keys,
+        args.partitions,
+        args.shares,
+        args.grown,
+    );
+    println!(
+        "| row | runs passing | high p99 % of no priority, wave 1: median / worst | wave 2: median / worst | key-order violations: median / worst | lost + duplicated |\n|---|---:|---:|---:|---:|---:|"
+    );
+    let Some(first) = runs.first() else { return };
+    for (i, row) in first.iter().enumerate() {
+        let mut waves = [Vec::new(), Vec::new()];
+        let mut violations = Vec::new();
+        let mut broken = 0;
+        let mut passing = 0;
+        for run in runs {
+            let pct = shares_of_no_priority(run);
+            let Some(r) = run.get(i) else { continue };
+            waves[0].push(pct[i][0]);
+            waves[1].push(pct[i][1]);
+            violations.push(r.violations as f64);
+            broken += r.lost + r.duplicated;
+            let high_ok =
+                !r.ours || (pct[i][0] <= args.ratio_limit && pct[i][1] <= args.ratio_limit);
+            if high_ok && r.lost + r.duplicated == 0 && !(r.hold && r.violations > 0) {
+                passing += 1;
+            }
+        }
+        let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| {} | {passing} of {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.0} / {:.0} | {broken} |",
+            row.label,
+            runs.len(),
+            median(waves[0].clone()),
+            worst(&waves[0]),
+            median(waves[1].clone()),
+            worst(&waves[1]),
+            median(violations.clone()),
+            worst(&violations),
+        );
+    }
 }
 
 #[tokio::main]
@@ -521,9 +708,16 @@ async fn main_with(args: &Args) -> Result<bool, String> {
         .map_err(|e| e.to_string())?
         .operation_timeout(Duration::from_secs(30));
     let client = Client::connect(options).await.map_err(|e| e.to_string())?;
-    let mut reports = Vec::new();
-    for row in rows() {
-        reports.push(run(&client, &broker, &row, args).await?);
+    let mut runs = Vec::new();
+    let mut ok = true;
+    for index in 0..args.runs {
+        let mut reports = Vec::new();
+        for row in rows(args) {
+            reports.push(run(&client, &broker, &row, args).await?);
+        }
+        ok &= print_run(&reports, index, args);
+        runs.push(reports);
     }
-    Ok(print(&reports, args, &name))
+    print_summary(&runs, args, &name);
+    Ok(ok)
 }
