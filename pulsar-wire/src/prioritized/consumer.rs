@@ -67,8 +67,11 @@ impl PriorityConsumerOptions {
         }
     }
 
-    /// The options of the per-partition consumers. Their receiver queue size is ignored: each
-    /// partition gets [`Gate::suggested_queue_size`], from the gate settings.
+    /// The options of the per-partition consumers. Two of them are replaced: the receiver
+    /// queue size (each partition gets [`Gate::suggested_queue_size`], from the gate settings)
+    /// and [`ConsumerOptions::partitions_refresh`] (the priority consumer re-reads the
+    /// partition count itself, every [`PriorityConsumerOptions::partitions_refresh`], so that
+    /// the gate learns of new partitions before their consumers start).
     pub fn consumer(mut self, options: ConsumerOptions) -> Self {
         self.consumer = options;
         self
