@@ -750,12 +750,25 @@ async fn fresh_simple_consumer(endpoint: &str, topic: &str, group: &str) -> Simp
     consumer
 }
 
-/// (d, 5.4+) A nacked PRIORITY message keeps its `priority` but comes back from the retry
-/// topic (queue 0 with the broker's defaults, `useSeparateRetryQueue=false`), which a pop
-/// reads only after the topic's own queues (`popFromRetryProbabilityForPriority=0`): a
-/// retried message of the highest level comes after every fresh message of the lowest.
+/// Whether the broker was started (`ROCKETMQ_BROKER_CONF_EXTRA`, which the broker script appends
+/// to `broker.conf`) with the retry settings that keep a retried priority message's rank:
+/// `useSeparateRetryQueue=true` (the retry topic gets the topic's queue count and a retry keeps
+/// its queue) and `popFromRetryProbabilityForPriority=100` (a pop in priority mode reads the
+/// retry topic first).
+fn ranked_priority_retries() -> bool {
+    let extra = std::env::var("ROCKETMQ_BROKER_CONF_EXTRA").unwrap_or_default();
+    let set = |line: &str| extra.lines().any(|l| l.trim() == line);
+    set("useSeparateRetryQueue=true") && set("popFromRetryProbabilityForPriority=100")
+}
+
+/// (d, 5.4+) A nacked PRIORITY message keeps its `priority` but, with the broker's defaults,
+/// comes back from the retry topic's single queue (`useSeparateRetryQueue=false`: queue 0),
+/// which a pop reads only after the topic's own queues
+/// (`popFromRetryProbabilityForPriority=0`): a retried message of the highest level comes
+/// after every fresh message of the lowest. With both settings changed
+/// ([`ranked_priority_retries`]) it comes back first, from queue 7 of the retry topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_priority_message_keeps_its_level_but_not_its_rank() {
+async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
     let Some(endpoint) = endpoint() else { return };
     if !has_priority() {
         return;
@@ -831,14 +844,96 @@ async fn a_retried_priority_message_keeps_its_level_but_not_its_rank() {
     consumer.close(Duration::from_secs(5)).await;
     println!("after the nack, (priority, queue, attempt) in delivery order: {order:?}");
     assert_eq!(order.len(), LOW + 1, "{order:?}");
-    let (priority, queue, attempt) = order[LOW];
-    assert_eq!(
-        (priority, attempt),
-        (Some(7), 2),
-        "the retried high message comes last, with its priority: {order:?}"
-    );
-    assert_eq!(queue, 0, "from the retry topic's queue 0");
-    assert!(order[..LOW].iter().all(|(p, _, a)| *p == Some(0) && *a == 1));
+    let (retried, fresh) = if ranked_priority_retries() {
+        (order[0], &order[1..])
+    } else {
+        (order[LOW], &order[..LOW])
+    };
+    if ranked_priority_retries() {
+        assert_eq!(
+            retried,
+            (Some(7), 7, 2),
+            "the retried high message comes first, from the retry topic's queue 7: {order:?}"
+        );
+    } else {
+        assert_eq!(
+            retried,
+            (Some(7), 0, 2),
+            "the retried high message comes last, from the retry topic's queue 0: {order:?}"
+        );
+    }
+    assert!(fresh.iter().all(|(p, _, a)| *p == Some(0) && *a == 1));
+}
+
+/// (d, 5.4+) The other side of the retry settings: a retried message of the LOWEST level
+/// against a fresh one of the highest. With the broker's defaults the fresh high message
+/// comes first (the retry topic is read after the topic); with
+/// [`ranked_priority_retries`] the retry topic is read first, so the retried low message
+/// comes before the fresh high one (an inversion).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_low_message_against_a_fresh_high_one() {
+    let Some(endpoint) = endpoint() else { return };
+    if !has_priority() {
+        return;
+    }
+    let run = unique("facts-d2");
+    let consumer = fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, "prio-facts-push").await;
+    let producer = Producer::new(Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap());
+    producer.start().await.unwrap();
+    let send = |body: String, level: u32| {
+        let message = OutgoingMessage::new(PRIORITY_TOPIC, body)
+            .property("run", &run)
+            .priority(level);
+        let producer = &producer;
+        async move { producer.send(message).await.unwrap() }
+    };
+    send(format!("{run}-low"), 0).await;
+    let is_ours = |m: &ReceivedMessage| m.properties.get("run") == Some(&run);
+    let mut low = None;
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    while low.is_none() && tokio::time::Instant::now() < end {
+        low = consumer
+            .receive(1, Duration::from_secs(30))
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .find(|m| is_ours(m));
+    }
+    let low = low.expect("the low message");
+    consumer
+        .change_invisible_duration(&low, Duration::from_secs(1))
+        .await
+        .unwrap();
+    // Time for the revive service to put it on the retry topic.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    send(format!("{run}-high"), 7).await;
+    let mut order = Vec::new();
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while order.len() < 2 && tokio::time::Instant::now() < end {
+        for message in consumer
+            .receive(1, Duration::from_secs(30))
+            .await
+            .unwrap_or_default()
+        {
+            consumer.ack(&message).await.unwrap();
+            if is_ours(&message) {
+                order.push((
+                    message.priority(),
+                    message.queue_id,
+                    message.delivery_attempt,
+                ));
+            }
+        }
+    }
+    consumer.close(Duration::from_secs(5)).await;
+    println!("a retried low and a fresh high, (priority, queue, attempt) in order: {order:?}");
+    let (retried_low, fresh_high) = ((Some(0), 0, 2), (Some(7), 7, 1));
+    let expected = if ranked_priority_retries() {
+        [retried_low, fresh_high]
+    } else {
+        [fresh_high, retried_low]
+    };
+    assert_eq!(order, expected);
 }
 
 /// (d) A message that runs out of attempts (group `it-normal-dlq`: 2 retries, 3 attempts)
