@@ -20,9 +20,14 @@
 //! without it. Topics: `it-normal`, `it-normal-2`, `it-simple`, `it-simple-2` (NORMAL, 4
 //! queues), `it-fifo` (FIFO, 2 queues), from 5.4 `it-priority` (PRIORITY, 8 queues); groups
 //! `prio-facts*` (created by the script on 5.4+, where the proxy refuses unknown groups; a 5.3
-//! proxy creates them), `it-fifo-group` (orderly) and `it-normal-dlq` (2 retries). Each test tags its messages with a `run`
-//! property of its own and counts only those; a group starts at the oldest message still in
-//! memory, so it also receives earlier runs' messages, which it acknowledges.
+//! proxy creates them), `it-fifo-group` (orderly) and `it-normal-dlq` (2 retries). Each test
+//! tags its messages with a `run` property of its own and counts only those; a group starts at
+//! the oldest message still in memory, so it also receives earlier runs' messages, which it
+//! acknowledges.
+//!
+//! The 5.4+ retry tests expect the broker's default retry settings unless
+//! `ROCKETMQ_BROKER_CONF_EXTRA` (which the broker script appends to `broker.conf`) sets
+//! `useSeparateRetryQueue=true` and `popFromRetryProbabilityForPriority=100`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -31,8 +36,8 @@ use std::time::Duration;
 use integration_tests::real_rocketmq::{broker_version, endpoint, unique, wait_for};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
-    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage,
-    Session, SimpleConsumer, pb, wire,
+    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    SimpleConsumer, pb, wire,
 };
 
 type Client = pb::messaging_service_client::MessagingServiceClient<tonic::transport::Channel>;
@@ -53,8 +58,9 @@ fn has_priority() -> bool {
 
 /// Java's `String.hashCode`: `s[0]*31^(n-1) + ... + s[n-1]` over UTF-16 code units, wrapping.
 fn java_hash(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(i32::from(unit)))
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
 }
 
 /// Guava's `Hashing.consistentHash(long, int)` (jump consistent hash, Lamping and Veach, driven
@@ -64,7 +70,9 @@ fn consistent_hash(input: i64, buckets: i32) -> i32 {
     let mut state = input as u64;
     let mut candidate = 0i32;
     loop {
-        state = state.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        state = state
+            .wrapping_mul(2_862_933_555_777_941_757)
+            .wrapping_add(1);
         let next_double = f64::from(((state >> 33) as i32) + 1) / f64::from(1u32 << 31);
         // Java's (int) of a double saturates, as Rust's `as` does.
         let next = (f64::from(candidate + 1) / next_double) as i32;
@@ -182,7 +190,11 @@ impl Wire {
         };
         let answer = self
             .client
-            .query_route(wire::request(&self.session, request, Duration::from_secs(10)))
+            .query_route(wire::request(
+                &self.session,
+                request,
+                Duration::from_secs(10),
+            ))
             .await
             .expect("QueryRoute")
             .into_inner();
@@ -201,7 +213,11 @@ impl Wire {
             endpoints: Some(wire::endpoints(self.session.config().endpoint())),
         };
         self.client
-            .query_assignment(wire::request(&self.session, request, Duration::from_secs(10)))
+            .query_assignment(wire::request(
+                &self.session,
+                request,
+                Duration::from_secs(10),
+            ))
             .await
             .expect("QueryAssignment")
             .into_inner()
@@ -284,7 +300,11 @@ impl Wire {
         };
         let answer = self
             .client
-            .ack_message(wire::request(&self.session, request, Duration::from_secs(10)))
+            .ack_message(wire::request(
+                &self.session,
+                request,
+                Duration::from_secs(10),
+            ))
             .await
             .expect("AckMessage")
             .into_inner();
@@ -310,7 +330,9 @@ impl Wire {
         let end = tokio::time::Instant::now() + within;
         let mut ours = Vec::new();
         while ours.len() < expected && tokio::time::Instant::now() < end {
-            let (_, messages) = self.receive_once(group, queue, Duration::from_secs(3)).await;
+            let (_, messages) = self
+                .receive_once(group, queue, Duration::from_secs(3))
+                .await;
             self.ack(group, &topic, &messages).await;
             ours.extend(messages.into_iter().filter(|m| run_of(m) == Some(run)));
         }
@@ -333,9 +355,12 @@ fn message(topic: &str, run: &str, n: usize) -> pb::Message {
             resource_namespace: String::new(),
             name: topic.into(),
         }),
-        user_properties: [("run".to_owned(), run.to_owned()), ("n".to_owned(), n.to_string())]
-            .into_iter()
-            .collect(),
+        user_properties: [
+            ("run".to_owned(), run.to_owned()),
+            ("n".to_owned(), n.to_string()),
+        ]
+        .into_iter()
+        .collect(),
         system_properties: Some(pb::SystemProperties {
             message_id: format!("{run}-{n}").replace(['-', '_'], "0"),
             body_encoding: pb::Encoding::Identity as i32,
@@ -462,9 +487,7 @@ async fn a_message_group_picks_the_queue_by_consistent_hash() {
         .iter()
         .map(|m| (m.user_properties["n"].clone(), queue_of(m)))
         .collect();
-    println!(
-        "{writable} writable queues; message n -> queue: {seen:?}; predicted: {predicted:?}"
-    );
+    println!("{writable} writable queues; message n -> queue: {seen:?}; predicted: {predicted:?}");
     assert_eq!(seen, predicted);
     assert!(
         seen.values().collect::<BTreeSet<_>>().len() > 1,
@@ -549,7 +572,10 @@ async fn a_receive_pops_every_queue_whatever_queue_it_names() {
         .collect();
     println!(
         "naming queue 99: {:?}, {} of this run's messages from queues {:?}",
-        statuses.iter().map(|s| code_name(Some(s))).collect::<Vec<_>>(),
+        statuses
+            .iter()
+            .map(|s| code_name(Some(s)))
+            .collect::<Vec<_>>(),
         got.len(),
         histogram(&got)
     );
@@ -672,7 +698,9 @@ async fn a_retry_comes_back_through_its_own_topic() {
     let mut first = None;
     let end = tokio::time::Instant::now() + Duration::from_secs(60);
     while first.is_none() && tokio::time::Instant::now() < end {
-        let (_, messages) = wire.receive_once(group, &queue, Duration::from_secs(3)).await;
+        let (_, messages) = wire
+            .receive_once(group, &queue, Duration::from_secs(3))
+            .await;
         let (ours, others): (Vec<_>, Vec<_>) = messages
             .into_iter()
             .partition(|m| run_of(m) == Some(run.as_str()));
@@ -692,7 +720,11 @@ async fn a_retry_comes_back_through_its_own_topic() {
     };
     let answer = wire
         .client
-        .change_invisible_duration(wire::request(&wire.session, request, Duration::from_secs(10)))
+        .change_invisible_duration(wire::request(
+            &wire.session,
+            request,
+            Duration::from_secs(10),
+        ))
         .await
         .expect("ChangeInvisibleDuration")
         .into_inner();
