@@ -853,10 +853,11 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
         .change_invisible_duration(&high, Duration::from_secs(1))
         .await
         .unwrap();
+    let nacked = tokio::time::Instant::now();
     // Time for the revive service to put it on the retry topic.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut order = Vec::new();
-    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    let end = tokio::time::Instant::now() + Duration::from_secs(120);
     while order.len() < LOW + 1 && tokio::time::Instant::now() < end {
         for message in consumer
             .receive(1, Duration::from_secs(30))
@@ -865,6 +866,9 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
         {
             consumer.ack(&message).await.unwrap();
             if is_ours(&message) {
+                if message.delivery_attempt > 1 {
+                    println!("the retry came {:?} after the nack", nacked.elapsed());
+                }
                 order.push((
                     message.priority(),
                     message.queue_id,
