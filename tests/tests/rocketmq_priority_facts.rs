@@ -1,6 +1,6 @@
 //! Facts about queues, assignments, retries and priority on a real RocketMQ proxy, which the
 //! design of priority consumption on RocketMQ (`mq_priority::PriorityPolicy` through
-//! `rocketmq-grpc`) rests on; `PRIORITY-FACTS.md` holds the findings and the bytecode read
+//! `rocketmq-grpc`) rests on; `rocketmq-grpc/docs/priority-facts.md` holds the findings and the bytecode read
 //! beside them. Each test checks one answer of the proxy:
 //!
 //! - where a normal message lands (the proxy picks the queue; `SystemProperties.queue_id` is
