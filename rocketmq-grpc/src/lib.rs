@@ -173,6 +173,7 @@ mod consumer;
 mod error;
 mod filter;
 mod message;
+pub mod priority;
 mod producer;
 mod session;
 mod tls;
