@@ -10,6 +10,7 @@ mod failover;
 mod faults;
 mod filters;
 mod priority_lite;
+mod priority_topics;
 mod producer;
 mod recovery;
 mod renewal;

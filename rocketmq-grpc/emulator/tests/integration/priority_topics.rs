@@ -1,0 +1,151 @@
+//! `rocketmq_grpc::priority` against the emulator: messages routed by a priority policy land
+//! on their level's topic (level topics, any 5.x) or carry their level as the native priority
+//! (5.4+), and a consumer reads the level back.
+//!
+//! Virtual time (`start_paused`): long polls and ack delays pass at once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
+use rocketmq_grpc::{OutgoingMessage, Producer, Session, SimpleConsumer};
+use rocketmq_grpc_emulator::{Emulator, TopicKind};
+
+use crate::support::{self, GROUP};
+
+const LEVELS: [&str; 3] = ["prio-0", "prio-1", "prio-2"];
+const NATIVE: &str = "prio-native";
+
+async fn emulator() -> Emulator {
+    let mut builder = Emulator::builder().group(GROUP, false);
+    for topic in LEVELS {
+        builder = builder.topic(topic, TopicKind::Normal, 2);
+    }
+    builder
+        .topic(NATIVE, TopicKind::Priority, 3)
+        .start()
+        .await
+        .expect("the emulator starts")
+}
+
+fn policy() -> PriorityPolicy {
+    PriorityPolicy::builder()
+        .levels(3)
+        .default_level(1)
+        .build()
+        .unwrap()
+}
+
+fn producer(emulator: &Emulator) -> Producer {
+    Producer::new(Session::new(support::config(emulator)).unwrap())
+}
+
+/// `counts[k]` messages of level `k`, and `unlabelled` without the property.
+async fn send(producer: &Producer, topics: &PriorityTopics, counts: [usize; 3], unlabelled: usize) {
+    let property = topics.policy().property().to_owned();
+    for (level, &count) in counts.iter().enumerate() {
+        for i in 0..count {
+            let message = OutgoingMessage::new("ignored", format!("{level}-{i}"))
+                .property(&property, level.to_string());
+            producer.send_prioritized(topics, message).await.unwrap();
+        }
+    }
+    for i in 0..unlabelled {
+        let message = OutgoingMessage::new("ignored", format!("none-{i}"));
+        producer.send_prioritized(topics, message).await.unwrap();
+    }
+}
+
+fn stored(emulator: &Emulator, topic: &str) -> Vec<u64> {
+    emulator.topic_info(topic).unwrap().messages_per_queue
+}
+
+/// Receives `n` messages from `topic` and counts them by the level `topics` reads.
+async fn levels_received(
+    emulator: &Emulator,
+    topics: &PriorityTopics,
+    topic: &str,
+    n: usize,
+) -> HashMap<Level, usize> {
+    let consumer = SimpleConsumer::builder(support::config(emulator), GROUP)
+        .subscribe(topic, "*")
+        .await_duration(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("the simple consumer starts");
+    let mut levels = HashMap::new();
+    let mut got = 0;
+    while got < n {
+        for message in consumer.receive(16, Duration::from_secs(30)).await.unwrap() {
+            *levels.entry(topics.level_of(&message)).or_insert(0) += 1;
+            consumer.ack(&message).await.unwrap();
+            got += 1;
+        }
+    }
+    consumer.close(Duration::from_secs(5)).await;
+    levels
+}
+
+#[tokio::test(start_paused = true)]
+async fn level_topics_take_each_level_and_the_default_takes_the_unlabelled() {
+    let emulator = emulator().await;
+    let topics = PriorityTopics::builder(policy())
+        .level_topics(LEVELS)
+        .build()
+        .unwrap();
+    send(&producer(&emulator), &topics, [3, 5, 7], 2).await;
+    let per_topic: Vec<u64> = LEVELS
+        .iter()
+        .map(|t| stored(&emulator, t).iter().sum())
+        .collect();
+    assert_eq!(per_topic, [3, 7, 7]);
+    assert_eq!(stored(&emulator, NATIVE), [0, 0, 0]);
+    let stats = topics.policy().stats();
+    assert_eq!((stats.valid, stats.missing), (15, 2));
+    // The unlabelled ones got the default level's property: read back as level 1.
+    let levels = levels_received(&emulator, &topics, LEVELS[1], 7).await;
+    assert_eq!(levels, HashMap::from([(Level::new(1), 7)]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn native_levels_are_priorities_on_their_queues() {
+    let emulator = emulator().await;
+    let topics = PriorityTopics::builder(policy())
+        .native(NATIVE)
+        .build()
+        .unwrap();
+    send(&producer(&emulator), &topics, [3, 5, 7], 2).await;
+    // Level k has priority 2 - k, stored on queue 2 - k.
+    assert_eq!(stored(&emulator, NATIVE), [7, 7, 3]);
+    for topic in LEVELS {
+        assert_eq!(stored(&emulator, topic).iter().sum::<u64>(), 0);
+    }
+    let levels = levels_received(&emulator, &topics, NATIVE, 17).await;
+    assert_eq!(
+        levels,
+        HashMap::from([(Level::new(0), 3), (Level::new(1), 7), (Level::new(2), 7)])
+    );
+}
+
+/// A Java 5.5 producer's `setPriority(p)` message has no property: its level is read from
+/// the native priority.
+#[tokio::test(start_paused = true)]
+async fn a_native_priority_without_the_property_is_read_back_as_its_level() {
+    let emulator = emulator().await;
+    let topics = PriorityTopics::builder(policy())
+        .native(NATIVE)
+        .build()
+        .unwrap();
+    let producer = producer(&emulator);
+    for p in [2u32, 0, 9] {
+        producer
+            .send(OutgoingMessage::new(NATIVE, format!("java-{p}")).priority(p))
+            .await
+            .unwrap();
+    }
+    let levels = levels_received(&emulator, &topics, NATIVE, 3).await;
+    assert_eq!(
+        levels,
+        HashMap::from([(Level::new(0), 2), (Level::new(2), 1)])
+    );
+}
