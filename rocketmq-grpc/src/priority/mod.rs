@@ -10,7 +10,7 @@
 //!   proxy picks it) nor receive from one queue of a broker (a receive pops every queue of
 //!   it), so levels on the queues of one topic could neither be routed nor gated; topics can.
 //!   The producer sends each message to its level's topic ([`PriorityTopics::route`]); a push
-//!   consumer built with `PushConsumerBuilder::priority`
+//!   consumer built with [`PushConsumerBuilder::priority`](crate::PushConsumerBuilder::priority)
 //!   subscribes to every level topic in its group and a [`Gate`] pauses the receives of the
 //!   less important topics while a more important level is under pressure. A retried message
 //!   comes back through its own topic, so it keeps its level.

@@ -17,7 +17,8 @@ pub const MAX_TOPIC_LEN: usize = 127;
 /// The name says what it holds: the topics a prioritised application sends to and consumes
 /// from, with the policy that maps a message to one of them. Producers route with
 /// [`route`](Self::route); consumers read a message's level with [`level_of`](Self::level_of)
-/// and gate their receives with `PushConsumerBuilder::priority`.
+/// and gate their receives with
+/// [`PushConsumerBuilder::priority`](crate::PushConsumerBuilder::priority).
 ///
 /// Cheap to clone; clones share the policy's parse counters ([`PriorityPolicy::stats`]).
 ///

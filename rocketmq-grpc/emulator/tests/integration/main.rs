@@ -9,6 +9,7 @@ mod delay;
 mod failover;
 mod faults;
 mod filters;
+mod priority_gate;
 mod priority_lite;
 mod priority_topics;
 mod producer;
