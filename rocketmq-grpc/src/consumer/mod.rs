@@ -207,7 +207,12 @@ impl PushConsumerBuilder {
     ///   ([`GateConfig::receiver_queue_size`], sized per level by
     ///   [`GateConfig::queue_sizing`]) the receive loops of the less important topics wait
     ///   (before taking any of the concurrency, so it goes to the pressed level), as the
-    ///   [`Strategy`](crate::priority::Strategy) says. A failed message comes back through
+    ///   [`Strategy`](crate::priority::Strategy) says: [`Strict`](crate::priority::Strategy::Strict)
+    ///   (or `StrictAging`) pauses them whenever a more important level is pressed, while
+    ///   delivery shares pause a level only while it is itself full, and so help a burst of
+    ///   urgent messages less (on the emulator, a burst of 500 urgent messages behind a
+    ///   backlog of 20,000 had its p99 at 55-61 % of no gate's under `Strict`, 74-108 % under
+    ///   the default shares). A failed message comes back through
     ///   its own topic, so it keeps its level. The receiver queue size must therefore be at
     ///   most the concurrency (a level can never hold more).
     /// - **Native** (5.4+): subscribes to the priority topic, which the broker serves highest
