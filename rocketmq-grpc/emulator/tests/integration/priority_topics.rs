@@ -5,10 +5,15 @@
 //! Virtual time (`start_paused`): long polls and ack delays pass at once.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
-use rocketmq_grpc::{OutgoingMessage, Producer, Session, SimpleConsumer};
+use parking_lot::Mutex;
+use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics};
+use rocketmq_grpc::{
+    ConsumeResult, Error, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    SimpleConsumer,
+};
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 
 use crate::support::{self, GROUP};
@@ -148,4 +153,79 @@ async fn a_native_priority_without_the_property_is_read_back_as_its_level() {
         levels,
         HashMap::from([(Level::new(0), 2), (Level::new(2), 1)])
     );
+}
+
+/// Gate settings a push consumer cannot use are refused before it connects, naming
+/// `priority`.
+#[tokio::test(start_paused = true)]
+async fn a_push_consumer_refuses_gate_settings_it_cannot_use() {
+    let emulator = emulator().await;
+    let topics = PriorityTopics::builder(policy())
+        .level_topics(LEVELS)
+        .build()
+        .unwrap();
+    let too_big = GateConfig {
+        receiver_queue_size: 65,
+        ..GateConfig::default()
+    };
+    let watermarks = GateConfig {
+        receiver_queue_size: 64,
+        high_watermark: 0.1,
+        low_watermark: 0.5,
+        ..GateConfig::default()
+    };
+    for gate in [too_big, watermarks] {
+        let started = PushConsumer::builder(support::config(&emulator), GROUP)
+            .concurrency(64)
+            .priority(topics.clone(), gate)
+            .start(|_: ReceivedMessage| async { ConsumeResult::Success })
+            .await;
+        assert!(
+            matches!(
+                started,
+                Err(Error::InvalidConfig {
+                    setting: "priority",
+                    ..
+                })
+            ),
+            "{started:?}"
+        );
+    }
+}
+
+/// A push consumer given a native topic subscribes to it; the broker serves the higher
+/// priorities first, so the most important level is handled first.
+#[tokio::test(start_paused = true)]
+async fn a_push_consumer_of_a_native_topic_gets_the_most_important_level_first() {
+    let emulator = emulator().await;
+    let topics = PriorityTopics::builder(policy())
+        .native(NATIVE)
+        .build()
+        .unwrap();
+    send(&producer(&emulator), &topics, [5, 0, 20], 0).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&order);
+    let levels = topics.clone();
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .concurrency(1)
+        .receive_batch_size(1)
+        .priority(topics, GateConfig::default())
+        .start(move |message: ReceivedMessage| {
+            let seen = Arc::clone(&seen);
+            let level = levels.level_of(&message);
+            async move {
+                seen.lock().push(level.get());
+                ConsumeResult::Success
+            }
+        })
+        .await
+        .unwrap();
+    assert!(consumer.gate_stats().is_none());
+    support::wait_for("the messages", Duration::from_secs(60), || {
+        order.lock().len() == 25
+    })
+    .await;
+    let order = order.lock().clone();
+    assert_eq!(order[..5], [0; 5], "{order:?}");
+    consumer.close(Duration::from_secs(5)).await;
 }
