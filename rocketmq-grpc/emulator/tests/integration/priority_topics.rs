@@ -229,3 +229,69 @@ async fn a_push_consumer_of_a_native_topic_gets_the_most_important_level_first()
     assert_eq!(order[..5], [0; 5], "{order:?}");
     consumer.close(Duration::from_secs(5)).await;
 }
+
+/// A failed message comes back through its own level topic: the gate counts its nack and its
+/// second arrival on its level, and its level reads the same both times.
+#[tokio::test(start_paused = true)]
+async fn a_nacked_message_comes_back_on_its_level() {
+    let mut builder = Emulator::builder()
+        .group(GROUP, false)
+        // A short invisibility: the failure is nacked, not retried in the consumer.
+        .auto_renew(Duration::from_secs(2), Duration::from_secs(3600));
+    for topic in LEVELS {
+        builder = builder.topic(topic, TopicKind::Normal, 1);
+    }
+    let emulator = builder.start().await.expect("the emulator starts");
+    let topics = PriorityTopics::builder(policy())
+        .level_topics(LEVELS)
+        .build()
+        .unwrap();
+    let property = topics.policy().property().to_owned();
+    producer(&emulator)
+        .send_prioritized(
+            &topics,
+            OutgoingMessage::new("x", "fails once").property(&property, "0"),
+        )
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let attempts = Arc::clone(&seen);
+    let levels = topics.clone();
+    let gate = GateConfig {
+        receiver_queue_size: 8,
+        min_queue_size: 2,
+        ..GateConfig::default()
+    };
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .concurrency(8)
+        .priority(topics, gate)
+        .start(move |message: ReceivedMessage| {
+            let mut attempts = attempts.lock();
+            attempts.push((message.topic.clone(), levels.level_of(&message)));
+            let result = if attempts.len() == 1 {
+                ConsumeResult::Failure
+            } else {
+                ConsumeResult::Success
+            };
+            async move { result }
+        })
+        .await
+        .unwrap();
+    support::wait_handled(&consumer, 1, Duration::from_secs(120)).await;
+    let seen = seen.lock().clone();
+    assert_eq!(
+        seen,
+        [
+            (LEVELS[0].to_owned(), Level::new(0)),
+            (LEVELS[0].to_owned(), Level::new(0))
+        ]
+    );
+    let stats = consumer.gate_stats().unwrap();
+    let first = &stats.levels[0];
+    assert_eq!(
+        (first.arrivals, first.delivered, first.nacked, first.acked),
+        (2, 2, 1, 1)
+    );
+    assert_eq!(stats.levels[2].arrivals, 0);
+    consumer.close(Duration::from_secs(5)).await;
+}
