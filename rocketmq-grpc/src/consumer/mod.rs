@@ -40,7 +40,8 @@ pub use handler::{ConsumeResult, MessageHandler};
 pub use lite_state::LiteOffset;
 pub use simple::{
     DEFAULT_AWAIT_DURATION, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES, MIN_INVISIBLE_DURATION,
-    SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder, SimpleConsumerStats,
+    PRIORITY_RECEIVE_GRACE, SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder,
+    SimpleConsumerStats,
 };
 
 /// Counters of a consumer, from [`PushConsumer::stats`].

@@ -13,7 +13,9 @@
 //!   consumer built with [`PushConsumerBuilder::priority`](crate::PushConsumerBuilder::priority)
 //!   subscribes to every level topic in its group and a [`Gate`] pauses the receives of the
 //!   less important topics while a more important level is under pressure. A retried message
-//!   comes back through its own topic, so it keeps its level.
+//!   comes back through its own topic, so it keeps its level. A simple consumer built with
+//!   [`SimpleConsumerBuilder::priority`](crate::SimpleConsumerBuilder::priority) asks the
+//!   level topics the gate does not hold back and returns what came most important first.
 //! - **Native** (RocketMQ 5.4+): one `PRIORITY` topic; a message of level `k` gets the native
 //!   priority `levels - 1 - k` (higher is more urgent there) and the broker serves the higher
 //!   priorities first by itself.

@@ -177,39 +177,54 @@ fn gate(strategy: Strategy) -> GateConfig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_urgent_messages_overtakes_a_low_backlog_with_the_gate() {
+/// Pairs of runs (without the gate, then with it) measured before the strict bound must hold
+/// in one: in real time a busy machine (the rest of the suite runs beside this test) can slow
+/// one run of a pair and not the other.
+const ATTEMPTS: usize = 3;
+
+/// One run without the gate and one with `strategy`: the p99 ratio, after checking that
+/// every message was handled once.
+async fn measure(label: &str, strategy: Strategy) -> (f64, u64) {
     let without = run(None).await;
     check_exactly_once(&without, "without the gate");
-    // Delivery shares pause a lower level only while it is full itself, and promise it its
-    // share: no bound on the burst's latency is asserted for them.
-    for (label, strategy, bounded) in [
-        ("strict", Strategy::Strict, true),
-        ("delivery shares", Strategy::delivery_shares(), false),
-    ] {
-        let with = run(Some(gate(strategy))).await;
-        check_exactly_once(&with, label);
-        // Every message went through the gate once: arrived, handled, acknowledged.
-        assert_eq!(
-            with.levels,
-            [(500, 500, 500), (0, 0, 0), (20_000, 20_000, 20_000)],
-            "{label}"
-        );
-        let (p50_with, p99_with) = (with.percentile(0.5), with.percentile(0.99));
-        let (p50_without, p99_without) = (without.percentile(0.5), without.percentile(0.99));
-        let ratio = p99_with.as_secs_f64() / p99_without.as_secs_f64();
-        println!(
-            "{label}: urgent p50 {p50_with:?} p99 {p99_with:?} with the gate ({} pauses), p50 \
-             {p50_without:?} p99 {p99_without:?} without ({:.1} % of it at p99)",
-            with.pauses,
-            100.0 * ratio
-        );
-        if bounded {
-            assert!(with.pauses > 0, "{label}: the gate never paused a topic");
-            assert!(
-                ratio <= 0.8,
-                "{label}: p99 {p99_with:?} with the gate, {p99_without:?} without"
-            );
+    let with = run(Some(gate(strategy))).await;
+    check_exactly_once(&with, label);
+    // Every message went through the gate once: arrived, handled, acknowledged.
+    assert_eq!(
+        with.levels,
+        [(500, 500, 500), (0, 0, 0), (20_000, 20_000, 20_000)],
+        "{label}"
+    );
+    let (p50_with, p99_with) = (with.percentile(0.5), with.percentile(0.99));
+    let (p50_without, p99_without) = (without.percentile(0.5), without.percentile(0.99));
+    let ratio = p99_with.as_secs_f64() / p99_without.as_secs_f64();
+    println!(
+        "{label}: urgent p50 {p50_with:?} p99 {p99_with:?} with the gate ({} pauses), p50 \
+         {p50_without:?} p99 {p99_without:?} without ({:.1} % of it at p99)",
+        with.pauses,
+        100.0 * ratio
+    );
+    (ratio, with.pauses)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_urgent_messages_overtakes_a_low_backlog_with_a_strict_gate() {
+    let mut ratios = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let (ratio, pauses) = measure("strict", Strategy::Strict).await;
+        assert!(pauses > 0, "the gate never paused a topic");
+        ratios.push(ratio);
+        if ratio <= 0.8 {
+            return;
         }
     }
+    panic!("the urgent p99 with a strict gate was {ratios:?} of the one without, never <= 0.8");
+}
+
+/// Delivery shares pause a lower level only while it is full itself, and promise it its
+/// share: no bound on the burst's latency is asserted for them, only that nothing is lost or
+/// handled twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_delivery_shares_every_message_is_handled_once() {
+    measure("delivery shares", Strategy::delivery_shares()).await;
 }

@@ -4,17 +4,17 @@
 //!
 //! Virtual time (`start_paused`): long polls and ack delays pass at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics};
+use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics, Strategy};
 use rocketmq_grpc::{
     ConsumeResult, Error, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
     SimpleConsumer,
 };
-use rocketmq_grpc_emulator::{Emulator, TopicKind};
+use rocketmq_grpc_emulator::{Emulator, PublishMessage, TopicKind};
 
 use crate::support::{self, GROUP};
 
@@ -294,4 +294,59 @@ async fn a_nacked_message_comes_back_on_its_level() {
     );
     assert_eq!(stats.levels[2].arrivals, 0);
     consumer.close(Duration::from_secs(5)).await;
+}
+
+/// A simple consumer of level topics under a strict gate: while the most important level has
+/// messages, the receives ask it alone; then the others. Every message comes once.
+#[tokio::test(start_paused = true)]
+async fn a_simple_consumer_receives_the_most_important_level_first() {
+    let mut builder = Emulator::builder().group(GROUP, false);
+    for topic in LEVELS {
+        builder = builder.topic(topic, TopicKind::Normal, 1);
+    }
+    let emulator = builder.start().await.expect("the emulator starts");
+    for i in 0..200 {
+        emulator
+            .publish(LEVELS[2], PublishMessage::new(format!("low-{i}")))
+            .unwrap();
+    }
+    for i in 0..20 {
+        emulator
+            .publish(LEVELS[0], PublishMessage::new(format!("urgent-{i}")))
+            .unwrap();
+    }
+    let topics = PriorityTopics::builder(policy())
+        .level_topics(LEVELS)
+        .build()
+        .unwrap();
+    let gate = GateConfig {
+        strategy: Strategy::Strict,
+        receiver_queue_size: 32,
+        ..GateConfig::default()
+    };
+    let consumer = SimpleConsumer::builder(support::config(&emulator), GROUP)
+        .await_duration(Duration::from_secs(5))
+        .priority(topics.clone(), gate)
+        .build()
+        .await
+        .unwrap();
+    let mut levels = Vec::new();
+    let mut ids = HashSet::new();
+    while levels.len() < 220 {
+        let received = consumer.receive(16, Duration::from_secs(60)).await.unwrap();
+        for message in received {
+            levels.push(topics.level_of(&message).get());
+            assert!(ids.insert(message.message_id.clone()), "received twice");
+            consumer.ack(&message).await.unwrap();
+        }
+    }
+    assert_eq!(levels[..20], [0; 20], "{levels:?}");
+    assert!(levels[20..].iter().all(|l| *l == 2), "{levels:?}");
+    let stats = consumer.gate_stats().unwrap();
+    let counts: Vec<_> = stats.levels.iter().map(|l| (l.arrivals, l.acked)).collect();
+    assert_eq!(counts, [(20, 20), (0, 0), (200, 200)]);
+    consumer.close(Duration::from_secs(5)).await;
+    for topic in LEVELS {
+        assert!(emulator.ledger(topic, GROUP).iter().all(|r| r.acked));
+    }
 }
