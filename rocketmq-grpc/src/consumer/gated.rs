@@ -5,9 +5,11 @@
 //! A push consumer hands every received message to its handler at once (its concurrency
 //! bounds what it holds), so what the gate counts as *buffered* on a partition is what the
 //! consumer holds of that topic: received and not yet finished by the handler. An arrival is
-//! a received message, a delivery the end of its handling (then its ack or nack). A level is
-//! under pressure when it holds the gate's high watermark of its receiver queue, and the less
-//! important topics' loops then stop receiving, which leaves the concurrency to it.
+//! a received message, a delivery the end of its handling (then its ack or nack). A receive
+//! that came back full sets the level's backlog to its receiver queue (more is waiting), a
+//! short one to zero. A level is under pressure when what it holds plus that backlog reaches
+//! the gate's high watermark of its receiver queue, and the less important topics' loops then
+//! stop receiving, which leaves the concurrency to it.
 
 use std::time::Duration;
 
@@ -107,6 +109,20 @@ impl PushGate {
                 tracing::warn!(%error, partition, "the priority gate refused an arrival");
             }
         }
+    }
+
+    /// A receive of `partition` that asked for `asked` messages brought `got`: a full answer
+    /// presumes a backlog of the level's receiver queue (more is waiting), a short one none.
+    /// So a level whose topic has a backlog stays under pressure between its receives, not
+    /// only while it holds many messages.
+    pub(super) fn answered(&self, partition: u32, asked: usize, got: usize) {
+        let mut gate = self.gate.lock();
+        let backlog = if got >= asked {
+            gate.suggested_queue_size(partition).map(u64::from)
+        } else {
+            Some(0)
+        };
+        let _ = gate.set_backlog(partition, backlog, now(), &mut Flags(&self.paused));
     }
 
     /// A message of `partition` was handled: acknowledged (`acked`) or left to come back.
@@ -210,6 +226,22 @@ mod tests {
         let stats = gate.stats();
         assert_eq!(stats.levels[0].acked, 1);
         assert_eq!(stats.levels[0].nacked, 1);
+    }
+
+    #[test]
+    fn a_full_answer_keeps_the_level_pressed_until_a_short_one() {
+        let gate = gate(Strategy::Strict);
+        let low = gate.paused(2).unwrap();
+        // One message asked, one came: more is presumed waiting.
+        gate.arrived(0, &[message("a")]);
+        gate.answered(0, 1, 1);
+        assert!(*low.borrow());
+        // Handled: nothing held, but the backlog is still presumed.
+        gate.finished(0, true);
+        assert!(*low.borrow());
+        gate.answered(0, 4, 0);
+        assert!(!*low.borrow());
+        gate.answered(9, 1, 1);
     }
 
     #[test]

@@ -203,7 +203,9 @@ impl PushConsumerBuilder {
     ///   subscribed already) in this one group, and a [`Gate`](crate::priority::Gate) with
     ///   `gate`'s settings decides which topics receive: the consumer holds at most its
     ///   [`concurrency`](Self::concurrency) messages, and what it holds of each level
-    ///   (received, handler not finished) is that level's *buffered* count; while a level
+    ///   (received, handler not finished) is that level's *buffered* count, and a level whose
+    ///   last receive came back full is presumed to have a backlog of its receiver queue (one
+    ///   that came back short, none); while a level
     ///   holds its high watermark of its receiver queue
     ///   ([`GateConfig::receiver_queue_size`], sized per level by
     ///   [`GateConfig::queue_sizing`]) the receive loops of the less important topics wait
@@ -212,7 +214,7 @@ impl PushConsumerBuilder {
     ///   (or `StrictAging`) pauses them whenever a more important level is pressed, while
     ///   delivery shares pause a level only while it is itself full, and so help a burst of
     ///   urgent messages less (on the emulator, a burst of 500 urgent messages behind a
-    ///   backlog of 20,000 had its p99 at 55-61 % of no gate's under `Strict`, 74-108 % under
+    ///   backlog of 20,000 had its p99 at 46-53 % of no gate's under `Strict`, 72-85 % under
     ///   the default shares). A failed message comes back through
     ///   its own topic, so it keeps its level. The receiver queue size must therefore be at
     ///   most the concurrency (a level can never hold more).

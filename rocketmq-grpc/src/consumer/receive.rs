@@ -139,6 +139,7 @@ pub(super) async fn run(
             .map(|(gate, partition, _)| (Arc::clone(gate), *partition));
         if let Some((gate, partition)) = &gate {
             gate.arrived(*partition, &messages);
+            gate.answered(*partition, wanted as usize, messages.len());
         }
         let mut messages = messages.into_iter();
         for message in messages.by_ref() {

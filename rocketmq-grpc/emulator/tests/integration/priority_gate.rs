@@ -5,10 +5,10 @@
 //! Real time, on purpose: under virtual time (`start_paused`) the clock jumps to the next
 //! timer whenever the runtime waits for the emulator's frames, so every round trip cost up to
 //! one handler's work and the strategies could not be told apart (both 26 ms against 34 ms).
-//! The assertions are ratios with a wide margin: with a strict gate the urgent p99 was 58 to
-//! 61 % of the one without over runs here (10 ms of work a message: 121 ms against 207 ms,
-//! 131 ms against 215 ms; a burst alone needs 78 ms at this concurrency); under delivery
-//! shares 74 to 103 %.
+//! The assertion is a ratio with a margin: with a strict gate the urgent p99 was 46 to 53 %
+//! of the one without over runs here, the whole suite running beside it (10 ms of work a
+//! message: 111 ms against 232 ms, 118 ms against 256 ms; a burst alone needs 78 ms at this
+//! concurrency); under delivery shares 72 to 85 %.
 //!
 //! Why not far less: the consumer holds no queue of its own (it receives only what its
 //! concurrency can take at once), so without the gate a burst of urgent messages already gets
@@ -214,11 +214,11 @@ async fn a_burst_of_urgent_messages_overtakes_a_low_backlog_with_a_strict_gate()
         let (ratio, pauses) = measure("strict", Strategy::Strict).await;
         assert!(pauses > 0, "the gate never paused a topic");
         ratios.push(ratio);
-        if ratio <= 0.8 {
+        if ratio <= 0.7 {
             return;
         }
     }
-    panic!("the urgent p99 with a strict gate was {ratios:?} of the one without, never <= 0.8");
+    panic!("the urgent p99 with a strict gate was {ratios:?} of the one without, never <= 0.7");
 }
 
 /// Delivery shares pause a lower level only while it is full itself, and promise it its
