@@ -76,7 +76,14 @@ impl PriorityTopics {
         }
     }
 
-    /// The policy.
+    /// The policy (its property name, levels and parse counters).
+    ///
+    /// ```
+    /// # use rocketmq_grpc::priority::{PriorityPolicy, PriorityTopics};
+    /// let topics = PriorityTopics::builder(PriorityPolicy::new(2).unwrap()).native("t").build()?;
+    /// assert_eq!(topics.policy().levels(), 2);
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
     pub fn policy(&self) -> &PriorityPolicy {
         &self.policy
     }
@@ -178,6 +185,16 @@ impl PriorityTopics {
 
     /// The level of `message`, read from its priority property (counted in
     /// [`PriorityPolicy::stats`]; a missing or invalid value is the policy's default level).
+    ///
+    /// ```
+    /// # use rocketmq_grpc::OutgoingMessage;
+    /// # use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
+    /// let policy = PriorityPolicy::new(2).unwrap();
+    /// let topics = PriorityTopics::builder(policy.clone()).native("t").build()?;
+    /// let message = OutgoingMessage::new("t", "b").property(policy.property(), "1");
+    /// assert_eq!(topics.level_of_outgoing(&message), Level::new(1));
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
     pub fn level_of_outgoing(&self, message: &OutgoingMessage) -> Level {
         self.policy
             .level_of(message.property_value(self.policy.property()))
