@@ -57,6 +57,15 @@ pub(super) fn invalid(error: &mq_priority::Error) -> Error {
     Error::invalid("priority", error.to_string())
 }
 
+/// `config` with its receiver queue size at most `concurrency` (what a level of a push
+/// consumer can hold at most) and its smallest halved queue at most that.
+pub(super) fn fit_to_concurrency(mut config: GateConfig, concurrency: usize) -> GateConfig {
+    let most = u32::try_from(concurrency).unwrap_or(u32::MAX).max(1);
+    config.receiver_queue_size = config.receiver_queue_size.min(most);
+    config.min_queue_size = config.min_queue_size.min(config.receiver_queue_size);
+    config
+}
+
 impl PushGate {
     /// A gate over the level topics of `topics` (`None` for a native topic, which the broker
     /// serves in priority order itself).

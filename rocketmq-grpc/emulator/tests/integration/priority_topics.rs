@@ -156,7 +156,8 @@ async fn a_native_priority_without_the_property_is_read_back_as_its_level() {
 }
 
 /// Gate settings a push consumer cannot use are refused before it connects, naming
-/// `priority`.
+/// `priority`; a receiver queue above the concurrency (the default 1,000 against 64) is taken
+/// as the concurrency, so the defaults start.
 #[tokio::test(start_paused = true)]
 async fn a_push_consumer_refuses_gate_settings_it_cannot_use() {
     let emulator = emulator().await;
@@ -164,17 +165,23 @@ async fn a_push_consumer_refuses_gate_settings_it_cannot_use() {
         .level_topics(LEVELS)
         .build()
         .unwrap();
-    let too_big = GateConfig {
-        receiver_queue_size: 65,
-        ..GateConfig::default()
-    };
+    let defaults = PushConsumer::builder(support::config(&emulator), GROUP)
+        .concurrency(64)
+        .priority(topics.clone(), GateConfig::default())
+        .start(|_: ReceivedMessage| async { ConsumeResult::Success })
+        .await
+        .expect("the default gate settings start");
+    defaults.close(Duration::from_secs(5)).await;
     let watermarks = GateConfig {
-        receiver_queue_size: 64,
         high_watermark: 0.1,
         low_watermark: 0.5,
         ..GateConfig::default()
     };
-    for gate in [too_big, watermarks] {
+    let no_halving_floor = GateConfig {
+        min_queue_size: 0,
+        ..GateConfig::default()
+    };
+    for gate in [watermarks, no_halving_floor] {
         let started = PushConsumer::builder(support::config(&emulator), GROUP)
             .concurrency(64)
             .priority(topics.clone(), gate)
