@@ -173,6 +173,7 @@ mod consumer;
 mod error;
 mod filter;
 mod message;
+pub mod priority;
 mod producer;
 mod session;
 mod tls;
@@ -185,8 +186,9 @@ pub use async_trait::async_trait;
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION, LiteOffset,
     LitePushConsumer, LitePushConsumerBuilder, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES,
-    MIN_INVISIBLE_DURATION, MessageHandler, PushCloseReport, PushConsumer, PushConsumerBuilder,
-    SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder, SimpleConsumerStats,
+    MIN_INVISIBLE_DURATION, MessageHandler, PRIORITY_RECEIVE_GRACE, PushCloseReport, PushConsumer,
+    PushConsumerBuilder, SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder,
+    SimpleConsumerStats,
 };
 pub use error::Error;
 pub use filter::{FilterExpression, FilterKind};

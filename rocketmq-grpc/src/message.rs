@@ -146,6 +146,16 @@ impl OutgoingMessage {
         &self.topic
     }
 
+    /// Moves it to `topic` (the priority router's level topics).
+    pub(crate) fn set_topic(&mut self, topic: &str) {
+        topic.clone_into(&mut self.topic);
+    }
+
+    /// The value of the user property `key`, if set.
+    pub fn property_value(&self, key: &str) -> Option<&str> {
+        self.properties.get(key).map(String::as_str)
+    }
+
     /// The body.
     pub fn body(&self) -> &Bytes {
         &self.body

@@ -38,7 +38,21 @@ pub(super) async fn run(
     let mut registered = inner.registration.subscribe();
     let mut attempt = 0u64;
     let mut idle = true;
+    // The priority gate's partition of this topic and its paused flag.
+    let gated = inner.gate.as_ref().and_then(|gate| {
+        let partition = gate.partition_of(&key.topic)?;
+        Some((Arc::clone(gate), partition, gate.paused(partition)?))
+    });
+    let mut paused = gated.as_ref().map(|(_, _, paused)| paused.clone());
     while !stop.is_cancelled() {
+        // Held back by the priority gate: wait before taking any permits, so that they go to
+        // the more important levels.
+        if let Some(paused) = paused.as_mut() {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                resumed = paused.wait_for(|paused| !*paused) => if resumed.is_err() { return },
+            }
+        }
         // Room for a whole batch before asking for it: the consumer never holds more than its
         // concurrency. A receive holds its permits while it long-polls, so a queue that had
         // nothing last time (or has not received yet) asks for one message, and a busy queue
@@ -51,12 +65,22 @@ pub(super) async fn run(
             let fair_share = i32::try_from(inner.concurrency / queues).unwrap_or(i32::MAX);
             inner.receive_batch_size.min(fair_share).max(1)
         };
+        let held_back = async {
+            match paused.as_mut() {
+                Some(paused) => {
+                    let _ = paused.wait_for(|paused| *paused).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         let permits = tokio::select! {
             () = stop.cancelled() => return,
             permits = Arc::clone(&inner.permits).acquire_many_owned(wanted as u32) => match permits {
                 Ok(permits) => permits,
                 Err(_) => return,
             },
+            // Paused while waiting for permits: leave the queue to the other levels.
+            () = held_back => continue,
         };
         attempt += 1;
         let long_polling = *inner.long_polling.lock();
@@ -110,21 +134,45 @@ pub(super) async fn run(
             }
         };
         let mut permits = permits;
-        for message in messages {
+        let gate = gated
+            .as_ref()
+            .map(|(gate, partition, _)| (Arc::clone(gate), *partition));
+        if let Some((gate, partition)) = &gate {
+            gate.arrived(*partition, &messages);
+            gate.answered(*partition, wanted as usize, messages.len());
+        }
+        let mut messages = messages.into_iter();
+        for message in messages.by_ref() {
             Counters::add(&inner.counters.received, 1);
             let Some(permit) = permits.split(1) else {
+                // More than asked for (never from the proxy): left to its invisibility.
+                if let Some((gate, partition)) = &gate {
+                    gate.finished(*partition, false);
+                }
                 break;
             };
+            let gate = gate.clone();
             if fifo || message.is_fifo() {
                 // In order: the next message of the queue waits for this one and its ack.
-                consume(&inner, message).await;
+                let acked = consume(&inner, message).await;
                 drop(permit);
+                if let Some((gate, partition)) = gate {
+                    gate.finished(partition, acked);
+                }
             } else {
                 let inner = Arc::clone(&inner);
                 inner.tasks.clone().spawn(async move {
-                    consume(&inner, message).await;
+                    let acked = consume(&inner, message).await;
                     drop(permit);
+                    if let Some((gate, partition)) = gate {
+                        gate.finished(partition, acked);
+                    }
                 });
+            }
+        }
+        if let Some((gate, partition)) = &gate {
+            for _ in messages {
+                gate.finished(*partition, false);
             }
         }
     }
@@ -186,8 +234,9 @@ enum Outcome {
 }
 
 /// Runs the handler, renewing the message's invisibility while it runs, then acks, nacks or
-/// dead-letters with the latest receipt handle.
-async fn consume(inner: &Inner, mut message: ReceivedMessage) {
+/// dead-letters with the latest receipt handle. Returns whether the message is done with
+/// (acknowledged or dead-lettered) rather than left to come back.
+async fn consume(inner: &Inner, mut message: ReceivedMessage) -> bool {
     let renewed = {
         let message = &message;
         renew_while(inner, message, handle_retrying(inner, message)).await
@@ -202,16 +251,22 @@ async fn consume(inner: &Inner, mut message: ReceivedMessage) {
         Outcome::Success => {
             Counters::add(&inner.counters.consumed, 1);
             inner.ack(message).await;
+            true
         }
         Outcome::Failure(attempt) => {
             message.delivery_attempt = attempt;
             inner.nack(&message).await;
+            false
         }
         Outcome::DeadLetter(max_attempts) => {
             match inner.forward_to_dead_letters(&message, max_attempts).await {
-                Ok(()) => Counters::add(&inner.counters.dead_lettered, 1),
+                Ok(()) => {
+                    Counters::add(&inner.counters.dead_lettered, 1);
+                    true
+                }
                 Err(error) => {
                     tracing::warn!(message_id = %message.message_id, %error, "forwarding a message to the dead-letter queue failed; the proxy delivers it again after its invisibility");
+                    false
                 }
             }
         }

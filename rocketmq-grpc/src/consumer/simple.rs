@@ -3,11 +3,14 @@
 //! `SimpleConsumer`.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use ack_batcher::{Batcher, CloseReport};
+use mq_priority::{Gate, LayoutSpec, NoControl};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +25,7 @@ use super::telemetry::{self, Announcer};
 use super::unacked::{UNACKED_CAP, Unacked};
 use crate::backoff::Backoff;
 use crate::pb::{self, ClientType, Code};
+use crate::priority::{GateConfig, GateStats, PriorityTopics};
 use crate::producer::routes::Routes;
 use crate::{
     AckEntry, AckFlusher, AckKey, ClientConfig, Endpoint, Error, FilterExpression, ReceivedMessage,
@@ -88,6 +92,8 @@ pub struct SimpleConsumerBuilder {
     subscriptions: Vec<Subscription>,
     await_duration: Duration,
     acks: AckSettings,
+    /// Level topics (or a native topic) and the gate's settings.
+    priority: Option<(PriorityTopics, GateConfig)>,
 }
 
 impl std::fmt::Debug for SimpleConsumerBuilder {
@@ -148,6 +154,58 @@ impl SimpleConsumerBuilder {
         self
     }
 
+    /// Receives the priority levels of `topics`, the more important first.
+    ///
+    /// - **Level topics**: subscribes to every level topic (with `"*"`, unless it is
+    ///   subscribed already), and each [`receive`](SimpleConsumer::receive) asks, at once,
+    ///   every level topic that a [`Gate`](crate::priority::Gate) with `gate`'s settings does
+    ///   not hold back, returning what came **sorted by level** (most important first), **up
+    ///   to `max_messages` per level asked**. A level whose receive came back full is
+    ///   presumed to have a backlog of its receiver queue
+    ///   ([`GateConfig::receiver_queue_size`], sized per level by
+    ///   [`GateConfig::queue_sizing`]), one that came back short to have none; under
+    ///   [`Strategy::Strict`](crate::priority::Strategy::Strict) a level with a backlog then
+    ///   holds back every less important one until it runs short (and at the start, for
+    ///   [`GateConfig::cold_start`], until the most important level has answered). Once one
+    ///   level has answered with messages, the others get
+    ///   [`PRIORITY_RECEIVE_GRACE`] to answer too; the receives still waiting then are
+    ///   cancelled (a message the proxy popped for one of them in that instant stays
+    ///   invisible for `invisible_duration` before it is delivered again).
+    /// - **Native** (5.4+): subscribes to the priority topic, which the broker serves highest
+    ///   priority first; `gate` is not used.
+    ///
+    /// ```no_run
+    /// # async fn demo(config: rocketmq_grpc::ClientConfig) -> Result<(), rocketmq_grpc::Error> {
+    /// use std::time::Duration;
+    /// use rocketmq_grpc::SimpleConsumer;
+    /// use rocketmq_grpc::priority::{GateConfig, PriorityPolicy, PriorityTopics, Strategy};
+    ///
+    /// let topics = PriorityTopics::builder(PriorityPolicy::new(2).unwrap())
+    ///     .level_topics(["jobs-high", "jobs-low"])
+    ///     .build()?;
+    /// let gate = GateConfig {
+    ///     strategy: Strategy::Strict,
+    ///     receiver_queue_size: 32,
+    ///     ..GateConfig::default()
+    /// };
+    /// let consumer = SimpleConsumer::builder(config, "workers")
+    ///     .priority(topics, gate)
+    ///     .build()
+    ///     .await?;
+    /// for message in consumer.receive(16, Duration::from_secs(60)).await? {
+    ///     consumer.ack(&message).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`build`](Self::build) refuses, naming `priority`, gate settings that
+    /// [`GateConfig::validate`] refuses.
+    #[must_use]
+    pub fn priority(mut self, topics: PriorityTopics, gate: GateConfig) -> Self {
+        self.priority = Some((topics, gate));
+        self
+    }
+
     fn validate(&self) -> Result<(), Error> {
         if self.group.is_empty() {
             return Err(Error::invalid("group", "the consumer group name is empty"));
@@ -185,8 +243,29 @@ impl SimpleConsumerBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] for bad settings (naming the setting); [`Error::Unreachable`]
     /// when the proxy cannot be reached; [`Error::Server`] when it refuses the client.
-    pub async fn build(self) -> Result<SimpleConsumer, Error> {
+    pub async fn build(mut self) -> Result<SimpleConsumer, Error> {
+        if let Some((topics, _)) = &self.priority {
+            for topic in topics.topics() {
+                if !self.subscriptions.iter().any(|s| s.topic == topic) {
+                    self.subscriptions.push(Subscription {
+                        topic: topic.to_owned(),
+                        filter: FilterExpression::from("*"),
+                    });
+                }
+            }
+        }
         self.validate()?;
+        let priority = match self.priority.take() {
+            Some((topics, config)) => {
+                let subscriptions: Vec<usize> = topics
+                    .topics()
+                    .iter()
+                    .filter_map(|t| self.subscriptions.iter().position(|s| s.topic == *t))
+                    .collect();
+                SimpleGate::new(topics, config, subscriptions)?
+            }
+            None => None,
+        };
         let session = Session::new(self.config.clone())?;
         let counters = Arc::new(Counters::default());
         let unacknowledged = Arc::new(Mutex::new(Unacked::new(UNACKED_CAP)));
@@ -217,6 +296,7 @@ impl SimpleConsumerBuilder {
             counters,
             unacknowledged,
             closed: AtomicBool::new(false),
+            priority,
         });
         let stream = telemetry::open(inner.as_ref())
             .await
@@ -260,6 +340,8 @@ struct Inner {
     counters: Arc<Counters>,
     unacknowledged: Arc<Mutex<Unacked>>,
     closed: AtomicBool,
+    /// The priority gate over level topics ([`SimpleConsumerBuilder::priority`]).
+    priority: Option<SimpleGate>,
 }
 
 impl Announcer for Inner {
@@ -371,6 +453,251 @@ async fn heartbeats(inner: Arc<Inner>) {
     }
 }
 
+/// One receive from the queue of subscription `index` that comes next.
+async fn receive_from(
+    inner: &Inner,
+    index: usize,
+    max_messages: u32,
+    invisible_duration: Duration,
+) -> Result<Vec<ReceivedMessage>, Error> {
+    let Some(subscription) = inner.subscriptions.get(index) else {
+        return Err(Error::invalid(
+            "subscribe",
+            format!("no subscription {index} (of {})", inner.subscriptions.len()),
+        ));
+    };
+    let route = tokio::select! {
+        () = inner.stop.cancelled() => return Err(Error::ShutDown),
+        route = inner.routes.get(&inner.session, &subscription.topic) => route?,
+    };
+    let queue =
+        route[inner.next_queue[index].fetch_add(1, Ordering::Relaxed) % route.len()].clone();
+    let endpoint = queue
+        .broker
+        .as_ref()
+        .and_then(|b| b.endpoints.as_ref())
+        .and_then(Endpoint::from_pb)
+        .unwrap_or_else(|| inner.session.access_point());
+    let request = pb::ReceiveMessageRequest {
+        group: Some(inner.session.resource(&inner.group)),
+        message_queue: Some(inner.session.queue(queue)),
+        filter_expression: Some(subscription.filter.to_pb()),
+        batch_size: i32::try_from(max_messages).unwrap_or(i32::MAX),
+        invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),
+        auto_renew: false,
+        long_polling_timeout: prost_types::Duration::try_from(inner.await_duration).ok(),
+        attempt_id: None,
+    };
+    let generation = inner.registration.current();
+    let received = tokio::select! {
+        () = inner.stop.cancelled() => return Err(Error::ShutDown),
+        received = receive(&inner.session, &endpoint, request, inner.await_duration) => received,
+    };
+    match received {
+        Ok(messages) => {
+            Counters::add(&inner.counters.received, messages.len() as u64);
+            Ok(messages)
+        }
+        Err(error) => {
+            if registration_lost(&error)
+                && let Some(generation) = generation
+            {
+                inner.registration.lost(generation);
+            }
+            if error.is_retryable() {
+                inner.routes.mark_stale(&subscription.topic);
+            }
+            Err(crate::filter::explain_filter_error(
+                error,
+                &subscription.topic,
+                &subscription.filter,
+            ))
+        }
+    }
+}
+
+/// How long the other level topics of a priority receive may still answer once one has
+/// answered with messages (see [`SimpleConsumerBuilder::priority`]).
+pub const PRIORITY_RECEIVE_GRACE: Duration = Duration::from_millis(50);
+
+/// The priority gate of a simple consumer on level topics: partition `k` is level `k`'s topic.
+struct SimpleGate {
+    topics: PriorityTopics,
+    gate: Mutex<Gate>,
+    /// Per partition, the index of its topic's subscription.
+    subscriptions: Vec<usize>,
+}
+
+impl SimpleGate {
+    /// A gate over the level topics of `topics` (`None` for a native topic).
+    fn new(
+        topics: PriorityTopics,
+        config: GateConfig,
+        subscriptions: Vec<usize>,
+    ) -> Result<Option<Self>, Error> {
+        if topics.is_native() {
+            return Ok(None);
+        }
+        let policy = topics.policy().clone();
+        let partitions = u32::try_from(subscriptions.len())
+            .map_err(|_| Error::invalid("priority", "too many level topics"))?;
+        let layout = LayoutSpec::explicit(
+            policy
+                .all_levels()
+                .map(|level| (level, vec![u32::from(level.get())])),
+        );
+        let invalid = |e: mq_priority::Error| Error::invalid("priority", e.to_string());
+        let mut gate = Gate::new(policy, layout, partitions, config).map_err(invalid)?;
+        gate.tick(gate_now(), &mut NoControl);
+        Ok(Some(Self {
+            topics,
+            gate: Mutex::new(gate),
+            subscriptions,
+        }))
+    }
+
+    /// The partitions to ask now, with their subscriptions.
+    fn to_ask(&self) -> Vec<(u32, usize)> {
+        let mut gate = self.gate.lock();
+        gate.tick(gate_now(), &mut NoControl);
+        let asked: Vec<(u32, usize)> = (0..gate.partitions())
+            .filter(|&p| gate.is_paused(p) != Some(true))
+            .filter_map(|p| Some((p, *self.subscriptions.get(p as usize)?)))
+            .collect();
+        if asked.is_empty() {
+            // Never nothing: the most important level at least.
+            self.subscriptions
+                .first()
+                .map(|&s| vec![(0, s)])
+                .unwrap_or_default()
+        } else {
+            asked
+        }
+    }
+
+    /// A receive of `partition` that asked for `asked` brought `messages`, handed to the
+    /// application at once; a full answer presumes a backlog of the level's receiver queue.
+    fn received(&self, partition: u32, asked: u32, messages: &[ReceivedMessage]) {
+        let now = gate_now();
+        let mut gate = self.gate.lock();
+        for message in messages {
+            let claimed = Some(self.topics.level_of(message));
+            if gate
+                .on_arrival(partition, claimed, now, &mut NoControl)
+                .is_ok()
+            {
+                let _ = gate.on_delivered(partition, now, &mut NoControl);
+            }
+        }
+        let full = messages.len() >= asked as usize;
+        let backlog = if full {
+            gate.suggested_queue_size(partition).map(u64::from)
+        } else {
+            Some(0)
+        };
+        let _ = gate.set_backlog(partition, backlog, now, &mut NoControl);
+    }
+
+    /// `message` was acknowledged.
+    fn acked(&self, message: &ReceivedMessage) {
+        if let Some(level) = self.topics.level_of_topic(&message.topic) {
+            self.gate
+                .lock()
+                .on_ack(u32::from(level.get()), gate_now(), &mut NoControl);
+        }
+    }
+}
+
+fn gate_now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
+type LevelReceive<'a> =
+    Pin<Box<dyn Future<Output = (u32, Result<Vec<ReceivedMessage>, Error>)> + Send + 'a>>;
+
+/// The next of `pending` to finish (taken out of it), or `None` when none is left.
+async fn next_done<'a>(
+    pending: &mut [Option<LevelReceive<'a>>],
+) -> Option<(u32, Result<Vec<ReceivedMessage>, Error>)> {
+    std::future::poll_fn(|cx| {
+        let mut left = false;
+        for slot in pending.iter_mut() {
+            if let Some(receive) = slot {
+                if let Poll::Ready(done) = receive.as_mut().poll(cx) {
+                    *slot = None;
+                    return Poll::Ready(Some(done));
+                }
+                left = true;
+            }
+        }
+        if left {
+            Poll::Pending
+        } else {
+            Poll::Ready(None)
+        }
+    })
+    .await
+}
+
+/// A receive of every level topic the gate does not hold back, at once; see
+/// [`SimpleConsumerBuilder::priority`].
+async fn receive_levels(
+    inner: &Inner,
+    gate: &SimpleGate,
+    max_messages: u32,
+    invisible_duration: Duration,
+) -> Result<Vec<ReceivedMessage>, Error> {
+    let mut pending: Vec<Option<LevelReceive<'_>>> = gate
+        .to_ask()
+        .into_iter()
+        .map(|(partition, index)| {
+            let receive: LevelReceive<'_> = Box::pin(async move {
+                let received = receive_from(inner, index, max_messages, invisible_duration).await;
+                (partition, received)
+            });
+            Some(receive)
+        })
+        .collect();
+    let mut got: Vec<(u32, Vec<ReceivedMessage>)> = Vec::new();
+    let mut failed = None;
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let done = match deadline {
+            None => next_done(&mut pending).await,
+            Some(deadline) => tokio::select! {
+                done = next_done(&mut pending) => done,
+                () = tokio::time::sleep_until(deadline) => break,
+            },
+        };
+        let Some((partition, received)) = done else {
+            break;
+        };
+        match received {
+            Ok(messages) => {
+                gate.received(partition, max_messages, &messages);
+                if !messages.is_empty() {
+                    deadline.get_or_insert_with(|| Instant::now() + PRIORITY_RECEIVE_GRACE);
+                    got.push((partition, messages));
+                }
+            }
+            Err(Error::ShutDown) => return Err(Error::ShutDown),
+            Err(error) => {
+                tracing::warn!(%error, partition, "receiving a level topic failed");
+                failed.get_or_insert(error);
+            }
+        }
+    }
+    // Receives still waiting are cancelled here.
+    drop(pending);
+    match failed {
+        Some(error) if got.is_empty() => Err(error),
+        _ => {
+            got.sort_by_key(|(partition, _)| *partition);
+            Ok(got.into_iter().flat_map(|(_, messages)| messages).collect())
+        }
+    }
+}
+
 /// A consumer that receives when asked and acknowledges message by message, like the Java
 /// client's `SimpleConsumer`, with its acks batched per (endpoint, topic) through
 /// `ack-batcher` (the Java client sends one `AckMessage` per message).
@@ -408,6 +735,7 @@ impl SimpleConsumer {
             subscriptions: Vec::new(),
             await_duration: DEFAULT_AWAIT_DURATION,
             acks: AckSettings::default(),
+            priority: None,
         }
     }
 
@@ -450,56 +778,11 @@ impl SimpleConsumer {
                 ),
             ));
         }
-        let index = inner.next_topic.fetch_add(1, Ordering::Relaxed) % inner.subscriptions.len();
-        let subscription = &inner.subscriptions[index];
-        let route = tokio::select! {
-            () = inner.stop.cancelled() => return Err(Error::ShutDown),
-            route = inner.routes.get(&inner.session, &subscription.topic) => route?,
-        };
-        let queue =
-            route[inner.next_queue[index].fetch_add(1, Ordering::Relaxed) % route.len()].clone();
-        let endpoint = queue
-            .broker
-            .as_ref()
-            .and_then(|b| b.endpoints.as_ref())
-            .and_then(Endpoint::from_pb)
-            .unwrap_or_else(|| inner.session.access_point());
-        let request = pb::ReceiveMessageRequest {
-            group: Some(inner.session.resource(&inner.group)),
-            message_queue: Some(inner.session.queue(queue)),
-            filter_expression: Some(subscription.filter.to_pb()),
-            batch_size: i32::try_from(max_messages).unwrap_or(i32::MAX),
-            invisible_duration: prost_types::Duration::try_from(invisible_duration).ok(),
-            auto_renew: false,
-            long_polling_timeout: prost_types::Duration::try_from(inner.await_duration).ok(),
-            attempt_id: None,
-        };
-        let generation = inner.registration.current();
-        let received = tokio::select! {
-            () = inner.stop.cancelled() => return Err(Error::ShutDown),
-            received = receive(&inner.session, &endpoint, request, inner.await_duration) => received,
-        };
-        match received {
-            Ok(messages) => {
-                Counters::add(&inner.counters.received, messages.len() as u64);
-                Ok(messages)
-            }
-            Err(error) => {
-                if registration_lost(&error)
-                    && let Some(generation) = generation
-                {
-                    inner.registration.lost(generation);
-                }
-                if error.is_retryable() {
-                    inner.routes.mark_stale(&subscription.topic);
-                }
-                Err(crate::filter::explain_filter_error(
-                    error,
-                    &subscription.topic,
-                    &subscription.filter,
-                ))
-            }
+        if let Some(gate) = &inner.priority {
+            return receive_levels(inner, gate, max_messages, invisible_duration).await;
         }
+        let index = inner.next_topic.fetch_add(1, Ordering::Relaxed) % inner.subscriptions.len();
+        receive_from(inner, index, max_messages, invisible_duration).await
     }
 
     /// Acknowledges a received message: the proxy will not deliver it again.
@@ -547,6 +830,9 @@ impl SimpleConsumer {
         let outcome = ticket.await.map_err(ack_error);
         if outcome.is_ok() {
             inner.forget_changes(message);
+            if let Some(gate) = &inner.priority {
+                gate.acked(message);
+            }
         }
         outcome
     }
@@ -612,6 +898,23 @@ impl SimpleConsumer {
         changed.receipt_handle = response.receipt_handle;
         changed.invisible_until = until;
         Ok(changed)
+    }
+
+    /// The priority gate's counters per level, for a consumer of level topics
+    /// ([`SimpleConsumerBuilder::priority`]); `None` otherwise.
+    ///
+    /// ```no_run
+    /// # fn demo(consumer: &rocketmq_grpc::SimpleConsumer) {
+    /// if let Some(stats) = consumer.gate_stats() {
+    ///     println!("level 0 received {}", stats.levels[0].arrivals);
+    /// }
+    /// # }
+    /// ```
+    pub fn gate_stats(&self) -> Option<GateStats> {
+        self.inner
+            .priority
+            .as_ref()
+            .map(|gate| gate.gate.lock().stats())
     }
 
     /// The counters; `stats().acks.total_batches()` is the number of `AckMessage` requests.

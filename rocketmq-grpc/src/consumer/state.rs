@@ -63,6 +63,9 @@ pub(super) struct Inner {
     pub(super) shut_down: AtomicBool,
     /// The lite subscriptions, for a lite push consumer.
     pub(super) lite: Option<Arc<LiteState>>,
+    /// The priority gate over level topics
+    /// ([`PushConsumerBuilder::priority`](super::PushConsumerBuilder::priority)).
+    pub(super) gate: Option<Arc<super::gated::PushGate>>,
 }
 
 impl Inner {

@@ -26,6 +26,7 @@ pub use transaction::Transaction;
 
 use crate::message::new_message_id;
 use crate::pb;
+use crate::priority::PriorityTopics;
 use crate::session::DEFAULT_MAX_BODY;
 use crate::{Endpoint, Error, OutgoingMessage, Session};
 use checker::CheckerSlot;
@@ -407,6 +408,34 @@ impl Producer {
     /// retries are used up or a retry met a terminal error.
     pub async fn send(&self, message: OutgoingMessage) -> Result<SendReceipt, Error> {
         self.send_as(message, false).await.map(|sent| sent.receipt)
+    }
+
+    /// Sends `message` where its priority level lives: [`PriorityTopics::route`] (its level's
+    /// topic, or the native priority topic with its native priority), then
+    /// [`send`](Self::send).
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: rocketmq_grpc::Producer) -> Result<(), rocketmq_grpc::Error> {
+    /// use rocketmq_grpc::OutgoingMessage;
+    /// use rocketmq_grpc::priority::{PriorityPolicy, PriorityTopics};
+    ///
+    /// let policy = PriorityPolicy::new(2).unwrap();
+    /// let topics = PriorityTopics::builder(policy.clone())
+    ///     .level_topics(["jobs-high", "jobs-low"])
+    ///     .build()?;
+    /// let job = OutgoingMessage::new("jobs", "rebuild index").property(policy.property(), "0");
+    /// producer.send_prioritized(&topics, job).await?; // on jobs-high
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`PriorityTopics::route`]'s, then [`send`](Self::send)'s.
+    pub async fn send_prioritized(
+        &self,
+        topics: &PriorityTopics,
+        message: OutgoingMessage,
+    ) -> Result<SendReceipt, Error> {
+        self.send(topics.route(message)?).await
     }
 
     /// Sends `messages` in one `SendMessage` request (a batch), retried as
