@@ -4,6 +4,7 @@ mod ack_delay;
 mod bad_input;
 mod batching;
 mod bodies;
+mod concurrency;
 mod dead_letters;
 mod delay;
 mod failover;
