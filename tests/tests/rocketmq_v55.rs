@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer,
     ReceivedMessage, Session, SimpleConsumer,
@@ -599,8 +600,16 @@ async fn java55_got(
     got
 }
 
+/// Eight levels on the native priority topic (level `k` is native priority `7 - k`).
+fn eight_levels() -> PriorityTopics {
+    PriorityTopics::builder(PriorityPolicy::new(8).unwrap())
+        .native(PRIORITY_TOPIC)
+        .build()
+        .unwrap()
+}
+
 /// Priority messages from the Java client (`setPriority`) come to this client's consumer in
-/// priority order, with their levels.
+/// priority order, with their levels, which the priority API reads at the right level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_priority_messages_come_here_in_order() {
     let Some(endpoint) = endpoint55() else { return };
@@ -632,11 +641,20 @@ async fn java_priority_messages_come_here_in_order() {
         levels[..5].iter().all(|l| *l == 7) && levels[5..].iter().all(|l| *l == 0),
         "{levels:?}"
     );
+    // The priority API reads the Java client's `setPriority` at the right level (it sets no
+    // property): with eight levels native 7 is level 0 (the most important), native 0 level 7.
+    let topics = eight_levels();
+    for message in &got {
+        let body = String::from_utf8_lossy(&message.body);
+        let expected = if body.contains("-high-") { 0 } else { 7 };
+        assert_eq!(topics.level_of(message), Level::new(expected), "{body}");
+    }
     consumer.close(Duration::from_secs(5)).await;
 }
 
-/// Priority messages from this client reach the Java client's consumer in priority order, with
-/// their levels (`MessageView.getPriority`).
+/// Priority messages from this client, sent at their levels through the priority API
+/// (`Producer::send_prioritized`), reach the Java client's consumer in priority order, with the
+/// native priorities of their levels (`MessageView.getPriority`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_priority_messages_reach_java_in_order() {
     let Some(endpoint) = endpoint55() else { return };
@@ -653,17 +671,19 @@ async fn our_priority_messages_reach_java_in_order() {
     ]);
     java55_ready(&mut lines).await;
     let producer = producer(&endpoint).await;
+    // Sent through the priority API: level 7 of eight (the least important) is native
+    // priority 0, level 0 native priority 7.
+    let topics = eight_levels();
+    let property = topics.policy().property().to_owned();
     for i in 0..20 {
-        producer
-            .send(OutgoingMessage::new(PRIORITY_TOPIC, format!("{prefix}-low-{i}")).priority(0))
-            .await
-            .unwrap();
+        let message =
+            OutgoingMessage::new("any", format!("{prefix}-low-{i}")).property(&property, "7");
+        producer.send_prioritized(&topics, message).await.unwrap();
     }
     for i in 0..5 {
-        producer
-            .send(OutgoingMessage::new(PRIORITY_TOPIC, format!("{prefix}-high-{i}")).priority(7))
-            .await
-            .unwrap();
+        let message =
+            OutgoingMessage::new("any", format!("{prefix}-high-{i}")).property(&property, "0");
+        producer.send_prioritized(&topics, message).await.unwrap();
     }
     let got = java55_got(child, lines).await;
     let levels: Vec<i32> = got.iter().map(|(_, p, _)| *p).collect();
