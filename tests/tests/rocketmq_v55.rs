@@ -816,3 +816,90 @@ async fn a_push_consumer_handles_high_priority_first() {
     );
     consumer.close(Duration::from_secs(10)).await;
 }
+
+/// A failed urgent message keeps its rank through a priority consumer (apache/rocketmq#10350):
+/// a native priority consumer retries it in place instead of nacking it. Nacked, it would come
+/// back through the group's retry topic after the whole low backlog (and 65-80 s late on
+/// 5.5.0's defaults, `rocketmq_priority_facts.rs`). Its first attempt runs past the
+/// receive's invisibility (20 s in the broker script) before failing, so that its 1 s retry
+/// delay could not be a local retry without holding it: the case that was nacked before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_urgent_message_is_retried_before_the_low_backlog() {
+    let Some(endpoint) = endpoint55() else { return };
+    let group = "it-priority-retry";
+    let prefix = unique("retry-prio");
+    fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, group)
+        .await
+        .close(Duration::from_secs(5))
+        .await;
+    let topics = PriorityTopics::builder(PriorityPolicy::new(2).unwrap())
+        .native(PRIORITY_TOPIC)
+        .build()
+        .unwrap();
+    let property = topics.policy().property().to_owned();
+    let producer = producer(&endpoint).await;
+    for i in 0..20 {
+        let low = OutgoingMessage::new("any", format!("{prefix}-low-{i}")).property(&property, "1");
+        producer.send_prioritized(&topics, low).await.unwrap();
+    }
+    let urgent = OutgoingMessage::new("any", format!("{prefix}-urgent")).property(&property, "0");
+    producer.send_prioritized(&topics, urgent).await.unwrap();
+    // (body, attempt, level) in handling order.
+    let order: Arc<Mutex<Vec<(String, i32, u8)>>> = Arc::default();
+    let sink = Arc::clone(&order);
+    let reader = topics.clone();
+    let prefix2 = prefix.clone();
+    let consumer =
+        rocketmq_grpc::PushConsumer::builder(ClientConfig::new(&endpoint).unwrap(), group)
+            .concurrency(1)
+            .receive_batch_size(1)
+            .priority(topics, Default::default())
+            .start(move |message: ReceivedMessage| {
+                let sink = Arc::clone(&sink);
+                let level = reader.level_of(&message).get();
+                let body = String::from_utf8_lossy(&message.body).into_owned();
+                let prefix = prefix2.clone();
+                async move {
+                    if !body.starts_with(&prefix) {
+                        return ConsumeResult::Success;
+                    }
+                    let attempt = message.delivery_attempt;
+                    sink.lock().push((body.clone(), attempt, level));
+                    if body.ends_with("-urgent") && attempt == 1 {
+                        // Past the receive's 20 s invisibility (renewed meanwhile), then fail.
+                        tokio::time::sleep(Duration::from_secs(22)).await;
+                        return ConsumeResult::Failure;
+                    }
+                    ConsumeResult::Success
+                }
+            })
+            .await
+            .unwrap();
+    let end = tokio::time::Instant::now() + Duration::from_secs(120);
+    while order.lock().len() < 22 && tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = consumer.close(Duration::from_secs(10)).await;
+    let order = order.lock().clone();
+    println!("a failed urgent message and a low backlog, in handling order: {order:?}");
+    assert_eq!(order.len(), 22, "{order:?}");
+    let urgent: Vec<usize> = (0..order.len())
+        .filter(|&i| order[i].0.ends_with("-urgent"))
+        .collect();
+    assert_eq!(
+        urgent,
+        [0, 1],
+        "the urgent message first, then its retry: {order:?}"
+    );
+    assert_eq!(
+        (order[1].1, order[1].2),
+        (2, 0),
+        "the retry is attempt 2 at level 0"
+    );
+    assert!(
+        order[2..]
+            .iter()
+            .all(|(_, attempt, level)| *attempt == 1 && *level == 1)
+    );
+    assert!(report.unacknowledged.is_empty(), "{report:?}");
+}

@@ -221,7 +221,14 @@ impl PushConsumerBuilder {
     ///   the concurrency, and the smallest queue of
     ///   [`QueueSizing::Halving`](crate::priority::QueueSizing::Halving) as at most that.
     /// - **Native** (5.4+): subscribes to the priority topic, which the broker serves highest
-    ///   priority first; `gate` is not used.
+    ///   priority first; `gate` is not used. A failed message with a priority above 0 is
+    ///   retried in the consumer (held, its invisibility renewed, for each delay of the retry
+    ///   policy), as a FIFO message is, and never nacked: a nacked priority message comes back
+    ///   through the group's retry topic, after every fresh message of the topic (by default
+    ///   on 5.5.0 also 65-80 s late, apache/rocketmq#10350), so a failed urgent message would
+    ///   come after the whole low backlog. The price: a message held for a retry keeps its
+    ///   share of the [`concurrency`](Self::concurrency) during the delay. With renewal off
+    ///   ([`renewal`](Self::renewal) zero) failed messages are nacked as usual.
     ///
     /// ```no_run
     /// # async fn demo(
@@ -325,6 +332,11 @@ impl PushConsumerBuilder {
             }
         }
         self.validate()?;
+        let retry_in_place = !self.renewal.is_zero()
+            && self
+                .priority
+                .as_ref()
+                .is_some_and(|(topics, _)| topics.is_native());
         let gate = match self.priority.take() {
             Some((topics, config)) => {
                 gated::PushGate::new(topics, gated::fit_to_concurrency(config, self.concurrency))?
@@ -364,6 +376,7 @@ impl PushConsumerBuilder {
                 .lite_bind_topic
                 .map(|topic| Arc::new(lite_state::LiteState::new(topic))),
             gate,
+            retry_in_place,
         });
         if let Err(error) = control::start(&inner).await {
             // Receive loops of the queues assigned before the failure stop too.

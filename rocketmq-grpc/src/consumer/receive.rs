@@ -291,7 +291,8 @@ async fn consume(inner: &Inner, mut message: ReceivedMessage) -> bool {
 /// policy's attempts are used up; then the message goes to the dead-letter queue.
 ///
 /// - A FIFO message is always retried here, as the Java client does: the rest of its queue
-///   waits, so the order holds.
+///   waits, so the order holds. So is a native priority message above priority 0 in a
+///   priority consumer (`Inner::retry_in_place`), so that it keeps its rank.
 /// - A normal message is retried here while the delay ends before the receive's invisibility
 ///   does, and otherwise nacked ([`Outcome::Failure`]: `ChangeInvisibleDuration` to the delay).
 ///   The proxy cannot make a message visible before the invisibility it was received with
@@ -301,7 +302,10 @@ async fn consume(inner: &Inner, mut message: ReceivedMessage) -> bool {
 ///   only its own deliveries: a message nacked after local attempts comes back with the
 ///   broker's count, and the dead-letter limit the broker applies to it counts those.
 async fn handle_retrying(inner: &Inner, message: &ReceivedMessage) -> Outcome {
-    let fifo = message.is_fifo();
+    // Held here for every retry: a FIFO message, and a native priority message above the
+    // lowest priority (`Inner::retry_in_place`).
+    let hold =
+        message.is_fifo() || (inner.retry_in_place && message.priority.is_some_and(|p| p > 0));
     let mut attempt = message.clone();
     loop {
         if inner.handler.handle(&attempt).await == ConsumeResult::Success {
@@ -323,7 +327,7 @@ async fn handle_retrying(inner: &Inner, message: &ReceivedMessage) -> Outcome {
             return Outcome::DeadLetter(max_attempts);
         }
         let retry_at = Instant::now() + delay;
-        if !fifo && retry_at + LOCAL_RETRY_MARGIN > message.invisible_until {
+        if !hold && retry_at + LOCAL_RETRY_MARGIN > message.invisible_until {
             return Outcome::Failure(attempt.delivery_attempt);
         }
         tokio::select! {

@@ -66,6 +66,12 @@ pub(super) struct Inner {
     /// The priority gate over level topics
     /// ([`PushConsumerBuilder::priority`](super::PushConsumerBuilder::priority)).
     pub(super) gate: Option<Arc<super::gated::PushGate>>,
+    /// A consumer of a native priority topic with renewal on: a failed message with a
+    /// priority above 0 is retried here, held with its invisibility renewed, as a FIFO message
+    /// is, instead of being nacked. A nacked priority message comes back through the group's
+    /// retry topic, after every fresh message of the topic (and 65-80 s late on 5.5.0 by
+    /// default, apache/rocketmq#10350); held, it keeps its rank.
+    pub(super) retry_in_place: bool,
 }
 
 impl Inner {

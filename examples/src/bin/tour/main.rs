@@ -8,9 +8,11 @@
 //!    transactions on the Pulsar broker emulator with a limit of 20 unacknowledged messages,
 //!    once with the legacy whole-entry ack that drops `batch_size` (pulsar-client-go#1534) and
 //!    once with ours. The legacy client stalls the Shared consumer; ours drains.
-//! 3. **Priority consumption** (`mq-priority` in `pulsar-wire`): urgent messages queued behind
-//!    a low-priority backlog on a 4-partition topic, drained without priority and with
-//!    `PriorityRouter` + `PriorityConsumer`.
+//! 3. **Priority consumption** (`mq-priority` in `pulsar-wire` and `rocketmq-grpc`): urgent
+//!    messages queued behind a low-priority backlog on a 4-partition topic, drained without
+//!    priority and with `PriorityRouter` + `PriorityConsumer`; then the same on the RocketMQ
+//!    proxy emulator, one topic against level topics (`PriorityTopics`) and a push consumer
+//!    with the priority gate.
 //!
 //! ```text
 //! cargo run --release -p examples --bin tour
@@ -18,10 +20,11 @@
 //!
 //! The exit code is 1 when a capability does not show what the table's heading claims (CI
 //! runs the tour). Each capability has its own, longer example: `rocketmq_push_consumer`,
-//! `pulsar_stall` and `pulsar_priority`, which also run against real brokers.
+//! `pulsar_stall`, `pulsar_priority` and `rocketmq_priority`, which also run against real brokers.
 
 mod acks;
 mod priority;
+mod priority_rocketmq;
 mod stall;
 mod table;
 
@@ -35,7 +38,7 @@ async fn main() -> ExitCode {
     let mut held = holds(acks::run().await);
     println!("\n2. transactional acks and the Shared-consumer stall (Pulsar emulator)");
     held &= holds(stall::run().await);
-    println!("\n3. priority consumption (Pulsar emulator)");
+    println!("\n3. priority consumption (Pulsar and RocketMQ emulators)");
     held &= holds(priority::run().await);
     println!("\ntour finished in {:.1?}", started.elapsed());
     if held {

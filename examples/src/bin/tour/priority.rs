@@ -17,10 +17,10 @@ use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 use crate::table;
 
 const PARTITIONS: u32 = 4;
-const LOW: usize = 20_000;
-const HIGH: usize = 200;
+pub(crate) const LOW: usize = 20_000;
+pub(crate) const HIGH: usize = 200;
 const QUEUE: u32 = 1_000;
-const PROPERTY: &str = "priority";
+pub(crate) const PROPERTY: &str = "priority";
 
 /// A plain consumer or the priority consumer, received from alike.
 enum Receiver {
@@ -51,11 +51,11 @@ impl Receiver {
     }
 }
 
-struct Outcome {
+pub(crate) struct Outcome {
     /// Sorted latencies of the urgent messages, from the send's confirmation to delivery.
-    urgent: Vec<Duration>,
-    low_before_last_urgent: usize,
-    delivered_once: bool,
+    pub(crate) urgent: Vec<Duration>,
+    pub(crate) low_before_last_urgent: usize,
+    pub(crate) delivered_once: bool,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -175,9 +175,16 @@ pub(crate) async fn run() -> Result<bool, String> {
     let ours = drain(&emulator, true)
         .await
         .map_err(|e| format!("priority: {e}"))?;
+    let rocketmq_none = crate::priority_rocketmq::drain(false)
+        .await
+        .map_err(|e| format!("RocketMQ, no priority: {e}"))?;
+    let rocketmq_ours = crate::priority_rocketmq::drain(true)
+        .await
+        .map_err(|e| format!("RocketMQ, priority: {e}"))?;
     println!(
         "  {LOW} low messages queued, then {HIGH} urgent ones, on a {PARTITIONS}-partition \
-         topic; one consumer drains it"
+         topic (Pulsar) or on level topics (RocketMQ; without priority one topic); one \
+         consumer drains it"
     );
     let row = |name: &str, o: &Outcome| {
         vec![
@@ -199,10 +206,19 @@ pub(crate) async fn run() -> Result<bool, String> {
         &[
             row("no priority", &none),
             row("PriorityRouter + PriorityConsumer", &ours),
+            row("RocketMQ: no priority", &rocketmq_none),
+            row(
+                "RocketMQ: PriorityTopics + gated PushConsumer",
+                &rocketmq_ours,
+            ),
         ],
     );
     Ok(none.delivered_once
         && ours.delivered_once
+        && rocketmq_none.delivered_once
+        && rocketmq_ours.delivered_once
+        && rocketmq_ours.low_before_last_urgent < LOW / 10
+        && percentile(&rocketmq_ours.urgent, 0.99) < percentile(&rocketmq_none.urgent, 0.99) / 10
         && ours.low_before_last_urgent < (PARTITIONS as usize - 1) * QUEUE as usize
         && percentile(&ours.urgent, 0.99) < percentile(&none.urgent, 0.99))
 }
