@@ -18,7 +18,11 @@
 //!   level topics the gate does not hold back and returns what came most important first.
 //! - **Native** (RocketMQ 5.4+): one `PRIORITY` topic; a message of level `k` gets the native
 //!   priority `levels - 1 - k` (higher is more urgent there) and the broker serves the higher
-//!   priorities first by itself.
+//!   priorities first by itself. A nacked priority message would come back through the
+//!   group's retry topic, after every fresh message (apache/rocketmq#10350), so a push
+//!   consumer built with [`PushConsumerBuilder::priority`](crate::PushConsumerBuilder::priority)
+//!   retries a failed message above priority 0 in place instead (held for its retry delay,
+//!   its invisibility renewed) and it keeps its rank.
 //!
 //! Either way the message keeps the policy's property, so consumers in other languages and
 //! retries see its level.
