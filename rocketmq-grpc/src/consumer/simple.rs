@@ -168,9 +168,10 @@ impl SimpleConsumerBuilder {
     ///   holds back every less important one until it runs short (and at the start, for
     ///   [`GateConfig::cold_start`], until the most important level has answered). Once one
     ///   level has answered with messages, the others get
-    ///   [`PRIORITY_RECEIVE_GRACE`] to answer too; the receives still waiting then are
-    ///   cancelled (a message the proxy popped for one of them in that instant stays
-    ///   invisible for `invisible_duration` before it is delivered again).
+    ///   [`PRIORITY_RECEIVE_GRACE`] to answer too; the receives still waiting then keep
+    ///   running, and a later `receive` returns what they bring (cancelled, they would stay
+    ///   open at the proxy and take the next message of their topic out of sight for
+    ///   `invisible_duration`). Priority receives run one at a time.
     /// - **Native** (5.4+): subscribes to the priority topic, which the broker serves highest
     ///   priority first; `gate` is not used.
     ///
@@ -526,6 +527,9 @@ struct SimpleGate {
     gate: Mutex<Gate>,
     /// Per partition, the index of its topic's subscription.
     subscriptions: Vec<usize>,
+    /// Per partition, its level topic's receive still running, if any (see
+    /// [`receive_levels`]). The lock also makes priority receives one at a time.
+    outstanding: tokio::sync::Mutex<Vec<Option<LevelTask>>>,
 }
 
 impl SimpleGate {
@@ -549,10 +553,12 @@ impl SimpleGate {
         let invalid = |e: mq_priority::Error| Error::invalid("priority", e.to_string());
         let mut gate = Gate::new(policy, layout, partitions, config).map_err(invalid)?;
         gate.tick(gate_now(), &mut NoControl);
+        let outstanding = tokio::sync::Mutex::new((0..partitions).map(|_| None).collect());
         Ok(Some(Self {
             topics,
             gate: Mutex::new(gate),
             subscriptions,
+            outstanding,
         }))
     }
 
@@ -612,20 +618,32 @@ fn gate_now() -> std::time::Instant {
     Instant::now().into_std()
 }
 
-type LevelReceive<'a> =
-    Pin<Box<dyn Future<Output = (u32, Result<Vec<ReceivedMessage>, Error>)> + Send + 'a>>;
+/// A level topic's receive, running in the background.
+type LevelTask = tokio::task::JoinHandle<Result<Vec<ReceivedMessage>, Error>>;
 
-/// The next of `pending` to finish (taken out of it), or `None` when none is left.
-async fn next_done<'a>(
-    pending: &mut [Option<LevelReceive<'a>>],
+/// The next of `outstanding` to finish (taken out of it, with its partition), or `None` when
+/// none is running.
+async fn next_done(
+    outstanding: &mut [Option<LevelTask>],
 ) -> Option<(u32, Result<Vec<ReceivedMessage>, Error>)> {
     std::future::poll_fn(|cx| {
         let mut left = false;
-        for slot in pending.iter_mut() {
-            if let Some(receive) = slot {
-                if let Poll::Ready(done) = receive.as_mut().poll(cx) {
+        for (partition, slot) in outstanding.iter_mut().enumerate() {
+            if let Some(task) = slot {
+                if let Poll::Ready(joined) = Pin::new(task).poll(cx) {
                     *slot = None;
-                    return Poll::Ready(Some(done));
+                    let received = joined.unwrap_or_else(|error| {
+                        if error.is_cancelled() {
+                            Err(Error::ShutDown)
+                        } else {
+                            Err(Error::invalid(
+                                "priority",
+                                format!("a level topic's receive task failed: {error}"),
+                            ))
+                        }
+                    });
+                    let partition = u32::try_from(partition).unwrap_or(u32::MAX);
+                    return Poll::Ready(Some((partition, received)));
                 }
                 left = true;
             }
@@ -641,31 +659,37 @@ async fn next_done<'a>(
 
 /// A receive of every level topic the gate does not hold back, at once; see
 /// [`SimpleConsumerBuilder::priority`].
+///
+/// A level's receive that has not answered when the call returns keeps running, and a later
+/// call hands out what it brings (first, with what that call receives). Cancelling it instead
+/// would not cancel it at the proxy: seen on real 5.3.3 and 5.5.0, the broker keeps the long
+/// poll open until its time ends and the next message of that topic goes to it, invisible
+/// for `invisible_duration` to everyone (urgent messages came 5-19 s late that way).
 async fn receive_levels(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     gate: &SimpleGate,
     max_messages: u32,
     invisible_duration: Duration,
 ) -> Result<Vec<ReceivedMessage>, Error> {
-    let mut pending: Vec<Option<LevelReceive<'_>>> = gate
-        .to_ask()
-        .into_iter()
-        .map(|(partition, index)| {
-            let receive: LevelReceive<'_> = Box::pin(async move {
-                let received = receive_from(inner, index, max_messages, invisible_duration).await;
-                (partition, received)
-            });
-            Some(receive)
-        })
-        .collect();
+    let mut outstanding = gate.outstanding.lock().await;
+    for (partition, index) in gate.to_ask() {
+        if let Some(slot) = outstanding.get_mut(partition as usize)
+            && slot.is_none()
+        {
+            let inner = Arc::clone(inner);
+            *slot = Some(inner.tasks.clone().spawn(async move {
+                receive_from(&inner, index, max_messages, invisible_duration).await
+            }));
+        }
+    }
     let mut got: Vec<(u32, Vec<ReceivedMessage>)> = Vec::new();
     let mut failed = None;
     let mut deadline: Option<Instant> = None;
     loop {
         let done = match deadline {
-            None => next_done(&mut pending).await,
+            None => next_done(&mut outstanding).await,
             Some(deadline) => tokio::select! {
-                done = next_done(&mut pending) => done,
+                done = next_done(&mut outstanding) => done,
                 () = tokio::time::sleep_until(deadline) => break,
             },
         };
@@ -687,8 +711,6 @@ async fn receive_levels(
             }
         }
     }
-    // Receives still waiting are cancelled here.
-    drop(pending);
     match failed {
         Some(error) if got.is_empty() => Err(error),
         _ => {
