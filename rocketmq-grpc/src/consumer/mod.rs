@@ -322,14 +322,7 @@ impl PushConsumerBuilder {
     /// authorised).
     pub async fn start(mut self, handler: impl MessageHandler) -> Result<PushConsumer, Error> {
         if let Some((topics, _)) = &self.priority {
-            for topic in topics.topics() {
-                if !self.subscriptions.iter().any(|s| s.topic == topic) {
-                    self.subscriptions.push(Subscription {
-                        topic: topic.to_owned(),
-                        filter: FilterExpression::from("*"),
-                    });
-                }
-            }
+            state::subscribe_levels(&mut self.subscriptions, topics);
         }
         self.validate()?;
         let retry_in_place = !self.renewal.is_zero()

@@ -20,7 +20,7 @@ use super::ack_settings::AckSettings;
 use super::counters::Counters;
 use super::receive::receive;
 use super::registration::{Registration, registration_lost};
-use super::state::Subscription;
+use super::state::{self, Subscription};
 use super::telemetry::{self, Announcer};
 use super::unacked::{UNACKED_CAP, Unacked};
 use crate::backoff::Backoff;
@@ -246,14 +246,7 @@ impl SimpleConsumerBuilder {
     /// when the proxy cannot be reached; [`Error::Server`] when it refuses the client.
     pub async fn build(mut self) -> Result<SimpleConsumer, Error> {
         if let Some((topics, _)) = &self.priority {
-            for topic in topics.topics() {
-                if !self.subscriptions.iter().any(|s| s.topic == topic) {
-                    self.subscriptions.push(Subscription {
-                        topic: topic.to_owned(),
-                        filter: FilterExpression::from("*"),
-                    });
-                }
-            }
+            state::subscribe_levels(&mut self.subscriptions, topics);
         }
         self.validate()?;
         let priority = match self.priority.take() {

@@ -27,6 +27,22 @@ pub(super) struct Subscription {
     pub(super) filter: crate::FilterExpression,
 }
 
+/// Adds a `"*"` subscription for each topic of `topics` that `subscriptions` lacks (the level
+/// topics of a priority consumer, or its native topic).
+pub(super) fn subscribe_levels(
+    subscriptions: &mut Vec<Subscription>,
+    topics: &crate::priority::PriorityTopics,
+) {
+    for topic in topics.topics() {
+        if !subscriptions.iter().any(|s| s.topic == topic) {
+            subscriptions.push(Subscription {
+                topic: topic.to_owned(),
+                filter: crate::FilterExpression::from("*"),
+            });
+        }
+    }
+}
+
 /// Identifies an assigned queue.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct QueueKey {
