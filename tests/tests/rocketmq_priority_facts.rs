@@ -631,6 +631,30 @@ async fn one_group_consumes_several_topics() {
         })
         .await
         .unwrap();
+    // The simple consumer receives from both topics before the messages are sent: a group's
+    // first pop of a queue may start at its end (5.5.0: unless the queue's first message is
+    // still in the broker's memory, `initPopOffsetByCheckMsgInMem`), which skipped the
+    // messages of a topic this group had never received from in one CI run.
+    let simple = SimpleConsumer::builder(config.clone(), "prio-facts-2")
+        .subscribe(topics[0], "*")
+        .subscribe(topics[1], "*")
+        .await_duration(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let mut empty_rounds = 0;
+    while empty_rounds < topics.len() {
+        let early = simple
+            .receive(32, Duration::from_secs(15))
+            .await
+            .unwrap_or_default();
+        if early.is_empty() {
+            empty_rounds += 1;
+        }
+        for message in &early {
+            simple.ack(message).await.unwrap();
+        }
+    }
     let producer = Producer::new(Session::new(config.clone()).unwrap());
     producer.start().await.unwrap();
     for topic in topics {
@@ -652,13 +676,6 @@ async fn one_group_consumes_several_topics() {
     });
     println!("push consumer of two topics: {by_topic:?}");
     assert_eq!(by_topic.len(), 2, "{by_topic:?}");
-    let simple = SimpleConsumer::builder(config, "prio-facts-2")
-        .subscribe(topics[0], "*")
-        .subscribe(topics[1], "*")
-        .await_duration(Duration::from_secs(3))
-        .build()
-        .await
-        .unwrap();
     let mut got = BTreeMap::new();
     let end = tokio::time::Instant::now() + Duration::from_secs(60);
     while got.values().sum::<usize>() < 6 && tokio::time::Instant::now() < end {

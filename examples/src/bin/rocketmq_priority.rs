@@ -41,6 +41,7 @@ use parking_lot::Mutex;
 use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics};
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    SimpleConsumer,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::sync::watch;
@@ -227,6 +228,39 @@ async fn send_all(producer: &Arc<Producer>, messages: Vec<OutgoingMessage>, batc
     while sends.join_next().await.is_some() {}
 }
 
+/// Receives from `topics` in `group` with a simple consumer until each came back empty once,
+/// acknowledging what earlier runs left. A group's first pop of a queue may start at its end
+/// (RocketMQ 5.x `initPopOffsetByCheckMsgInMem`: at the start only while the queue's first
+/// message is in the broker's memory), which would skip a backlog queued before the push
+/// consumer's first receive; a simple consumer's receives end on their own, so unlike a
+/// closed push consumer's they leave no long poll open at the proxy.
+async fn settle_offsets(
+    config: &ClientConfig,
+    group: &str,
+    topics: &[&str],
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let mut builder =
+        SimpleConsumer::builder(config.clone(), group).await_duration(Duration::from_secs(5));
+    for topic in topics {
+        builder = builder.subscribe(*topic, "*");
+    }
+    let consumer = builder.build().await?;
+    let (mut empty, mut left) = (0, 0);
+    while empty < topics.len() {
+        let early = consumer.receive(32, Duration::from_secs(30)).await?;
+        if early.is_empty() {
+            empty += 1;
+        }
+        left += early.len();
+        let acks = early.iter().map(|message| consumer.ack(message));
+        for acked in futures_util::future::join_all(acks).await {
+            acked?;
+        }
+    }
+    consumer.close(Duration::from_secs(5)).await;
+    Ok(left)
+}
+
 async fn run(
     options: &Options,
     config: &ClientConfig,
@@ -239,6 +273,17 @@ async fn run(
         Some(topics) => topics.route(message).expect("the example's messages route"),
         None => message,
     };
+    let subscribed: Vec<&str> = match &topics {
+        Some(topics) => topics.topics(),
+        None => vec![LOW_TOPIC],
+    };
+    let left = settle_offsets(config, &options.group, &subscribed).await?;
+    if left > 0 {
+        println!(
+            "  {}: {left} messages of earlier runs acknowledged first",
+            mode.label()
+        );
+    }
     let low_prefix = format!("{tag}-low-");
     let urgent_prefix = format!("{tag}-urgent-");
     let backlog: Vec<_> = (0..options.low)
