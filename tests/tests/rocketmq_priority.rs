@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::real_rocketmq::{endpoint, unique};
+use integration_tests::real_rocketmq::{endpoint, take_leftovers, unique};
 use rocketmq_grpc::priority::{GateConfig, PriorityPolicy, PriorityTopics};
 use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session, SimpleConsumer};
 use tokio::task::JoinSet;
@@ -53,13 +53,7 @@ async fn a_simple_consumer_of_level_topics_hands_out_urgent_messages_at_once() {
     let consumer = Arc::new(consumer);
     let mut acks = JoinSet::new();
     // What earlier runs left.
-    loop {
-        let early = consumer.receive(32, Duration::from_secs(20)).await.unwrap();
-        if early.is_empty() {
-            break;
-        }
-        ack_all(&mut acks, &consumer, early);
-    }
+    take_leftovers(&consumer, 1).await;
     let prefix = unique("simple-prio");
     let property = topics.policy().property().to_owned();
     let producer = Producer::new(Session::new(config).unwrap());

@@ -33,7 +33,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::real_rocketmq::{broker_version, endpoint, unique, wait_for};
+use integration_tests::real_rocketmq::{
+    broker_version, endpoint, take_leftovers, unique, wait_for,
+};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
@@ -642,19 +644,7 @@ async fn one_group_consumes_several_topics() {
         .build()
         .await
         .unwrap();
-    let mut empty_rounds = 0;
-    while empty_rounds < topics.len() {
-        let early = simple
-            .receive(32, Duration::from_secs(15))
-            .await
-            .unwrap_or_default();
-        if early.is_empty() {
-            empty_rounds += 1;
-        }
-        for message in &early {
-            simple.ack(message).await.unwrap();
-        }
-    }
+    take_leftovers(&simple, topics.len()).await;
     let producer = Producer::new(Session::new(config.clone()).unwrap());
     producer.start().await.unwrap();
     for topic in topics {

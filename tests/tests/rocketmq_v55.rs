@@ -13,7 +13,7 @@
 //! Each test returns at once when its variable is not set. Bodies carry a unique prefix, so
 //! runs do not see each other's messages.
 
-use integration_tests::real_rocketmq::unique;
+use integration_tests::real_rocketmq::{take_leftovers, unique};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,20 +63,8 @@ async fn fresh_simple_consumer(endpoint: &str, topic: &str, group: &str) -> Simp
         .build()
         .await
         .unwrap();
-    let started = tokio::time::Instant::now();
-    loop {
-        let early = consumer
-            .receive(32, Duration::from_secs(20))
-            .await
-            .unwrap_or_default();
-        eprintln!("leftovers: {} at {:?}", early.len(), started.elapsed());
-        if early.is_empty() {
-            break;
-        }
-        for message in &early {
-            let _ = consumer.ack(message).await;
-        }
-    }
+    let taken = take_leftovers(&consumer, 1).await;
+    eprintln!("leftovers: {taken}");
     consumer
 }
 

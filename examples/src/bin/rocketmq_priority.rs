@@ -284,13 +284,14 @@ async fn run(
             mode.label()
         );
     }
+    let policy = policy();
+    let property = policy.property();
     let low_prefix = format!("{tag}-low-");
     let urgent_prefix = format!("{tag}-urgent-");
     let backlog: Vec<_> = (0..options.low)
         .map(|i| {
             route(
-                OutgoingMessage::new(LOW_TOPIC, format!("{low_prefix}{i}"))
-                    .property(policy().property(), "1"),
+                OutgoingMessage::new(LOW_TOPIC, format!("{low_prefix}{i}")).property(property, "1"),
             )
         })
         .collect();
@@ -360,9 +361,8 @@ async fn run(
     let burst_from = Instant::now();
     for i in 0..options.urgent {
         let body = format!("{urgent_prefix}{i}");
-        let message = route(
-            OutgoingMessage::new(urgent_topic, body.clone()).property(policy().property(), "0"),
-        );
+        let message =
+            route(OutgoingMessage::new(urgent_topic, body.clone()).property(property, "0"));
         while sends.len() >= IN_FLIGHT {
             let _ = sends.join_next().await;
         }
