@@ -13,13 +13,13 @@
 //! Each test returns at once when its variable is not set. Bodies carry a unique prefix, so
 //! runs do not see each other's messages.
 
-use integration_tests::real_rocketmq::{take_leftovers, unique};
+use integration_tests::real_rocketmq::{settle_group, take_leftovers, unique};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use rocketmq_grpc::pb::Code;
-use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
+use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics, Strategy};
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer,
     ReceivedMessage, Session, SimpleConsumer,
@@ -30,6 +30,9 @@ use tokio::process::{Child, ChildStdout, Command};
 const PRIORITY_TOPIC: &str = "it-priority";
 /// Queues of `it-priority`: the levels 0..=7.
 const PRIORITY_QUEUES: u32 = 8;
+/// The native tiers of `native_tiers_serve_each_level_in_order`: level 0 alone, levels 1-2.
+const TIER_TOP: &str = "it-tier-top";
+const TIER_REST: &str = "it-tier-rest";
 const LITE_TOPIC: &str = "it-lite";
 const LITE_GROUP: &str = "it-lite-group";
 
@@ -890,4 +893,109 @@ async fn a_failed_urgent_message_is_retried_before_the_low_backlog() {
             .all(|(_, attempt, level)| *attempt == 1 && *level == 1)
     );
     assert!(report.unacknowledged.is_empty(), "{report:?}");
+}
+
+/// Native tiers ("both"): level 0 alone on `it-tier-top`, levels 1 and 2 on `it-tier-rest` at
+/// native priorities 1 and 0. A backlog of level 2 is sent first, then level 1, then level
+/// 0; a simple consumer of the tiers gets every level-1 message before any level-2 one (the
+/// broker orders the tier) and the level-0 ones with the first answers, not behind the
+/// backlog (the consumer asks both tiers and sorts by level), each read back at its level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_tiers_serve_each_level_in_order() {
+    let Some(endpoint) = endpoint55() else { return };
+    let prefix = unique("tiers");
+    let policy = PriorityPolicy::builder()
+        .levels(3)
+        .default_level(2)
+        .build()
+        .unwrap();
+    let topics = PriorityTopics::builder(policy.clone())
+        .native_tiers([(TIER_TOP, 1), (TIER_REST, 2)])
+        .build()
+        .unwrap();
+    let gate = GateConfig {
+        strategy: Strategy::Strict,
+        receiver_queue_size: 32,
+        ..GateConfig::default()
+    };
+    let builder = || {
+        SimpleConsumer::builder(ClientConfig::new(&endpoint).unwrap(), "it-priority-tiers")
+            .priority(topics.clone(), gate.clone())
+            .await_duration(Duration::from_secs(5))
+            .build()
+    };
+    // Leftovers and stale pops go first (a stale pop would take a level-0 message for 40 s).
+    eprintln!(
+        "leftovers: {}",
+        settle_group(builder().await.unwrap()).await
+    );
+    let consumer = builder().await.unwrap();
+    let producer = producer(&endpoint).await;
+    const BACKLOG: usize = 60;
+    const EACH: usize = 10;
+    let mut sent = Vec::new();
+    for (level, count) in [(2, BACKLOG), (1, EACH), (0, EACH)] {
+        for i in 0..count {
+            let message = OutgoingMessage::new(TIER_REST, format!("{prefix}-{level}-{i}"))
+                .property(policy.property(), level.to_string());
+            let routed = topics.route(message).unwrap();
+            sent.push((routed.topic().to_owned(), routed.priority_level()));
+            producer.send(routed).await.unwrap();
+        }
+    }
+    assert_eq!(sent[0], (TIER_REST.to_owned(), Some(0)));
+    assert_eq!(sent[BACKLOG], (TIER_REST.to_owned(), Some(1)));
+    assert_eq!(sent[BACKLOG + EACH], (TIER_TOP.to_owned(), Some(0)));
+    let total = BACKLOG + 2 * EACH;
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut got: Vec<(usize, Level, String)> = Vec::new();
+    while got.len() < total && tokio::time::Instant::now() < end {
+        let batch = match consumer.receive(32, Duration::from_secs(30)).await {
+            Ok(batch) => batch,
+            Err(error) if error.code() == Some(Code::MessageNotFound) => continue,
+            Err(error) => panic!("receive: {error}"),
+        };
+        let acks = batch.iter().map(|message| consumer.ack(message));
+        for acked in futures_util::future::join_all(acks).await {
+            acked.unwrap();
+        }
+        for message in batch {
+            let body = String::from_utf8_lossy(&message.body).into_owned();
+            let Some(rest) = body.strip_prefix(&format!("{prefix}-")) else {
+                continue;
+            };
+            let sent_level: usize = rest[..1].parse().unwrap();
+            got.push((sent_level, topics.level_of(&message), message.topic.clone()));
+        }
+    }
+    let order: Vec<usize> = got.iter().map(|(level, _, _)| *level).collect();
+    println!("native tiers, levels in receiving order: {order:?}");
+    assert_eq!(got.len(), total, "every message came once");
+    for (sent_level, read, topic) in &got {
+        assert_eq!(
+            usize::from(read.get()),
+            *sent_level,
+            "read back at its level"
+        );
+        let expected = if *sent_level == 0 {
+            TIER_TOP
+        } else {
+            TIER_REST
+        };
+        assert_eq!(topic, expected);
+    }
+    let first_backlog = order.iter().position(|l| *l == 2).unwrap();
+    let last_one = order.iter().rposition(|l| *l == 1).unwrap();
+    let last_zero = order.iter().rposition(|l| *l == 0).unwrap();
+    assert!(
+        last_one < first_backlog,
+        "the broker serves level 1 before level 2 in the tier: {order:?}"
+    );
+    // Without priority the level-0 messages, sent last, would come last (positions 70-79);
+    // here they come with the first answers of the two tiers (at most 2 x 32 messages).
+    assert!(
+        last_zero < 2 * 32,
+        "level 0 with the first answers: {order:?}"
+    );
+    consumer.close(Duration::from_secs(10)).await;
 }

@@ -10,7 +10,11 @@
 //!   level on `prio-urgent`, the low one on `prio-low`) and a push consumer built with
 //!   `PushConsumerBuilder::priority` and the gate's defaults (delivery shares 4:1);
 //! - **native**: RocketMQ 5.4+ native priority (`PriorityTopics::native`, the `PRIORITY`
-//!   topic `prio-native`): the broker serves the higher priority first.
+//!   topic `prio-native`): the broker serves the higher priority first;
+//! - **both**: RocketMQ 5.4+ native tiers (`PriorityTopicsBuilder::native_tiers`, the
+//!   `PRIORITY` topics `prio-both-urgent` and `prio-both-low`, one level each here): messages
+//!   carry native priorities and the consumer gates across the tiers with the gate's defaults
+//!   (with more levels than tiers, the broker would also order the levels within a tier).
 //!
 //! For each run it prints the urgent messages' p50, p99 and max from the send to the end of
 //! their handling, the low messages' throughput, and the low messages' share of what was
@@ -24,12 +28,13 @@
 //! cargo run --release -p examples --bin rocketmq_priority                 # embedded emulator
 //! cargo run --release -p examples --bin rocketmq_priority -- --endpoint 127.0.0.1:8081
 //! cargo run --release -p examples --bin rocketmq_priority -- --endpoint 127.0.0.1:18081 \
-//!     --modes none,native,gate                                              # RocketMQ 5.4+
+//!     --modes none,native,gate,both                                         # RocketMQ 5.4+
 //! ```
 //!
 //! On a real proxy the topics must exist (`prio-urgent` and `prio-low` normal topics, and
-//! `prio-native` a `PRIORITY` topic on 5.4+; `scripts/brokers/rocketmq start` makes them with 8
-//! queues, and the group `prio-load` on 5.4+). A run drains everything it finds on its topics,
+//! `prio-native`, `prio-both-urgent` and `prio-both-low` `PRIORITY` topics on 5.4+;
+//! `scripts/brokers/rocketmq start` makes them with 8 queues, and the group `prio-load` on
+//! 5.4+). A run drains everything it finds on its topics,
 //! so earlier runs' leftovers are consumed too, and not counted.
 
 use std::collections::HashMap;
@@ -48,13 +53,16 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 const USAGE: &str = "usage: rocketmq_priority [--endpoint HOST:PORT] [--tls-ca FILE] \
-[--modes none,gate,native] [--low N] [--urgent N] [--work-ms MS] [--concurrency N] \
+[--modes none,gate,native,both] [--low N] [--urgent N] [--work-ms MS] [--concurrency N] \
 [--ratio-limit FRACTION] [--group GROUP]";
 
-/// The urgent level's topic, the low level's, and the native priority topic.
+/// The urgent level's topic, the low level's, the native priority topic, and the native
+/// tiers of the urgent and the low level.
 const URGENT_TOPIC: &str = "prio-urgent";
 const LOW_TOPIC: &str = "prio-low";
 const NATIVE_TOPIC: &str = "prio-native";
+const BOTH_URGENT_TOPIC: &str = "prio-both-urgent";
+const BOTH_LOW_TOPIC: &str = "prio-both-low";
 /// Messages a send request carries while the backlog is queued.
 const BACKLOG_BATCH: usize = 64;
 /// The consumer's long polling.
@@ -70,6 +78,7 @@ enum Mode {
     None,
     Gate,
     Native,
+    Both,
 }
 
 impl Mode {
@@ -78,7 +87,10 @@ impl Mode {
             "none" => Ok(Self::None),
             "gate" => Ok(Self::Gate),
             "native" => Ok(Self::Native),
-            other => Err(format!("unknown mode {other:?} (none, gate or native)")),
+            "both" => Ok(Self::Both),
+            other => Err(format!(
+                "unknown mode {other:?} (none, gate, native or both)"
+            )),
         }
     }
 
@@ -87,6 +99,7 @@ impl Mode {
             Self::None => "none (one topic)",
             Self::Gate => "gate (level topics, delivery shares 4:1)",
             Self::Native => "native priority (5.4+)",
+            Self::Both => "both (native tiers gated, 5.4+)",
         }
     }
 }
@@ -108,7 +121,7 @@ fn parse_args() -> Result<Options, String> {
     let mut options = Options {
         endpoint: None,
         tls_ca: None,
-        modes: vec![Mode::None, Mode::Gate, Mode::Native],
+        modes: vec![Mode::None, Mode::Gate, Mode::Native, Mode::Both],
         low: 100_000,
         urgent: 1_000,
         work: Duration::from_millis(2),
@@ -169,6 +182,9 @@ fn topics(mode: Mode) -> Option<PriorityTopics> {
         Mode::None => return None,
         Mode::Gate => builder.level_topics([URGENT_TOPIC, LOW_TOPIC]).build(),
         Mode::Native => builder.native(NATIVE_TOPIC).build(),
+        Mode::Both => builder
+            .native_tiers([(BOTH_URGENT_TOPIC, 1), (BOTH_LOW_TOPIC, 1)])
+            .build(),
     };
     Some(built.expect("the example's topic names are valid"))
 }
@@ -298,7 +314,7 @@ async fn run(
     let queued = Instant::now();
     // A native priority topic refuses batches of priority messages on some versions; send
     // those one by one.
-    let batch = if mode == Mode::Native {
+    let batch = if matches!(mode, Mode::Native | Mode::Both) {
         1
     } else {
         BACKLOG_BATCH
@@ -450,6 +466,8 @@ async fn main_inner(options: Options) -> Result<bool, Box<dyn std::error::Error>
                 .topic(URGENT_TOPIC, TopicKind::Normal, 1)
                 .topic(LOW_TOPIC, TopicKind::Normal, 1)
                 .topic(NATIVE_TOPIC, TopicKind::Priority, 8)
+                .topic(BOTH_URGENT_TOPIC, TopicKind::Priority, 8)
+                .topic(BOTH_LOW_TOPIC, TopicKind::Priority, 8)
                 .group(&options.group, false)
                 .start()
                 .await?;
@@ -556,7 +574,7 @@ async fn main_inner(options: Options) -> Result<bool, Box<dyn std::error::Error>
         }
         // Delivery shares 4:1 promise the low level one delivery in `bound + 1` while it has
         // messages (`Gate::delivery_bound`: 5 for the low level of two).
-        if o.mode == Mode::Gate && o.low_share < 1.0 / 6.0 {
+        if matches!(o.mode, Mode::Gate | Mode::Both) && o.low_share < 1.0 / 6.0 {
             println!(
                 "FAIL {}: the low level had {:.1} % of what was handled while urgent messages \
                  waited, below its bound (1 in 6)",

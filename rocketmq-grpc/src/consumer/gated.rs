@@ -66,25 +66,37 @@ pub(super) fn fit_to_concurrency(mut config: GateConfig, concurrency: usize) -> 
     config
 }
 
+/// A gate over the topics of `topics`, partition `k` being its `k`-th topic (`None` for one
+/// native topic, which the broker serves in priority order itself).
+pub(super) fn gate_over(
+    topics: &PriorityTopics,
+    config: GateConfig,
+) -> Result<Option<Gate>, Error> {
+    if !topics.is_gated() {
+        return Ok(None);
+    }
+    let policy = topics.gate_policy()?;
+    let levels = policy.levels();
+    let partitions = u32::try_from(levels)
+        .map_err(|_| Error::invalid("priority", format!("{levels} levels do not fit a u32")))?;
+    let layout = LayoutSpec::explicit(
+        policy
+            .all_levels()
+            .map(|level| (level, vec![u32::from(level.get())])),
+    );
+    let mut gate = Gate::new(policy, layout, partitions, config).map_err(|e| invalid(&e))?;
+    gate.tick(now(), &mut mq_priority::NoControl);
+    Ok(Some(gate))
+}
+
 impl PushGate {
-    /// A gate over the level topics of `topics` (`None` for a native topic, which the broker
-    /// serves in priority order itself).
+    /// A gate over the level topics or native tiers of `topics` (`None` for one native
+    /// topic).
     pub(super) fn new(topics: PriorityTopics, config: GateConfig) -> Result<Option<Self>, Error> {
-        if topics.is_native() {
+        let Some(gate) = gate_over(&topics, config)? else {
             return Ok(None);
-        }
-        let policy = topics.policy().clone();
-        let levels = policy.levels();
-        let partitions = u32::try_from(levels)
-            .map_err(|_| Error::invalid("priority", format!("{levels} levels do not fit a u32")))?;
-        let layout = LayoutSpec::explicit(
-            policy
-                .all_levels()
-                .map(|level| (level, vec![u32::from(level.get())])),
-        );
-        let mut gate = Gate::new(policy, layout, partitions, config).map_err(|e| invalid(&e))?;
-        gate.tick(now(), &mut mq_priority::NoControl);
-        let paused = (0..partitions)
+        };
+        let paused = (0..gate.partitions())
             .map(|p| watch::Sender::new(gate.is_paused(p).unwrap_or(false)))
             .collect();
         Ok(Some(Self {
@@ -94,11 +106,9 @@ impl PushGate {
         }))
     }
 
-    /// The gate partition of `topic`, if it is a level topic.
+    /// The gate partition of `topic`, if it is one of the gated topics.
     pub(super) fn partition_of(&self, topic: &str) -> Option<u32> {
-        self.topics
-            .level_of_topic(topic)
-            .map(|level| u32::from(level.get()))
+        self.topics.tier_of_topic(topic)
     }
 
     /// The paused flag of `partition`.
@@ -113,7 +123,7 @@ impl PushGate {
         let now = now();
         let mut gate = self.gate.lock();
         for message in messages {
-            let claimed = Some(self.topics.level_of(message));
+            let claimed = Some(self.topics.gate_level(message));
             if let Err(error) = gate.on_arrival(partition, claimed, now, &mut Flags(&self.paused)) {
                 tracing::warn!(%error, partition, "the priority gate refused an arrival");
             }
@@ -284,5 +294,31 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn native_tiers_are_gated_as_level_topics_are() {
+        let topics = PriorityTopics::builder(PriorityPolicy::new(8).unwrap())
+            .native_tiers([("top", 1), ("rest", 7)])
+            .build()
+            .unwrap();
+        let config = GateConfig {
+            strategy: Strategy::Strict,
+            receiver_queue_size: 8,
+            min_queue_size: 2,
+            cold_start: None,
+            ..GateConfig::default()
+        };
+        let gate = PushGate::new(topics, config).unwrap().unwrap();
+        assert_eq!(gate.partition_of("top"), Some(0));
+        assert_eq!(gate.partition_of("rest"), Some(1));
+        assert_eq!(gate.level(1), Some(Level::new(1)));
+        let rest = gate.paused(1).unwrap();
+        gate.arrived(1, &vec![message("rest"); 6]);
+        assert!(!*rest.borrow());
+        gate.arrived(0, &vec![message("top"); 4]);
+        assert!(*rest.borrow());
+        assert_eq!(gate.paused_topics(), ["rest"]);
+        assert_eq!(gate.stats().levels.len(), 2);
     }
 }

@@ -229,6 +229,11 @@ impl PushConsumerBuilder {
     ///   come after the whole low backlog. The price: a message held for a retry keeps its
     ///   share of the [`concurrency`](Self::concurrency) during the delay. With renewal off
     ///   ([`renewal`](Self::renewal) zero) failed messages are nacked as usual.
+    /// - **Native tiers** (5.4+,
+    ///   [`native_tiers`](crate::priority::PriorityTopicsBuilder::native_tiers)): both. The
+    ///   broker serves each tier's levels by native priority, the gate works across the tiers
+    ///   as across level topics (its levels are the tiers: [`PushConsumer::gate_stats`] counts
+    ///   per tier), and failed messages above priority 0 are retried in place as natively.
     ///
     /// ```no_run
     /// # async fn demo(
@@ -260,10 +265,10 @@ impl PushConsumerBuilder {
 
     fn validate(&self) -> Result<(), Error> {
         if let Some((topics, gate)) = &self.priority
-            && !topics.is_native()
+            && topics.is_gated()
         {
             gated::fit_to_concurrency(gate.clone(), self.concurrency)
-                .validate(topics.policy())
+                .validate(&topics.gate_policy()?)
                 .map_err(|e| gated::invalid(&e))?;
         }
         if self.group.is_empty() {
@@ -418,7 +423,8 @@ impl std::fmt::Debug for PushConsumer {
 
 impl PushConsumer {
     /// The priority gate's counters per level (arrivals, deliveries, acks, pauses), for a
-    /// consumer of level topics ([`PushConsumerBuilder::priority`]); `None` otherwise.
+    /// consumer of level topics ([`PushConsumerBuilder::priority`]), or per tier for native
+    /// tiers; `None` otherwise.
     ///
     /// ```no_run
     /// # fn demo(consumer: &rocketmq_grpc::PushConsumer) {

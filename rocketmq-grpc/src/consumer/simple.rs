@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use ack_batcher::{Batcher, CloseReport};
-use mq_priority::{Gate, LayoutSpec, NoControl};
+use mq_priority::{Gate, NoControl};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -174,6 +174,10 @@ impl SimpleConsumerBuilder {
     ///   `invisible_duration`). Priority receives run one at a time.
     /// - **Native** (5.4+): subscribes to the priority topic, which the broker serves highest
     ///   priority first; `gate` is not used.
+    /// - **Native tiers** (5.4+,
+    ///   [`native_tiers`](crate::priority::PriorityTopicsBuilder::native_tiers)): as level
+    ///   topics, with the tiers in place of the levels; the broker serves each tier's levels
+    ///   by native priority, and what came is sorted by level.
     ///
     /// ```no_run
     /// # async fn demo(config: rocketmq_grpc::ClientConfig) -> Result<(), rocketmq_grpc::Error> {
@@ -532,20 +536,10 @@ impl SimpleGate {
         config: GateConfig,
         subscriptions: Vec<usize>,
     ) -> Result<Option<Self>, Error> {
-        if topics.is_native() {
+        let Some(gate) = super::gated::gate_over(&topics, config)? else {
             return Ok(None);
-        }
-        let policy = topics.policy().clone();
-        let partitions = u32::try_from(subscriptions.len())
-            .map_err(|_| Error::invalid("priority", "too many level topics"))?;
-        let layout = LayoutSpec::explicit(
-            policy
-                .all_levels()
-                .map(|level| (level, vec![u32::from(level.get())])),
-        );
-        let invalid = |e: mq_priority::Error| Error::invalid("priority", e.to_string());
-        let mut gate = Gate::new(policy, layout, partitions, config).map_err(invalid)?;
-        gate.tick(gate_now(), &mut NoControl);
+        };
+        let partitions = gate.partitions();
         let outstanding = tokio::sync::Mutex::new((0..partitions).map(|_| None).collect());
         Ok(Some(Self {
             topics,
@@ -580,7 +574,7 @@ impl SimpleGate {
         let now = gate_now();
         let mut gate = self.gate.lock();
         for message in messages {
-            let claimed = Some(self.topics.level_of(message));
+            let claimed = Some(self.topics.gate_level(message));
             if gate
                 .on_arrival(partition, claimed, now, &mut NoControl)
                 .is_ok()
@@ -599,10 +593,10 @@ impl SimpleGate {
 
     /// `message` was acknowledged.
     fn acked(&self, message: &ReceivedMessage) {
-        if let Some(level) = self.topics.level_of_topic(&message.topic) {
+        if let Some(partition) = self.topics.tier_of_topic(&message.topic) {
             self.gate
                 .lock()
-                .on_ack(u32::from(level.get()), gate_now(), &mut NoControl);
+                .on_ack(partition, gate_now(), &mut NoControl);
         }
     }
 }
@@ -708,7 +702,11 @@ async fn receive_levels(
         Some(error) if got.is_empty() => Err(error),
         _ => {
             got.sort_by_key(|(partition, _)| *partition);
-            Ok(got.into_iter().flat_map(|(_, messages)| messages).collect())
+            let mut messages: Vec<ReceivedMessage> =
+                got.into_iter().flat_map(|(_, messages)| messages).collect();
+            // Native tiers: the levels within a tier too (stable: the broker's order stays).
+            messages.sort_by_key(|message| gate.topics.level_of(message));
+            Ok(messages)
         }
     }
 }

@@ -23,6 +23,11 @@
 //!   consumer built with [`PushConsumerBuilder::priority`](crate::PushConsumerBuilder::priority)
 //!   retries a failed message above priority 0 in place instead (held for its retry delay,
 //!   its invisibility renewed) and it keeps its rank.
+//! - **Native tiers** (5.4+), both at once: several `PRIORITY` topics, each holding a run of
+//!   consecutive levels at native priorities ([`PriorityTopicsBuilder::native_tiers`]), for
+//!   example the most important level alone and the rest on a second topic. The broker orders
+//!   each tier, and consumers gate across the tiers as across level topics, so the top tier
+//!   is not queued behind what the consumer already holds of the others.
 //!
 //! Either way the message keeps the policy's property, so consumers in other languages and
 //! retries see its level.

@@ -10,9 +10,10 @@ use crate::{Error, OutgoingMessage, ReceivedMessage};
 pub const MAX_TOPIC_LEN: usize = 127;
 
 /// Where the levels of a [`PriorityPolicy`] live on RocketMQ: one topic per level ("level
-/// topics", any 5.x broker) or one priority topic with the broker's native priorities (5.4+).
-/// See the [module docs](crate::priority) for why levels cannot share the queues of one
-/// normal topic.
+/// topics", any 5.x broker), one priority topic with the broker's native priorities (5.4+),
+/// or both: several priority topics ("native tiers", 5.4+), each holding a run of levels at
+/// native priorities, with the tiers gated like level topics. See the
+/// [module docs](crate::priority) for why levels cannot share the queues of one normal topic.
 ///
 /// The name says what it holds: the topics a prioritised application sends to and consumes
 /// from, with the policy that maps a message to one of them. Producers route with
@@ -36,24 +37,55 @@ pub const MAX_TOPIC_LEN: usize = 127;
 #[derive(Debug, Clone)]
 pub struct PriorityTopics {
     policy: PriorityPolicy,
-    place: Place,
+    /// Most important first; together they hold every level once, in order.
+    tiers: Vec<Tier>,
+    /// Whether the tiers are priority topics whose messages carry native priorities.
+    native: bool,
 }
 
+/// One topic and the run of levels it holds.
 #[derive(Debug, Clone)]
-enum Place {
-    /// One topic per level, most important first.
-    Levels(Vec<String>),
-    /// One priority topic.
-    Native(String),
+struct Tier {
+    topic: String,
+    /// Its most important level.
+    first: usize,
+    /// How many levels it holds (at least one).
+    levels: usize,
 }
 
-/// Builds a [`PriorityTopics`]; exactly one of [`level_topics`](Self::level_topics) and
-/// [`native`](Self::native) must be given.
+impl Tier {
+    fn holds(&self, level: usize) -> bool {
+        (self.first..self.first + self.levels).contains(&level)
+    }
+
+    /// The native priority of `level` here: `levels - 1 - (level - first)`, so the tier's
+    /// first level has the highest.
+    fn native_priority(&self, level: usize) -> u32 {
+        let rank = level.saturating_sub(self.first).min(self.levels - 1);
+        u32::try_from(self.levels - 1 - rank).unwrap_or(0)
+    }
+
+    /// The level of native priority `priority` here (clamped to the tier's run).
+    fn level_of_priority(&self, priority: i32) -> usize {
+        let highest = self.levels - 1;
+        let p = usize::try_from(priority.max(0)).unwrap_or(0).min(highest);
+        self.first + (highest - p)
+    }
+}
+
+/// Builds a [`PriorityTopics`]; exactly one of [`level_topics`](Self::level_topics),
+/// [`native`](Self::native) and [`native_tiers`](Self::native_tiers) must be given.
 #[derive(Debug, Clone)]
 pub struct PriorityTopicsBuilder {
     policy: PriorityPolicy,
     level_topics: Option<Vec<String>>,
     native: Option<String>,
+    native_tiers: Option<Vec<(String, usize)>>,
+}
+
+/// A level as the crate's [`Level`] (levels are below [`mq_priority::MAX_LEVELS`]).
+fn level(index: usize) -> Level {
+    Level::new(u8::try_from(index).unwrap_or(u8::MAX))
 }
 
 impl PriorityTopics {
@@ -73,6 +105,7 @@ impl PriorityTopics {
             policy,
             level_topics: None,
             native: None,
+            native_tiers: None,
         }
     }
 
@@ -88,7 +121,8 @@ impl PriorityTopics {
         &self.policy
     }
 
-    /// Whether the levels are the native priorities of one topic (RocketMQ 5.4+).
+    /// Whether messages carry the broker's native priorities (RocketMQ 5.4+): one native
+    /// topic or native tiers.
     ///
     /// ```
     /// # use rocketmq_grpc::priority::{PriorityPolicy, PriorityTopics};
@@ -97,10 +131,11 @@ impl PriorityTopics {
     /// # Ok::<(), rocketmq_grpc::Error>(())
     /// ```
     pub fn is_native(&self) -> bool {
-        matches!(self.place, Place::Native(_))
+        self.native
     }
 
-    /// Every topic, most important level first: the level topics, or the one native topic.
+    /// Every topic, most important first: the level topics, the one native topic, or the
+    /// native tiers.
     ///
     /// ```
     /// # use rocketmq_grpc::priority::{PriorityPolicy, PriorityTopics};
@@ -109,10 +144,13 @@ impl PriorityTopics {
     /// # Ok::<(), rocketmq_grpc::Error>(())
     /// ```
     pub fn topics(&self) -> Vec<&str> {
-        match &self.place {
-            Place::Levels(topics) => topics.iter().map(String::as_str).collect(),
-            Place::Native(topic) => vec![topic.as_str()],
-        }
+        self.tiers.iter().map(|t| t.topic.as_str()).collect()
+    }
+
+    /// The tier holding `level` (a level outside the policy is the default level).
+    fn tier_of_level(&self, level: Level) -> Option<(usize, &Tier)> {
+        let level = self.policy.clamp(level).index();
+        self.tiers.iter().enumerate().find(|(_, t)| t.holds(level))
     }
 
     /// The topic of `level` (a level outside the policy is the default level).
@@ -126,18 +164,13 @@ impl PriorityTopics {
     /// # Ok::<(), rocketmq_grpc::Error>(())
     /// ```
     pub fn topic_of(&self, level: Level) -> &str {
-        let level = self.policy.clamp(level);
-        match &self.place {
-            Place::Levels(topics) => topics
-                .get(level.index())
-                .or_else(|| topics.first())
-                .map_or("", String::as_str),
-            Place::Native(topic) => topic,
-        }
+        self.tier_of_level(level)
+            .map_or("", |(_, tier)| tier.topic.as_str())
     }
 
-    /// The level whose topic is `topic` (level topics only; `None` for the native topic and
-    /// for any other topic).
+    /// The level whose topic is `topic`, for a topic that holds exactly one level (a level
+    /// topic, or a native tier of one level); `None` for a topic of several levels and for
+    /// any other topic.
     ///
     /// ```
     /// # use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
@@ -149,18 +182,15 @@ impl PriorityTopics {
     /// # Ok::<(), rocketmq_grpc::Error>(())
     /// ```
     pub fn level_of_topic(&self, topic: &str) -> Option<Level> {
-        match &self.place {
-            Place::Levels(topics) => topics
-                .iter()
-                .position(|t| t == topic)
-                .and_then(|i| u8::try_from(i).ok())
-                .map(Level::new),
-            Place::Native(_) => None,
-        }
+        self.tiers
+            .iter()
+            .find(|t| t.topic == topic && t.levels == 1)
+            .map(|t| level(t.first))
     }
 
-    /// The native priority of `level` (native only): `levels - 1 - level`, so level 0 has the
-    /// highest. A level outside the policy is the default level.
+    /// The native priority of `level` (native topic or tiers only): within its topic,
+    /// `n - 1 - k` for the `k`-th of the `n` levels the topic holds, so the most important
+    /// level of each topic has the highest. A level outside the policy is the default level.
     ///
     /// ```
     /// # use rocketmq_grpc::priority::{Level, PriorityPolicy, PriorityTopics};
@@ -169,18 +199,12 @@ impl PriorityTopics {
     /// # Ok::<(), rocketmq_grpc::Error>(())
     /// ```
     pub fn native_priority(&self, level: Level) -> Option<u32> {
-        match self.place {
-            Place::Levels(_) => None,
-            Place::Native(_) => {
-                let level = self.policy.clamp(level);
-                let levels = u32::try_from(self.policy.levels()).unwrap_or(u32::MAX);
-                Some(
-                    levels
-                        .saturating_sub(1)
-                        .saturating_sub(u32::from(level.get())),
-                )
-            }
+        if !self.native {
+            return None;
         }
+        let level = self.policy.clamp(level);
+        self.tier_of_level(level)
+            .map(|(_, tier)| tier.native_priority(level.index()))
     }
 
     /// The level of `message`, read from its priority property (counted in
@@ -202,11 +226,11 @@ impl PriorityTopics {
 
     /// Puts `message` where its level lives: the level is read from the policy's property
     /// (missing, invalid or out of range: the policy's default level, counted in
-    /// [`PriorityPolicy::stats`]); the message goes to its level's topic (level topics; the
-    /// topic it was created with is replaced) or to the native topic with the native priority
-    /// `levels - 1 - level` (native). The property stays; a missing or unusable one is set to
-    /// the level the message was given, so that consumers (also those of other clients) and
-    /// retries see the level it was sent at.
+    /// [`PriorityPolicy::stats`]); the message goes to its level's topic (the topic it was
+    /// created with is replaced), natively with its [`native_priority`](Self::native_priority).
+    /// The property stays; a missing or unusable one is set to the level the message was
+    /// given, so that consumers (also those of other clients) and retries see the level it
+    /// was sent at.
     ///
     /// ```
     /// # use rocketmq_grpc::OutgoingMessage;
@@ -232,53 +256,54 @@ impl PriorityTopics {
         if parsed.outcome != mq_priority::ParseOutcome::Valid {
             message = message.property(property, self.policy.property_value(parsed.level));
         }
-        match &self.place {
-            Place::Levels(topics) => {
-                if let Some(priority) = message.priority_level() {
-                    return Err(Error::invalid(
-                        "priority",
-                        format!(
-                            "the message has the native priority {priority}, but the levels \
-                             are level topics (normal topics, which refuse priority \
-                             messages): set the level in the property {property:?} only"
-                        ),
-                    ));
-                }
-                let topic = topics.get(parsed.level.index()).map_or("", String::as_str);
-                message.set_topic(topic);
-                Ok(message)
+        let Some((_, tier)) = self.tier_of_level(parsed.level) else {
+            return Err(Error::invalid(
+                "priority",
+                format!("no topic holds level {}", parsed.level.get()),
+            ));
+        };
+        if !self.native {
+            if let Some(priority) = message.priority_level() {
+                return Err(Error::invalid(
+                    "priority",
+                    format!(
+                        "the message has the native priority {priority}, but the levels are \
+                         level topics (normal topics, which refuse priority messages): set \
+                         the level in the property {property:?} only"
+                    ),
+                ));
             }
-            Place::Native(topic) => {
-                let conflict = if message.message_group.is_some() {
-                    Some("a message group")
-                } else if message.deliver_at.is_some() {
-                    Some("a delivery time")
-                } else if message.lite_topic.is_some() {
-                    Some("a lite topic")
-                } else {
-                    None
-                };
-                if let Some(conflict) = conflict {
-                    return Err(Error::invalid(
-                        "priority",
-                        format!(
-                            "the message has {conflict}, which a priority message (RocketMQ \
-                             5.4+ native priority) cannot have: send it without, or use level \
-                             topics"
-                        ),
-                    ));
-                }
-                let priority = self.native_priority(parsed.level).unwrap_or(0);
-                message.set_topic(topic);
-                Ok(message.priority(priority))
-            }
+            message.set_topic(&tier.topic);
+            return Ok(message);
         }
+        let conflict = if message.message_group.is_some() {
+            Some("a message group")
+        } else if message.deliver_at.is_some() {
+            Some("a delivery time")
+        } else if message.lite_topic.is_some() {
+            Some("a lite topic")
+        } else {
+            None
+        };
+        if let Some(conflict) = conflict {
+            return Err(Error::invalid(
+                "priority",
+                format!(
+                    "the message has {conflict}, which a priority message (RocketMQ 5.4+ \
+                     native priority) cannot have: send it without, or use level topics"
+                ),
+            ));
+        }
+        let priority = tier.native_priority(parsed.level.index());
+        message.set_topic(&tier.topic);
+        Ok(message.priority(priority))
     }
 
     /// The level of a received message: its priority property if it holds a valid level;
-    /// otherwise, natively, its native priority mapped back (`levels - 1 - min(p, levels - 1)`:
-    /// a Java producer's `setPriority(p)` sets no property); otherwise, on level topics, the
-    /// level of the topic it came from; otherwise the policy's default level. Not counted in
+    /// otherwise, natively, its native priority mapped back within its topic's run of levels
+    /// (a Java producer's `setPriority(p)` sets no property; with one native topic of `n`
+    /// levels, `n - 1 - min(p, n - 1)`); otherwise, on level topics, the level of the topic it
+    /// came from; otherwise the policy's default level. Not counted in
     /// [`PriorityPolicy::stats`] (those count what producers routed).
     ///
     /// ```
@@ -298,19 +323,50 @@ impl PriorityTopics {
         if parsed.outcome == mq_priority::ParseOutcome::Valid {
             return parsed.level;
         }
-        match &self.place {
-            Place::Native(_) => match message.priority() {
-                Some(p) => {
-                    let last = self.policy.levels().saturating_sub(1);
-                    let p = usize::try_from(p.max(0)).unwrap_or(0).min(last);
-                    Level::new(u8::try_from(last - p).unwrap_or(0))
-                }
-                None => self.policy.default_level(),
-            },
-            Place::Levels(_) => self
-                .level_of_topic(&message.topic)
-                .unwrap_or_else(|| self.policy.default_level()),
+        let default = self.policy.default_level();
+        // One native topic holds every level, whatever topic name the message shows.
+        let tier = match self.tiers.as_slice() {
+            [only] if self.native => Some(only),
+            tiers => tiers.iter().find(|t| t.topic == message.topic),
+        };
+        let Some(tier) = tier else {
+            return default;
+        };
+        match message.priority() {
+            Some(p) if self.native => level(tier.level_of_priority(p)),
+            // No native priority: the broker keeps it with priority 0's.
+            _ if tier.holds(default.index()) => default,
+            _ => level(tier.first + tier.levels - 1),
         }
+    }
+
+    /// Whether a consumer gates its receives across the topics: level topics and native
+    /// tiers (one native topic the broker orders by itself).
+    pub(crate) fn is_gated(&self) -> bool {
+        !self.native || self.tiers.len() > 1
+    }
+
+    /// The policy of the gate over the topics: the policy itself for one topic per level;
+    /// for native tiers, one gate level per tier (tier `k` is gate level `k`).
+    pub(crate) fn gate_policy(&self) -> Result<PriorityPolicy, Error> {
+        if self.tiers.iter().all(|t| t.levels == 1) {
+            return Ok(self.policy.clone());
+        }
+        PriorityPolicy::new(self.tiers.len()).map_err(|e| Error::invalid("priority", e.to_string()))
+    }
+
+    /// The gate partition (tier index) of `topic`.
+    pub(crate) fn tier_of_topic(&self, topic: &str) -> Option<u32> {
+        let index = self.tiers.iter().position(|t| t.topic == topic)?;
+        u32::try_from(index).ok()
+    }
+
+    /// The gate level of `message`: the tier of its level.
+    pub(crate) fn gate_level(&self, message: &ReceivedMessage) -> Level {
+        let index = self
+            .tier_of_level(self.level_of(message))
+            .map_or(0, |(index, _)| index);
+        level(index)
     }
 }
 
@@ -332,60 +388,128 @@ impl PriorityTopicsBuilder {
         self
     }
 
+    /// Several priority topics (RocketMQ 5.4+, `message.type=PRIORITY`), most important
+    /// first, each with how many consecutive levels it holds: `[("alerts-now", 1), ("alerts",
+    /// 7)]` puts level 0 on `alerts-now` and levels 1-7 on `alerts`. Within a topic the
+    /// broker serves its levels by native priority; across the topics a consumer gates its
+    /// receives as on level topics, so that the most important tier is not queued behind
+    /// what the client already holds of the others. Each topic needs at least as many queues
+    /// as the levels it holds.
+    ///
+    /// ```
+    /// # use rocketmq_grpc::OutgoingMessage;
+    /// # use rocketmq_grpc::priority::{PriorityPolicy, PriorityTopics};
+    /// let policy = PriorityPolicy::new(8).unwrap();
+    /// let topics = PriorityTopics::builder(policy.clone())
+    ///     .native_tiers([("alerts-now", 1), ("alerts", 7)])
+    ///     .build()?;
+    /// let message = OutgoingMessage::new("alerts", "cpu hot").property(policy.property(), "2");
+    /// let routed = topics.route(message)?;
+    /// assert_eq!((routed.topic(), routed.priority_level()), ("alerts", Some(5)));
+    /// # Ok::<(), rocketmq_grpc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn native_tiers<T: Into<String>>(
+        mut self,
+        tiers: impl IntoIterator<Item = (T, usize)>,
+    ) -> Self {
+        self.native_tiers = Some(
+            tiers
+                .into_iter()
+                .map(|(topic, levels)| (topic.into(), levels))
+                .collect(),
+        );
+        self
+    }
+
     /// Checks the settings.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming `level_topics` when it does not give exactly one topic
     /// per level, repeats a topic or has a name the proxy refuses (empty, longer than
     /// [`MAX_TOPIC_LEN`], characters other than ASCII letters, digits, `%`, `|`, `_` and `-`,
-    /// or a system topic); naming `native` for such a name; naming `level_topics` when both
-    /// or neither of the two are given.
+    /// or a system topic); naming `native` for such a name; naming `native_tiers` for such a
+    /// name, a repeated topic, a tier of no levels, or tiers that do not hold exactly the
+    /// policy's levels; naming `level_topics` when not exactly one of the three is given.
     pub fn build(self) -> Result<PriorityTopics, Error> {
-        let place = match (self.level_topics, self.native) {
-            (Some(_), Some(_)) => {
+        let levels = self.policy.levels();
+        let given = [
+            self.level_topics.is_some(),
+            self.native.is_some(),
+            self.native_tiers.is_some(),
+        ]
+        .iter()
+        .filter(|given| **given)
+        .count();
+        if given != 1 {
+            return Err(Error::invalid(
+                "level_topics",
+                "give exactly one of: the level topics (one per level), a native priority \
+                 topic, or native tiers",
+            ));
+        }
+        let (setting, tiers, native) = if let Some(topics) = self.level_topics {
+            if topics.len() != levels {
                 return Err(Error::invalid(
                     "level_topics",
-                    "give either level topics or a native topic, not both",
+                    format!(
+                        "{} topics for {levels} levels: give exactly one topic per level, \
+                         most important first",
+                        topics.len()
+                    ),
                 ));
             }
-            (None, None) => {
+            (
+                "level_topics",
+                topics.into_iter().map(|t| (t, 1)).collect(),
+                false,
+            )
+        } else if let Some(topic) = self.native {
+            ("native", vec![(topic, levels)], true)
+        } else {
+            let tiers = self.native_tiers.unwrap_or_default();
+            if let Some((topic, _)) = tiers.iter().find(|(_, n)| *n == 0) {
                 return Err(Error::invalid(
-                    "level_topics",
-                    "give the level topics (one per level) or a native priority topic",
+                    "native_tiers",
+                    format!("the tier {topic:?} holds no level: give each tier at least one"),
                 ));
             }
-            (Some(topics), None) => {
-                let levels = self.policy.levels();
-                if topics.len() != levels {
-                    return Err(Error::invalid(
-                        "level_topics",
-                        format!(
-                            "{} topics for {levels} levels: give exactly one topic per level, \
-                             most important first",
-                            topics.len()
-                        ),
-                    ));
-                }
-                let mut seen = HashSet::new();
-                for topic in &topics {
-                    check_topic("level_topics", topic)?;
-                    if !seen.insert(topic.as_str()) {
-                        return Err(Error::invalid(
-                            "level_topics",
-                            format!("{topic:?} is given twice: each level needs its own topic"),
-                        ));
-                    }
-                }
-                Place::Levels(topics)
+            let held = tiers
+                .iter()
+                .fold(0usize, |sum, (_, n)| sum.saturating_add(*n));
+            if held != levels {
+                return Err(Error::invalid(
+                    "native_tiers",
+                    format!(
+                        "the tiers hold {held} levels, the policy has {levels}: together they \
+                         must hold each level once"
+                    ),
+                ));
             }
-            (None, Some(topic)) => {
-                check_topic("native", &topic)?;
-                Place::Native(topic)
-            }
+            ("native_tiers", tiers, true)
         };
+        let mut seen = HashSet::new();
+        let mut first = 0;
+        let mut built = Vec::with_capacity(tiers.len());
+        for (topic, held) in tiers {
+            check_topic(setting, &topic)?;
+            if !seen.insert(topic.clone()) {
+                return Err(Error::invalid(
+                    setting,
+                    format!("{topic:?} is given twice: each level or tier needs its own topic"),
+                ));
+            }
+            built.push(Tier {
+                topic,
+                first,
+                levels: held,
+            });
+            first += held;
+        }
         Ok(PriorityTopics {
             policy: self.policy,
-            place,
+            tiers: built,
+            native,
         })
     }
 }
@@ -654,5 +778,129 @@ mod tests {
             .unwrap();
         assert_eq!(one.native_priority(Level::new(0)), Some(0));
         assert_eq!(one.level_of(&received("t", None, Some(5))), Level::new(0));
+    }
+
+    fn tiers() -> PriorityTopics {
+        PriorityTopics::builder(policy(8))
+            .native_tiers([("top", 1), ("rest", 7)])
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn bad_tiers_are_refused_naming_the_option() {
+        let b = || PriorityTopics::builder(policy(3));
+        let none: [(&str, usize); 0] = [];
+        assert_eq!(setting(b().native_tiers(none).build()), "native_tiers");
+        assert_eq!(
+            setting(b().native_tiers([("a", 1), ("b", 0), ("c", 2)]).build()),
+            "native_tiers"
+        );
+        assert_eq!(
+            setting(b().native_tiers([("a", 1), ("b", 1)]).build()),
+            "native_tiers"
+        );
+        assert_eq!(
+            setting(b().native_tiers([("a", 1), ("b", usize::MAX)]).build()),
+            "native_tiers"
+        );
+        assert_eq!(
+            setting(b().native_tiers([("a", 1), ("a", 2)]).build()),
+            "native_tiers"
+        );
+        assert_eq!(
+            setting(b().native_tiers([("a", 1), ("b c", 2)]).build()),
+            "native_tiers"
+        );
+        assert_eq!(
+            setting(b().native_tiers([("a", 3)]).native("n").build()),
+            "level_topics"
+        );
+        assert_eq!(
+            setting(
+                b().native_tiers([("a", 3)])
+                    .level_topics(["x", "y", "z"])
+                    .build()
+            ),
+            "level_topics"
+        );
+        assert!(b().native_tiers([("a", 3)]).build().is_ok());
+    }
+
+    #[test]
+    fn tiers_route_each_level_to_its_topic_at_its_rank_there() {
+        let topics = tiers();
+        assert!(topics.is_native());
+        assert_eq!(topics.topics(), ["top", "rest"]);
+        let key = topics.policy().property().to_owned();
+        for (value, topic, priority) in [
+            (Some("0"), "top", 0),
+            (Some("1"), "rest", 6),
+            (Some("4"), "rest", 3),
+            (Some("7"), "rest", 0),
+            (None, "rest", 0),
+            (Some("9"), "rest", 0),
+        ] {
+            let mut message = OutgoingMessage::new("other", "b");
+            if let Some(value) = value {
+                message = message.property(&key, value);
+            }
+            let routed = topics.route(message).unwrap();
+            assert_eq!(routed.topic(), topic, "{value:?}");
+            assert_eq!(routed.priority_level(), Some(priority), "{value:?}");
+        }
+        assert_eq!(topics.topic_of(Level::new(0)), "top");
+        assert_eq!(topics.topic_of(Level::new(3)), "rest");
+        assert_eq!(topics.native_priority(Level::new(1)), Some(6));
+        assert_eq!(topics.level_of_topic("top"), Some(Level::new(0)));
+        assert_eq!(topics.level_of_topic("rest"), None);
+        assert!(matches!(
+            topics.route(OutgoingMessage::new("t", "b").message_group("g")),
+            Err(Error::InvalidConfig {
+                setting: "priority",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn tiers_read_levels_back_from_the_topic_and_its_native_priority() {
+        let topics = tiers();
+        for (topic, property, priority, level) in [
+            ("rest", Some("2"), Some(0), 2),
+            ("rest", None, Some(6), 1),
+            ("rest", None, Some(0), 7),
+            ("rest", None, Some(99), 1),
+            ("rest", None, Some(-5), 7),
+            // No priority: the broker keeps it with priority 0's; the default level is here.
+            ("rest", None, None, 7),
+            ("top", None, Some(0), 0),
+            ("top", None, None, 0),
+            ("elsewhere", None, Some(6), 7),
+        ] {
+            let message = received(topic, property, priority);
+            assert_eq!(
+                topics.level_of(&message),
+                Level::new(level),
+                "{topic} {property:?} {priority:?}"
+            );
+        }
+        // The gate sees the tiers as its levels.
+        assert!(topics.is_gated());
+        assert_eq!(topics.gate_policy().unwrap().levels(), 2);
+        assert_eq!(topics.tier_of_topic("rest"), Some(1));
+        assert_eq!(topics.tier_of_topic("x"), None);
+        assert_eq!(
+            topics.gate_level(&received("rest", Some("1"), None)),
+            Level::new(1)
+        );
+        assert_eq!(
+            topics.gate_level(&received("rest", Some("0"), None)),
+            Level::new(0)
+        );
+        // Level topics gate over the policy itself; one native topic is not gated.
+        assert_eq!(three().gate_policy().unwrap().levels(), 3);
+        assert!(three().is_gated());
+        assert!(!native(3).is_gated());
     }
 }
