@@ -237,6 +237,65 @@ async fn a_push_consumer_of_a_native_topic_gets_the_most_important_level_first()
     consumer.close(Duration::from_secs(5)).await;
 }
 
+/// Native tiers: level 0 alone on one priority topic, levels 1 and 2 on another at native
+/// priorities. A push consumer gates across the two topics (the gate's levels are the tiers)
+/// and the broker orders the lower tier, so level 0 comes first and level 1 before level 2.
+#[tokio::test(start_paused = true)]
+async fn a_push_consumer_of_native_tiers_gates_the_tiers_and_the_broker_orders_each() {
+    let emulator = Emulator::builder()
+        .group(GROUP, false)
+        .topic("tier-top", TopicKind::Priority, 1)
+        .topic("tier-rest", TopicKind::Priority, 2)
+        .start()
+        .await
+        .expect("the emulator starts");
+    let topics = PriorityTopics::builder(policy())
+        .native_tiers([("tier-top", 1), ("tier-rest", 2)])
+        .build()
+        .unwrap();
+    let producer = producer(&emulator);
+    send(&producer, &topics, [0, 0, 20], 0).await;
+    send(&producer, &topics, [5, 5, 0], 0).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&order);
+    let levels = topics.clone();
+    let gate = GateConfig {
+        strategy: Strategy::Strict,
+        receiver_queue_size: 4,
+        min_queue_size: 2,
+        ..GateConfig::default()
+    };
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .concurrency(2)
+        .receive_batch_size(1)
+        .priority(topics, gate)
+        .start(move |message: ReceivedMessage| {
+            let seen = Arc::clone(&seen);
+            let level = levels.level_of(&message);
+            async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                seen.lock().push(level.get());
+                ConsumeResult::Success
+            }
+        })
+        .await
+        .unwrap();
+    support::wait_for("the messages", Duration::from_secs(60), || {
+        order.lock().len() == 30
+    })
+    .await;
+    let order = order.lock().clone();
+    let last = |level: u8| order.iter().rposition(|l| *l == level).unwrap();
+    let first = |level: u8| order.iter().position(|l| *l == level).unwrap();
+    assert!(last(0) < 10, "level 0 early: {order:?}");
+    assert!(last(1) < first(2), "level 1 before level 2: {order:?}");
+    let stats = consumer.gate_stats().expect("a gate over the tiers");
+    assert_eq!(stats.levels.len(), 2);
+    assert_eq!(stats.levels[0].delivered, 5);
+    assert_eq!(stats.levels[1].delivered, 25);
+    consumer.close(Duration::from_secs(5)).await;
+}
+
 /// A failed message comes back through its own level topic: the gate counts its nack and its
 /// second arrival on its level, and its level reads the same both times.
 #[tokio::test(start_paused = true)]
