@@ -155,3 +155,17 @@ async fn an_error_after_some_messages_comes_with_the_next_batch() {
     let error = consumer.batch_receive(limits).await.expect_err("the error");
     assert!(matches!(error, Error::Undecodable { .. }), "{error}");
 }
+
+/// A `receive` future stays small (it lives in every task that awaits a message): the rarely
+/// taken dead-letter path is boxed, not inlined (inlined, it made the future about 20 KB).
+#[tokio::test]
+async fn a_receive_future_is_under_2_kb() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup
+        .shared("small-future", ConsumerOptions::default())
+        .await;
+    let receive = consumer.receive();
+    let size = std::mem::size_of_val(&receive);
+    println!("a receive future: {size} bytes");
+    assert!(size < 2048, "a receive future of {size} bytes");
+}
