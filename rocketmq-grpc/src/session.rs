@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use parking_lot::Mutex;
 use sha1::Sha1;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
@@ -996,6 +996,11 @@ mod tests {
         let date = get("x-mq-date-time");
         assert_eq!(date.len(), 16);
         assert!(get("authorization").ends_with(&sign("sk", &date)));
+        // A known HMAC-SHA1 value (key "key"), as the proxy computes it.
+        assert_eq!(
+            sign("key", "The quick brown fox jumps over the lazy dog"),
+            "DE7C9B85B8B78AA6BC8A7A36F70A90701C9DB4D9"
+        );
         let second = session.request((), Duration::from_secs(1));
         assert_ne!(
             second.metadata().get("x-mq-request-id"),
