@@ -1374,13 +1374,9 @@ fn queue(shared: &Shared, frame: Frame) -> Result<(), Error> {
     match shared.outbound.try_send(frame) {
         Ok(()) => Ok(()),
         Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Closed("the connection")),
-        Err(mpsc::error::TrySendError::Full(_)) => Err(Error::Invalid {
-            what: "frame",
-            reason: format!(
-                "{OUTBOUND_FRAMES} frames are already queued for {} (the broker is not taking \
-                 them as fast): send fewer at once, or batch",
-                shared.address
-            ),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(Error::QueueFull {
+            queue: format!("the frames queued for writing to {}", shared.address),
+            limit: OUTBOUND_FRAMES,
         }),
     }
 }

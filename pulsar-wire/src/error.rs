@@ -210,6 +210,19 @@ pub enum Error {
         /// How long the send waited for a place, with [`crate::QueueFull::Block`].
         waited: Option<std::time::Duration>,
     },
+    /// A bounded queue of the client is full for now: `queue` holds `limit` items that wait
+    /// for the broker (the frames queued for writing on a connection, or an acknowledgement
+    /// batcher's pending acks). Nothing was sent. Retryable: the queue drains as the broker
+    /// takes what waits; try again later, or send fewer at once.
+    #[error(
+        "{queue} is full: {limit} items wait for the broker; try again later, or send fewer at once"
+    )]
+    QueueFull {
+        /// Which queue: for example "the frames queued for 127.0.0.1:6650".
+        queue: String,
+        /// How many items it holds at most.
+        limit: usize,
+    },
     /// A commit was refused before it was sent because an operation of the transaction had
     /// failed (the broker took nothing of it into the transaction, so committing would commit
     /// less than the application did). Not retryable: abort the transaction; its other
@@ -281,7 +294,8 @@ impl Error {
             Self::ConnectionLost { .. }
             | Self::Io(_)
             | Self::Timeout { .. }
-            | Self::ProducerQueueFull { .. } => true,
+            | Self::ProducerQueueFull { .. }
+            | Self::QueueFull { .. } => true,
             Self::Server { code, .. } => matches!(
                 ServerError::try_from(*code),
                 Ok(ServerError::ServiceNotReady
@@ -352,9 +366,9 @@ pub(crate) fn batcher_error<T>(error: ack_batcher::Error<Error, T>, what: &'stat
             what: setting,
             reason,
         },
-        ack_batcher::Error::Full { limit, .. } => Error::Invalid {
-            what: "queue",
-            reason: format!("{what} already holds {limit} pending items"),
+        ack_batcher::Error::Full { limit, .. } => Error::QueueFull {
+            queue: format!("the pending acknowledgements of {what}"),
+            limit,
         },
         ack_batcher::Error::NoRuntime => Error::Invalid {
             what: "runtime",
@@ -362,5 +376,30 @@ pub(crate) fn batcher_error<T>(error: ack_batcher::Error<Error, T>, what: &'stat
         },
         // Missing (never produced by these transports), Abandoned, Closed.
         _ => Error::Closed(what),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_is_retryable_and_names_the_queue() {
+        let full: ack_batcher::Error<Error, u32> = ack_batcher::Error::Full {
+            item: 7,
+            limit: 65_536,
+        };
+        let error = batcher_error(full, "the consumer of t");
+        assert!(
+            matches!(&error, Error::QueueFull { limit: 65_536, queue } if queue.contains("the consumer of t")),
+            "{error:?}"
+        );
+        assert!(error.is_retryable());
+        assert!(error.to_string().contains("try again later"), "{error}");
+        let invalid: ack_batcher::Error<Error, u32> = ack_batcher::Error::InvalidConfig {
+            setting: "max_pending",
+            reason: "zero".into(),
+        };
+        assert!(!batcher_error(invalid, "x").is_retryable());
     }
 }
