@@ -320,12 +320,6 @@ impl ConsumerOptions {
             policy.validate()?;
         }
         self.chunk_limits.validate()?;
-        if self.receiver_queue_size == 0 {
-            return Err(Error::Invalid {
-                what: "receiver_queue_size",
-                reason: "must be at least 1".into(),
-            });
-        }
         if self.ack_group_time > Duration::from_secs(3600) {
             return Err(Error::Invalid {
                 what: "ack_group_time",
