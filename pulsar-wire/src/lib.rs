@@ -405,7 +405,7 @@
 //!
 //! An embedded broker on 127.0.0.1 speaking the same protocol, with the 4.0.x unacked
 //! accounting, transactions, stats and fault injection, for examples and tests, is the crate
-//! `pulsar-wire-emulator`.
+//! [`pulsar-wire-emulator`](https://docs.rs/pulsar-wire-emulator) (in `pulsar-wire/emulator`).
 
 // Unsafe code is forbidden in the library; a test build only denies it, for the allocation
 // probe of the decompression tests (see `compression`).

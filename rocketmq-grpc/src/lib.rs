@@ -129,7 +129,8 @@
 //! [`wire`] gives the raw gRPC client of a [`Session`], requests with its headers and
 //! signature, and the conversions to the wire types of [`pb`], for emulators, benchmarks and
 //! protocol tests; an application needs neither. The proxy emulator the examples and tests
-//! run against is the crate `rocketmq-grpc-emulator` (in `rocketmq-grpc/emulator`).
+//! run against is the crate [`rocketmq-grpc-emulator`](https://docs.rs/rocketmq-grpc-emulator)
+//! (in `rocketmq-grpc/emulator`).
 //!
 //! # Module structure
 //! The crate's modules form no cycle: each file uses only modules below it (a parent may use
