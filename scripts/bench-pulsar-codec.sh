@@ -21,7 +21,7 @@ if [[ -z "${SKIP_RUN:-}" ]]; then
         echo "protoc not found: apt-get install -y protobuf-compiler" >&2
         exit 1
     fi
-    cargo bench -p pulsar-wire --bench codec -- "$@"
+    cargo bench -p pulsar-wire --features unstable-wire --bench codec -- "$@"
     cargo bench --manifest-path "$compare_manifest" --bench compare -- "$@"
 fi
 

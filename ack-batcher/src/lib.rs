@@ -69,7 +69,10 @@
 //! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backoff;
 mod batcher;
 mod budget;
 mod config;
@@ -81,6 +84,7 @@ mod shared;
 mod state;
 mod ticket;
 
+pub use backoff::{Backoff, jittered};
 pub use batcher::{Batcher, ItemOptions};
 pub use budget::{RetryAccount, RetryBudget};
 pub use config::{Backpressure, Builder, RetryPolicy};

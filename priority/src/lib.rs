@@ -74,6 +74,8 @@
 //! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
 mod control;

@@ -10,7 +10,7 @@
 //! work; the compressed sizes are printed before the run. `none` is the baseline (no codec).
 //!
 //! ```sh
-//! cargo bench -p pulsar-wire --bench compression -- --quick
+//! cargo bench -p pulsar-wire --features unstable-wire --bench compression -- --quick
 //! ```
 
 use std::hint::black_box;
@@ -69,7 +69,8 @@ fn bench(c: &mut Criterion) {
         let compressed = compress(codec, &plain).expect("compresses");
         let metadata = MessageMetadata {
             num_messages_in_batch: Some(MESSAGES as i32),
-            compression: (codec != Compression::None).then_some(codec.wire() as i32),
+            compression: (codec != Compression::None)
+                .then_some(pulsar_wire::wire::compression_type(codec) as i32),
             uncompressed_size: Some(plain.len() as u32),
             ..MessageMetadata::default()
         };

@@ -9,51 +9,32 @@
 
 use std::time::Duration;
 
+use ack_batcher::Backoff;
+
 /// The first delay.
-pub const INITIAL: Duration = Duration::from_millis(100);
+pub(crate) const INITIAL: Duration = Duration::from_millis(100);
 
 /// The longest delay.
-pub const MAX: Duration = Duration::from_secs(30);
+pub(crate) const MAX: Duration = Duration::from_secs(30);
 
 /// The longest delay between two attempts of a producer or consumer to register again
 /// after losing its broker: 5 s, so that once the broker is back (a restart takes 10 to 25 s)
 /// the client notices within 5 s and the sends that waited still make their 30 s send
 /// timeout; an attempt while the broker is down is a refused TCP connect, cheap for both.
-pub const RECONNECT_MAX: Duration = Duration::from_secs(5);
+pub(crate) const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
-/// The delays of one series of retries.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    step: Duration,
-    max: Duration,
-    /// The jitter, from a generator of its own (seeded from the thread's), so that clients
-    /// do not draw alike.
-    rng: fastrand::Rng,
+/// The random share of each delay: delays are drawn from [75 %, 100 %] of their step.
+const JITTER: f64 = 0.25;
+
+/// Delays from `initial` doubling up to `max`, with jitter: `ack_batcher`'s [`Backoff`], the
+/// rule the ack batcher's own retries follow.
+pub(crate) fn exponential(initial: Duration, max: Duration) -> Backoff {
+    Backoff::exponential(initial.min(max), max, JITTER)
 }
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::new(INITIAL, MAX)
-    }
-}
-
-impl Backoff {
-    /// Delays from `initial` doubling up to `max`.
-    pub fn new(initial: Duration, max: Duration) -> Self {
-        Self {
-            step: initial.min(max),
-            max,
-            rng: fastrand::Rng::new(),
-        }
-    }
-
-    /// The next delay.
-    pub fn next_delay(&mut self) -> Duration {
-        let fraction = 0.75 + 0.25 * self.rng.f64();
-        let delay = self.step.mul_f64(fraction);
-        self.step = (self.step * 2).min(self.max);
-        delay
-    }
+/// Lookups and connections: from [`INITIAL`] up to [`MAX`].
+pub(crate) fn lookups() -> Backoff {
+    exponential(INITIAL, MAX)
 }
 
 /// A link (a registration, a subscription) that ends sooner than this after it was made
@@ -72,7 +53,7 @@ impl Retries {
     /// Linked now.
     pub(crate) fn new() -> Self {
         Self {
-            backoff: Backoff::new(INITIAL, RECONNECT_MAX),
+            backoff: exponential(INITIAL, RECONNECT_MAX),
             linked_at: tokio::time::Instant::now(),
         }
     }
@@ -81,7 +62,7 @@ impl Retries {
     /// lasted, which starts a new series).
     pub(crate) fn after_loss(&mut self) -> Duration {
         if self.linked_at.elapsed() >= SHORT_LIVED {
-            self.backoff = Backoff::new(INITIAL, RECONNECT_MAX);
+            self.backoff = exponential(INITIAL, RECONNECT_MAX);
             Duration::ZERO
         } else {
             self.backoff.next_delay()
@@ -105,7 +86,7 @@ mod tests {
 
     #[test]
     fn delays_double_up_to_the_maximum_with_jitter_below_each_step() {
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut backoff = exponential(Duration::from_millis(100), Duration::from_secs(1));
         let steps = [100, 200, 400, 800, 1000, 1000];
         for step in steps {
             let step = Duration::from_millis(step);
@@ -115,17 +96,5 @@ mod tests {
                 "{delay:?} for {step:?}"
             );
         }
-    }
-
-    #[test]
-    fn two_clients_do_not_wait_alike() {
-        let mut a = Backoff::new(INITIAL, MAX);
-        let mut b = Backoff {
-            rng: fastrand::Rng::with_seed(a.rng.get_seed() ^ 0xdead_beef),
-            ..a.clone()
-        };
-        let a: Vec<_> = (0..5).map(|_| a.next_delay()).collect();
-        let b: Vec<_> = (0..5).map(|_| b.next_delay()).collect();
-        assert_ne!(a, b);
     }
 }

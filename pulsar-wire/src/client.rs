@@ -79,7 +79,7 @@ impl Client {
     /// send an unowned bundle back and forth), uses the service URL when a proxy serves the
     /// topic, and to the brokers' `brokerServiceUrlTls` when the client uses TLS. A broker
     /// that is not ready or is moving the topic (`ServiceNotReady`, `TooManyRequests`, "being
-    /// unloaded") is asked again after a backoff ([`crate::backoff`]), within the operation
+    /// unloaded") is asked again after a backoff (100 ms doubling up to 30 s, with jitter), within the operation
     /// timeout.
     ///
     /// # Errors

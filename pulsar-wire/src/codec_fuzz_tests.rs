@@ -17,12 +17,13 @@ use prost::Message;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::Error;
+use crate::batch::{BatchedMessage, decode_batch, encode_batch};
+use crate::codec::{
+    DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, PulsarCodec,
+    decode_frame, encode_frame,
+};
 use crate::pb::base_command::Type;
 use crate::pb::*;
-use crate::wire::{
-    BatchedMessage, DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C,
-    PulsarCodec, decode_batch, decode_frame, encode_batch, encode_frame,
-};
 
 // ---------------------------------------------------------------------------------------------
 // Strategies for the protocol types.

@@ -216,10 +216,10 @@
 //!   message's id is its last chunk's ([`Message::chunk_ids`] lists every chunk), and an ack,
 //!   nack or transactional ack of it covers every chunk. Producers split a message too large
 //!   for one entry with [`ProducerOptions::chunking`] (not with batching).
-//! - Low-level protocol access in [`wire`]: the frame codec ([`wire::PulsarCodec`]), batch
-//!   payloads ([`wire::decode_batch`], [`wire::encode_batch`]), hand-built commands
-//!   ([`wire::command_frame`]); and
-//!   the generated protocol types ([`pb`]).
+//! - Low-level protocol access, with the `unstable-wire` feature: `wire` (the frame codec,
+//!   batch payloads, hand-built commands, a connection's raw requests) and `pb` (the
+//!   generated protocol types). They follow `prost` and the protocol, outside the crate's
+//!   semver promise: a minor release may change them.
 //!
 //! # Modules
 //!
@@ -234,14 +234,14 @@
 //! which is what producers, consumers and transactions hold; `txn` on the pool, `producer` on
 //! the pool and `txn`, `consumer` on those and the producer (for dead letters); `consume`, the
 //! [`MessageConsumer`] trait, on `consumer`; the
-//! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top. [`wire`]
+//! [`Client`] facade (`client`) that creates them; and [`prioritized`] on top. `wire`
 //! re-exports the low-level items and adds the raw requests of a connection; no other module
 //! depends on it.
 //!
 //! # Reconnection
 //!
 //! Producers and consumers register (subscribe) again by themselves after a lost connection,
-//! a broker restart or an unload, with backoff ([`backoff`]): sends wait within
+//! a broker restart or an unload, with backoff (100 ms doubling up to 5 s, with jitter): sends wait within
 //! [`ProducerOptions::send_timeout`] and go out again in order, `receive` waits for the
 //! messages. [`Producer::state`] and [`Consumer::state`] watch it happen: a
 //! [`tokio::sync::watch`] receiver of [`LinkStates`], a [`LinkState`] per partition
@@ -411,15 +411,23 @@
 // probe of the decompression tests (see `compression`).
 #![cfg_attr(not(test), forbid(unsafe_code))]
 #![cfg_attr(test, deny(unsafe_code))]
+// docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod auth;
-pub mod backoff;
+mod backoff;
+// Items that only `wire` (`unstable-wire`) makes public.
+#[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub, dead_code))]
 mod batch;
 mod client;
+// Items that only `wire` (`unstable-wire`) makes public.
+#[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub, dead_code))]
 mod codec;
 #[cfg(test)]
 mod codec_fuzz_tests;
 mod compression;
+// Items that only `wire` (`unstable-wire`) makes public.
+#[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub, dead_code))]
 mod connection;
 mod consume;
 mod consumer;
@@ -430,9 +438,6 @@ mod pool;
 
 pub mod prioritized;
 
-/// The transport-free priority crate that [`prioritized`] wires in (policy, layout, router,
-/// gate), re-exported whole.
-pub use mq_priority;
 mod pattern;
 mod producer;
 mod reader;
@@ -441,6 +446,8 @@ pub mod schema;
 mod tls;
 mod txn;
 mod typed;
+#[cfg(feature = "unstable-wire")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-wire")))]
 pub mod wire;
 
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
@@ -452,9 +459,7 @@ pub use batch::MAX_BATCH_MESSAGES;
 pub(crate) use batch::{BatchedMessage, encode_batch};
 pub use client::Client;
 pub(crate) use codec::Frame;
-pub use compression::{
-    Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload,
-};
+pub use compression::{Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress};
 pub use connection::{
     ConnectOptions, Connection, MAX_FRAME_SIZE, MIN_FRAME_SIZE, MIN_KEEP_ALIVE,
     MIN_OPERATION_TIMEOUT,
@@ -474,6 +479,9 @@ pub use link::{LinkState, LinkStates};
 pub use pattern::{
     DEFAULT_DISCOVERY_INTERVAL, MIN_DISCOVERY_INTERVAL, PatternConsumer, PatternOptions, TopicsMode,
 };
+/// The broker's error codes (`pulsar.proto`'s `ServerError`), as [`Error::server_error`] gives
+/// them: a plain enum with `as_str_name` (the protocol's name) and `TryFrom<i32>`.
+pub use pb::ServerError;
 pub use pool::{partition_topic, topic_name};
 pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MAX_PARTITIONS_REFRESH,
@@ -493,17 +501,29 @@ pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinato
 pub use txn_ack::{PartialBatches, TxnId};
 pub use typed::{TypedConsumer, TypedMessage, TypedProducer};
 
-/// Generated protocol types (`pulsar.proto`).
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic,
-    rust_2018_idioms
-)]
-pub mod pb {
-    include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
+/// Declares the generated protocol types as `pb`: public with `unstable-wire`, crate-private
+/// without it.
+macro_rules! proto_module {
+    ($vis:vis, $($attr:meta),*) => {
+        /// The generated protocol types (`pulsar.proto`), as `prost` generates them. Outside
+        /// the crate's semver promise: they change with `prost` and the protocol.
+        #[allow(
+            missing_docs,
+            unreachable_pub,
+            clippy::all,
+            clippy::pedantic,
+            rust_2018_idioms
+        )]
+        $(#[$attr])*
+        $vis mod pb {
+            include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
+        }
+    };
 }
+#[cfg(feature = "unstable-wire")]
+proto_module!(pub, cfg_attr(docsrs, doc(cfg(feature = "unstable-wire"))));
+#[cfg(not(feature = "unstable-wire"))]
+proto_module!(pub(crate), allow(dead_code));
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

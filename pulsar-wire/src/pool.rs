@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::connection::{ConnectOptions, Connection, LookupAnswer};
 use crate::error::Error;
 use crate::pb::ServerError;
@@ -138,7 +138,7 @@ impl Pool {
     pub(crate) async fn lookup(&self, topic: &str) -> Result<Connection, Error> {
         let topic = topic_name(topic)?;
         let deadline = tokio::time::Instant::now() + self.inner.options.operation_timeout;
-        let mut backoff = Backoff::default();
+        let mut backoff = backoff::lookups();
         loop {
             match self.lookup_once(&topic).await {
                 Err((error, unreachable)) if unreachable || lookup_retryable(&error) => {

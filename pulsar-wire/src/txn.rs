@@ -156,7 +156,7 @@ impl TransactionCoordinator {
         B: Fn(u64) -> crate::Frame + Send + Sync,
     {
         let deadline = tokio::time::Instant::now() + self.inner.pool.operation_timeout();
-        let mut backoff = crate::backoff::Backoff::default();
+        let mut backoff = crate::backoff::lookups();
         loop {
             let answer = self
                 .connection_to(tc_id)

@@ -20,10 +20,25 @@ pub use crate::codec::{
     DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
     decode_frame, encode_frame,
 };
+pub use crate::compression::decompress_payload;
 pub use crate::connection::{
     Connection, ConsumerEvent, LookupAnswer, OUTBOUND_FRAMES, PROTOCOL_VERSION, ProducerGone,
     command_frame,
 };
+
+/// The wire value of a codec (`MessageMetadata.compression`).
+pub fn compression_type(codec: crate::Compression) -> crate::pb::CompressionType {
+    codec.wire()
+}
+
+/// The codec of an entry: its metadata's `compression`, read raw (prost's getter would read an
+/// unknown code as NONE).
+///
+/// # Errors
+/// [`Error::Invalid`] for a code that is not a codec of the protocol.
+pub fn compression_of(metadata: &crate::pb::MessageMetadata) -> Result<crate::Compression, Error> {
+    crate::Compression::of(metadata)
+}
 
 mod sealed {
     /// Implemented by this crate's types only, so that the traits of [`super`] can grow.

@@ -91,6 +91,9 @@ impl Flush<AckKey, AckEntry> for AckFlusher {
 ///   submission order); a message without one is missing, hence retried;
 /// - without result entries, a non-OK top-level status fails the whole batch, and an OK one
 ///   means the results are missing (retried).
+///
+/// Public through `wire` (`unstable-wire`).
+#[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub))]
 pub fn map_ack_response(
     entries: &[AckEntry],
     response: pb::AckMessageResponse,

@@ -95,8 +95,8 @@
 //!   [`OutgoingMessage::new`] takes anything that converts into one (`Vec<u8>`, `String`,
 //!   `&'static str`, …) and [`ReceivedMessage::body`] is one, sliced from the decoded gRPC
 //!   message without a copy.
-//! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch, with
-//!   [`wire::map_ack_response`] applying the proxy's result rules.
+//! - [`AckFlusher`]: the `ack-batcher` transport that sends one `AckMessage` per batch and
+//!   applies the proxy's result rules to each entry.
 //!
 //! # Failures and recovery
 //! - **Retries.** [`Error::is_retryable`] classifies every proxy code by its documented
@@ -126,9 +126,11 @@
 //!   with [`PushCloseReport::unacknowledged_dropped`] counting the others.
 //!
 //! # Low level
-//! [`wire`] gives the raw gRPC client of a [`Session`], requests with its headers and
-//! signature, and the conversions to the wire types of [`pb`], for emulators, benchmarks and
-//! protocol tests; an application needs neither. The proxy emulator the examples and tests
+//! With the `unstable-wire` feature, `wire` gives the raw gRPC client of a [`Session`],
+//! requests with its headers and signature, and the conversions to the wire types of `pb` (the
+//! `prost` and `tonic` types of the proto subset), for emulators, benchmarks and protocol
+//! tests; an application needs neither. They follow `prost` and `tonic`, so they are outside
+//! the crate's semver promise: a minor release may change them. The proxy emulator the examples and tests
 //! run against is the crate [`rocketmq-grpc-emulator`](https://docs.rs/rocketmq-grpc-emulator)
 //! (in `rocketmq-grpc/emulator`).
 //!
@@ -165,8 +167,12 @@
 //! # Feature flags
 //! - `tls` (off by default): TLS connections to the proxy (`rustls` on `ring`,
 //!   `webpki-roots`).
+//! - `unstable-wire` (off by default): the `pb` and `wire` modules (see "Low level"), outside
+//!   the semver promise.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod ack;
 mod backoff;
@@ -178,6 +184,8 @@ pub mod priority;
 mod producer;
 mod session;
 mod tls;
+#[cfg(feature = "unstable-wire")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-wire")))]
 pub mod wire;
 
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
@@ -194,6 +202,9 @@ pub use consumer::{
 pub use error::Error;
 pub use filter::{FilterExpression, FilterKind};
 pub use message::{OutgoingMessage, ReceivedMessage};
+/// The proxy's status codes (`apache.rocketmq.v2.Code`), as [`Error::code`] gives them: a
+/// plain enum with `as_str_name` (the proto's name) and `TryFrom<i32>` (its number).
+pub use pb::Code;
 pub use producer::{
     Backoff, BatchReceipt, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, SendReceipt,
     SendRetryPolicy, Transaction, TransactionChecker, TransactionResolution,
@@ -203,23 +214,34 @@ pub use session::{
     MAX_NAMESPACE_LEN, MESSAGE_OVERHEAD, PROXY_MAX_INBOUND, Session,
 };
 
-/// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`) and the
-/// generated `MessagingService` client, as `prost` and `tonic` generate them (a `bytes` field,
-/// such as [`pb::Message::body`], is a [`bytes::Bytes`]).
-///
-/// The crate's API takes and returns its own types; these appear where the protocol shows
-/// through ([`Error::code`] is a [`pb::Code`]) and in [`wire`], for code that speaks the
-/// protocol directly (the emulator crate serves these same types).
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic,
-    rust_2018_idioms
-)]
-pub mod pb {
-    tonic::include_proto!("apache.rocketmq.v2");
+/// Declares the generated proto subset as `pb`: public with `unstable-wire`, crate-private
+/// without it.
+macro_rules! proto_module {
+    ($vis:vis, $($attr:meta),*) => {
+        /// The wire types: the messages and enums of the proto subset (`apache.rocketmq.v2`)
+        /// and the generated `MessagingService` client, as `prost` and `tonic` generate them
+        /// (a `bytes` field, such as `Message::body`, is a [`bytes::Bytes`]). Outside the
+        /// crate's semver promise: they change with `prost`, `tonic` and the proto.
+        ///
+        /// The crate's API takes and returns its own types; these are for code that speaks
+        /// the protocol directly, with [`wire`] (the emulator crate serves these same types).
+        #[allow(
+            missing_docs,
+            unreachable_pub,
+            clippy::all,
+            clippy::pedantic,
+            rust_2018_idioms
+        )]
+        $(#[$attr])*
+        $vis mod pb {
+            tonic::include_proto!("apache.rocketmq.v2");
+        }
+    };
 }
+#[cfg(feature = "unstable-wire")]
+proto_module!(pub, cfg_attr(docsrs, doc(cfg(feature = "unstable-wire"))));
+#[cfg(not(feature = "unstable-wire"))]
+proto_module!(pub(crate), allow(dead_code));
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

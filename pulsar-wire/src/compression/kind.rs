@@ -22,8 +22,8 @@ impl Compression {
     /// Every codec, `None` first.
     pub const ALL: [Self; 5] = [Self::None, Self::Lz4, Self::Zlib, Self::Zstd, Self::Snappy];
 
-    /// The wire value.
-    pub fn wire(self) -> CompressionType {
+    /// The wire value (public as `wire::compression_type`).
+    pub(crate) fn wire(self) -> CompressionType {
         match self {
             Self::None => CompressionType::None,
             Self::Lz4 => CompressionType::Lz4,

@@ -55,7 +55,7 @@ impl Compression {
     ///
     /// # Errors
     /// As [`Compression::from_wire`].
-    pub fn of(metadata: &MessageMetadata) -> Result<Self, Error> {
+    pub(crate) fn of(metadata: &MessageMetadata) -> Result<Self, Error> {
         metadata.compression.map_or(Ok(Self::None), Self::from_wire)
     }
 
@@ -226,6 +226,7 @@ pub fn decompress(
 ///
 /// # Errors
 /// As [`decompress`]; [`Error::Invalid`] for an unknown codec code.
+#[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub))]
 pub fn decompress_payload(
     metadata: &MessageMetadata,
     data: Bytes,

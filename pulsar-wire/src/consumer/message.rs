@@ -7,9 +7,10 @@ use txn_ack::{EntryId, MessagePosition};
 
 use super::chunks::{Assembled, Chunk, is_chunk};
 use crate::batch::split_batch;
+use crate::compression::decompress_payload;
 use crate::pb::KeyValue;
 use crate::pb::command_ack::ValidationError;
-use crate::{Frame, MessageId, decompress_payload};
+use crate::{Frame, MessageId};
 
 /// A message delivered to a consumer.
 #[derive(Debug, Clone)]

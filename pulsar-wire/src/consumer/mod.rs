@@ -1394,6 +1394,7 @@ impl Consumer {
 
     /// The connection and consumer id behind a message (for users:
     /// [`crate::wire::ConsumerExt::wire_of`]).
+    #[cfg_attr(not(feature = "unstable-wire"), allow(dead_code))]
     pub(crate) fn wire_of(&self, message: &Message) -> Result<(Connection, u64), Error> {
         let partition = self.partition(message)?;
         let link = partition.link();

@@ -1,8 +1,9 @@
 //! Message priority on partitioned topics, wired from the transport-free `mq-priority` crate.
 //!
 //! The module re-exports what a user of it needs from `mq-priority` (the policy, the layout,
-//! the router's and the gate's settings), so that `pulsar-wire` alone is enough; the whole crate
-//! is [`crate::mq_priority`].
+//! the router's and the gate's settings), so that `pulsar-wire` alone is enough; the rest
+//! (the layout's and the gate's internals, for simulations) is the crate
+//! [`mq-priority`](https://docs.rs/mq-priority).
 //!
 //! Pulsar has no message priority, so an urgent message waits behind a low-priority backlog.
 //! The fix spreads levels over the partitions of one topic and makes the consumer prefer the

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::state::Inner;
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::pb;
 use crate::{AckEntry, AckKey, Error, ReceivedMessage, SendRetryPolicy};
 
@@ -150,7 +150,7 @@ impl Inner {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let mut backoff = Backoff::new(
+        let mut backoff = backoff::exponential(
             self.ack_settings.retry_backoff,
             self.ack_settings.max_retry_backoff,
         );

@@ -22,7 +22,7 @@ use super::receive;
 use super::registration::{Registration, registration_lost};
 use super::state::{Inner, QueueKey};
 use super::telemetry::{self, Announcer};
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::pb;
 use crate::{Endpoint, Error, Session};
 
@@ -146,8 +146,8 @@ async fn control(inner: Arc<Inner>) {
     let now = Instant::now();
     let mut next_heartbeat = now + HEARTBEAT_EVERY;
     let mut next_assignment = now + ASSIGNMENT_EVERY;
-    let mut heartbeat_backoff = Backoff::new(CONTROL_BACKOFF.0, CONTROL_BACKOFF.1);
-    let mut assignment_backoff = Backoff::new(CONTROL_BACKOFF.0, CONTROL_BACKOFF.1);
+    let mut heartbeat_backoff = backoff::exponential(CONTROL_BACKOFF.0, CONTROL_BACKOFF.1);
+    let mut assignment_backoff = backoff::exponential(CONTROL_BACKOFF.0, CONTROL_BACKOFF.1);
     loop {
         let generation = tokio::select! {
             () = inner.stop.cancelled() => return,

@@ -12,7 +12,7 @@ use super::counters::Counters;
 use super::handler::ConsumeResult;
 use super::registration::registration_lost;
 use super::state::{Inner, QueueKey};
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::pb::{self, Code};
 use crate::{Endpoint, Error, ReceivedMessage, Session};
 
@@ -34,7 +34,7 @@ pub(super) async fn run(
         return;
     };
     let filter = subscription.filter.clone();
-    let mut backoff = Backoff::new(RECEIVE_BACKOFF.0, RECEIVE_BACKOFF.1);
+    let mut backoff = backoff::exponential(RECEIVE_BACKOFF.0, RECEIVE_BACKOFF.1);
     let mut registered = inner.registration.subscribe();
     let mut attempt = 0u64;
     let mut idle = true;

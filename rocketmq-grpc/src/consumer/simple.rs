@@ -23,7 +23,7 @@ use super::registration::{Registration, registration_lost};
 use super::state::{self, Subscription};
 use super::telemetry::{self, Announcer};
 use super::unacked::{UNACKED_CAP, Unacked};
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::pb::{self, ClientType, Code};
 use crate::priority::{GateConfig, GateStats, PriorityTopics};
 use crate::producer::routes::Routes;
@@ -424,7 +424,7 @@ impl Inner {
 /// Heartbeats every 10 s while the consumer is registered; a failure that says the proxy
 /// lost the consumer makes the telemetry task announce the settings again.
 async fn heartbeats(inner: Arc<Inner>) {
-    let mut backoff = Backoff::new(HEARTBEAT_BACKOFF.0, HEARTBEAT_BACKOFF.1);
+    let mut backoff = backoff::exponential(HEARTBEAT_BACKOFF.0, HEARTBEAT_BACKOFF.1);
     let mut wait = HEARTBEAT_EVERY;
     loop {
         tokio::select! {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::registration::Registration;
 use super::state::Subscription;
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::pb::{self, ClientType, Code};
 use crate::{Error, Session};
 
@@ -145,7 +145,7 @@ async fn open_once<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemetry, Er
 pub(super) async fn run<A: Announcer>(inner: Arc<A>, first: Telemetry) {
     let mut stream = Some(first);
     let mut generation = 1;
-    let mut backoff = Backoff::new(TELEMETRY_BACKOFF.0, TELEMETRY_BACKOFF.1);
+    let mut backoff = backoff::exponential(TELEMETRY_BACKOFF.0, TELEMETRY_BACKOFF.1);
     let mut registered = inner.registration().subscribe();
     loop {
         let (outbound, mut inbound) = match stream.take() {

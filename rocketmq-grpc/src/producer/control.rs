@@ -10,7 +10,7 @@ use super::policy::SendRetryPolicy;
 use super::routes::ROUTE_REFRESH_EVERY;
 use super::state::Inner;
 use crate::Error;
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::pb::{self, ClientType};
 
 /// Heartbeat period (the Java client's 10 s).
@@ -122,7 +122,7 @@ async fn heartbeat(inner: &Inner) -> Result<(), Error> {
 /// again when a new topic is used; heartbeats every 10 s once the proxy has answered; after
 /// the stream breaks, reopens it with exponential back-off and jitter.
 async fn telemetry(inner: Arc<Inner>) {
-    let mut reopen = Backoff::new(REOPEN_INITIAL, REOPEN_MAX);
+    let mut reopen = backoff::exponential(REOPEN_INITIAL, REOPEN_MAX);
     loop {
         let (outbound, mut inbound) = match open(&inner).await {
             Ok(open) => open,

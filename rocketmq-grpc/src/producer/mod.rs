@@ -622,7 +622,7 @@ impl Producer {
                 () = tokio::time::sleep(delay) => {}
             }
             // Over the budget: no request; wait another back-off, or until a send succeeds.
-            let mut waits = crate::backoff::Backoff::new(
+            let mut waits = crate::backoff::exponential(
                 inner.policy.lock().delay(attempt),
                 policy::OUTAGE_BACKOFF_MAX,
             );

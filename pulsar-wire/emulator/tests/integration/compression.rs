@@ -146,7 +146,7 @@ async fn send_raw(
 
 fn metadata(codec: Compression, uncompressed: usize, batch: Option<i32>) -> MessageMetadata {
     MessageMetadata {
-        compression: Some(codec.wire() as i32),
+        compression: Some(pulsar_wire::wire::compression_type(codec) as i32),
         uncompressed_size: Some(uncompressed as u32),
         num_messages_in_batch: batch,
         ..MessageMetadata::default()
@@ -292,14 +292,17 @@ async fn the_emulator_passes_compressed_entries_through_unchanged() {
                 };
                 let payload_in = frame.payload.expect("a payload");
                 let metadata = &payload_in.metadata;
-                assert_eq!(Compression::of(metadata).expect("known"), codec);
+                assert_eq!(
+                    pulsar_wire::wire::compression_of(metadata).expect("known"),
+                    codec
+                );
                 let uncompressed = metadata.uncompressed_size.expect("declared") as usize;
                 assert!(
                     payload_in.data.len() < uncompressed,
                     "{codec}: {} bytes on the wire for {uncompressed}",
                     payload_in.data.len()
                 );
-                let plain = pulsar_wire::decompress_payload(
+                let plain = pulsar_wire::wire::decompress_payload(
                     metadata,
                     payload_in.data.clone(),
                     uncompressed,
