@@ -69,6 +69,7 @@
 //! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
+#![warn(clippy::return_self_not_must_use)]
 
 mod batcher;
 mod budget;

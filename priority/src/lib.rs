@@ -74,6 +74,7 @@
 //! The crate's modules form no cycle (`scripts/check-module-cycles` checks it).
 
 #![forbid(unsafe_code)]
+#![warn(clippy::return_self_not_must_use)]
 
 mod clock;
 mod control;

@@ -411,6 +411,7 @@
 // probe of the decompression tests (see `compression`).
 #![cfg_attr(not(test), forbid(unsafe_code))]
 #![cfg_attr(test, deny(unsafe_code))]
+#![warn(clippy::return_self_not_must_use)]
 
 mod auth;
 pub mod backoff;

@@ -167,6 +167,7 @@
 //!   `webpki-roots`).
 
 #![forbid(unsafe_code)]
+#![warn(clippy::return_self_not_must_use)]
 
 mod ack;
 mod backoff;

@@ -93,6 +93,7 @@ impl MessagePosition {
     }
 
     /// The whole entry: batch index -1, same batch size and flag.
+    #[must_use]
     pub fn entry_level(&self) -> Self {
         Self {
             batch_index: -1,

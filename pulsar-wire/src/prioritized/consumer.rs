@@ -72,6 +72,7 @@ impl PriorityConsumerOptions {
     /// and [`ConsumerOptions::partitions_refresh`] (the priority consumer re-reads the
     /// partition count itself, every [`PriorityConsumerOptions::partitions_refresh`], so that
     /// the gate learns of new partitions before their consumers start).
+    #[must_use]
     pub fn consumer(mut self, options: ConsumerOptions) -> Self {
         self.consumer = options;
         self
@@ -79,6 +80,7 @@ impl PriorityConsumerOptions {
 
     /// The gate's settings: strategy, receiver queue of the most important level, queue
     /// sizing of the others, watermarks.
+    #[must_use]
     pub fn gate(mut self, config: GateConfig) -> Self {
         self.gate = config;
         self
@@ -106,6 +108,7 @@ impl PriorityConsumerOptions {
     /// time it is due (the bound of [`Strategy::StrictAging`]). The cap follows the live
     /// strategy, also after [`PriorityConsumer::set_strategy`]; see
     /// [`PriorityConsumer::tick_period`].
+    #[must_use]
     pub fn tick(mut self, every: Duration) -> Self {
         self.tick = every.clamp(MIN_TICK, MAX_TICK);
         self

@@ -741,6 +741,7 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SimpleConsumer {
     /// Starts configuring a simple consumer of `group` on the proxy described by `config`.
+    #[must_use]
     pub fn builder(config: ClientConfig, group: impl Into<String>) -> SimpleConsumerBuilder {
         SimpleConsumerBuilder {
             config,
