@@ -7,6 +7,7 @@ use crate::{Error, LayoutSpec, Level, PartitionControl, PartitionLayout, Priorit
 
 /// How levels share the consumer when more than one has messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Strategy {
     /// The most important level with a buffered message always goes first. Lower levels stop
     /// fetching while a more important level is under pressure. Lower levels can starve.

@@ -12,6 +12,7 @@ use crate::Error;
 
 /// The subscription type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum SubType {
     /// One consumer at a time.
     #[default]

@@ -132,10 +132,12 @@ impl Row {
             LayoutKind::Shares => "shares",
             LayoutKind::Explicit => "explicit",
         };
-        let strategy = match self.strategy {
+        let strategy = match &self.strategy {
             Strategy::DeliveryShares(_) => "delivery shares".to_string(),
             Strategy::StrictAging { max_wait } => format!("aging {} ms", max_wait.as_millis()),
             Strategy::Strict => "strict".to_string(),
+            // A strategy added to mq-priority later: its debug form until it gets a label.
+            other => format!("{other:?}"),
         };
         format!("{layout}, {keys}, {strategy}")
     }
