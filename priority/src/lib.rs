@@ -51,7 +51,7 @@
 //! assert!([1, 2, 3, 5].contains(&bulk));
 //!
 //! // Consumer side: the gate knows each partition's level from the same policy and layout.
-//! let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
+//! let config = GateConfig::default().with_strategy(Strategy::Strict);
 //! let mut gate = Gate::new(policy, spec, 6, config)?;
 //! let mut control = NoControl; // an adapter passes its pause/resume implementation
 //! gate.on_arrival(bulk, None, now, &mut control)?;

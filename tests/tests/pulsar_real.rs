@@ -1314,11 +1314,9 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     send("l", "1", LOW).await;
     send("h", "0", HIGH).await;
 
-    let gate = GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: QUEUE,
-        ..GateConfig::default()
-    };
+    let gate = GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(QUEUE);
     let consumer = PriorityConsumer::subscribe(
         &client,
         &topic,

@@ -188,11 +188,9 @@ impl SimpleConsumerBuilder {
     /// let topics = PriorityTopics::builder(PriorityPolicy::new(2).unwrap())
     ///     .level_topics(["jobs-high", "jobs-low"])
     ///     .build()?;
-    /// let gate = GateConfig {
-    ///     strategy: Strategy::Strict,
-    ///     receiver_queue_size: 32,
-    ///     ..GateConfig::default()
-    /// };
+    /// let gate = GateConfig::default()
+    ///     .with_strategy(Strategy::Strict)
+    ///     .with_receiver_queue_size(32);
     /// let consumer = SimpleConsumer::builder(config, "workers")
     ///     .priority(topics, gate)
     ///     .build()

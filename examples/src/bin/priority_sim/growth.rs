@@ -287,14 +287,14 @@ pub(crate) fn run(s: &GrowthScenario, row: &Row) -> Result<GrowthReport, String>
     let (before, after) = (new_router()?, new_router()?);
     let mut consumer = match row.layout {
         Some(kind) => {
-            let config = GateConfig {
-                strategy: row.strategy.clone(),
-                receiver_queue_size: s.queue,
-                queue_sizing: QueueSizing::Halving,
-                growth_hold: matches!(row.keys, KeyOption::JumpHold | KeyOption::JumpHoldBlind)
-                    .then_some(Duration::from_secs(30)),
-                ..GateConfig::default()
-            };
+            let config = GateConfig::default()
+                .with_strategy(row.strategy.clone())
+                .with_receiver_queue_size(s.queue)
+                .with_queue_sizing(QueueSizing::Halving)
+                .with_growth_hold(
+                    matches!(row.keys, KeyOption::JumpHold | KeyOption::JumpHoldBlind)
+                        .then_some(Duration::from_secs(30)),
+                );
             let gate = Gate::new(policy()?, layout_spec(kind, s.shares, from)?, from, config)
                 .map_err(|e| e.to_string())?;
             Consumer::gated(gate, row.keys == KeyOption::JumpHold, &mut topic, start)

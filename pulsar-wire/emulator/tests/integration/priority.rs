@@ -43,11 +43,9 @@ fn layout() -> LayoutSpec {
 }
 
 fn gate() -> GateConfig {
-    GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: QUEUE,
-        ..GateConfig::default()
-    }
+    GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(QUEUE)
 }
 
 fn batching() -> BatchingOptions {
@@ -488,7 +486,7 @@ async fn set_strategy_changes_the_order_of_a_live_consumer() {
         .set_strategy(Strategy::DeliveryShares(vec![1, 1, 1]))
         .unwrap_err();
     assert!(matches!(error, Error::Priority(_)), "{error}");
-    assert_eq!(consumer.gate_config().strategy, Strategy::Strict);
+    assert_eq!(consumer.gate_config().strategy(), &Strategy::Strict);
     assert!(is_high(&next(&consumer).await));
 
     // Even shares: the low level is served while high messages are still buffered.
@@ -496,8 +494,8 @@ async fn set_strategy_changes_the_order_of_a_live_consumer() {
         .set_strategy(Strategy::DeliveryShares(vec![1, 1]))
         .unwrap();
     assert_eq!(
-        consumer.gate_config().strategy,
-        Strategy::DeliveryShares(vec![1, 1])
+        consumer.gate_config().strategy(),
+        &Strategy::DeliveryShares(vec![1, 1])
     );
     let order: Vec<bool> = {
         let mut order = Vec::new();
