@@ -37,11 +37,11 @@ impl fmt::Display for MessageId {
 /// the `ack_set` words (none for a whole entry) and the batch size when the ack carries one.
 pub(crate) fn wire_id(id: &AckId) -> MessageIdData {
     MessageIdData {
-        ledger_id: id.entry.ledger_id,
-        entry_id: id.entry.entry_id,
-        partition: (id.partition >= 0).then_some(id.partition),
-        batch_index: (id.batch_index >= 0).then_some(id.batch_index),
+        ledger_id: id.entry().ledger_id,
+        entry_id: id.entry().entry_id,
+        partition: (id.partition() >= 0).then_some(id.partition()),
+        batch_index: (id.batch_index() >= 0).then_some(id.batch_index()),
         ack_set: id.wire_ack_set().collect(),
-        batch_size: id.batch_size.and_then(|size| i32::try_from(size).ok()),
+        batch_size: id.batch_size().and_then(|size| i32::try_from(size).ok()),
     }
 }

@@ -30,8 +30,8 @@
 //! for index in 0..3 {
 //!     let at = MessagePosition::in_batch(7, 12, -1, index, 3)?;
 //!     let ack = acks.ack(txn, AckKind::Individual, &at)?;
-//!     assert_eq!(ack.id.batch_size, Some(3)); // always there, the last index included
-//!     assert_eq!(ack.id.ack_set.map(|s| s.outstanding_count()), Some(2)); // independent
+//!     assert_eq!(ack.id.batch_size(), Some(3)); // always there, the last index included
+//!     assert_eq!(ack.id.ack_set().map(|s| s.outstanding_count()), Some(2)); // independent
 //! }
 //! // The same message again would be a TransactionConflict on the broker: refused here.
 //! let again = MessagePosition::in_batch(7, 12, -1, 1, 3)?;
