@@ -39,7 +39,7 @@
 //!     producer.send(OutgoingMessage::new("b")),
 //!     producer.send(OutgoingMessage::new("c")),
 //! );
-//! assert_eq!(a?.batch_size, Some(3)); // one entry, three messages
+//! assert_eq!(a?.batch_size(), Some(3)); // one entry, three messages
 //! # let _ = (b?, c?);
 //!
 //! // Acknowledge the batch inside a transaction: three per-index acks, each with

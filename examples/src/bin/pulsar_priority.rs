@@ -302,7 +302,7 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
         let delivered = Instant::now();
         receiver.ack(&message).await.map_err(err("ack"))?;
         let name = String::from_utf8_lossy(message.payload()).into_owned();
-        if name.starts_with('x') && message.id().partition >= PARTITIONS as i32 {
+        if name.starts_with('x') && message.id().partition() >= PARTITIONS as i32 {
             from_new_partitions += 1;
         }
         deliveries.push((name, delivered));
