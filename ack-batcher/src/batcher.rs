@@ -33,6 +33,7 @@ impl ItemOptions {
     ///
     /// `deadline` is a [`tokio::time::Instant`] (not [`std::time::Instant`]), so that it
     /// follows Tokio's clock, paused time in tests included.
+    #[must_use]
     pub fn deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self
@@ -40,6 +41,7 @@ impl ItemOptions {
 
     /// Send the item now, as a batch of one, without waiting for a batch to fill (for FIFO,
     /// late or otherwise ineligible items). It still honours the key's in-flight limit.
+    #[must_use]
     pub fn immediate(mut self) -> Self {
         self.immediate = true;
         self
@@ -173,6 +175,7 @@ where
     F: Flush<K, T>,
 {
     /// Starts configuring a batcher.
+    #[must_use]
     pub fn builder() -> Builder<K, T, F> {
         Builder::default()
     }

@@ -57,12 +57,14 @@ impl RetryBudget {
     }
 
     /// How far back the budget looks (default 10 s; 1 s to 1 h).
+    #[must_use]
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
     }
 
     /// Retries allowed per first-attempt batch in the window (default 0.2; 0 to 10).
+    #[must_use]
     pub fn ratio(mut self, ratio: f64) -> Self {
         self.ratio = ratio;
         self
@@ -70,6 +72,7 @@ impl RetryBudget {
 
     /// Retries allowed per second of the window whatever else is flushed (default 10; 0 to
     /// 1,000,000).
+    #[must_use]
     pub fn floor_per_second(mut self, floor: f64) -> Self {
         self.floor_per_second = floor;
         self

@@ -62,18 +62,21 @@ impl RetryPolicy {
     }
 
     /// The wait before the first retry, before jitter (default 100 ms).
+    #[must_use]
     pub fn backoff(mut self, backoff: Duration) -> Self {
         self.backoff = backoff;
         self
     }
 
     /// Growth of the backoff per retry (default 2.0: doubling). 1.0 keeps it constant.
+    #[must_use]
     pub fn multiplier(mut self, multiplier: f64) -> Self {
         self.multiplier = multiplier;
         self
     }
 
     /// The longest backoff that growth can reach (default 10 s).
+    #[must_use]
     pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
         self.max_backoff = max_backoff;
         self
@@ -81,6 +84,7 @@ impl RetryPolicy {
 
     /// How many times an item is sent at most, the first attempt included (default 3; 1 means
     /// no retries). Items with a deadline also stop at their deadline.
+    #[must_use]
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = max_attempts;
         self
@@ -89,6 +93,7 @@ impl RetryPolicy {
     /// The share of each wait that is random, in `0.0..=1.0` (default 0.5): a wait of `d` becomes
     /// a uniform draw from `d * (1 - jitter)` to `d`. 0.0 turns jitter off (every wait exactly
     /// [`delay_for`](Self::delay_for)); 1.0 is "full jitter", from 0 to `d`.
+    #[must_use]
     pub fn jitter(mut self, jitter: f64) -> Self {
         self.jitter = jitter;
         self
@@ -295,6 +300,7 @@ where
     F: Flush<K, T>,
 {
     /// The most items in one batch (default 1,024). A batch that reaches it is flushed at once.
+    #[must_use]
     pub fn max_items(mut self, max_items: usize) -> Self {
         self.settings.max_items = max_items;
         self
@@ -304,6 +310,7 @@ where
     /// dropped (the transport's future is cancelled, see [`Flush`]'s `# Cancellation`) and
     /// its items count as answered without a result ([`crate::ItemReply::Missing`]): they are
     /// retried within the retry policy and resolve to [`Error::Missing`] once it runs out.
+    #[must_use]
     pub fn flush_timeout(mut self, timeout: Duration) -> Self {
         self.settings.flush_timeout = Some(timeout);
         self
@@ -311,6 +318,7 @@ where
 
     /// The longest an item waits for its batch to fill, counted from the batch's first item
     /// (default 5 s).
+    #[must_use]
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.settings.max_delay = max_delay;
         self
@@ -318,6 +326,7 @@ where
 
     /// How long before an item's deadline its batch is flushed at the latest (default 1 s).
     /// An item whose deadline is already within the margin is flushed at once.
+    #[must_use]
     pub fn deadline_margin(mut self, margin: Duration) -> Self {
         self.settings.deadline_margin = margin;
         self
@@ -325,6 +334,7 @@ where
 
     /// The most batches of one key being flushed at once (default 4). Further batches of that
     /// key wait, in order. 1 keeps every key's batches strictly one after another.
+    #[must_use]
     pub fn max_in_flight_per_key(mut self, limit: usize) -> Self {
         self.settings.max_in_flight_per_key = limit;
         self
@@ -332,18 +342,21 @@ where
 
     /// The most items the batcher holds at once across all keys, from acceptance until their
     /// outcome is delivered, retries included (default 65,536). It bounds memory.
+    #[must_use]
     pub fn max_pending(mut self, limit: usize) -> Self {
         self.settings.max_pending = limit;
         self
     }
 
     /// What a new item meets when `max_pending` is reached (default [`Backpressure::Wait`]).
+    #[must_use]
     pub fn backpressure(mut self, backpressure: Backpressure) -> Self {
         self.settings.backpressure = backpressure;
         self
     }
 
     /// How retryable failures are retried (default [`RetryPolicy::default`]).
+    #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.settings.retry = retry;
         self
@@ -352,6 +365,7 @@ where
     /// Limits retries to a share of recent first attempts plus a floor (default
     /// [`RetryBudget::default`]: over 10 s, 20 % of first-attempt batches plus 10 per second);
     /// [`RetryBudget::unlimited`] turns it off.
+    #[must_use]
     pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
         self.settings.retry_budget = budget;
         self
@@ -359,12 +373,14 @@ where
 
     /// How long a batcher dropped without [`Batcher::close`](crate::Batcher::close) keeps flushing and retrying in
     /// the background before it abandons what is left (default 10 s).
+    #[must_use]
     pub fn drop_timeout(mut self, timeout: Duration) -> Self {
         self.settings.drop_timeout = timeout;
         self
     }
 
     /// Adds an observer that sees every item of every batch with its own reply.
+    #[must_use]
     pub fn observer(mut self, observer: Arc<dyn Observer<K, T, F::Output, F::Error>>) -> Self {
         self.observer = Some(observer);
         self

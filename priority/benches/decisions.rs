@@ -114,12 +114,10 @@ fn strategies() -> [(&'static str, Strategy); 3] {
 }
 
 fn new_gate(strategy: Strategy) -> Gate {
-    let config = GateConfig {
-        strategy,
-        receiver_queue_size: 8,
-        min_queue_size: 2,
-        ..GateConfig::default()
-    };
+    let config = GateConfig::default()
+        .with_strategy(strategy)
+        .with_receiver_queue_size(8)
+        .with_min_queue_size(2);
     Gate::new(policy(), spec(), PARTITIONS, config).expect("valid gate")
 }
 

@@ -7,6 +7,7 @@ use crate::{Error, LayoutSpec, Level, PartitionControl, PartitionLayout, Priorit
 
 /// How levels share the consumer when more than one has messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Strategy {
     /// The most important level with a buffered message always goes first. Lower levels stop
     /// fetching while a more important level is under pressure. Lower levels can starve.
@@ -75,19 +76,56 @@ pub enum QueueSizing {
 }
 
 /// Gate settings; [`Gate::new`] validates them.
+///
+/// Start from [`GateConfig::default`] and change what differs with the `with_*` setters; each
+/// setting is read back by the method of its name (whose documentation describes it):
+///
+/// ```
+/// use std::time::Duration;
+/// use mq_priority::{GateConfig, Strategy};
+///
+/// let config = GateConfig::default()
+///     .with_strategy(Strategy::Strict)
+///     .with_receiver_queue_size(500);
+/// assert_eq!(config.receiver_queue_size(), 500);
+/// assert_eq!(config.cold_start(), Some(Duration::from_secs(1)));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateConfig {
+    strategy: Strategy,
+    receiver_queue_size: u32,
+    queue_sizing: QueueSizing,
+    min_queue_size: u32,
+    growth_hold: Option<Duration>,
+    cold_start: Option<Duration>,
+    high_watermark: f64,
+    low_watermark: f64,
+}
+
+impl GateConfig {
     /// How levels share the consumer (default [`Strategy::delivery_shares`]).
-    pub strategy: Strategy,
+    pub fn strategy(&self) -> &Strategy {
+        &self.strategy
+    }
+
     /// The receiver queue size of the most important level (default 1,000, Pulsar's default).
-    pub receiver_queue_size: u32,
+    pub fn receiver_queue_size(&self) -> u32 {
+        self.receiver_queue_size
+    }
+
     /// How the lower levels' queues are sized (default [`QueueSizing::Halving`]).
-    pub queue_sizing: QueueSizing,
+    pub fn queue_sizing(&self) -> &QueueSizing {
+        &self.queue_sizing
+    }
+
     /// The smallest queue [`QueueSizing::Halving`] gives (default 10). Under
     /// [`QueueSizing::Halving`] it must be in `1..=receiver_queue_size` ([`Gate::new`] refuses
     /// others with [`Error::InvalidQueueSize`], naming both values): with a receiver queue
     /// below 10, lower it too. The other sizings do not read it.
-    pub min_queue_size: u32,
+    pub fn min_queue_size(&self) -> u32 {
+        self.min_queue_size
+    }
+
     /// **Key order across a growth the gate observes** (default `None`: off). With
     /// `Some(max)`, when [`Gate::set_partitions`] adds partitions to a level, the new ones are
     /// held (paused, and never picked) until the level's old partitions have delivered what
@@ -107,7 +145,10 @@ pub struct GateConfig {
     /// order across growth matters. The cost: the new partitions add no throughput until the
     /// hold ends. `max` must be longer than zero and at most [`MAX_GROWTH_HOLD`] (one day);
     /// [`Gate::new`] refuses others with [`Error::InvalidGrowthHold`].
-    pub growth_hold: Option<Duration>,
+    pub fn growth_hold(&self) -> Option<Duration> {
+        self.growth_hold
+    }
+
     /// **Cold start** (default 1 s at most): after the gate's first event, under
     /// [`Strategy::Strict`] and [`Strategy::StrictAging`] (there at most half its `max_wait`;
     /// never under delivery shares, which promise every level its share from the start), the
@@ -120,18 +161,80 @@ pub struct GateConfig {
     /// that arrive meanwhile are still delivered. `None`: no cold start. An adapter creates its
     /// partition consumers paused when [`Gate::is_paused`] says so after a first
     /// [`Gate::tick`].
-    pub cold_start: Option<Duration>,
+    pub fn cold_start(&self) -> Option<Duration> {
+        self.cold_start
+    }
+
     /// A level is under pressure once its buffered messages plus its known backlog reach this
     /// fraction of its receiver queues (the sum over its partitions), rounded up, at least 1
     /// message (default 0.5).
-    pub high_watermark: f64,
+    pub fn high_watermark(&self) -> f64 {
+        self.high_watermark
+    }
+
     /// A level under pressure is relieved once that count is at or below this fraction,
     /// rounded down (default 0.25). The gap between the two is the hysteresis that stops
     /// pause/resume from flapping.
-    pub low_watermark: f64,
-}
+    pub fn low_watermark(&self) -> f64 {
+        self.low_watermark
+    }
 
-impl GateConfig {
+    /// Sets [`GateConfig::strategy`].
+    #[must_use]
+    pub fn with_strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Sets [`GateConfig::receiver_queue_size`].
+    #[must_use]
+    pub fn with_receiver_queue_size(mut self, receiver_queue_size: u32) -> Self {
+        self.receiver_queue_size = receiver_queue_size;
+        self
+    }
+
+    /// Sets [`GateConfig::queue_sizing`].
+    #[must_use]
+    pub fn with_queue_sizing(mut self, queue_sizing: QueueSizing) -> Self {
+        self.queue_sizing = queue_sizing;
+        self
+    }
+
+    /// Sets [`GateConfig::min_queue_size`].
+    #[must_use]
+    pub fn with_min_queue_size(mut self, min_queue_size: u32) -> Self {
+        self.min_queue_size = min_queue_size;
+        self
+    }
+
+    /// Sets [`GateConfig::growth_hold`].
+    #[must_use]
+    pub fn with_growth_hold(mut self, growth_hold: Option<Duration>) -> Self {
+        self.growth_hold = growth_hold;
+        self
+    }
+
+    /// Sets [`GateConfig::cold_start`].
+    #[must_use]
+    pub fn with_cold_start(mut self, cold_start: Option<Duration>) -> Self {
+        self.cold_start = cold_start;
+        self
+    }
+
+    /// Sets [`GateConfig::high_watermark`].
+    #[must_use]
+    pub fn with_high_watermark(mut self, high_watermark: f64) -> Self {
+        self.high_watermark = high_watermark;
+        self
+    }
+
+    /// Sets [`GateConfig::low_watermark`].
+    #[must_use]
+    pub fn with_low_watermark(mut self, low_watermark: f64) -> Self {
+        self.low_watermark = low_watermark;
+        self
+    }
+
     /// Checks the settings against `policy`, as [`Gate::new`] does before it lays out the
     /// partitions, so that an adapter can refuse bad settings before it reads the topic's
     /// partition count.
@@ -317,7 +420,7 @@ const STRIDE_ONE: u64 = 1 << 32;
 /// use mq_priority::{Gate, GateConfig, LayoutSpec, Level, PriorityPolicy, RecordingControl, Strategy};
 ///
 /// let policy = PriorityPolicy::new(2)?;
-/// let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
+/// let config = GateConfig::default().with_strategy(Strategy::Strict);
 /// let mut gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config)?;
 /// let mut control = RecordingControl::new();
 /// let now = Instant::now();

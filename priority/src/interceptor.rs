@@ -61,12 +61,10 @@ pub trait ConsumerInterceptor: Send + Sync {
 /// };
 ///
 /// let policy = PriorityPolicy::new(2)?;
-/// let config = GateConfig {
-///     strategy: Strategy::Strict,
-///     receiver_queue_size: 4,
-///     min_queue_size: 4,
-///     ..GateConfig::default()
-/// };
+/// let config = GateConfig::default()
+///     .with_strategy(Strategy::Strict)
+///     .with_receiver_queue_size(4)
+///     .with_min_queue_size(4);
 /// let gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config)?;
 /// let hooks = GateInterceptor::with_clock(gate, RecordingControl::new(), ManualClock::new(Instant::now()));
 /// let interceptor: &dyn ConsumerInterceptor = &hooks;
@@ -177,15 +175,13 @@ mod tests {
 
     fn hooks() -> GateInterceptor<RecordingControl, Arc<ManualClock>> {
         let policy = PriorityPolicy::new(2).unwrap();
-        let config = GateConfig {
-            strategy: Strategy::StrictAging {
+        let config = GateConfig::default()
+            .with_strategy(Strategy::StrictAging {
                 max_wait: Duration::from_secs(1),
-            },
-            receiver_queue_size: 4,
-            min_queue_size: 4,
-            cold_start: None,
-            ..GateConfig::default()
-        };
+            })
+            .with_receiver_queue_size(4)
+            .with_min_queue_size(4)
+            .with_cold_start(None);
         let gate = Gate::new(policy, LayoutSpec::partition_shares([1, 1]), 2, config).unwrap();
         GateInterceptor::with_clock(
             gate,

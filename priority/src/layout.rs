@@ -49,6 +49,7 @@ pub enum Unlisted {
 /// partition count (see the module documentation for the exact rule; growing a topic never
 /// moves an existing partition to another level).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LayoutSpec {
     /// Explicit partition sets per level (the published design's map priority → partitions).
     Explicit {

@@ -51,7 +51,7 @@
 //! assert!([1, 2, 3, 5].contains(&bulk));
 //!
 //! // Consumer side: the gate knows each partition's level from the same policy and layout.
-//! let config = GateConfig { strategy: Strategy::Strict, ..GateConfig::default() };
+//! let config = GateConfig::default().with_strategy(Strategy::Strict);
 //! let mut gate = Gate::new(policy, spec, 6, config)?;
 //! let mut control = NoControl; // an adapter passes its pause/resume implementation
 //! gate.on_arrival(bulk, None, now, &mut control)?;
@@ -76,6 +76,7 @@
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(clippy::return_self_not_must_use)]
 
 mod clock;
 mod control;

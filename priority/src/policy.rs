@@ -132,6 +132,7 @@ pub struct PriorityPolicy {
 impl PriorityPolicy {
     /// A builder with 2 levels, the least important level as default, property
     /// [`DEFAULT_PROPERTY`] and [`ValueOrder::LowerIsMoreImportant`].
+    #[must_use]
     pub fn builder() -> PolicyBuilder {
         PolicyBuilder::default()
     }
@@ -300,6 +301,7 @@ impl Default for PolicyBuilder {
 
 impl PolicyBuilder {
     /// The number of levels, 1 to [`MAX_LEVELS`] (default 2).
+    #[must_use]
     pub fn levels(mut self, levels: usize) -> Self {
         self.levels = levels;
         self
@@ -307,18 +309,21 @@ impl PolicyBuilder {
 
     /// The level (0 = most important) of messages without a usable priority (default: the
     /// least important level).
+    #[must_use]
     pub fn default_level(mut self, level: u32) -> Self {
         self.default_level = Some(level);
         self
     }
 
     /// How property values map to levels (default [`ValueOrder::LowerIsMoreImportant`]).
+    #[must_use]
     pub fn order(mut self, order: ValueOrder) -> Self {
         self.order = order;
         self
     }
 
     /// The message property carrying the priority (default [`DEFAULT_PROPERTY`]).
+    #[must_use]
     pub fn property(mut self, name: impl Into<String>) -> Self {
         self.property = name.into();
         self

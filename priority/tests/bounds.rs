@@ -42,10 +42,7 @@ proptest! {
     ) {
         let levels = shares.len();
         let policy = PriorityPolicy::new(levels).unwrap();
-        let config = GateConfig {
-            strategy: GateStrategy::DeliveryShares(shares.clone()),
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default().with_strategy(GateStrategy::DeliveryShares(shares.clone()));
         let partitions = levels as u32 + extra;
         let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), partitions, config).unwrap();
         let bounds: Vec<u64> = policy
@@ -104,10 +101,7 @@ proptest! {
         let policy = PriorityPolicy::new(levels).unwrap();
         let max_wait = Duration::from_millis(max_wait_ms);
         let tick = Duration::from_millis(1);
-        let config = GateConfig {
-            strategy: GateStrategy::StrictAging { max_wait },
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default().with_strategy(GateStrategy::StrictAging { max_wait });
         let partitions = levels as u32 * 2;
         let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), partitions, config).unwrap();
         let start = Instant::now();
@@ -186,11 +180,7 @@ proptest! {
     ) {
         let policy = PriorityPolicy::new(2).unwrap();
         let spec = LayoutSpec::explicit_with([(Level::new(0), vec![0])], mq_priority::Unlisted::DefaultLevel);
-        let config = GateConfig {
-            strategy,
-            growth_hold: Some(Duration::from_secs(60)),
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default().with_strategy(strategy).with_growth_hold(Some(Duration::from_secs(60)));
         let mut gate = Gate::new(policy, spec, 2, config).unwrap();
         let mut control = RecordingControl::new();
         let mut now = Instant::now();
@@ -243,10 +233,7 @@ fn the_growth_hold_ends_at_its_deadline_and_is_off_by_default() {
     let spec = LayoutSpec::even(&policy);
     let t0 = Instant::now();
     for hold in [None, Some(Duration::from_millis(100))] {
-        let config = GateConfig {
-            growth_hold: hold,
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default().with_growth_hold(hold);
         let mut gate = Gate::new(policy.clone(), spec.clone(), 1, config).unwrap();
         let mut c = RecordingControl::new();
         gate.set_backlog(0, Some(1_000), t0, &mut c).unwrap();
@@ -278,12 +265,10 @@ fn the_growth_hold_ends_at_its_deadline_and_is_off_by_default() {
 fn the_strategy_changes_on_a_live_gate() {
     let policy = PriorityPolicy::new(2).unwrap();
     let spec = LayoutSpec::even(&policy);
-    let config = GateConfig {
-        strategy: GateStrategy::Strict,
-        receiver_queue_size: 100,
-        cold_start: None,
-        ..GateConfig::default()
-    };
+    let config = GateConfig::default()
+        .with_strategy(GateStrategy::Strict)
+        .with_receiver_queue_size(100)
+        .with_cold_start(None);
     let mut gate = Gate::new(policy, spec, 2, config).unwrap();
     let mut c = RecordingControl::new();
     let t = Instant::now();
@@ -327,10 +312,7 @@ fn lower_levels_start_paused_for_the_cold_start() {
     let policy = PriorityPolicy::new(2).unwrap();
     let spec = LayoutSpec::even(&policy);
     let t0 = Instant::now();
-    let config = GateConfig {
-        strategy: GateStrategy::Strict,
-        ..GateConfig::default()
-    };
+    let config = GateConfig::default().with_strategy(GateStrategy::Strict);
     let mut gate = Gate::new(policy.clone(), spec.clone(), 2, config.clone()).unwrap();
     let mut c = RecordingControl::new();
     gate.tick(t0, &mut c);
@@ -375,10 +357,7 @@ fn lower_levels_start_paused_for_the_cold_start() {
 #[test]
 fn the_growth_hold_follows_the_drain_points_the_adapter_reports() {
     let policy = PriorityPolicy::new(1).unwrap();
-    let config = GateConfig {
-        growth_hold: Some(Duration::from_secs(10)),
-        ..GateConfig::default()
-    };
+    let config = GateConfig::default().with_growth_hold(Some(Duration::from_secs(10)));
     let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), 2, config).unwrap();
     let mut c = RecordingControl::new();
     let t = Instant::now();

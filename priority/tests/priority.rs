@@ -244,12 +244,7 @@ proptest! {
         events in proptest::collection::vec(event(), 1..300),
     ) {
         let policy = PriorityPolicy::new(levels).unwrap();
-        let config = GateConfig {
-            strategy,
-            receiver_queue_size: queue,
-            min_queue_size: queue.min(10),
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default().with_strategy(strategy).with_receiver_queue_size(queue).with_min_queue_size(queue.min(10));
         let n = levels as u32 + extra;
         let mut gate = Gate::new(policy.clone(), LayoutSpec::even(&policy), n, config).unwrap();
         let mut control = RecordingControl::new();
@@ -344,11 +339,7 @@ proptest! {
         } else {
             LayoutSpec::even(&policy)
         };
-        let config = GateConfig {
-            strategy,
-            growth_hold: hold.map(Duration::from_millis),
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default().with_strategy(strategy).with_growth_hold(hold.map(Duration::from_millis));
         let mut gate = Gate::new(policy, spec, levels as u32 + extra, config).unwrap();
         let mut control = RecordingControl::new();
         let mut now = Instant::now();
@@ -573,11 +564,9 @@ impl Sim {
 /// Two levels, two partitions each; a lower level's queue is half the top's.
 fn two_level_gate(strategy: GateStrategy) -> Gate {
     let policy = PriorityPolicy::new(2).unwrap();
-    let config = GateConfig {
-        strategy,
-        receiver_queue_size: 100,
-        ..GateConfig::default()
-    };
+    let config = GateConfig::default()
+        .with_strategy(strategy)
+        .with_receiver_queue_size(100);
     Gate::new(
         policy,
         LayoutSpec::explicit([(Level::new(0), vec![0, 1]), (Level::new(1), vec![2, 3])]),

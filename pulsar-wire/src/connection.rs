@@ -116,6 +116,7 @@ impl ConnectOptions {
 
     /// Authenticates with a fixed token (`auth_method_name = "token"`, the token as
     /// `auth_data`), also sent again when the broker asks for fresh credentials.
+    #[must_use]
     pub fn auth_token(self, token: impl Into<String>) -> Self {
         self.auth_token_provider(StaticToken(token.into()))
     }
@@ -124,12 +125,14 @@ impl ConnectOptions {
     /// for every new connection and every `AUTH_CHALLENGE`, so a rotated token is used as
     /// soon as it is written. A file that cannot be read fails the connection with
     /// [`Error::Invalid`] naming it.
+    #[must_use]
     pub fn auth_token_file(self, path: impl Into<PathBuf>) -> Self {
         self.auth_token_provider(TokenFile(path.into()))
     }
 
     /// Authenticates with tokens from `provider`, asked for one at every new connection and
     /// at every `AUTH_CHALLENGE` (see [`TokenProvider`]).
+    #[must_use]
     pub fn auth_token_provider(mut self, provider: impl TokenProvider + 'static) -> Self {
         self.auth = Some(Arc::new(provider));
         self
@@ -139,12 +142,14 @@ impl ConnectOptions {
     /// sign the broker's certificate; may be called more than once. The file is read at each
     /// new connection. Giving a CA turns off the public roots unless
     /// [`ConnectOptions::tls_webpki_roots`] turns them on again.
+    #[must_use]
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls_settings.ca.push(Pem::File(path.into()));
         self
     }
 
     /// As [`ConnectOptions::tls_ca_file`], with the PEM text itself.
+    #[must_use]
     pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
         self.tls_settings.ca.push(Pem::Bytes(pem.as_ref().into()));
         self
@@ -152,6 +157,7 @@ impl ConnectOptions {
 
     /// Whether to trust the public roots of the Mozilla CA program (`webpki-roots`) as well.
     /// Default: only when no CA is given.
+    #[must_use]
     pub fn tls_webpki_roots(mut self, trust: bool) -> Self {
         self.tls_settings.webpki_roots = Some(trust);
         self
@@ -159,6 +165,7 @@ impl ConnectOptions {
 
     /// Presents a client certificate (mutual TLS): a PEM file with the certificate chain
     /// (leaf first) and a PEM file with its private key (PKCS#8, PKCS#1 or SEC1).
+    #[must_use]
     pub fn tls_client_cert_files(
         mut self,
         cert_chain: impl Into<PathBuf>,
@@ -170,6 +177,7 @@ impl ConnectOptions {
     }
 
     /// As [`ConnectOptions::tls_client_cert_files`], with the PEM texts themselves.
+    #[must_use]
     pub fn tls_client_cert_pem(
         mut self,
         cert_chain: impl AsRef<[u8]>,
@@ -188,12 +196,14 @@ impl ConnectOptions {
     /// valid now, but accepts it for any host: anyone holding a certificate from the same
     /// CA can then pose as the broker. Use it only when the brokers' certificates cannot
     /// name the addresses clients use.
+    #[must_use]
     pub fn tls_verify_hostname(mut self, verify: bool) -> Self {
         self.tls_settings.verify_hostname = verify;
         self
     }
 
     /// The deadline of every request (default 30 s).
+    #[must_use]
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self
@@ -201,6 +211,7 @@ impl ConnectOptions {
 
     /// How often an idle connection is probed with `PING` (default 30 s, at least 1 s); a
     /// connection that hears nothing for twice as long is considered lost.
+    #[must_use]
     pub fn keep_alive(mut self, interval: Duration) -> Self {
         self.keep_alive = interval;
         self
@@ -208,6 +219,7 @@ impl ConnectOptions {
 
     /// The largest frame accepted (default 5 MiB + 10 KiB; [`MIN_FRAME_SIZE`] to
     /// [`MAX_FRAME_SIZE`]).
+    #[must_use]
     pub fn max_frame_size(mut self, bytes: usize) -> Self {
         self.max_frame_size = bytes;
         self

@@ -39,7 +39,7 @@
 //!     producer.send(OutgoingMessage::new("b")),
 //!     producer.send(OutgoingMessage::new("c")),
 //! );
-//! assert_eq!(a?.batch_size, Some(3)); // one entry, three messages
+//! assert_eq!(a?.batch_size(), Some(3)); // one entry, three messages
 //! # let _ = (b?, c?);
 //!
 //! // Acknowledge the batch inside a transaction: three per-index acks, each with
@@ -413,6 +413,7 @@
 #![cfg_attr(test, deny(unsafe_code))]
 // docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(clippy::return_self_not_must_use)]
 
 mod auth;
 mod backoff;

@@ -113,6 +113,7 @@ impl ProducerOptions {
     /// entry may still be persisted if it was on the wire). `Duration::ZERO` means no
     /// timeout, as the Java client's `sendTimeout(0)`: a send waits as long as it takes
     /// (bound the sends that pile up with [`ProducerOptions::max_pending_messages`]).
+    #[must_use]
     pub fn send_timeout(mut self, timeout: Duration) -> Self {
         self.send_timeout = if timeout.is_zero() {
             NO_SEND_TIMEOUT
@@ -142,6 +143,7 @@ impl ProducerOptions {
     /// producer's batcher still holds at most the larger of 65,536 messages and 64 batches,
     /// and makes further sends wait for room.) `Some(0)` is refused by
     /// [`Client::create_producer`](crate::Client::create_producer) with [`Error::Invalid`].
+    #[must_use]
     pub fn max_pending_messages(mut self, limit: Option<usize>) -> Self {
         self.max_pending_messages = limit;
         self
@@ -152,6 +154,7 @@ impl ProducerOptions {
     /// [`Error::ProducerQueueFull`] ([`QueueFull::Fail`], the default, as the Java client's
     /// `blockIfQueueFull(false)`), or wait for a place within the send timeout
     /// ([`QueueFull::Block`]). Without a limit it never applies.
+    #[must_use]
     pub fn on_queue_full(mut self, when_full: QueueFull) -> Self {
         self.on_queue_full = when_full;
         self
@@ -159,30 +162,35 @@ impl ProducerOptions {
 
     /// The producer's name (the broker assigns one by default). On a partitioned topic every
     /// partition gets `<name>-<partition>`.
+    #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
 
     /// Batches messages with these limits.
+    #[must_use]
     pub fn batching(mut self, batching: BatchingOptions) -> Self {
         self.batching = Some(batching);
         self
     }
 
     /// Sends every message on its own (no `num_messages_in_batch`).
+    #[must_use]
     pub fn no_batching(mut self) -> Self {
         self.batching = None;
         self
     }
 
     /// The partition router for partitioned topics.
+    #[must_use]
     pub fn router(mut self, router: Arc<dyn PartitionRouter>) -> Self {
         self.router = router;
         self
     }
 
     /// Tells the broker the producer sends in transactions (`txn_enabled`).
+    #[must_use]
     pub fn transactional(mut self, transactional: bool) -> Self {
         self.transactional = transactional;
         self
@@ -196,6 +204,7 @@ impl ProducerOptions {
     /// compressed payload is too large fails as a whole with [`Error::Invalid`] when it is
     /// sent. A codec this build lacks makes [`Client::create_producer`](crate::Client::create_producer) fail with
     /// [`Error::CodecDisabled`].
+    #[must_use]
     pub fn compression(mut self, codec: Compression) -> Self {
         self.compression = codec;
         self
@@ -212,6 +221,7 @@ impl ProducerOptions {
     /// [`crate::Message::id`] of the message). Consumers on a Shared subscription may get
     /// the chunks of one message on different consumers: use Exclusive, Failover or
     /// Key_Shared subscriptions for chunked topics.
+    #[must_use]
     pub fn chunking(mut self, enabled: bool) -> Self {
         self.chunking = enabled;
         self
@@ -219,6 +229,7 @@ impl ProducerOptions {
 
     /// With chunking, the most bytes of one chunk's entry (default, and at most, the
     /// broker's `max_message_size`).
+    #[must_use]
     pub fn chunk_size(mut self, bytes: usize) -> Self {
         self.chunk_size = Some(bytes);
         self
@@ -230,6 +241,7 @@ impl ProducerOptions {
     /// message then carries the version the broker answered ([`Producer::schema_version`]).
     /// Payloads are sent as given: [`crate::TypedProducer`] encodes values with the
     /// schema's codec.
+    #[must_use]
     pub fn schema(mut self, schema: Schema) -> Self {
         self.schema = Some(schema);
         self

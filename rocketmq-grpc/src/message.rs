@@ -56,24 +56,28 @@ impl OutgoingMessage {
     }
 
     /// Sets the tag (consumers can filter on it).
+    #[must_use]
     pub fn tag(mut self, tag: impl Into<String>) -> Self {
         self.tag = Some(tag.into());
         self
     }
 
     /// Adds an index key.
+    #[must_use]
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.keys.push(key.into());
         self
     }
 
     /// Makes this a FIFO message of `group`: messages of one group are consumed in order.
+    #[must_use]
     pub fn message_group(mut self, group: impl Into<String>) -> Self {
         self.message_group = Some(group.into());
         self
     }
 
     /// Adds a user property.
+    #[must_use]
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.insert(key.into(), value.into());
         self
@@ -91,6 +95,7 @@ impl OutgoingMessage {
     ///     .deliver_after(Duration::from_secs(30 * 60));
     /// assert!(reminder.delivery_time().is_some());
     /// ```
+    #[must_use]
     pub fn deliver_after(self, delay: Duration) -> Self {
         let now = SystemTime::now();
         // A delay past what the clock holds: a century ahead, which the proxy refuses too.
@@ -130,6 +135,7 @@ impl OutgoingMessage {
     /// let message = OutgoingMessage::new("it-delay", "later").deliver_at(at);
     /// assert_eq!(message.delivery_time(), Some(at));
     /// ```
+    #[must_use]
     pub fn deliver_at(mut self, time: SystemTime) -> Self {
         self.deliver_at = Some(time);
         self
@@ -185,6 +191,7 @@ impl OutgoingMessage {
     /// let urgent = OutgoingMessage::new("it-priority", "page the on-call").priority(7);
     /// assert_eq!(urgent.priority_level(), Some(7));
     /// ```
+    #[must_use]
     pub fn priority(mut self, priority: u32) -> Self {
         self.priority = Some(priority);
         self
@@ -218,6 +225,7 @@ impl OutgoingMessage {
     /// let reply = OutgoingMessage::new("it-lite", "your answer").lite_topic("session-42");
     /// assert_eq!(reply.lite_topic_name(), Some("session-42"));
     /// ```
+    #[must_use]
     pub fn lite_topic(mut self, lite_topic: impl Into<String>) -> Self {
         self.lite_topic = Some(lite_topic.into());
         self

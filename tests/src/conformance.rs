@@ -1020,12 +1020,12 @@ impl Run<'_> {
         let mut entries = BTreeSet::new();
         for id in sent {
             let id = id.map_err(|e| self.fail(format!("send: {e}")))?;
-            if id.batch_size != Some(u32::from(size)) {
-                return Err(self.fail(format!("{id} is in a batch of {:?}", id.batch_size)));
+            if id.batch_size() != Some(u32::from(size)) {
+                return Err(self.fail(format!("{id} is in a batch of {:?}", id.batch_size())));
             }
             entries.insert(EntryId {
-                ledger_id: id.ledger_id,
-                entry_id: id.entry_id,
+                ledger_id: id.ledger_id(),
+                entry_id: id.entry_id(),
             });
         }
         if entries.len() != usize::from(batches) {

@@ -98,7 +98,7 @@ async fn delayed_messages_of_the_java_client_reach_our_shared_consumer_when_due(
             Some(UNIX_EPOCH + Duration::from_millis(due)),
             "the metadata's deliver_at_time"
         );
-        assert_eq!(message.id().batch_size, None, "sent on its own");
+        assert_eq!(message.id().batch_size(), None, "sent on its own");
         assert!(seen.insert(String::from_utf8_lossy(message.payload()).into_owned()));
         consumer.ack(&message).await.expect("acked");
     }
@@ -178,7 +178,7 @@ async fn our_delayed_messages_wait_on_shared_and_not_on_exclusive_subscriptions(
     for (i, id) in ids.iter().enumerate() {
         let id = id.as_ref().expect("sent");
         if i < 5 {
-            assert_eq!(id.batch_size, None, "a delayed message is its own entry");
+            assert_eq!(id.batch_size(), None, "a delayed message is its own entry");
         }
     }
     for _ in 0..10 {
@@ -311,7 +311,7 @@ async fn a_running_producer_and_consumer_follow_growth_from_4_to_8_partitions() 
     let mut partitions = std::collections::HashSet::new();
     while received.len() < total {
         let message = receive(&consumer, "a message of the growing topic").await;
-        partitions.insert(message.id().partition);
+        partitions.insert(message.id().partition());
         let payload = String::from_utf8_lossy(message.payload()).into_owned();
         assert!(received.insert(payload.clone()), "{payload} twice");
         consumer.ack(&message).await.expect("acked");
@@ -368,7 +368,9 @@ async fn read_ids(broker: &RealPulsar, options: ReaderOptions) -> Vec<String> {
         let id = message.id();
         ids.push(format!(
             "{}:{}:{}",
-            id.ledger_id, id.entry_id, id.batch_index
+            id.ledger_id(),
+            id.entry_id(),
+            id.batch_index()
         ));
     }
     reader.close().await.expect("closed");
@@ -428,10 +430,10 @@ async fn our_reader_returns_what_the_java_reader_returns() {
         let id = ids[at];
         let start = format!(
             "{}:{}:{}:{}",
-            id.ledger_id,
-            id.entry_id,
-            id.batch_index,
-            id.batch_size.unwrap_or(0)
+            id.ledger_id(),
+            id.entry_id(),
+            id.batch_index(),
+            id.batch_size().unwrap_or(0)
         );
         for inclusive in [false, true] {
             let options = ReaderOptions::new(StartAt::Id(id)).inclusive(inclusive);
@@ -453,7 +455,10 @@ async fn our_reader_returns_what_the_java_reader_returns() {
 fn shown(id: &MessageId) -> String {
     format!(
         "{}:{}:{}:{}",
-        id.partition, id.ledger_id, id.entry_id, id.batch_index
+        id.partition(),
+        id.ledger_id(),
+        id.entry_id(),
+        id.batch_index()
     )
 }
 
@@ -614,7 +619,7 @@ async fn our_seek_on_a_partitioned_topic_matches_the_java_seek() {
     let (ids, after_earliest) = seek_ids(&broker, "ours-earliest", 39, |_| SeekTo::Earliest).await;
     assert_eq!(after_earliest.len(), 39);
     assert!(
-        (0..3).all(|p| ids.iter().any(|id| id.partition == p)),
+        (0..3).all(|p| ids.iter().any(|id| id.partition() == p)),
         "{ids:?}"
     );
     assert_eq!(
@@ -622,14 +627,14 @@ async fn our_seek_on_a_partitioned_topic_matches_the_java_seek() {
         by_partition(after_earliest)
     );
     let busiest = (0..3)
-        .max_by_key(|p| ids.iter().filter(|id| id.partition == *p).count())
+        .max_by_key(|p| ids.iter().filter(|id| id.partition() == *p).count())
         .unwrap_or(0);
     let mut on_one: Vec<MessageId> = ids
         .iter()
         .copied()
-        .filter(|id| id.partition == busiest)
+        .filter(|id| id.partition() == busiest)
         .collect();
-    on_one.sort_by_key(|id| (id.ledger_id, id.entry_id, id.batch_index));
+    on_one.sort_by_key(|id| (id.ledger_id(), id.entry_id(), id.batch_index()));
     let target = on_one[on_one.len() / 2];
     let (_, after) = seek_ids(&broker, "ours-id", 39, |_| SeekTo::After(target)).await;
     assert_eq!(
@@ -748,9 +753,14 @@ async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic
         .expect("sent");
     let retry_topic = format!("{}-{SUB}-RETRY", broker.topic);
     // As the Java client prints an id: with its batch index when it is in a batch.
-    let origin = match id.batch_size {
-        Some(_) => format!("{}:{}:-1:{}", id.ledger_id, id.entry_id, id.batch_index),
-        None => format!("{}:{}:-1", id.ledger_id, id.entry_id),
+    let origin = match id.batch_size() {
+        Some(_) => format!(
+            "{}:{}:-1:{}",
+            id.ledger_id(),
+            id.entry_id(),
+            id.batch_index()
+        ),
+        None => format!("{}:{}:-1", id.ledger_id(), id.entry_id()),
     };
     let consumer = retrying(&broker).await;
     let message = receive(&consumer, "the message").await;

@@ -229,13 +229,13 @@ async fn batched_and_unbatched_messages_drain() {
     let batched = broker.producer(3).await;
     let single = broker.producer(0).await;
     let ids = send_all(&batched, 30).await;
-    assert!(ids.iter().all(|id| id.batch_size == Some(3)), "{ids:?}");
-    assert_eq!(ids[4].batch_index, 1);
+    assert!(ids.iter().all(|id| id.batch_size() == Some(3)), "{ids:?}");
+    assert_eq!(ids[4].batch_index(), 1);
     let plain = send_all(&single, 10).await;
     assert!(
         plain
             .iter()
-            .all(|id| id.batch_size.is_none() && id.batch_index == -1),
+            .all(|id| id.batch_size().is_none() && id.batch_index() == -1),
         "{plain:?}"
     );
 
@@ -265,7 +265,7 @@ async fn single_message_batches_are_batches_and_drain() {
     let ids = send_all(&producer, 30).await;
     assert!(
         ids.iter()
-            .all(|id| id.batch_size == Some(1) && id.batch_index == 0),
+            .all(|id| id.batch_size() == Some(1) && id.batch_index() == 0),
         "{ids:?}"
     );
     let messages = receive_and_ack(&consumer, 30).await;
@@ -274,7 +274,7 @@ async fn single_message_batches_are_batches_and_drain() {
             message.position().is_batched(),
             "num_messages_in_batch is present"
         );
-        assert_eq!(message.id().batch_size, Some(1));
+        assert_eq!(message.id().batch_size(), Some(1));
     }
     consumer.flush_acks().await;
     broker.assert_drained().await;
@@ -692,7 +692,7 @@ async fn ten_thousand_messages_with_grouped_acks() {
     consumer.flush_acks().await;
     let acked_in = first.map(|t| t.elapsed()).unwrap_or_default();
     let ids = send.await.expect("sender");
-    assert!(ids.iter().all(|id| id.batch_size == Some(10)));
+    assert!(ids.iter().all(|id| id.batch_size() == Some(10)));
     broker.assert_drained().await;
     stop.store(true, Ordering::Relaxed);
     let samples = sampler.await.expect("sampler");
@@ -1097,7 +1097,7 @@ async fn an_undecodable_message_is_surfaced_not_acked_then_dead_lettered() {
                 reason,
             }) => {
                 assert_eq!(
-                    (id.ledger_id, id.entry_id),
+                    (id.ledger_id(), id.entry_id()),
                     (stored.ledger_id, stored.entry_id)
                 );
                 assert_eq!(redelivery_count, 0);
@@ -1314,11 +1314,9 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     send("l", "1", LOW).await;
     send("h", "0", HIGH).await;
 
-    let gate = GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: QUEUE,
-        ..GateConfig::default()
-    };
+    let gate = GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(QUEUE);
     let consumer = PriorityConsumer::subscribe(
         &client,
         &topic,
@@ -1367,7 +1365,7 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     let mut new_partitions = HashSet::new();
     while payloads.len() < total {
         let m = next().await;
-        let partition = m.id().partition;
+        let partition = m.id().partition();
         assert_eq!(
             m.payload().starts_with(b"h") || m.payload().starts_with(b"xh"),
             partition == 0,
@@ -1755,8 +1753,8 @@ fn check_key_shared(
             *expected += 1;
             let id = message.id();
             let entry = entries
-                .entry((id.ledger_id, id.entry_id))
-                .or_insert_with(|| (key.clone(), id.batch_size.unwrap_or(1)));
+                .entry((id.ledger_id(), id.entry_id()))
+                .or_insert_with(|| (key.clone(), id.batch_size().unwrap_or(1)));
             assert_eq!(entry.0, key, "entry {id} holds two keys");
         }
     }
@@ -1793,7 +1791,7 @@ async fn key_shared_consumers_get_whole_keys_in_order_from_key_based_batches() {
     let mut by_entry: std::collections::BTreeMap<(u64, u64), Vec<usize>> = Default::default();
     for (n, id) in ids.iter().enumerate() {
         by_entry
-            .entry((id.ledger_id, id.entry_id))
+            .entry((id.ledger_id(), id.entry_id()))
             .or_default()
             .push(n % keys);
     }

@@ -262,7 +262,7 @@ async fn an_abort_of_part_of_a_held_batch_hands_nothing_to_another_consumer() {
     let held = receive(&a, 10).await;
     assert!(
         held.iter()
-            .all(|m| m.id().entry_id == held[0].id().entry_id),
+            .all(|m| m.id().entry_id() == held[0].id().entry_id()),
         "one batch"
     );
     let b = broker.consumer("B", options()).await;

@@ -913,11 +913,9 @@ async fn native_tiers_serve_each_level_in_order() {
         .native_tiers([(TIER_TOP, 1), (TIER_REST, 2)])
         .build()
         .unwrap();
-    let gate = GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: 32,
-        ..GateConfig::default()
-    };
+    let gate = GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(32);
     let builder = || {
         SimpleConsumer::builder(ClientConfig::new(&endpoint).unwrap(), "it-priority-tiers")
             .priority(topics.clone(), gate.clone())

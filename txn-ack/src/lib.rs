@@ -30,8 +30,8 @@
 //! for index in 0..3 {
 //!     let at = MessagePosition::in_batch(7, 12, -1, index, 3)?;
 //!     let ack = acks.ack(txn, AckKind::Individual, &at)?;
-//!     assert_eq!(ack.id.batch_size, Some(3)); // always there, the last index included
-//!     assert_eq!(ack.id.ack_set.map(|s| s.outstanding_count()), Some(2)); // independent
+//!     assert_eq!(ack.id.batch_size(), Some(3)); // always there, the last index included
+//!     assert_eq!(ack.id.ack_set().map(|s| s.outstanding_count()), Some(2)); // independent
 //! }
 //! // The same message again would be a TransactionConflict on the broker: refused here.
 //! let again = MessagePosition::in_batch(7, 12, -1, 1, 3)?;
@@ -53,6 +53,7 @@
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(clippy::return_self_not_must_use)]
 
 mod ack_set;
 mod deliveries;

@@ -93,6 +93,7 @@ impl MessagePosition {
     }
 
     /// The whole entry: batch index -1, same batch size and flag.
+    #[must_use]
     pub fn entry_level(&self) -> Self {
         Self {
             batch_index: -1,
@@ -166,17 +167,12 @@ pub enum AckKind {
 /// One message id of an ack as it goes on the wire (`MessageIdData`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckId {
-    /// The entry.
-    pub entry: EntryId,
-    /// The partition (-1 for a non-partitioned topic).
-    pub partition: i32,
-    /// The batch index, -1 for a whole entry. The broker does not read it in acks.
-    pub batch_index: i32,
-    /// The outstanding messages of the batch after this ack; `None` for a whole-entry ack
-    /// (no `ack_set` on the wire). Never an empty set.
-    pub ack_set: Option<AckSet>,
-    /// The batch size; `None` for a message that is not in a batch.
-    pub batch_size: Option<u32>,
+    pub(crate) entry: EntryId,
+    pub(crate) partition: i32,
+    pub(crate) batch_index: i32,
+    /// Never an empty set.
+    pub(crate) ack_set: Option<AckSet>,
+    pub(crate) batch_size: Option<u32>,
 }
 
 impl AckId {
@@ -203,6 +199,69 @@ impl AckId {
             ack_set: Some(set),
             batch_size: Some(position.batch_size),
         }
+    }
+
+    /// The entry.
+    pub fn entry(&self) -> EntryId {
+        self.entry
+    }
+
+    /// The partition (-1 for a non-partitioned topic).
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The batch index, -1 for a whole entry. The broker does not read it in acks.
+    pub fn batch_index(&self) -> i32 {
+        self.batch_index
+    }
+
+    /// The outstanding messages of the batch after this ack; `None` for a whole-entry ack
+    /// (no `ack_set` on the wire). Never an empty set.
+    pub fn ack_set(&self) -> Option<&AckSet> {
+        self.ack_set.as_ref()
+    }
+
+    /// The batch size; `None` for a message that is not in a batch.
+    pub fn batch_size(&self) -> Option<u32> {
+        self.batch_size
+    }
+
+    /// Merges `other`, an ack of the same entry, into this id, as acks grouped into one
+    /// request are: a message stays outstanding only if both leave it outstanding, and a
+    /// whole-entry ack (or a set that becomes complete) makes this a whole-entry id. The
+    /// partition stays this id's.
+    ///
+    /// # Errors
+    /// [`Error::WrongPositionKind`] if `other` names another entry, and
+    /// [`Error::BatchSizeMismatch`] if both carry sets of different batch sizes (they cannot
+    /// come from one entry; send both as they are). This id is unchanged on an error.
+    pub fn merge(&mut self, other: &AckId) -> Result<(), Error> {
+        if other.entry != self.entry {
+            return Err(Error::WrongPositionKind {
+                what: "AckId::merge",
+                ledger_id: other.entry.ledger_id,
+                entry_id: other.entry.entry_id,
+                reason: "is another entry than the id merged into",
+            });
+        }
+        match &other.ack_set {
+            None => {
+                self.ack_set = None;
+                self.batch_index = -1;
+                self.batch_size = self.batch_size.or(other.batch_size);
+            }
+            Some(theirs) => {
+                if let Some(mine) = &mut self.ack_set {
+                    mine.merge_acks(theirs)?;
+                    if mine.is_complete() {
+                        self.ack_set = None;
+                        self.batch_index = -1;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The `ack_set` words as the wire carries them (empty for a whole-entry ack).
@@ -236,6 +295,45 @@ mod tests {
             .entry_level();
         assert_eq!((whole.batch_index(), whole.batch_size()), (-1, 3));
         assert!(whole.is_batched());
+    }
+
+    #[test]
+    fn merged_ids_keep_what_both_leave_outstanding() {
+        let at = |index| MessagePosition::in_batch(1, 2, 0, index, 3).unwrap();
+        let with = |index: i32, acked: &[u32]| {
+            let mut set = AckSet::outstanding(3).unwrap();
+            for &i in acked {
+                set.ack(i).unwrap();
+            }
+            AckId::with_set(&at(index), index, set)
+        };
+        let mut id = with(0, &[0]);
+        id.merge(&with(1, &[1])).unwrap();
+        assert_eq!(id.wire_ack_set().collect::<Vec<_>>(), [0b100]);
+        assert_eq!((id.batch_index(), id.batch_size()), (0, Some(3)));
+        // The last index completes the set: a whole-entry id, the batch size kept.
+        id.merge(&with(2, &[2])).unwrap();
+        assert!(id.is_whole_entry());
+        assert_eq!((id.batch_index(), id.batch_size()), (-1, Some(3)));
+        // A whole-entry ack covers everything.
+        let mut id = with(0, &[0]);
+        id.merge(&AckId::whole_entry(&at(1))).unwrap();
+        assert!(id.is_whole_entry() && id.batch_index() == -1);
+        // Another entry, or another batch size, leaves the id as it was.
+        let mut id = with(0, &[0]);
+        let other = MessagePosition::in_batch(1, 3, 0, 0, 3).unwrap();
+        assert!(matches!(
+            id.merge(&AckId::whole_entry(&other)),
+            Err(Error::WrongPositionKind { entry_id: 3, .. })
+        ));
+        let bigger = MessagePosition::in_batch(1, 2, 0, 1, 4).unwrap();
+        let mut set = AckSet::outstanding(4).unwrap();
+        set.ack(1).unwrap();
+        assert_eq!(
+            id.merge(&AckId::with_set(&bigger, 1, set)),
+            Err(Error::BatchSizeMismatch { left: 3, right: 4 })
+        );
+        assert_eq!(id, with(0, &[0]));
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub struct Ack {
 /// tracker.ack(&at(1)?)?;
 /// let last = tracker.ack(&at(2)?)?.expect("the whole entry");
 /// assert!(last.id.is_whole_entry());
-/// assert_eq!((last.id.batch_index, last.id.batch_size), (-1, Some(3)));
+/// assert_eq!((last.id.batch_index(), last.id.batch_size()), (-1, Some(3)));
 /// # Ok::<(), txn_ack::Error>(())
 /// ```
 #[derive(Debug, Clone)]

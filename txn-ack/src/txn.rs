@@ -35,7 +35,7 @@ pub struct TxnAck {
 ///     let at = MessagePosition::in_batch(1, 2, -1, index, 3)?;
 ///     let ack = txn_ack(txn, AckKind::Individual, &at)?;
 ///     assert_eq!(ack.id.wire_ack_set().collect::<Vec<_>>(), words);
-///     assert_eq!(ack.id.batch_size, Some(3));
+///     assert_eq!(ack.id.batch_size(), Some(3));
 /// }
 /// # Ok::<(), txn_ack::Error>(())
 /// ```

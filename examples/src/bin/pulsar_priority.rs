@@ -245,11 +245,9 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
                     .map_err(err("subscribe"))?,
             ) as Box<dyn MessageConsumer>),
             Mode::Ours => {
-                let gate = GateConfig {
-                    strategy: Strategy::Strict,
-                    receiver_queue_size: QUEUE,
-                    ..GateConfig::default()
-                };
+                let gate = GateConfig::default()
+                    .with_strategy(Strategy::Strict)
+                    .with_receiver_queue_size(QUEUE);
                 let options = PriorityConsumerOptions::new(policy.clone(), layout())
                     .consumer(consumer_options.clone())
                     .gate(gate)
@@ -304,7 +302,7 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
         let delivered = Instant::now();
         receiver.ack(&message).await.map_err(err("ack"))?;
         let name = String::from_utf8_lossy(message.payload()).into_owned();
-        if name.starts_with('x') && message.id().partition >= PARTITIONS as i32 {
+        if name.starts_with('x') && message.id().partition() >= PARTITIONS as i32 {
             from_new_partitions += 1;
         }
         deliveries.push((name, delivered));

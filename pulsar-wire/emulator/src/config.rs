@@ -55,18 +55,21 @@ impl Default for EmulatorConfig {
 
 impl EmulatorConfig {
     /// Listens on 127.0.0.1:`port` (0: any free port).
+    #[must_use]
     pub fn port(mut self, port: u16) -> Self {
         self.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         self
     }
 
     /// Listens on `addr`.
+    #[must_use]
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.bind = addr;
         self
     }
 
     /// CONNECTED's `server_version`.
+    #[must_use]
     pub fn server_version(mut self, version: impl Into<String>) -> Self {
         self.server_version = version.into();
         self
@@ -74,6 +77,7 @@ impl EmulatorConfig {
 
     /// CONNECTED's `max_message_size`; frames larger than this plus 10 KiB close the
     /// connection.
+    #[must_use]
     pub fn max_message_size(mut self, bytes: i32) -> Self {
         self.max_message_size = bytes.max(1);
         self
@@ -81,6 +85,7 @@ impl EmulatorConfig {
 
     /// Requires CONNECT to carry `auth_method_name = "token"` and this token as `auth_data`;
     /// otherwise ERROR `AuthenticationError` and the connection is closed.
+    #[must_use]
     pub fn auth_token(mut self, token: impl Into<String>) -> Self {
         self.auth_token = Some(token.into());
         self
@@ -88,12 +93,14 @@ impl EmulatorConfig {
 
     /// Whether unknown topics are created on PRODUCER and SUBSCRIBE (and reported by
     /// PARTITIONED_METADATA and LOOKUP); when off they get `TopicNotFound`.
+    #[must_use]
     pub fn auto_topic_creation(mut self, enabled: bool) -> Self {
         self.auto_topic_creation = enabled;
         self
     }
 
     /// The partitions of a topic auto-created by PARTITIONED_METADATA (0: non-partitioned).
+    #[must_use]
     pub fn auto_created_partitions(mut self, partitions: u32) -> Self {
         self.auto_created_partitions = partitions;
         self
@@ -101,18 +108,21 @@ impl EmulatorConfig {
 
     /// The broker-wide `maxUnackedMessagesPerConsumer` (0: unlimited), used where a topic has
     /// no limit of its own.
+    #[must_use]
     pub fn max_unacked_messages_per_consumer(mut self, max: u32) -> Self {
         self.max_unacked_messages_per_consumer = max;
         self
     }
 
     /// `acknowledgmentAtBatchIndexLevelEnabled` (off by default, as in 4.0.x).
+    #[must_use]
     pub fn batch_index_ack(mut self, enabled: bool) -> Self {
         self.batch_index_ack = enabled;
         self
     }
 
     /// What a rejected transactional ack does to the unacked count (default: as the broker).
+    #[must_use]
     pub fn conflict_effects(mut self, effects: ConflictEffects) -> Self {
         self.conflict_effects = effects;
         self
@@ -120,12 +130,14 @@ impl EmulatorConfig {
 
     /// Sends a PING after this much silence from a client and closes the connection if the
     /// next period passes without a frame; `None` disables it.
+    #[must_use]
     pub fn keep_alive(mut self, period: Option<Duration>) -> Self {
         self.keep_alive = period.filter(|p| !p.is_zero());
         self
     }
 
     /// The timeout of a transaction whose NEW_TXN carries none.
+    #[must_use]
     pub fn default_txn_timeout(mut self, timeout: Duration) -> Self {
         self.default_txn_timeout = timeout;
         self
@@ -133,18 +145,21 @@ impl EmulatorConfig {
 
     /// `transactionCoordinatorEnabled`: when off, TC_CLIENT_CONNECT and NEW_TXN get
     /// `TransactionCoordinatorNotFound`.
+    #[must_use]
     pub fn transactions(mut self, enabled: bool) -> Self {
         self.transactions = enabled;
         self
     }
 
     /// The faults injected from the start.
+    #[must_use]
     pub fn faults(mut self, faults: Faults) -> Self {
         self.faults = faults;
         self
     }
 
     /// The seed of the fault generator.
+    #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self

@@ -35,6 +35,7 @@ impl Faults {
     /// Every connection is closed abruptly when it receives its `frames`-th frame (counting
     /// from CONNECT), without handling that frame: the request it carries never gets an
     /// answer. `None` turns it off.
+    #[must_use]
     pub fn drop_after_frames(mut self, frames: Option<u64>) -> Self {
         self.drop_after_frames = frames;
         self
@@ -42,6 +43,7 @@ impl Faults {
 
     /// Each received frame closes its connection abruptly, unhandled, with probability
     /// `rate` (0 to 1).
+    #[must_use]
     pub fn drop_rate(mut self, rate: f64) -> Self {
         self.drop_rate = rate;
         self
@@ -50,6 +52,7 @@ impl Faults {
     /// Every response to a request (not MESSAGE, PING or PONG frames) is held for `delay`
     /// before it is written. A connection writes in order, so what follows a delayed response
     /// waits too.
+    #[must_use]
     pub fn response_delay(mut self, delay: Duration) -> Self {
         self.response_delay = delay;
         self
@@ -57,6 +60,7 @@ impl Faults {
 
     /// Each dispatched MESSAGE frame goes out with a wrong CRC32C with probability `rate`
     /// (0 to 1). The entry itself stays intact.
+    #[must_use]
     pub fn corrupt_rate(mut self, rate: f64) -> Self {
         self.corrupt_rate = rate;
         self

@@ -176,6 +176,7 @@
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(clippy::return_self_not_must_use)]
 
 mod broker;
 mod config;

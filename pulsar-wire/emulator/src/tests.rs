@@ -473,10 +473,10 @@ async fn stall_run(emulator: &Emulator, topic: &str, legacy: bool) -> usize {
                     .unwrap();
                 let ack = tracker.ack(txn, AckKind::Individual, &at).unwrap();
                 let id = MessageIdData {
-                    ledger_id: ack.id.entry.ledger_id,
-                    entry_id: ack.id.entry.entry_id,
+                    ledger_id: ack.id.entry().ledger_id,
+                    entry_id: ack.id.entry().entry_id,
                     ack_set: ack.id.wire_ack_set().collect(),
-                    batch_size: ack.id.batch_size.map(|s| s as i32),
+                    batch_size: ack.id.batch_size().map(|s| s as i32),
                     ..MessageIdData::default()
                 };
                 let error = client

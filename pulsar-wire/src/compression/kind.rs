@@ -4,6 +4,7 @@ use crate::pb::CompressionType;
 
 /// A compression codec of the protocol (`CompressionType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Compression {
     /// No compression.
     #[default]

@@ -105,35 +105,13 @@ fn merge(items: &[AckId]) -> Vec<MessageIdData> {
     let mut index: std::collections::HashMap<EntryId, usize> =
         std::collections::HashMap::with_capacity(items.len());
     for item in items {
-        match index.get(&item.entry) {
+        match index.get(&item.entry()) {
             None => {
-                index.insert(item.entry, merged.len());
+                index.insert(item.entry(), merged.len());
                 merged.push(item.clone());
             }
             Some(&at) => {
-                let known = &mut merged[at];
-                let mut mismatch = false;
-                match &item.ack_set {
-                    None => {
-                        known.ack_set = None;
-                        known.batch_index = -1;
-                        known.batch_size = known.batch_size.or(item.batch_size);
-                    }
-                    Some(theirs) => {
-                        let mut complete = false;
-                        if let Some(mine) = &mut known.ack_set {
-                            match mine.merge_acks(theirs) {
-                                Ok(()) => complete = mine.is_complete(),
-                                Err(_) => mismatch = true,
-                            }
-                        }
-                        if complete {
-                            known.ack_set = None;
-                            known.batch_index = -1;
-                        }
-                    }
-                }
-                if mismatch {
+                if merged[at].merge(item).is_err() {
                     // Different sizes cannot come from one entry: send both as they are.
                     merged.push(item.clone());
                 }

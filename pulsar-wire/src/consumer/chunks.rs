@@ -51,6 +51,7 @@ impl Default for ChunkLimits {
 impl ChunkLimits {
     /// The most incomplete chunked messages held per partition; when a new one starts
     /// beyond it, the oldest is dropped and redelivered later (default 10).
+    #[must_use]
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
@@ -58,6 +59,7 @@ impl ChunkLimits {
 
     /// The most bytes of chunks held per partition, which is also the largest chunked
     /// message accepted, compressed and decompressed (default 128 MiB).
+    #[must_use]
     pub fn max_bytes(mut self, max_bytes: usize) -> Self {
         self.max_bytes = max_bytes;
         self
@@ -65,6 +67,7 @@ impl ChunkLimits {
 
     /// How long an incomplete message waits for its next chunk before it is dropped and
     /// redelivered later (default 60 s).
+    #[must_use]
     pub fn expire_after(mut self, expire_after: Duration) -> Self {
         self.expire_after = expire_after;
         self

@@ -52,6 +52,7 @@ impl DeadLetterPolicy {
 
     /// The dead-letter topic (default `{topic}-{subscription}-DLQ`, the consumer's full topic
     /// name, not a partition's).
+    #[must_use]
     pub fn dead_letter_topic(mut self, topic: impl Into<String>) -> Self {
         self.dead_letter_topic = Some(topic.into());
         self
@@ -68,6 +69,7 @@ impl DeadLetterPolicy {
 
     /// A subscription created on the dead-letter topic before its first message is
     /// published, so that the dead letters are kept until someone reads them.
+    #[must_use]
     pub fn initial_subscription_name(mut self, name: impl Into<String>) -> Self {
         self.initial_subscription_name = Some(name.into());
         self

@@ -99,6 +99,7 @@ impl KeySharedPolicy {
     /// Lets the broker deliver a key to a consumer it has just moved to before the previous
     /// consumer acknowledged that key's earlier messages (`allowOutOfOrderDelivery`, default
     /// false): faster rebalancing, no per-key order across the move.
+    #[must_use]
     pub fn allow_out_of_order_delivery(mut self, allow: bool) -> Self {
         self.allow_out_of_order_delivery = allow;
         self

@@ -12,6 +12,7 @@ use crate::Error;
 
 /// The subscription type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum SubType {
     /// One consumer at a time.
     #[default]
@@ -100,12 +101,14 @@ impl Default for ConsumerOptions {
 
 impl ConsumerOptions {
     /// The subscription type (default Exclusive).
+    #[must_use]
     pub fn sub_type(mut self, sub_type: SubType) -> Self {
         self.sub_type = sub_type;
         self
     }
 
     /// Where a new subscription starts (default Latest).
+    #[must_use]
     pub fn initial_position(mut self, position: InitialPosition) -> Self {
         self.initial_position = position;
         self
@@ -113,12 +116,14 @@ impl ConsumerOptions {
 
     /// The flow permits granted per partition (default 1,000, at most
     /// [`MAX_RECEIVER_QUEUE_SIZE`]); refilled when half are used.
+    #[must_use]
     pub fn receiver_queue_size(mut self, size: u32) -> Self {
         self.receiver_queue_size = size;
         self
     }
 
     /// The consumer's name.
+    #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -126,12 +131,14 @@ impl ConsumerOptions {
 
     /// How long acks are grouped before they are sent (default 100 ms; zero sends each ack at
     /// once).
+    #[must_use]
     pub fn ack_group_time(mut self, time: Duration) -> Self {
         self.ack_group_time = time;
         self
     }
 
     /// The most ids in one `CommandAck` (default 1,000).
+    #[must_use]
     pub fn ack_group_max(mut self, max: usize) -> Self {
         self.ack_group_max = max;
         self
@@ -140,6 +147,7 @@ impl ConsumerOptions {
     /// What acks of partly acknowledged batches send (default: the accumulated set, which
     /// needs the broker's batch-index acknowledgement; [`PartialBatches::HoldUntilComplete`]
     /// for brokers without it).
+    #[must_use]
     pub fn partial_batches(mut self, mode: PartialBatches) -> Self {
         self.partial_batches = mode;
         self
@@ -147,6 +155,7 @@ impl ConsumerOptions {
 
     /// Asks the broker to confirm each ack frame (`request_id` → `ACK_RESPONSE`); its answer
     /// reaches [`Consumer::ack_and_wait`](crate::Consumer::ack_and_wait).
+    #[must_use]
     pub fn ack_receipts(mut self, receipts: bool) -> Self {
         self.ack_receipts = receipts;
         self
@@ -160,6 +169,7 @@ impl ConsumerOptions {
     /// [`ConsumerStats::undecodable`](crate::ConsumerStats::undecodable). Producers (the Java
     /// client's and this crate's) check only the compressed size against `max_message_size`,
     /// so raise this to read highly compressible payloads that are larger uncompressed.
+    #[must_use]
     pub fn max_uncompressed_size(mut self, bytes: usize) -> Self {
         self.max_uncompressed_size = Some(bytes);
         self
@@ -171,6 +181,7 @@ impl ConsumerOptions {
     /// `redelivery_count` of at least the policy's maximum are published there (an
     /// undecodable entry with its payload as stored and [`UNDECODABLE_REASON`](crate::UNDECODABLE_REASON)) and
     /// acknowledged once the broker stored them.
+    #[must_use]
     pub fn dead_letter(mut self, policy: DeadLetterPolicy) -> Self {
         self.dead_letter = Some(policy);
         self
@@ -180,6 +191,7 @@ impl ConsumerOptions {
     /// `KeySharedMeta` of `SUBSCRIBE` (default [`KeySharedPolicy::auto_split`], which a
     /// Key_Shared consumer sends when this is not set). Sticky ranges are checked when the
     /// consumer subscribes.
+    #[must_use]
     pub fn key_shared_policy(mut self, policy: KeySharedPolicy) -> Self {
         self.key_shared = Some(policy);
         self
@@ -191,6 +203,7 @@ impl ConsumerOptions {
     /// [`crate::Client::subscribe`]). Payloads are delivered as stored, with their
     /// [`crate::Message::schema_version`]: [`crate::TypedConsumer`] decodes them with the
     /// schema's codec.
+    #[must_use]
     pub fn schema(mut self, schema: crate::schema::Schema) -> Self {
         self.schema = Some(schema);
         self
@@ -207,6 +220,7 @@ impl ConsumerOptions {
     /// by default 10 incomplete messages and 128 MiB per partition, each waiting at most
     /// 60 s for its next chunk). Chunked messages are reassembled and delivered as one
     /// message; one dropped by these limits is redelivered later, never acknowledged.
+    #[must_use]
     pub fn chunk_limits(mut self, limits: ChunkLimits) -> Self {
         self.chunk_limits = limits;
         self
@@ -217,6 +231,7 @@ impl ConsumerOptions {
     /// asks the broker to unblock the consumer, as this crate did before it handled them (the
     /// consumer then stalls on a 4.0.x broker). Never set it in an application.
     #[doc(hidden)]
+    #[must_use]
     pub fn legacy_committed_redeliveries(mut self, legacy: bool) -> Self {
         self.legacy_committed_redeliveries = legacy;
         self
@@ -261,6 +276,7 @@ impl ConsumerOptions {
     /// [`ConsumerStats::ack_timeouts`](crate::ConsumerStats::ack_timeouts). Applies to
     /// messages of [`Consumer::receive`](crate::Consumer::receive) (and its stream and
     /// batches); a priority consumer refuses it.
+    #[must_use]
     pub fn ack_timeout(mut self, timeout: Duration) -> Self {
         self.ack_timeout = Some(timeout);
         self
@@ -268,6 +284,7 @@ impl ConsumerOptions {
 
     /// How long a nacked message waits before it is asked for again, by its redelivery count
     /// (default none: at once; the Java client waits a minute).
+    #[must_use]
     pub fn nack_backoff(mut self, backoff: NackBackoff) -> Self {
         self.nack_backoff = Some(backoff);
         self

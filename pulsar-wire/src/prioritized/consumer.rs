@@ -72,6 +72,7 @@ impl PriorityConsumerOptions {
     /// and [`ConsumerOptions::partitions_refresh`] (the priority consumer re-reads the
     /// partition count itself, every [`PriorityConsumerOptions::partitions_refresh`], so that
     /// the gate learns of new partitions before their consumers start).
+    #[must_use]
     pub fn consumer(mut self, options: ConsumerOptions) -> Self {
         self.consumer = options;
         self
@@ -79,6 +80,7 @@ impl PriorityConsumerOptions {
 
     /// The gate's settings: strategy, receiver queue of the most important level, queue
     /// sizing of the others, watermarks.
+    #[must_use]
     pub fn gate(mut self, config: GateConfig) -> Self {
         self.gate = config;
         self
@@ -106,6 +108,7 @@ impl PriorityConsumerOptions {
     /// time it is due (the bound of [`Strategy::StrictAging`]). The cap follows the live
     /// strategy, also after [`PriorityConsumer::set_strategy`]; see
     /// [`PriorityConsumer::tick_period`].
+    #[must_use]
     pub fn tick(mut self, every: Duration) -> Self {
         self.tick = every.clamp(MIN_TICK, MAX_TICK);
         self
@@ -282,7 +285,7 @@ impl PriorityConsumer {
         let mut gate = Gate::new(options.policy, options.layout, partitions, options.gate)?;
         // The first event starts the gate's cold start: lower levels are subscribed paused.
         gate.tick(super::clock::now(), &mut ::mq_priority::NoControl);
-        let fallback = gate.config().receiver_queue_size;
+        let fallback = gate.config().receiver_queue_size();
         let consumer = {
             let gate = &gate;
             let sizing = move |p: u32| {
@@ -678,7 +681,7 @@ impl Inner {
 
     /// The maintenance task's tick period for the live strategy.
     fn tick_period(&self) -> Duration {
-        tick_period(self.tick, &self.state.lock().gate.config().strategy)
+        tick_period(self.tick, self.state.lock().gate.config().strategy())
     }
 
     fn tick(&self) {
@@ -699,7 +702,7 @@ impl Inner {
             let state = self.state.lock();
             (
                 state.gate.partitions(),
-                state.gate.config().growth_hold.is_some(),
+                state.gate.config().growth_hold().is_some(),
             )
         };
         // Under the growth hold, where each old partition ends now is its drain point.
@@ -752,7 +755,7 @@ impl Inner {
             let size = state
                 .gate
                 .suggested_queue_size(p)
-                .unwrap_or(state.gate.config().receiver_queue_size);
+                .unwrap_or(state.gate.config().receiver_queue_size());
             (size, state.gate.is_paused(p).unwrap_or(false))
         };
         let sizing: QueueSizing<'_> = &sizing;
@@ -913,10 +916,7 @@ mod tests {
     #[test]
     fn gate_settings_and_layout_are_refused_before_any_request() {
         // A growth hold the gate could not add to an instant (it panicked the refresh task).
-        let gate = GateConfig {
-            growth_hold: Some(Duration::MAX),
-            ..GateConfig::default()
-        };
+        let gate = GateConfig::default().with_growth_hold(Some(Duration::MAX));
         assert!(matches!(
             options().gate(gate).validate(),
             Err(Error::Priority(
@@ -924,12 +924,10 @@ mod tests {
             ))
         ));
         // min_queue_size above the receiver queue (it was capped silently).
-        let gate = GateConfig {
-            receiver_queue_size: 20,
-            min_queue_size: 50,
-            queue_sizing: QueueSizing::Halving,
-            ..GateConfig::default()
-        };
+        let gate = GateConfig::default()
+            .with_receiver_queue_size(20)
+            .with_min_queue_size(50)
+            .with_queue_sizing(QueueSizing::Halving);
         match options().gate(gate).validate() {
             Err(error @ Error::Priority(mq_priority::Error::InvalidQueueSize { .. })) => {
                 let text = error.to_string();

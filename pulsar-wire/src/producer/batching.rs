@@ -49,6 +49,7 @@ impl Default for BatchingOptions {
 
 impl BatchingOptions {
     /// The most messages in one batch (default 1,000; at most [`crate::MAX_BATCH_MESSAGES`]).
+    #[must_use]
     pub fn max_messages(mut self, max_messages: usize) -> Self {
         self.max_messages = max_messages;
         self
@@ -57,12 +58,14 @@ impl BatchingOptions {
     /// A batch is sealed before a message would take it beyond this many bytes (default
     /// 128 KiB; capped at half the broker's largest message). A soft limit: a message
     /// arriving while a batch is sealed for its delay may still join it.
+    #[must_use]
     pub fn max_bytes(mut self, max_bytes: usize) -> Self {
         self.max_bytes = max_bytes;
         self
     }
 
     /// The longest a message waits for its batch to fill (default 1 ms).
+    #[must_use]
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.max_delay = max_delay;
         self
@@ -79,6 +82,7 @@ impl BatchingOptions {
     /// consumer of the `NONE_KEY` hash, whichever consumer owns their own keys — a key then
     /// reaches two consumers and its order is lost. A key's messages keep their order; the
     /// sequence ids on the wire keep growing across keys.
+    #[must_use]
     pub fn key_based(mut self, key_based: bool) -> Self {
         self.key_based = key_based;
         self

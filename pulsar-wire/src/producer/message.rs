@@ -30,6 +30,7 @@ impl OutgoingMessage {
 
     /// Its key (`partition_key`): routes it on a partitioned topic and groups it on a
     /// Key_Shared subscription (unless it has an ordering key).
+    #[must_use]
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
@@ -38,18 +39,21 @@ impl OutgoingMessage {
     /// Its ordering key (`ordering_key`): on a Key_Shared subscription it decides the
     /// consumer instead of the partition key, and key-based batching groups by it
     /// ([`BatchingOptions::key_based`](crate::BatchingOptions::key_based)). It does not route between partitions.
+    #[must_use]
     pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
         self.ordering_key = Some(key.into());
         self
     }
 
     /// Adds a property.
+    #[must_use]
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.push((key.into(), value.into()));
         self
     }
 
     /// Its event time, in milliseconds since the epoch.
+    #[must_use]
     pub fn event_time(mut self, millis: u64) -> Self {
         self.event_time = Some(millis);
         self
@@ -58,6 +62,7 @@ impl OutgoingMessage {
     /// Delivers it no earlier than `delay` from now (the Java client's `deliverAfter`): the
     /// time is taken now, from this machine's clock, and sent as [`OutgoingMessage::deliver_at`]
     /// sends it.
+    #[must_use]
     pub fn deliver_after(self, delay: Duration) -> Self {
         match SystemTime::now().checked_add(delay) {
             Some(at) => self.deliver_at(at),
@@ -84,6 +89,7 @@ impl OutgoingMessage {
     /// longer delay ([`Producer::send`](crate::Producer::send) fails with its error). A time
     /// before 1970 or beyond what the protocol's 64-bit milliseconds hold makes the send fail
     /// with [`Error::Invalid`](crate::Error::Invalid).
+    #[must_use]
     pub fn deliver_at(mut self, time: SystemTime) -> Self {
         let millis = time
             .duration_since(UNIX_EPOCH)

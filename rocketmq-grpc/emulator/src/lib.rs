@@ -134,6 +134,7 @@
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(clippy::return_self_not_must_use)]
 
 mod auth;
 mod clock;
@@ -494,6 +495,7 @@ impl EmulatorBuilder {
     /// Whether `Heartbeat` requires the client to have announced its settings on the telemetry
     /// stream first (default `true`, as the real proxy answers `UNRECOGNIZED_CLIENT_TYPE` "cannot
     /// find client settings for this client"; seen against RocketMQ 5.3.3).
+    #[must_use]
     pub fn require_client_settings(mut self, on: bool) -> Self {
         self.config.require_client_settings = on;
         self
@@ -855,6 +857,7 @@ pub struct Emulator {
 
 impl Emulator {
     /// A builder with the proxy's defaults.
+    #[must_use]
     pub fn builder() -> EmulatorBuilder {
         EmulatorBuilder::new()
     }

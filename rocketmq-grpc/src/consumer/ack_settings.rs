@@ -78,18 +78,21 @@ impl AckSettings {
     }
 
     /// The most entries in one request (default 1,024).
+    #[must_use]
     pub fn max_items(mut self, max_items: usize) -> Self {
         self.max_items = max_items;
         self
     }
 
     /// The longest an ack waits for its batch (default 5 s).
+    #[must_use]
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.max_delay = max_delay;
         self
     }
 
     /// Messages consumed later than this after receipt are acknowledged at once (default 25 s).
+    #[must_use]
     pub fn late_after(mut self, late_after: Duration) -> Self {
         self.late_after = late_after;
         self
@@ -97,6 +100,7 @@ impl AckSettings {
 
     /// How long before a receipt handle's invisibility ends its batch is flushed at the latest
     /// (default 1 s).
+    #[must_use]
     pub fn deadline_margin(mut self, margin: Duration) -> Self {
         self.deadline_margin = margin;
         self
@@ -151,6 +155,7 @@ impl AckSettings {
     /// let acks = AckSettings::default().follow_deadlines(Duration::from_secs(25));
     /// # let _ = acks;
     /// ```
+    #[must_use]
     pub fn follow_deadlines(mut self, max_delay: Duration) -> Self {
         self.max_delay = max_delay;
         self.follow_deadlines = true;
@@ -161,18 +166,21 @@ impl AckSettings {
     /// retry of the same message waits twice as long, up to
     /// [`max_retry_backoff`](Self::max_retry_backoff), with jitter; retries stop at the
     /// receipt handle's deadline.
+    #[must_use]
     pub fn retry_backoff(mut self, backoff: Duration) -> Self {
         self.retry_backoff = backoff;
         self
     }
 
     /// The longest wait between two retries of one ack or nack (default 5 s).
+    #[must_use]
     pub fn max_retry_backoff(mut self, backoff: Duration) -> Self {
         self.max_retry_backoff = backoff;
         self
     }
 
     /// An observer that sees every ack with its own result (not the batch's top-level code).
+    #[must_use]
     pub fn observer(mut self, observer: AckObserver) -> Self {
         self.observer = Some(observer);
         self

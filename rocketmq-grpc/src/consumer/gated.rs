@@ -59,11 +59,13 @@ pub(super) fn invalid(error: &mq_priority::Error) -> Error {
 
 /// `config` with its receiver queue size at most `concurrency` (what a level of a push
 /// consumer can hold at most) and its smallest halved queue at most that.
-pub(super) fn fit_to_concurrency(mut config: GateConfig, concurrency: usize) -> GateConfig {
+pub(super) fn fit_to_concurrency(config: GateConfig, concurrency: usize) -> GateConfig {
     let most = u32::try_from(concurrency).unwrap_or(u32::MAX).max(1);
-    config.receiver_queue_size = config.receiver_queue_size.min(most);
-    config.min_queue_size = config.min_queue_size.min(config.receiver_queue_size);
+    let receiver_queue_size = config.receiver_queue_size().min(most);
+    let min_queue_size = config.min_queue_size().min(receiver_queue_size);
     config
+        .with_receiver_queue_size(receiver_queue_size)
+        .with_min_queue_size(min_queue_size)
 }
 
 /// A gate over the topics of `topics`, partition `k` being its `k`-th topic (`None` for one
@@ -196,13 +198,11 @@ mod tests {
             .level_topics(["a", "b", "c"])
             .build()
             .unwrap();
-        let config = GateConfig {
-            strategy,
-            receiver_queue_size: 8,
-            min_queue_size: 2,
-            cold_start: None,
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default()
+            .with_strategy(strategy)
+            .with_receiver_queue_size(8)
+            .with_min_queue_size(2)
+            .with_cold_start(None);
         PushGate::new(topics, config).unwrap().unwrap()
     }
 
@@ -283,10 +283,7 @@ mod tests {
             .level_topics(["a", "b"])
             .build()
             .unwrap();
-        let bad = GateConfig {
-            high_watermark: 2.0,
-            ..GateConfig::default()
-        };
+        let bad = GateConfig::default().with_high_watermark(2.0);
         assert!(matches!(
             PushGate::new(topics, bad),
             Err(Error::InvalidConfig {
@@ -302,13 +299,11 @@ mod tests {
             .native_tiers([("top", 1), ("rest", 7)])
             .build()
             .unwrap();
-        let config = GateConfig {
-            strategy: Strategy::Strict,
-            receiver_queue_size: 8,
-            min_queue_size: 2,
-            cold_start: None,
-            ..GateConfig::default()
-        };
+        let config = GateConfig::default()
+            .with_strategy(Strategy::Strict)
+            .with_receiver_queue_size(8)
+            .with_min_queue_size(2)
+            .with_cold_start(None);
         let gate = PushGate::new(topics, config).unwrap().unwrap();
         assert_eq!(gate.partition_of("top"), Some(0));
         assert_eq!(gate.partition_of("rest"), Some(1));

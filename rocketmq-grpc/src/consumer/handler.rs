@@ -6,6 +6,7 @@ use crate::ReceivedMessage;
 
 /// What a handler decided about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConsumeResult {
     /// Processed: the message is acknowledged.
     Success,

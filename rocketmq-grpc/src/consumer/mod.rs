@@ -159,24 +159,28 @@ impl PushConsumerBuilder {
     }
 
     /// How many messages are handled at once, and held at most (default 64).
+    #[must_use]
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self
     }
 
     /// How many messages one receive asks for (default 32).
+    #[must_use]
     pub fn receive_batch_size(mut self, size: i32) -> Self {
         self.receive_batch_size = size;
         self
     }
 
     /// How long one receive waits for messages (default 20 s; the proxy clamps it to 5–20 s).
+    #[must_use]
     pub fn long_polling(mut self, timeout: Duration) -> Self {
         self.long_polling = timeout;
         self
     }
 
     /// How acks are sent (default: batched, 1,024 entries or 5 s).
+    #[must_use]
     pub fn acks(mut self, acks: AckSettings) -> Self {
         self.acks = acks;
         self
@@ -455,6 +459,7 @@ impl PushConsumer {
     }
 
     /// Starts configuring a consumer of `group` on the proxy described by `config`.
+    #[must_use]
     pub fn builder(config: ClientConfig, group: impl Into<String>) -> PushConsumerBuilder {
         PushConsumerBuilder {
             config,
@@ -681,6 +686,7 @@ pub struct LitePushConsumer {
 impl LitePushConsumer {
     /// Starts configuring a lite push consumer of `group` bound to the lite topic
     /// `bind_topic` (the parent of its lite topics).
+    #[must_use]
     pub fn builder(
         config: ClientConfig,
         group: impl Into<String>,

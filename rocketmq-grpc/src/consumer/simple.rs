@@ -188,11 +188,9 @@ impl SimpleConsumerBuilder {
     /// let topics = PriorityTopics::builder(PriorityPolicy::new(2).unwrap())
     ///     .level_topics(["jobs-high", "jobs-low"])
     ///     .build()?;
-    /// let gate = GateConfig {
-    ///     strategy: Strategy::Strict,
-    ///     receiver_queue_size: 32,
-    ///     ..GateConfig::default()
-    /// };
+    /// let gate = GateConfig::default()
+    ///     .with_strategy(Strategy::Strict)
+    ///     .with_receiver_queue_size(32);
     /// let consumer = SimpleConsumer::builder(config, "workers")
     ///     .priority(topics, gate)
     ///     .build()
@@ -741,6 +739,7 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SimpleConsumer {
     /// Starts configuring a simple consumer of `group` on the proxy described by `config`.
+    #[must_use]
     pub fn builder(config: ClientConfig, group: impl Into<String>) -> SimpleConsumerBuilder {
         SimpleConsumerBuilder {
             config,

@@ -100,6 +100,7 @@ impl PriorityTopics {
     /// assert_eq!(topics.topics(), ["jobs-high", "jobs-low"]);
     /// # Ok::<(), rocketmq_grpc::Error>(())
     /// ```
+    #[must_use]
     pub fn builder(policy: PriorityPolicy) -> PriorityTopicsBuilder {
         PriorityTopicsBuilder {
             policy,

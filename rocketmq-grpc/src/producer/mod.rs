@@ -173,6 +173,7 @@ impl Producer {
     }
 
     /// Changes the body size limit checked before sending (default 4 MiB).
+    #[must_use]
     pub fn max_body(self, bytes: usize) -> Self {
         *self.inner.max_body.lock() = bytes;
         self
@@ -192,6 +193,7 @@ impl Producer {
     /// one send (3 attempts × 3 s request timeout) and rides out connection resets, a broker
     /// stop and the route refresh after it, or a proxy restart of a few seconds; set 60 s to
     /// ride out a full proxy restart (about 30–40 s).
+    #[must_use]
     pub fn retry_window(self, window: Duration) -> Self {
         *self.inner.retry_window.lock() = window;
         self
@@ -215,6 +217,7 @@ impl Producer {
 
     /// Fixes the attempts of the retry policy (at least 1), instead of the proxy's
     /// `max_attempts` (3 by default); the back-off still comes from the proxy.
+    #[must_use]
     pub fn max_attempts(self, attempts: u32) -> Self {
         let attempts = attempts.max(1);
         *self.inner.max_attempts.lock() = Some(attempts);
@@ -226,6 +229,7 @@ impl Producer {
 
     /// Announces `topic` in the producer's settings from the start (topics are otherwise
     /// announced as they are first sent to).
+    #[must_use]
     pub fn topic(self, topic: impl Into<String>) -> Self {
         self.inner.topics.lock().insert(topic.into());
         self
@@ -237,6 +241,7 @@ impl Producer {
     /// after a crash: announce the topics with [`topic`](Self::topic) and call
     /// [`start`](Self::start) so that it is asked before it sends). Required by
     /// [`begin_transaction`](Self::begin_transaction), as in the Java client.
+    #[must_use]
     pub fn transaction_checker(self, checker: impl TransactionChecker) -> Self {
         *self.inner.checker.0.lock() = Some(Arc::new(checker));
         self

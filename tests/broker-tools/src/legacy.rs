@@ -44,12 +44,15 @@ pub async fn txn_ack_with_batch_size(
 ) -> Result<(), Error> {
     let ack = txn_ack::txn_ack(txn.id(), txn_ack::AckKind::Individual, message.position())?;
     let id = pb::MessageIdData {
-        ledger_id: ack.id.entry.ledger_id,
-        entry_id: ack.id.entry.entry_id,
-        partition: (ack.id.partition >= 0).then_some(ack.id.partition),
-        batch_index: (ack.id.batch_index >= 0).then_some(ack.id.batch_index),
+        ledger_id: ack.id.entry().ledger_id,
+        entry_id: ack.id.entry().entry_id,
+        partition: (ack.id.partition() >= 0).then_some(ack.id.partition()),
+        batch_index: (ack.id.batch_index() >= 0).then_some(ack.id.batch_index()),
         ack_set: ack.id.wire_ack_set().collect(),
-        batch_size: ack.id.batch_size.and_then(|size| i32::try_from(size).ok()),
+        batch_size: ack
+            .id
+            .batch_size()
+            .and_then(|size| i32::try_from(size).ok()),
     };
     raw_txn_ack(consumer, txn, message, id).await
 }

@@ -193,12 +193,14 @@ impl ModelConfig {
     }
 
     /// Sets `acknowledgmentAtBatchIndexLevelEnabled`.
+    #[must_use]
     pub fn with_batch_index_ack(mut self, enabled: bool) -> Self {
         self.batch_index_ack = enabled;
         self
     }
 
     /// Sets what a rejected transactional ack does.
+    #[must_use]
     pub fn with_conflict_effects(mut self, effects: ConflictEffects) -> Self {
         self.conflict_effects = effects;
         self
@@ -252,18 +254,21 @@ impl WireAck {
     }
 
     /// With these `ack_set` words.
+    #[must_use]
     pub fn with_ack_set(mut self, words: &[i64]) -> Self {
         self.ack_set = words.to_vec();
         self
     }
 
     /// With `batch_size` present.
+    #[must_use]
     pub fn with_batch_size(mut self, batch_size: i32) -> Self {
         self.batch_size = Some(batch_size);
         self
     }
 
     /// In transaction `txn`.
+    #[must_use]
     pub fn in_txn(mut self, txn: TxnId) -> Self {
         self.txn = Some(txn);
         self

@@ -20,7 +20,10 @@ fn a_batch_of_three() {
     for (index, words) in [(0, [6]), (1, [5]), (2, [3])] {
         assert_eq!(txn_words(index, 3), words, "index {index}");
         let ack = txn_ack(txn(1), AckKind::Individual, &at(1, index, 3)).unwrap();
-        assert_eq!((ack.id.batch_size, ack.id.batch_index), (Some(3), index));
+        assert_eq!(
+            (ack.id.batch_size(), ack.id.batch_index()),
+            (Some(3), index)
+        );
     }
     // The accumulated set of ordinary acks after indexes 0 and 1, then nothing at all.
     let mut tracker = AckTracker::new(PartialBatches::SendAckSet);
@@ -34,8 +37,8 @@ fn a_batch_of_three() {
         0,
         "all acknowledged: no ack_set"
     );
-    assert!(all.id.ack_set.is_none());
-    assert_eq!((all.id.batch_index, all.id.batch_size), (-1, Some(3)));
+    assert!(all.id.ack_set().is_none());
+    assert_eq!((all.id.batch_index(), all.id.batch_size()), (-1, Some(3)));
     // The same words straight from AckSet.
     let mut set = AckSet::outstanding(3).unwrap();
     set.ack(0).unwrap();

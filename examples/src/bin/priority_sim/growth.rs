@@ -132,10 +132,12 @@ impl Row {
             LayoutKind::Shares => "shares",
             LayoutKind::Explicit => "explicit",
         };
-        let strategy = match self.strategy {
+        let strategy = match &self.strategy {
             Strategy::DeliveryShares(_) => "delivery shares".to_string(),
             Strategy::StrictAging { max_wait } => format!("aging {} ms", max_wait.as_millis()),
             Strategy::Strict => "strict".to_string(),
+            // A strategy added to mq-priority later: its debug form until it gets a label.
+            other => format!("{other:?}"),
         };
         format!("{layout}, {keys}, {strategy}")
     }
@@ -285,14 +287,14 @@ pub(crate) fn run(s: &GrowthScenario, row: &Row) -> Result<GrowthReport, String>
     let (before, after) = (new_router()?, new_router()?);
     let mut consumer = match row.layout {
         Some(kind) => {
-            let config = GateConfig {
-                strategy: row.strategy.clone(),
-                receiver_queue_size: s.queue,
-                queue_sizing: QueueSizing::Halving,
-                growth_hold: matches!(row.keys, KeyOption::JumpHold | KeyOption::JumpHoldBlind)
-                    .then_some(Duration::from_secs(30)),
-                ..GateConfig::default()
-            };
+            let config = GateConfig::default()
+                .with_strategy(row.strategy.clone())
+                .with_receiver_queue_size(s.queue)
+                .with_queue_sizing(QueueSizing::Halving)
+                .with_growth_hold(
+                    matches!(row.keys, KeyOption::JumpHold | KeyOption::JumpHoldBlind)
+                        .then_some(Duration::from_secs(30)),
+                );
             let gate = Gate::new(policy()?, layout_spec(kind, s.shares, from)?, from, config)
                 .map_err(|e| e.to_string())?;
             Consumer::gated(gate, row.keys == KeyOption::JumpHold, &mut topic, start)

@@ -317,13 +317,11 @@ impl Consumer {
                 }))
             }
             Kind::Ours(strategy) | Kind::OursExplicit(strategy) => {
-                let config = GateConfig {
-                    strategy: strategy.clone(),
-                    receiver_queue_size: setup.queue,
-                    queue_sizing: QueueSizing::Halving,
-                    min_queue_size: 10,
-                    ..GateConfig::default()
-                };
+                let config = GateConfig::default()
+                    .with_strategy(strategy.clone())
+                    .with_receiver_queue_size(setup.queue)
+                    .with_queue_sizing(QueueSizing::Halving)
+                    .with_min_queue_size(10);
                 let gate = Gate::new(
                     policy(setup.levels)?,
                     layout_of(kind, setup)?,
@@ -356,7 +354,7 @@ impl Consumer {
         for p in 0..topic.partitions() {
             let queue = gate
                 .suggested_queue_size(p)
-                .unwrap_or(gate.config().receiver_queue_size);
+                .unwrap_or(gate.config().receiver_queue_size());
             if let Some(part) = topic.part(p) {
                 part.subscribe(queue);
             }

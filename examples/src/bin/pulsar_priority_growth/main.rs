@@ -240,7 +240,7 @@ fn rows(args: &Args) -> Vec<Row> {
             Some(&shares),
             RouterConfig::default().placement,
             true,
-            GateConfig::default().strategy,
+            GateConfig::default().strategy().clone(),
             format!("shares {named}, defaults + hold"),
         )
     };
@@ -451,17 +451,12 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
         ),
         Some(layout) => {
             let gate = if row.defaults {
-                GateConfig {
-                    growth_hold: Some(Duration::from_secs(60)),
-                    ..GateConfig::default()
-                }
+                GateConfig::default().with_growth_hold(Some(Duration::from_secs(60)))
             } else {
-                GateConfig {
-                    strategy: row.strategy.clone(),
-                    receiver_queue_size: QUEUE,
-                    growth_hold: row.hold.then_some(Duration::from_secs(60)),
-                    ..GateConfig::default()
-                }
+                GateConfig::default()
+                    .with_strategy(row.strategy.clone())
+                    .with_receiver_queue_size(QUEUE)
+                    .with_growth_hold(row.hold.then_some(Duration::from_secs(60)))
             };
             let options = PriorityConsumerOptions::new(policy.clone(), layout.clone())
                 .consumer(consumer_options.clone())

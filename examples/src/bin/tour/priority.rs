@@ -121,11 +121,9 @@ async fn drain(emulator: &Emulator, with_priority: bool) -> Result<Outcome, Erro
         }
     }
     let receiver = if with_priority {
-        let gate = GateConfig {
-            strategy: Strategy::Strict,
-            receiver_queue_size: QUEUE,
-            ..GateConfig::default()
-        };
+        let gate = GateConfig::default()
+            .with_strategy(Strategy::Strict)
+            .with_receiver_queue_size(QUEUE);
         let options = PriorityConsumerOptions::new(policy, layout)
             .consumer(consumer_options)
             .gate(gate);

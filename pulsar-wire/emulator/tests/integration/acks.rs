@@ -17,13 +17,13 @@ async fn batched_and_unbatched_messages_drain() {
     let batched = setup.producer("mixed", 3).await;
     let single = setup.producer("mixed", 0).await;
     let ids = send_all(&batched, 30).await;
-    assert!(ids.iter().all(|id| id.batch_size == Some(3)));
-    assert_eq!(ids[4].batch_index, 1);
+    assert!(ids.iter().all(|id| id.batch_size() == Some(3)));
+    assert_eq!(ids[4].batch_index(), 1);
     let plain = send_all(&single, 10).await;
     assert!(
         plain
             .iter()
-            .all(|id| id.batch_size.is_none() && id.batch_index == -1)
+            .all(|id| id.batch_size().is_none() && id.batch_index() == -1)
     );
 
     let messages = receive(&consumer, 40).await;
@@ -52,7 +52,7 @@ async fn single_message_batches_are_batches_and_drain() {
     let ids = send_all(&producer, 12).await;
     assert!(
         ids.iter()
-            .all(|id| id.batch_size == Some(1) && id.batch_index == 0)
+            .all(|id| id.batch_size() == Some(1) && id.batch_index() == 0)
     );
     let messages = receive(&consumer, 12).await;
     for message in &messages {
@@ -60,7 +60,7 @@ async fn single_message_batches_are_batches_and_drain() {
             message.position().is_batched(),
             "num_messages_in_batch is present"
         );
-        assert_eq!(message.id().batch_size, Some(1));
+        assert_eq!(message.id().batch_size(), Some(1));
         consumer.ack(message).await.expect("ack queued");
     }
     consumer.close().await.expect("close flushes the acks");
@@ -296,12 +296,12 @@ async fn partitioned_topics_route_by_key_and_drain() {
     let keyed = futures_util::future::join_all(keyed).await;
     for (i, id) in keyed.iter().enumerate() {
         let id = id.as_ref().expect("sent");
-        assert_eq!(id.partition as u32, key_partition(&format!("key{i}"), 3));
+        assert_eq!(id.partition() as u32, key_partition(&format!("key{i}"), 3));
     }
     let spread = send_all(&producer, 12).await;
     let mut per_partition = [0; 3];
     for id in &spread {
-        per_partition[id.partition as usize] += 1;
+        per_partition[id.partition() as usize] += 1;
     }
     assert_eq!(per_partition, [4, 4, 4], "round robin without a key");
     for message in receive(&consumer, 24).await {

@@ -55,7 +55,7 @@ async fn every_codec_batched_or_not_reaches_our_consumer_intact() {
             for id in &ids {
                 let id = id.as_ref().expect("sent");
                 assert_eq!(
-                    id.batch_size.is_some(),
+                    id.batch_size().is_some(),
                     per_batch > 0,
                     "{codec} {per_batch}"
                 );

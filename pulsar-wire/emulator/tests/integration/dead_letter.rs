@@ -57,7 +57,7 @@ async fn a_message_nacked_past_the_maximum_lands_in_the_dead_letter_topic() {
     assert_eq!(letter.property(REAL_TOPIC), Some(consumer.topic()));
     assert_eq!(
         letter.property(ORIGIN_MESSAGE_ID),
-        Some(format!("{}:{}:-1", id.ledger_id, id.entry_id).as_str())
+        Some(format!("{}:{}:-1", id.ledger_id(), id.entry_id()).as_str())
     );
     reader.ack(&letter).await.expect("ack queued");
     reader.flush_acks().await;

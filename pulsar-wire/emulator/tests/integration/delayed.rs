@@ -15,7 +15,7 @@ async fn send(producer: &Producer, payload: &str, delay: Option<Duration>) -> Op
     if let Some(delay) = delay {
         message = message.deliver_after(delay);
     }
-    producer.send(message).await.expect("sent").batch_size
+    producer.send(message).await.expect("sent").batch_size()
 }
 
 fn text(message: &Message) -> String {

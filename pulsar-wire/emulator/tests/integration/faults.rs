@@ -142,7 +142,7 @@ async fn undecodable(consumer: &Consumer) -> (MessageId, u32) {
             reason,
         })) => {
             assert!(reason.contains("checksum"), "{reason}");
-            assert_eq!((id.batch_index, id.batch_size), (-1, None), "{id}");
+            assert_eq!((id.batch_index(), id.batch_size()), (-1, None), "{id}");
             (id, redelivery_count)
         }
         other => panic!(
@@ -186,7 +186,7 @@ async fn corrupted_entries_reach_the_application_as_errors_and_are_not_acknowled
     consumer.nack_id(&second).expect("nacked");
     let messages = receive(&consumer, 3).await;
     for message in &messages {
-        assert_eq!(message.id().entry_id, second.entry_id);
+        assert_eq!(message.id().entry_id(), second.entry_id());
         assert_eq!(message.redelivery_count(), 1);
         consumer.ack(message).await.expect("ack queued");
     }

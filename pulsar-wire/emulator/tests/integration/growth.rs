@@ -43,7 +43,7 @@ async fn a_running_producer_and_consumer_follow_a_topic_grown_from_4_to_8_partit
             .expect("sent");
         tokio::time::sleep(Duration::from_millis(10)).await;
         while let Some(Ok(message)) = within(Duration::ZERO, consumer.receive()).await {
-            partitions.insert(message.id().partition);
+            partitions.insert(message.id().partition());
             received.insert(String::from_utf8_lossy(message.payload()).into_owned());
             consumer.ack(&message).await.expect("acked");
         }
@@ -53,7 +53,7 @@ async fn a_running_producer_and_consumer_follow_a_topic_grown_from_4_to_8_partit
             .await
             .unwrap_or_else(|| panic!("only {} of 400 arrived", received.len()))
             .expect("received");
-        partitions.insert(message.id().partition);
+        partitions.insert(message.id().partition());
         assert!(received.insert(String::from_utf8_lossy(message.payload()).into_owned()));
         consumer.ack(&message).await.expect("acked");
     }

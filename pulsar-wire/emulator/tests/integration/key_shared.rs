@@ -119,11 +119,11 @@ fn assert_key_shared(received: &[Vec<Message>; 2], keys: usize, per_key: usize) 
             );
             *expected += 1;
             let id = message.id();
-            if id.batch_size.is_some_and(|n| n > 1) {
+            if id.batch_size().is_some_and(|n| n > 1) {
                 batched += 1;
             }
             let first = entry_keys
-                .entry((id.ledger_id, id.entry_id))
+                .entry((id.ledger_id(), id.entry_id()))
                 .or_insert_with(|| key.clone());
             assert_eq!(*first, key, "entry {id} holds two keys");
         }
@@ -190,7 +190,7 @@ async fn batches_of_mixed_keys_all_go_to_one_consumer() {
     let mut entry_keys: HashMap<u64, HashSet<&str>> = HashMap::new();
     for message in received.iter().flatten() {
         entry_keys
-            .entry(message.id().entry_id)
+            .entry(message.id().entry_id())
             .or_default()
             .insert(message.key().unwrap_or_default());
     }
@@ -451,7 +451,7 @@ async fn concurrent_key_batches_keep_sequence_ids_in_wire_order() {
             .expect("every message arrives")
             .expect("received");
         let id = message.id();
-        by_position.insert((id.entry_id, id.batch_index), message);
+        by_position.insert((id.entry_id(), id.batch_index()), message);
     }
     let mut last_sequence = None;
     let mut next: HashMap<String, usize> = HashMap::new();

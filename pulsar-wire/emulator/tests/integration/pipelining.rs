@@ -17,7 +17,8 @@ async fn batches_in_flight_together_keep_their_order_and_ids() {
     let producer = setup.producer(TOPIC, 10).await;
     let ids = send_all(&producer, 1_000).await;
     for (index, pair) in ids.windows(2).enumerate() {
-        let position = |id: &pulsar_wire::MessageId| (id.ledger_id, id.entry_id, id.batch_index);
+        let position =
+            |id: &pulsar_wire::MessageId| (id.ledger_id(), id.entry_id(), id.batch_index());
         assert!(
             position(&pair[0]) < position(&pair[1]),
             "message {index}'s id is not before the next one's"
@@ -25,7 +26,7 @@ async fn batches_in_flight_together_keep_their_order_and_ids() {
     }
     for (index, id) in ids.iter().enumerate() {
         assert_eq!(
-            (id.batch_index, id.batch_size),
+            (id.batch_index(), id.batch_size()),
             ((index % 10) as i32, Some(10)),
             "message {index}"
         );

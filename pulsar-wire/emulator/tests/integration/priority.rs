@@ -43,11 +43,9 @@ fn layout() -> LayoutSpec {
 }
 
 fn gate() -> GateConfig {
-    GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: QUEUE,
-        ..GateConfig::default()
-    }
+    GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(QUEUE)
 }
 
 fn batching() -> BatchingOptions {
@@ -188,7 +186,7 @@ async fn high_messages_overtake_the_low_backlog_and_survive_partition_growth() {
     let mut new_partitions = HashSet::new();
     while payloads.len() < total {
         let m = next(&consumer).await;
-        let partition = m.id().partition;
+        let partition = m.id().partition();
         if is_high(&m) {
             assert_eq!(partition, 0, "a high message on a low partition");
         } else {
@@ -320,7 +318,7 @@ async fn a_redelivered_message_keeps_its_level_and_nothing_waits_for_acks() {
     let again = redelivered.expect("the nacked message came back");
     assert_eq!(again.payload(), high.payload());
     assert_eq!(again.redelivery_count(), 1);
-    assert_eq!(again.id().partition, 0);
+    assert_eq!(again.id().partition(), 0);
     let stats = consumer.gate_stats();
     assert_eq!(stats.levels[0].delivered, 2);
     assert_eq!(stats.levels[0].nacked, 1);
@@ -488,7 +486,7 @@ async fn set_strategy_changes_the_order_of_a_live_consumer() {
         .set_strategy(Strategy::DeliveryShares(vec![1, 1, 1]))
         .unwrap_err();
     assert!(matches!(error, Error::Priority(_)), "{error}");
-    assert_eq!(consumer.gate_config().strategy, Strategy::Strict);
+    assert_eq!(consumer.gate_config().strategy(), &Strategy::Strict);
     assert!(is_high(&next(&consumer).await));
 
     // Even shares: the low level is served while high messages are still buffered.
@@ -496,8 +494,8 @@ async fn set_strategy_changes_the_order_of_a_live_consumer() {
         .set_strategy(Strategy::DeliveryShares(vec![1, 1]))
         .unwrap();
     assert_eq!(
-        consumer.gate_config().strategy,
-        Strategy::DeliveryShares(vec![1, 1])
+        consumer.gate_config().strategy(),
+        &Strategy::DeliveryShares(vec![1, 1])
     );
     let order: Vec<bool> = {
         let mut order = Vec::new();
@@ -576,8 +574,8 @@ async fn follow_growth_takes_the_new_partitions_to_producer_and_consumer() {
     let mut partitions = HashSet::new();
     for _ in 0..60 {
         let m = next(&consumer).await;
-        assert_ne!(m.id().partition, 0, "a low message on the high partition");
-        partitions.insert(m.id().partition);
+        assert_ne!(m.id().partition(), 0, "a low message on the high partition");
+        partitions.insert(m.id().partition());
         consumer.ack(&m).await.unwrap();
     }
     assert!(

@@ -124,7 +124,7 @@ async fn open_across(outage: Outage, per_batch: usize) {
         .expect("sent");
     let before = receive(&consumer, 6).await;
     if per_batch == 3 {
-        let entry = |m: &Message| (m.id().ledger_id, m.id().entry_id);
+        let entry = |m: &Message| (m.id().ledger_id(), m.id().entry_id());
         assert!(before[..3].iter().all(|m| entry(m) == entry(&before[0])));
         assert_eq!(entry(&before[3]), entry(&before[4]));
         assert_ne!(entry(&before[0]), entry(&before[3]));

@@ -62,7 +62,7 @@ async fn a_message_reconsumed_past_the_maximum_lands_in_the_dead_letter_topic() 
         assert_eq!(message.property(REAL_SUBSCRIPTION), Some("sub"));
         assert_eq!(
             message.property(ORIGIN_MESSAGE_ID),
-            Some(format!("{}:{}:-1", id.ledger_id, id.entry_id).as_str())
+            Some(format!("{}:{}:-1", id.ledger_id(), id.entry_id()).as_str())
         );
     }
     consumer

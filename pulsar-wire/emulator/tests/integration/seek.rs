@@ -158,7 +158,11 @@ async fn a_seek_on_a_partitioned_topic() {
         .await;
     let all = receive(&consumer, 12).await;
     ack_all(&consumer, &all).await;
-    let on_1: Vec<MessageId> = ids.iter().copied().filter(|id| id.partition == 1).collect();
+    let on_1: Vec<MessageId> = ids
+        .iter()
+        .copied()
+        .filter(|id| id.partition() == 1)
+        .collect();
     assert!(on_1.len() >= 2, "{ids:?}");
     consumer.seek(on_1[0]).await.expect("sought");
     let again = receive(&consumer, on_1.len() - 1).await;
@@ -171,14 +175,12 @@ async fn a_seek_on_a_partitioned_topic() {
         .iter()
         .map(Message::id)
         .collect();
-    everything.sort_by_key(|id| (id.partition, id.entry_id));
+    everything.sort_by_key(|id| (id.partition(), id.entry_id()));
     let mut sent = ids.clone();
-    sent.sort_by_key(|id| (id.partition, id.entry_id));
+    sent.sort_by_key(|id| (id.partition(), id.entry_id()));
     assert_eq!(everything, sent);
-    let wrong = MessageId {
-        partition: 7,
-        ..ids[0]
-    };
+    // A partition the topic does not have.
+    let wrong = MessageId::new(ids[0].ledger_id(), ids[0].entry_id(), 7);
     assert!(matches!(
         consumer.seek(wrong).await,
         Err(Error::Invalid {
@@ -200,8 +202,8 @@ async fn the_last_message_id() {
         .expect("asked")
         .expect("some");
     assert_eq!(
-        (last.ledger_id, last.entry_id, last.batch_index),
-        (ids[9].ledger_id, ids[9].entry_id, ids[9].batch_index)
+        (last.ledger_id(), last.entry_id(), last.batch_index()),
+        (ids[9].ledger_id(), ids[9].entry_id(), ids[9].batch_index())
     );
     setup.emulator.create_topic("last-ids", 2).expect("created");
     let parted = setup.shared("last-ids", ConsumerOptions::default()).await;
@@ -241,7 +243,7 @@ async fn a_failover_standby_seeks_and_keeps_its_link() {
         };
         again.push(message.expect("received"));
     }
-    again.sort_by_key(|m| m.id().entry_id);
+    again.sort_by_key(|m| m.id().entry_id());
     assert_eq!(texts(&again), payloads(0..10));
     assert_eq!(standby.stats().reconnects, 0);
     assert_eq!(active.stats().reconnects, 1);

@@ -201,8 +201,8 @@ async fn raw_ack(consumer: &Consumer, message: &Message) {
                     consumer_id,
                     ack_type: pulsar_wire::pb::command_ack::AckType::Individual as i32,
                     message_id: vec![pulsar_wire::pb::MessageIdData {
-                        ledger_id: id.ledger_id,
-                        entry_id: id.entry_id,
+                        ledger_id: id.ledger_id(),
+                        entry_id: id.entry_id(),
                         ..Default::default()
                     }],
                     request_id: Some(request_id),
@@ -277,7 +277,7 @@ async fn transactional_sends_appear_on_commit_only() {
     let aborted = new_txn(&setup).await;
     let sends = (0..3).map(|i| producer.send_in(&aborted, OutgoingMessage::new(format!("x{i}"))));
     for id in futures_util::future::join_all(sends).await {
-        assert_eq!(id.expect("sent").batch_size, Some(3));
+        assert_eq!(id.expect("sent").batch_size(), Some(3));
     }
     aborted.abort().await.expect("aborted");
 

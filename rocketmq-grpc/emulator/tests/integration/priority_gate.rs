@@ -189,11 +189,9 @@ fn check_exactly_once(run: &Run, label: &str) {
 }
 
 fn gate(strategy: Strategy) -> GateConfig {
-    GateConfig {
-        strategy,
-        receiver_queue_size: CONCURRENCY as u32,
-        ..GateConfig::default()
-    }
+    GateConfig::default()
+        .with_strategy(strategy)
+        .with_receiver_queue_size(CONCURRENCY as u32)
 }
 
 /// One run without priority, one with level topics and no gate, and one with `strategy`:

@@ -172,15 +172,10 @@ async fn a_push_consumer_refuses_gate_settings_it_cannot_use() {
         .await
         .expect("the default gate settings start");
     defaults.close(Duration::from_secs(5)).await;
-    let watermarks = GateConfig {
-        high_watermark: 0.1,
-        low_watermark: 0.5,
-        ..GateConfig::default()
-    };
-    let no_halving_floor = GateConfig {
-        min_queue_size: 0,
-        ..GateConfig::default()
-    };
+    let watermarks = GateConfig::default()
+        .with_high_watermark(0.1)
+        .with_low_watermark(0.5);
+    let no_halving_floor = GateConfig::default().with_min_queue_size(0);
     for gate in [watermarks, no_halving_floor] {
         let started = PushConsumer::builder(support::config(&emulator), GROUP)
             .concurrency(64)
@@ -259,12 +254,10 @@ async fn a_push_consumer_of_native_tiers_gates_the_tiers_and_the_broker_orders_e
     let order = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&order);
     let levels = topics.clone();
-    let gate = GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: 4,
-        min_queue_size: 2,
-        ..GateConfig::default()
-    };
+    let gate = GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(4)
+        .with_min_queue_size(2);
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .concurrency(2)
         .receive_batch_size(1)
@@ -323,11 +316,9 @@ async fn a_nacked_message_comes_back_on_its_level() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let attempts = Arc::clone(&seen);
     let levels = topics.clone();
-    let gate = GateConfig {
-        receiver_queue_size: 8,
-        min_queue_size: 2,
-        ..GateConfig::default()
-    };
+    let gate = GateConfig::default()
+        .with_receiver_queue_size(8)
+        .with_min_queue_size(2);
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .concurrency(8)
         .priority(topics, gate)
@@ -385,11 +376,9 @@ async fn a_simple_consumer_receives_the_most_important_level_first() {
         .level_topics(LEVELS)
         .build()
         .unwrap();
-    let gate = GateConfig {
-        strategy: Strategy::Strict,
-        receiver_queue_size: 32,
-        ..GateConfig::default()
-    };
+    let gate = GateConfig::default()
+        .with_strategy(Strategy::Strict)
+        .with_receiver_queue_size(32);
     let consumer = SimpleConsumer::builder(support::config(&emulator), GROUP)
         .await_duration(Duration::from_secs(5))
         .priority(topics.clone(), gate)
