@@ -389,7 +389,10 @@ mod tests {
                 .expect("connected");
             let started = tokio::time::Instant::now();
             let error = client.lookup("never").await.expect_err("still not ready");
-            assert_eq!(error.server_error(), Some(pb::ServerError::ServiceNotReady));
+            assert_eq!(
+                error.server_error(),
+                Some(crate::ServerError::ServiceNotReady)
+            );
             assert!(
                 started.elapsed() < Duration::from_secs(2),
                 "{:?}",

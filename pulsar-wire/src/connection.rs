@@ -1682,7 +1682,10 @@ mod auth_tests {
         assert!(text.contains(&address), "{text}");
         assert!(text.contains("Failed to authenticate"), "{text}");
         assert!(text.contains("check the token"), "{text}");
-        assert_eq!(error.server_error(), Some(ServerError::AuthenticationError));
+        assert_eq!(
+            error.server_error(),
+            Some(crate::ServerError::AuthenticationError)
+        );
         assert!(!error.is_retryable());
     }
 

@@ -278,11 +278,11 @@ impl From<std::io::Error> for Error {
 impl Error {
     /// The broker's error code, for [`Error::Server`] (and `AuthenticationError` for
     /// [`Error::Authentication`]).
-    pub fn server_error(&self) -> Option<ServerError> {
+    pub fn server_error(&self) -> Option<crate::ServerError> {
         match self {
-            Self::Server { code, .. } => ServerError::try_from(*code).ok(),
-            Self::Authentication { .. } => Some(ServerError::AuthenticationError),
-            Self::IncompatibleSchema { .. } => Some(ServerError::IncompatibleSchema),
+            Self::Server { code, .. } => crate::ServerError::from_number(*code),
+            Self::Authentication { .. } => Some(crate::ServerError::AuthenticationError),
+            Self::IncompatibleSchema { .. } => Some(crate::ServerError::IncompatibleSchema),
             _ => None,
         }
     }

@@ -444,6 +444,7 @@ mod producer;
 mod reader;
 mod receiving;
 pub mod schema;
+mod server_error;
 mod tls;
 mod txn;
 mod typed;
@@ -480,9 +481,6 @@ pub use link::{LinkState, LinkStates};
 pub use pattern::{
     DEFAULT_DISCOVERY_INTERVAL, MIN_DISCOVERY_INTERVAL, PatternConsumer, PatternOptions, TopicsMode,
 };
-/// The broker's error codes (`pulsar.proto`'s `ServerError`), as [`Error::server_error`] gives
-/// them: a plain enum with `as_str_name` (the protocol's name) and `TryFrom<i32>`.
-pub use pb::ServerError;
 pub use pool::{partition_topic, topic_name};
 pub use producer::{
     BatchingOptions, DEFAULT_PARTITIONS_REFRESH, DEFAULT_SEND_TIMEOUT, MAX_PARTITIONS_REFRESH,
@@ -498,6 +496,7 @@ pub use schema::JsonSchema;
 #[cfg(feature = "protobuf")]
 pub use schema::ProtobufSchema;
 pub use schema::{Schema, SchemaBuilder, SchemaCodec, SchemaKind};
+pub use server_error::ServerError;
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};
 pub use typed::{TypedConsumer, TypedMessage, TypedProducer};

@@ -164,7 +164,7 @@ impl TransactionCoordinator {
                 .request(operation, &build)
                 .await;
             let moved = matches!(&answer, Err(error)
-                if error.server_error() == Some(ServerError::TransactionCoordinatorNotFound));
+                if error.server_error() == Some(crate::ServerError::TransactionCoordinatorNotFound));
             let lost = resend && matches!(&answer, Err(Error::ConnectionLost { .. }));
             if !(moved || lost) {
                 return answer;
@@ -847,7 +847,7 @@ mod tests {
             .expect_err("never found");
         assert_eq!(
             error.server_error(),
-            Some(ServerError::TransactionCoordinatorNotFound),
+            Some(crate::ServerError::TransactionCoordinatorNotFound),
             "{error}"
         );
         assert!(counts.new_txns.load(Ordering::SeqCst) > 2);

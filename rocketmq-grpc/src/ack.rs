@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ack_batcher::{Flush, FlushResult, ItemReply, Matched};
 
-use crate::pb::{self, Code};
+use crate::pb;
 use crate::{Endpoint, Error, Session};
 
 /// The batching key of an ack: a request carries one topic and goes to one endpoint.
@@ -126,12 +126,13 @@ pub fn map_ack_response(
 /// route to the broker named in the handle is missing (the broker restarts), and the handle
 /// may still be valid (see [`Error::is_retryable`]).
 pub fn is_invalid_receipt_handle(error: &Error) -> bool {
-    error.code() == Some(Code::InvalidReceiptHandle) && !error.is_retryable()
+    error.code() == Some(crate::Code::InvalidReceiptHandle) && !error.is_retryable()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pb::Code;
 
     fn entry(id: &str) -> AckEntry {
         AckEntry {
@@ -238,7 +239,7 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert_eq!(refused.code(), Some(Code::TooManyRequests));
+        assert_eq!(refused.code(), Some(crate::Code::TooManyRequests));
         assert!(refused.is_retryable());
         assert!(
             refused.to_string().contains("TOO_MANY_REQUESTS"),

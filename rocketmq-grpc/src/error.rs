@@ -35,7 +35,7 @@ pub enum Error {
         rpc: &'static str,
         /// The gRPC status.
         #[source]
-        source: Arc<tonic::Status>,
+        source: RpcStatus,
     },
     /// The proxy answered with a non-OK RocketMQ status.
     #[error("{rpc} was refused by the proxy: {} ({code}): {message}", code_name(*.code))]
@@ -84,6 +84,45 @@ pub enum Error {
     },
 }
 
+/// The gRPC status of an RPC that failed below the RocketMQ protocol ([`Error::Rpc`]): the
+/// connection was refused or dropped, the deadline passed, or HTTP/2 failed. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RpcStatus(Arc<tonic::Status>);
+
+impl RpcStatus {
+    /// The gRPC status code, as the gRPC specification numbers them (`4` deadline exceeded,
+    /// `8` resource exhausted, `12` unimplemented, `14` unavailable, ...).
+    #[must_use]
+    pub fn code(&self) -> i32 {
+        self.0.code() as i32
+    }
+
+    /// The status message: what the transport or the proxy said.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        self.0.message()
+    }
+
+    /// Whether the proxy could not be reached (gRPC `UNAVAILABLE`: refused, dropped, or not
+    /// yet connected).
+    #[must_use]
+    pub fn is_unavailable(&self) -> bool {
+        self.0.code() == tonic::Code::Unavailable
+    }
+}
+
+impl std::fmt::Display for RpcStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RpcStatus {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// The name of a RocketMQ status code, or "UNKNOWN" for a value this crate does not know.
 pub(crate) fn code_name(code: i32) -> &'static str {
     Code::try_from(code).map_or("UNKNOWN", |code| code.as_str_name())
@@ -92,9 +131,9 @@ pub(crate) fn code_name(code: i32) -> &'static str {
 impl Error {
     /// The RocketMQ status code, for [`Error::Server`] (and for [`Error::SendFailed`], its
     /// last error's).
-    pub fn code(&self) -> Option<Code> {
+    pub fn code(&self) -> Option<crate::Code> {
         match self {
-            Self::Server { code, .. } => Code::try_from(*code).ok(),
+            Self::Server { code, .. } => crate::Code::from_number(*code),
             Self::SendFailed { last, .. } => last.code(),
             _ => None,
         }
@@ -132,7 +171,7 @@ impl Error {
     /// settings again first.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Rpc { source, .. } => grpc_status_is_retryable(source),
+            Self::Rpc { source, .. } => grpc_status_is_retryable(&source.0),
             Self::Unreachable { .. } => true,
             Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
             Self::InvalidConfig { .. }
@@ -153,7 +192,7 @@ impl Error {
         }
         Self::Rpc {
             rpc,
-            source: Arc::new(status),
+            source: RpcStatus(Arc::new(status)),
         }
     }
 

@@ -148,7 +148,7 @@ impl std::fmt::Display for FilterExpression {
 /// or the broker's refusal of a SQL92 filter when property filtering is off), which otherwise
 /// may not say which expression of which topic it refused.
 pub(crate) fn explain_filter_error(error: Error, topic: &str, filter: &FilterExpression) -> Error {
-    let illegal = error.code() == Some(pb::Code::IllegalFilterExpression);
+    let illegal = error.code() == Some(crate::Code::IllegalFilterExpression);
     match error {
         Error::Server { rpc, code, message } if illegal || mentions_filter(&message) => {
             let hint = match filter.kind {

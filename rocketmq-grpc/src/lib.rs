@@ -177,6 +177,7 @@
 
 mod ack;
 mod backoff;
+mod code;
 mod consumer;
 mod error;
 mod filter;
@@ -193,6 +194,7 @@ pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 /// The attribute macro for implementing [`MessageHandler`] and [`TransactionChecker`]
 /// (re-exported from `async-trait`, so that no extra dependency is needed).
 pub use async_trait::async_trait;
+pub use code::Code;
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION, LiteOffset,
     LitePushConsumer, LitePushConsumerBuilder, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES,
@@ -200,12 +202,9 @@ pub use consumer::{
     PushConsumerBuilder, SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder,
     SimpleConsumerStats,
 };
-pub use error::Error;
+pub use error::{Error, RpcStatus};
 pub use filter::{FilterExpression, FilterKind};
 pub use message::{OutgoingMessage, ReceivedMessage};
-/// The proxy's status codes (`apache.rocketmq.v2.Code`), as [`Error::code`] gives them: a
-/// plain enum with `as_str_name` (the proto's name) and `TryFrom<i32>` (its number).
-pub use pb::Code;
 pub use producer::{
     Backoff, BatchReceipt, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, SendReceipt,
     SendRetryPolicy, Transaction, TransactionChecker, TransactionResolution,

@@ -481,7 +481,7 @@ impl ClientConfig {
 pub(crate) fn is_unavailable(error: &Error) -> bool {
     match error {
         Error::Unreachable { .. } => true,
-        Error::Rpc { source, .. } => source.code() == tonic::Code::Unavailable,
+        Error::Rpc { source, .. } => source.is_unavailable(),
         _ => false,
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use broker_tools::pulsar_admin::PulsarAdmin;
-use pulsar_wire::pb::ServerError;
+use pulsar_wire::ServerError;
 use pulsar_wire::{
     BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, InitialPosition,
     OutgoingMessage, ProducerOptions, SubType, TokenProvider, async_trait,

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use integration_tests::real_pulsar::java_peer;
 use parking_lot::Mutex;
-use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::Code;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer, PushConsumer,
     ReceivedMessage, Session,

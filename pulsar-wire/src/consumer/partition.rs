@@ -999,7 +999,7 @@ impl PartitionConsumer {
                 })
                 .await;
             let not_found = matches!(&answer, Err(error)
-                if error.server_error() == Some(ServerError::ConsumerNotFound));
+                if error.server_error() == Some(crate::ServerError::ConsumerNotFound));
             if not_found && refused < 3 && self.relinked(generation).await.is_some() {
                 refused += 1;
                 continue;

@@ -29,7 +29,7 @@ pub enum Error {
     },
     /// The server stopped with a transport error. Not retryable.
     #[error("the emulator's server failed: {0}")]
-    Serve(#[source] Arc<tonic::transport::Error>),
+    Serve(#[source] Arc<dyn std::error::Error + Send + Sync>),
     /// The server task panicked or was cancelled. Not retryable.
     #[error("the emulator's server task ended abnormally: {0}")]
     Task(String),

@@ -52,7 +52,7 @@ impl Registration {
 pub(super) fn registration_lost(error: &Error) -> bool {
     match error {
         Error::Unreachable { .. } => true,
-        Error::Rpc { source, .. } => source.code() == tonic::Code::Unavailable,
+        Error::Rpc { source, .. } => source.is_unavailable(),
         Error::Server { code, message, .. } => match Code::try_from(*code) {
             Ok(
                 Code::UnrecognizedClientType | Code::TopicNotFound | Code::ConsumerGroupNotFound,

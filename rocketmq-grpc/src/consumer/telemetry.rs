@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::registration::Registration;
 use super::state::Subscription;
 use crate::backoff;
-use crate::pb::{self, ClientType, Code};
+use crate::pb::{self, ClientType};
 use crate::{Error, Session};
 
 /// Backoff of telemetry reconnection.
@@ -77,12 +77,10 @@ pub(super) fn settings_command(
 /// A connection failure at start-up is reported as an unreachable endpoint.
 pub(super) fn unreachable_if_down(session: &Session, error: Error) -> Error {
     match error {
-        Error::Rpc { source, .. } if source.code() == tonic::Code::Unavailable => {
-            Error::Unreachable {
-                endpoint: session.access_point().to_string(),
-                reason: source.message().to_owned(),
-            }
-        }
+        Error::Rpc { source, .. } if source.is_unavailable() => Error::Unreachable {
+            endpoint: session.access_point().to_string(),
+            reason: source.message().to_owned(),
+        },
         other => other,
     }
 }
@@ -224,7 +222,7 @@ pub(super) async fn notify_termination(session: &Session, group: &str) {
             if let Err(error) = Error::check(
                 "NotifyClientTermination",
                 response.get_ref().status.as_ref(),
-            ) && error.code() != Some(Code::Ok)
+            ) && error.code() != Some(crate::Code::Ok)
             {
                 tracing::debug!(%error, "NotifyClientTermination refused");
             }

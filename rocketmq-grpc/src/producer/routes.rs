@@ -202,5 +202,5 @@ async fn query_route(session: &Session, topic: &str, readable: bool) -> Result<R
 
 /// TOPIC_NOT_FOUND from the proxy.
 pub(crate) fn is_topic_not_found(error: &Error) -> bool {
-    error.code() == Some(crate::pb::Code::TopicNotFound)
+    error.code() == Some(crate::Code::TopicNotFound)
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pulsar_wire::pb::ServerError;
+use pulsar_wire::ServerError;
 use pulsar_wire::{
     BatchingOptions, Client, Consumer, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
     ProducerOptions, SubType, Transaction, TransactionCoordinator,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pulsar_wire::pb::ServerError;
+use pulsar_wire::ServerError;
 use pulsar_wire::prioritized::{
     LayoutSpec, PriorityConsumer, PriorityConsumerOptions, PriorityPolicy,
 };

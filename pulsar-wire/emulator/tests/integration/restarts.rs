@@ -28,7 +28,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use pulsar_wire::pb::ServerError;
+use pulsar_wire::ServerError;
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, MessageId, OutgoingMessage, Producer, Transaction,
     TxnState,

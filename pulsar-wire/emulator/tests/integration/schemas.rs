@@ -2,7 +2,7 @@
 //! `PRODUCER_SUCCESS` carried by every message, refusals of another schema type, undecodable
 //! payloads reported with their id, and bad schemas refused before anything is sent.
 
-use pulsar_wire::pb::ServerError;
+use pulsar_wire::ServerError;
 use pulsar_wire::{
     AvroSchema, ConsumerOptions, Error, InitialPosition, JsonSchema, OutgoingMessage,
     ProducerOptions, ProtobufSchema, Schema, SchemaKind, SubType, TypedConsumer,

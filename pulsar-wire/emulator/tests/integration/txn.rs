@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use pulsar_wire::pb::ServerError;
+use pulsar_wire::ServerError;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, OutgoingMessage, Transaction, TxnState,

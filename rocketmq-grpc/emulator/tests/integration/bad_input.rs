@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::Code;
 use rocketmq_grpc::{
     ClientConfig, Credentials, Error, OutgoingMessage, Producer, PushConsumer, Session,
 };
@@ -36,7 +36,7 @@ async fn wrong_credentials_unknown_topic_and_unknown_group_are_refused() {
     let good = || support::config(&emulator).credentials(Credentials::new("ak", "sk"));
     let refused = |error: Error, code: Code| {
         assert_eq!(error.code(), Some(code), "{error:?}");
-        assert!(error.to_string().contains(code.as_str_name()), "{error}");
+        assert!(error.to_string().contains(code.name()), "{error}");
     };
     let wrong = support::config(&emulator).credentials(Credentials::new("ak", "not-the-secret"));
     let error = PushConsumer::builder(wrong, GROUP)

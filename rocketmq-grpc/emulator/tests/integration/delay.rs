@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::Code;
 use rocketmq_grpc::{Error, OutgoingMessage, Producer, ReceivedMessage, Session, SimpleConsumer};
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::time::Instant;

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::Code;
 use rocketmq_grpc::{
     Error, FilterExpression, OutgoingMessage, Producer, ReceivedMessage, Session, SimpleConsumer,
 };

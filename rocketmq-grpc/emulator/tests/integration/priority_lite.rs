@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::Code;
 use rocketmq_grpc::{
     ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer, PushConsumer,
     ReceivedMessage, Session, SimpleConsumer,

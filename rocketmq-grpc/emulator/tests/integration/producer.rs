@@ -141,7 +141,11 @@ async fn terminal_codes_are_not_retried() {
         let calls = emulator.send_log().len() - before;
         if terminal {
             let error = result.expect_err("a terminal code fails the send");
-            assert_eq!(error.code(), Some(code), "{error}");
+            assert_eq!(
+                error.code(),
+                rocketmq_grpc::Code::from_number(code as i32),
+                "{error}"
+            );
             assert_eq!(calls, 1, "{code:?} is not retried");
         } else {
             result.expect("a retryable code is retried");

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketmq_grpc::pb::Code;
+use rocketmq_grpc::Code;
 use rocketmq_grpc::{AckSettings, Error, ReceivedMessage, SimpleConsumer};
 
 use crate::support::{self, GROUP};
