@@ -12,7 +12,8 @@ macro_rules! server_errors {
         ///
         /// [`ServerError::number`] is the protocol's number, [`ServerError::name`] its name;
         /// [`Error::is_retryable`] says which are retried. Non-exhaustive: later versions of
-        /// the protocol add codes.
+        /// the protocol add codes. Each variant's discriminant is its number too
+        /// (`ServerError::TopicNotFound as i32` is `11`).
         ///
         /// [`Error::server_error`]: crate::Error::server_error
         /// [`Error::is_retryable`]: crate::Error::is_retryable
@@ -21,7 +22,7 @@ macro_rules! server_errors {
         pub enum ServerError {
             $(
                 #[doc = concat!("`", stringify!($name), "` (see [`ServerError::number`]).")]
-                $name,
+                $name = pb::ServerError::$name as isize,
             )*
         }
 
@@ -113,6 +114,7 @@ mod tests {
         }
         assert_eq!(known, 26);
         assert_eq!(ServerError::TopicNotFound.number(), 11);
+        assert_eq!(ServerError::TopicNotFound as i32, 11);
         assert_eq!(ServerError::TopicNotFound.to_string(), "TopicNotFound");
     }
 }

@@ -12,7 +12,8 @@ macro_rules! codes {
         /// [`Code::number`] is the protocol's number (`40013` for
         /// [`Code::InvalidReceiptHandle`]), [`Code::name`] its name
         /// (`INVALID_RECEIPT_HANDLE`); [`Error::is_retryable`] says which are retried.
-        /// Non-exhaustive: later versions of the protocol add codes.
+        /// Non-exhaustive: later versions of the protocol add codes. Each variant's
+        /// discriminant is its number too (`Code::InvalidReceiptHandle as i32` is `40013`).
         ///
         /// [`Error::code`]: crate::Error::code
         /// [`Error::is_retryable`]: crate::Error::is_retryable
@@ -21,7 +22,7 @@ macro_rules! codes {
         pub enum Code {
             $(
                 #[doc = concat!("`", stringify!($name), "` (see [`Code::name`] and [`Code::number`]).")]
-                $name,
+                $name = pb::Code::$name as isize,
             )*
         }
 
@@ -137,6 +138,7 @@ mod tests {
         }
         assert_eq!(known, 53);
         assert_eq!(Code::InvalidReceiptHandle.number(), 40_013);
+        assert_eq!(Code::InvalidReceiptHandle as i32, 40_013);
         assert_eq!(
             Code::InvalidReceiptHandle.to_string(),
             "INVALID_RECEIPT_HANDLE (40013)"
