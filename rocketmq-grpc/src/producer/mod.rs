@@ -25,6 +25,7 @@ pub use policy::{Backoff, SendRetryPolicy};
 pub use transaction::Transaction;
 
 use crate::message::new_message_id;
+use crate::metrics::{self, Blocked, Retried};
 use crate::pb;
 use crate::priority::PriorityTopics;
 use crate::session::DEFAULT_MAX_BODY;
@@ -520,8 +521,32 @@ impl Producer {
     }
 
     /// Sends `messages` (one, or a batch checked by [`send_batch`](Self::send_batch)) in one
-    /// `SendMessage` request with these ids, retrying as [`send`](Self::send) does.
+    /// `SendMessage` request with these ids, retrying as [`send`](Self::send) does; counts
+    /// the outcome in the metrics.
     async fn send_request(
+        &self,
+        messages: &[OutgoingMessage],
+        ids: &[String],
+        transactional: bool,
+    ) -> Result<Sent, Error> {
+        let started = Instant::now();
+        let result = self.send_attempts_of(messages, ids, transactional).await;
+        if let Some(first) = messages.first() {
+            match &result {
+                Ok(_) => metrics::sent(
+                    &first.topic,
+                    messages.len(),
+                    messages.iter().map(|m| m.body.len()).sum(),
+                    started.elapsed(),
+                ),
+                Err(_) => metrics::send_failed(&first.topic, messages.len()),
+            }
+        }
+        result
+    }
+
+    /// The attempts of [`send_request`](Self::send_request).
+    async fn send_attempts_of(
         &self,
         messages: &[OutgoingMessage],
         ids: &[String],
@@ -548,6 +573,9 @@ impl Producer {
         budget.first_attempt();
         loop {
             attempt += 1;
+            if attempt > 1 {
+                metrics::retries(Retried::Send, 1);
+            }
             let max_attempts = inner.policy.lock().max_attempts;
             let result = match inner.routes.get(&inner.session, &message.topic).await {
                 Ok(route) => {
@@ -626,11 +654,18 @@ impl Producer {
                 inner.policy.lock().delay(attempt),
                 policy::OUTAGE_BACKOFF_MAX,
             );
+            let held_since = Instant::now();
+            let held = |error| {
+                metrics::blocked(Blocked::RetryBudget, held_since.elapsed());
+                error
+            };
+            let mut was_held = false;
             while !budget.try_retry() {
+                was_held = true;
                 inner.retries_deferred.fetch_add(1, Ordering::Relaxed);
                 let wait = waits.next_delay();
                 if Instant::now() + wait >= window_end {
-                    return Err(give_up(error));
+                    return Err(held(give_up(error)));
                 }
                 let answered = inner.answered.notified();
                 inner.deferred.fetch_add(1, Ordering::Relaxed);
@@ -641,11 +676,14 @@ impl Producer {
                 };
                 inner.deferred.fetch_sub(1, Ordering::Relaxed);
                 match woken {
-                    None => return Err(give_up(error)),
+                    None => return Err(held(give_up(error))),
                     // The proxy answers again: this retry goes, budget or not.
                     Some(true) => break,
                     Some(false) => {}
                 }
+            }
+            if was_held {
+                metrics::blocked(Blocked::RetryBudget, held_since.elapsed());
             }
         }
     }
