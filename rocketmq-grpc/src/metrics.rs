@@ -5,8 +5,6 @@
 //! The names are shared with `pulsar-wire` (`mq_client_*`, label `client`); the README's
 //! "Metrics" section is the reference (names, labels, units, what each counts).
 
-use std::time::Duration;
-
 /// The `client` label of every metric of this crate.
 #[cfg(feature = "metrics")]
 const CLIENT: &str = "rocketmq";
@@ -75,32 +73,56 @@ fn level_label(level: u8) -> ::metrics::SharedString {
     }
 }
 
-/// `messages` (one request: a message or a batch) of `bytes` body bytes were sent to `topic`
-/// and receipted `elapsed` after the send was called (retries included).
-#[inline]
-pub(crate) fn sent(topic: &str, messages: usize, bytes: usize, elapsed: Duration) {
+/// A send being measured: its start, messages and size with the feature, nothing without.
+#[derive(Debug)]
+pub(crate) struct SendMeter {
     #[cfg(feature = "metrics")]
-    {
-        let topic = topic.to_owned();
-        ::metrics::counter!("mq_client_messages_sent_total", "client" => CLIENT, "topic" => topic.clone())
-            .increment(messages as u64);
-        ::metrics::counter!("mq_client_bytes_sent_total", "client" => CLIENT, "topic" => topic.clone())
-            .increment(bytes as u64);
-        ::metrics::histogram!("mq_client_send_duration_seconds", "client" => CLIENT, "topic" => topic)
-            .record(elapsed);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (topic, messages, bytes, elapsed);
+    started: tokio::time::Instant,
+    #[cfg(feature = "metrics")]
+    messages: usize,
+    #[cfg(feature = "metrics")]
+    bytes: usize,
 }
 
-/// A send of `messages` to `topic` failed for good (after its retries).
-#[inline]
-pub(crate) fn send_failed(topic: &str, messages: usize) {
-    #[cfg(feature = "metrics")]
-    ::metrics::counter!("mq_client_send_failures_total", "client" => CLIENT, "topic" => topic.to_owned())
-        .increment(messages as u64);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (topic, messages);
+impl SendMeter {
+    /// A send of `messages` (one request: a message or a batch) of `bytes` body bytes starts
+    /// now.
+    #[inline]
+    pub(crate) fn start(messages: usize, bytes: impl FnOnce() -> usize) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (messages, bytes);
+        Self {
+            #[cfg(feature = "metrics")]
+            started: tokio::time::Instant::now(),
+            #[cfg(feature = "metrics")]
+            messages,
+            #[cfg(feature = "metrics")]
+            bytes: bytes(),
+        }
+    }
+
+    /// The send to `topic` ended: receipted (`ok`, its latency counted from the start,
+    /// retries included) or failed for good (after its retries).
+    #[inline]
+    pub(crate) fn finish(self, topic: &str, ok: bool) {
+        #[cfg(feature = "metrics")]
+        {
+            let topic = topic.to_owned();
+            if ok {
+                ::metrics::counter!("mq_client_messages_sent_total", "client" => CLIENT, "topic" => topic.clone())
+                    .increment(self.messages as u64);
+                ::metrics::counter!("mq_client_bytes_sent_total", "client" => CLIENT, "topic" => topic.clone())
+                    .increment(self.bytes as u64);
+                ::metrics::histogram!("mq_client_send_duration_seconds", "client" => CLIENT, "topic" => topic)
+                    .record(self.started.elapsed());
+            } else {
+                ::metrics::counter!("mq_client_send_failures_total", "client" => CLIENT, "topic" => topic)
+                    .increment(self.messages as u64);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self, topic, ok);
+    }
 }
 
 /// `messages` of `topic` were received from the proxy.
@@ -157,14 +179,32 @@ pub(crate) fn reconnected(role: Role) {
     let _ = role;
 }
 
-/// A call waited `waited` for `what`.
-#[inline]
-pub(crate) fn blocked(what: Blocked, waited: Duration) {
+/// The start of a wait, for `mq_client_blocked_seconds`: nothing without the feature.
+#[derive(Debug)]
+pub(crate) struct Stopwatch {
     #[cfg(feature = "metrics")]
-    ::metrics::histogram!("mq_client_blocked_seconds", "client" => CLIENT, "reason" => what.label())
-        .record(waited);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (what, waited);
+    started: tokio::time::Instant,
+}
+
+impl Stopwatch {
+    /// A wait starts now.
+    #[inline]
+    pub(crate) fn start() -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The wait for `what` ended.
+    #[inline]
+    pub(crate) fn blocked(&self, what: Blocked) {
+        #[cfg(feature = "metrics")]
+        ::metrics::histogram!("mq_client_blocked_seconds", "client" => CLIENT, "reason" => what.label())
+            .record(self.started.elapsed());
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self, what);
+    }
 }
 
 /// The priority gate handed `messages` of `level` to the application.
@@ -205,7 +245,7 @@ pub fn describe_metrics() {
     describe_counter!(
         "mq_client_bytes_sent_total",
         Unit::Bytes,
-        "Body bytes of the messages the broker receipted"
+        "Body (payload) bytes of the messages the broker receipted"
     );
     describe_counter!(
         "mq_client_send_failures_total",

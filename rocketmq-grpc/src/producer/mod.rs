@@ -529,18 +529,12 @@ impl Producer {
         ids: &[String],
         transactional: bool,
     ) -> Result<Sent, Error> {
-        let started = Instant::now();
+        let meter = metrics::SendMeter::start(messages.len(), || {
+            messages.iter().map(|m| m.body.len()).sum()
+        });
         let result = self.send_attempts_of(messages, ids, transactional).await;
         if let Some(first) = messages.first() {
-            match &result {
-                Ok(_) => metrics::sent(
-                    &first.topic,
-                    messages.len(),
-                    messages.iter().map(|m| m.body.len()).sum(),
-                    started.elapsed(),
-                ),
-                Err(_) => metrics::send_failed(&first.topic, messages.len()),
-            }
+            meter.finish(&first.topic, result.is_ok());
         }
         result
     }
@@ -654,9 +648,9 @@ impl Producer {
                 inner.policy.lock().delay(attempt),
                 policy::OUTAGE_BACKOFF_MAX,
             );
-            let held_since = Instant::now();
+            let held_since = metrics::Stopwatch::start();
             let held = |error| {
-                metrics::blocked(Blocked::RetryBudget, held_since.elapsed());
+                held_since.blocked(Blocked::RetryBudget);
                 error
             };
             let mut was_held = false;
@@ -683,7 +677,7 @@ impl Producer {
                 }
             }
             if was_held {
-                metrics::blocked(Blocked::RetryBudget, held_since.elapsed());
+                held_since.blocked(Blocked::RetryBudget);
             }
         }
     }
