@@ -402,6 +402,22 @@
 //!   is reported as an [`Error::CodecDisabled`] naming the feature (acknowledged with a
 //!   `DecompressionError`, as every entry that cannot be read), and a producer asking for it
 //!   fails to start with that error.
+//! - `metrics` (off by default): counters and histograms through the `metrics` facade (see
+//!   "Metrics" below).
+//!
+//! # Metrics
+//! With the feature `metrics`, counters and histograms go through the
+//! [`metrics`](https://docs.rs/metrics) facade, each emitted from one crate-private module.
+//! A facade, not OpenTelemetry: with no recorder installed a call costs a lookup in the no-op
+//! recorder, the crate imposes no exporter or SDK version, and exporters exist for both
+//! Prometheus (`metrics-exporter-prometheus`) and OpenTelemetry
+//! (`metrics-exporter-opentelemetry`). Names are shared with `rocketmq-grpc`
+//! (`mq_client_messages_sent_total`, `mq_client_send_duration_seconds`, …, with
+//! `client="pulsar"`), units are in the names (seconds, bytes, counts), and labels are bounded:
+//! `topic` (the full name, a partitioned topic as one series), and small fixed sets
+//! (`operation`, `role`, `reason`, `level`); never message ids, keys, names, partitions or
+//! brokers. The README's "Metrics" section lists every metric; `describe_metrics` registers
+//! their units and help.
 //!
 //! An embedded broker on 127.0.0.1 speaking the same protocol, with the 4.0.x unacked
 //! accounting, transactions, stats and fault injection, for examples and tests, is the crate
@@ -435,6 +451,7 @@ mod consumer;
 mod error;
 mod id;
 mod link;
+mod metrics;
 mod pool;
 
 pub mod prioritized;
@@ -452,6 +469,8 @@ mod typed;
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-wire")))]
 pub mod wire;
 
+#[cfg(feature = "metrics")]
+pub use crate::metrics::describe_metrics;
 /// The attribute macro for implementing [`TokenProvider`] (re-exported from `async-trait`,
 /// so that no extra dependency is needed).
 pub use async_trait::async_trait;

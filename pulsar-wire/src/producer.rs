@@ -22,6 +22,7 @@ pub use router::{PartitionRouter, RoundRobin, key_partition};
 
 use crate::id::MessageId;
 use crate::link::LinkHub;
+use crate::metrics;
 use crate::pb;
 use crate::pool::Pool;
 use crate::schema::Schema;
@@ -570,7 +571,22 @@ impl Producer {
         sent
     }
 
-    async fn send_with(
+    /// Sends `message` (in `txn`) and counts the outcome in the metrics. Not an `async fn`:
+    /// one would keep its own copy of `message` beside the send's future (hundreds of bytes).
+    fn send_with<'a>(
+        &'a self,
+        txn: Option<&'a Transaction>,
+        message: OutgoingMessage,
+    ) -> impl Future<Output = Result<MessageId, Error>> + 'a {
+        let meter = metrics::SendMeter::start(message.payload.len());
+        // `map`, not an `async` block: awaiting the send from a block would hold it twice.
+        futures_util::FutureExt::map(self.send_unmeasured(txn, message), move |sent| {
+            meter.finish(&self.inner.topic, sent.is_ok());
+            sent
+        })
+    }
+
+    async fn send_unmeasured(
         &self,
         txn: Option<&Transaction>,
         message: OutgoingMessage,

@@ -164,11 +164,25 @@
 //! (`namespace%name`), which the 5.3.3 proxy needs: it reads neither
 //! `Resource.resource_namespace` nor the `x-mq-namespace` header, both of which are sent too.
 //!
+//! # Metrics
+//! With the feature `metrics`, counters and histograms go through the
+//! [`metrics`](https://docs.rs/metrics) facade, each emitted from one crate-private module.
+//! A facade, not OpenTelemetry: with no recorder installed a call costs a lookup in the no-op
+//! recorder, the crate imposes no exporter or SDK version, and exporters exist for both
+//! Prometheus (`metrics-exporter-prometheus`) and OpenTelemetry
+//! (`metrics-exporter-opentelemetry`). Names are shared with `pulsar-wire`
+//! (`mq_client_messages_sent_total`, `mq_client_send_duration_seconds`, …, with
+//! `client="rocketmq"`), units are in the names (seconds, bytes, counts), and labels are
+//! bounded: `topic` as the application names it, and small fixed sets (`operation`, `role`,
+//! `reason`, `level`); never message ids, keys, lite topics, queues or endpoints. The README's
+//! "Metrics" section lists every metric; `describe_metrics` registers their units and help.
+//!
 //! # Feature flags
 //! - `tls` (off by default): TLS connections to the proxy (`rustls` on `ring`,
 //!   `webpki-roots`).
 //! - `unstable-wire` (off by default): the `pb` and `wire` modules (see "Low level"), outside
 //!   the semver promise.
+//! - `metrics` (off by default): counters and histograms through the `metrics` facade.
 
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs`: every feature-gated item shows its feature.
@@ -182,6 +196,7 @@ mod consumer;
 mod error;
 mod filter;
 mod message;
+mod metrics;
 pub mod priority;
 mod producer;
 mod session;
@@ -190,6 +205,8 @@ mod tls;
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-wire")))]
 pub mod wire;
 
+#[cfg(feature = "metrics")]
+pub use crate::metrics::describe_metrics;
 pub use ack::{AckEntry, AckFlusher, AckKey, is_invalid_receipt_handle};
 /// The attribute macro for implementing [`MessageHandler`] and [`TransactionChecker`]
 /// (re-exported from `async-trait`, so that no extra dependency is needed).

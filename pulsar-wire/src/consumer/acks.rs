@@ -61,13 +61,16 @@ impl Flush<AckKey, AckId> for AckFlusher {
                 });
             })
         };
-        if self.receipts {
+        let sent = if self.receipts {
             link.connection
                 .request("ACK", |request_id| ack(Some(request_id)))
-                .await?;
+                .await
+                .map(drop)
         } else {
-            link.connection.send(ack(None))?;
-        }
+            link.connection.send(ack(None))
+        };
+        crate::metrics::acks(&consumer.topic, items.len(), sent.is_ok());
+        sent?;
         self.counters.ack_frames.fetch_add(1, Ordering::Relaxed);
         self.counters.acked_ids.fetch_add(count, Ordering::Relaxed);
         Ok(vec![ItemReply::Ok(()); items.len()])

@@ -395,6 +395,7 @@ impl PartitionConsumer {
                     Ok(mut message) => {
                         counters.chunked.fetch_add(1, Ordering::Relaxed);
                         counters.received.fetch_add(1, Ordering::Relaxed);
+                        crate::metrics::received(topic, 1);
                         message.link = *self.generation.borrow();
                         out.push(Delivery::Message(Box::new(message)));
                         return out;
@@ -491,8 +492,9 @@ impl PartitionConsumer {
     }
 
     /// Stops granting permits: the broker sends what it already has permits for, then stops.
-    pub(crate) fn pause(&self) {
-        self.permits.lock().paused = true;
+    /// Returns whether it was granting them until now.
+    pub(crate) fn pause(&self) -> bool {
+        !std::mem::replace(&mut self.permits.lock().paused, true)
     }
 
     /// Grants permits again, at once the ones withheld meanwhile when they reach the refill
@@ -743,6 +745,7 @@ impl PartitionConsumer {
             counters.flow_frames.fetch_add(1, Ordering::Relaxed);
         }
         counters.reconnects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::reconnected(crate::metrics::Role::Consumer);
         Ok(events)
     }
 
@@ -1505,6 +1508,9 @@ pub(crate) async fn pump(
         counters
             .received
             .fetch_add(u64::from(delivered), Ordering::Relaxed);
+        if delivered > 0 {
+            crate::metrics::received(&consumer.topic, delivered as usize);
+        }
         for message in messages {
             if deliveries
                 .send(Delivery::Message(Box::new(message)))

@@ -175,6 +175,8 @@ pub struct PriorityConsumer {
 #[derive(Debug)]
 struct Inner {
     consumer: Consumer,
+    /// The level of each partition of the gate, for the metrics.
+    levels: Levels,
     state: Mutex<State>,
     /// Signalled when something arrives (a message, an error, the end), or when the
     /// decisions may have changed (a new strategy).
@@ -235,16 +237,43 @@ impl State {
     }
 }
 
+/// Per partition, its level as the metrics name it, beside the gate: a pause names the level
+/// while the gate, which knows it, is borrowed by the call that paused.
+#[derive(Debug, Default)]
+struct Levels(parking_lot::RwLock<Vec<Option<u8>>>);
+
+impl Levels {
+    /// Takes the levels of every partition of `gate` (after its partition count changed).
+    fn update(&self, gate: &Gate) {
+        *self.0.write() = (0..gate.partitions())
+            .map(|p| gate.level_of(p).map(|level| level.get()))
+            .collect();
+    }
+
+    fn get(&self, partition: u32) -> Option<u8> {
+        self.0.read().get(partition as usize).copied().flatten()
+    }
+}
+
 /// Pauses and resumes partitions by withholding and granting their `FLOW` permits.
 struct Permits<'a> {
     consumer: &'a Consumer,
+    levels: &'a Levels,
+}
+
+impl<'a> Permits<'a> {
+    fn new(consumer: &'a Consumer, levels: &'a Levels) -> Self {
+        Self { consumer, levels }
+    }
 }
 
 impl PartitionControl for Permits<'_> {
     fn pause(&mut self, partition: u32) {
         // A partition not subscribed yet starts in the gate's state when it is.
-        if let Some(p) = self.consumer.partition_at(partition as usize) {
-            p.pause();
+        if let Some(p) = self.consumer.partition_at(partition as usize)
+            && p.pause()
+        {
+            crate::metrics::priority_held(self.levels.get(partition));
         }
     }
 
@@ -283,6 +312,8 @@ impl PriorityConsumer {
             });
         }
         let mut gate = Gate::new(options.policy, options.layout, partitions, options.gate)?;
+        let levels = Levels::default();
+        levels.update(&gate);
         // The first event starts the gate's cold start: lower levels are subscribed paused.
         gate.tick(super::clock::now(), &mut ::mq_priority::NoControl);
         let fallback = gate.config().receiver_queue_size();
@@ -308,18 +339,15 @@ impl PriorityConsumer {
         // The topic may have grown between the two reads of its partition count.
         let subscribed = consumer.partitions() as u32;
         if subscribed > gate.partitions() {
-            let mut control = Permits {
-                consumer: &consumer,
-            };
+            let mut control = Permits::new(&consumer, &levels);
             gate.set_partitions(subscribed, super::clock::now(), &mut control)?;
+            levels.update(&gate);
         }
         // The cold start need not wait for partitions above the lowest level that have
         // nothing to read.
         let lowest = gate.policy().lowest();
         let ends = end_positions(&consumer, 0..gate.partitions()).await;
-        let mut control = Permits {
-            consumer: &consumer,
-        };
+        let mut control = Permits::new(&consumer, &levels);
         for (p, end) in (0..gate.partitions()).zip(ends) {
             match end {
                 Ok(end) if !end.readable && gate.level_of(p) != Some(lowest) => {
@@ -342,6 +370,7 @@ impl PriorityConsumer {
         };
         let inner = Arc::new(Inner {
             consumer,
+            levels,
             state: Mutex::new(state),
             arrived: Notify::new(),
             closed: AtomicBool::new(false),
@@ -497,9 +526,7 @@ impl PriorityConsumer {
     pub fn set_strategy(&self, strategy: Strategy) -> Result<(), Error> {
         {
             let mut state = self.inner.state.lock();
-            let mut control = Permits {
-                consumer: &self.inner.consumer,
-            };
+            let mut control = Permits::new(&self.inner.consumer, &self.inner.levels);
             state
                 .gate
                 .set_strategy(strategy, super::clock::now(), &mut control)?;
@@ -593,9 +620,7 @@ impl Inner {
             return Some(Ok(message));
         }
         let now = super::clock::now();
-        let mut control = Permits {
-            consumer: &self.consumer,
-        };
+        let mut control = Permits::new(&self.consumer, &self.levels);
         // Bounded: each round either returns or corrects one count the gate had wrong.
         for _ in 0..=state.buffers.len() {
             let Some(partition) = state.gate.next_partition(now) else {
@@ -607,6 +632,10 @@ impl Inner {
                 .and_then(VecDeque::pop_front);
             let _ = state.gate.on_delivered(partition, now, &mut control);
             if let Some(message) = message {
+                crate::metrics::priority_delivered(
+                    state.gate.level_of(partition).map(|level| level.get()),
+                    1,
+                );
                 state.delivered_at(partition, &message.id(), now, &mut control);
                 if !message.handed_again
                     && let Some(p) = self.consumer.partition_at(partition as usize)
@@ -627,9 +656,7 @@ impl Inner {
         let now = super::clock::now();
         let mut state = self.state.lock();
         let state = &mut *state;
-        let mut control = Permits {
-            consumer: &self.consumer,
-        };
+        let mut control = Permits::new(&self.consumer, &self.levels);
         for delivery in deliveries {
             let message = match delivery {
                 Delivery::Message(message) => *message,
@@ -668,9 +695,7 @@ impl Inner {
         event: fn(&mut Gate, u32, std::time::Instant, &mut dyn PartitionControl),
     ) {
         let mut state = self.state.lock();
-        let mut control = Permits {
-            consumer: &self.consumer,
-        };
+        let mut control = Permits::new(&self.consumer, &self.levels);
         event(
             &mut state.gate,
             message.origin.slot as u32,
@@ -686,9 +711,7 @@ impl Inner {
 
     fn tick(&self) {
         let mut state = self.state.lock();
-        let mut control = Permits {
-            consumer: &self.consumer,
-        };
+        let mut control = Permits::new(&self.consumer, &self.levels);
         state.gate.tick(super::clock::now(), &mut control);
     }
 
@@ -715,9 +738,7 @@ impl Inner {
             let mut state = self.state.lock();
             let state = &mut *state;
             if count > state.gate.partitions() {
-                let mut control = Permits {
-                    consumer: &self.consumer,
-                };
+                let mut control = Permits::new(&self.consumer, &self.levels);
                 let now = super::clock::now();
                 match &ends {
                     Some(ends) => {
@@ -746,6 +767,7 @@ impl Inner {
                     }
                     None => state.gate.set_partitions(count, now, &mut control)?,
                 }
+                self.levels.update(&state.gate);
                 let partitions = state.gate.partitions() as usize;
                 state.buffers.resize_with(partitions, VecDeque::new);
             }
@@ -762,9 +784,7 @@ impl Inner {
         let result = self.consumer.grow_to(count, sizing).await;
         // A partition subscribed while the gate changed its state gets the current one.
         let mut state = self.state.lock();
-        let mut control = Permits {
-            consumer: &self.consumer,
-        };
+        let mut control = Permits::new(&self.consumer, &self.levels);
         state.gate.sync(&mut control);
         result
     }

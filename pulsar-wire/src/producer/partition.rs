@@ -358,6 +358,8 @@ impl PartitionProducer {
         drop(sequencer);
         self.watch(&link, ending);
         self.reconnects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::reconnected(crate::metrics::Role::Producer);
+        crate::metrics::retries(crate::metrics::Retried::Send, resent);
         tracing::debug!(topic = %self.topic, producer = %self.name, epoch, resent, "producer reconnected");
         Ok(Again::Linked)
     }

@@ -100,11 +100,14 @@ impl PendingQueue {
             Err(TryAcquireError::NoPermits) => {}
         }
         // Boxed: the wait is rare, and its timer would make every send's future larger.
+        let since = crate::metrics::Stopwatch::start();
         let waited = Box::pin(tokio::time::timeout(
             self.wait,
             Arc::clone(&self.room).acquire_owned(),
         ));
-        match waited.await {
+        let waited = waited.await;
+        since.blocked(crate::metrics::Blocked::PendingQueue);
+        match waited {
             Ok(Ok(permit)) => Ok(Slot { _permit: permit }),
             Ok(Err(_)) => Err(Error::Closed("the producer")),
             Err(_) => Err(full(Some(self.wait))),

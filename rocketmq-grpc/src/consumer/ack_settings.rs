@@ -323,19 +323,23 @@ impl Observer<AckKey, AckEntry, (), Error> for Counting {
         items: &[ItemView<'_, AckEntry, (), Error>],
     ) {
         let mut acked = 0;
+        let mut failed = 0;
         for view in items.iter().filter(|view| view.next == Next::Resolved) {
             if matches!(view.reply, ItemReply::Ok(())) {
                 acked += 1;
                 // A redelivered copy of a message whose earlier ack failed.
                 self.unacknowledged.lock().remove(&view.item.message_id);
             } else {
-                Counters::add(&self.counters.ack_failed, 1);
+                failed += 1;
                 self.unacknowledged
                     .lock()
                     .insert(view.item.message_id.clone());
             }
         }
         Counters::add(&self.counters.acked, acked);
+        Counters::add(&self.counters.ack_failed, failed);
+        let retried = items.len() - (acked + failed) as usize;
+        crate::metrics::acks(&key.topic, acked as usize, failed as usize, retried);
         if let Some(user) = &self.user {
             user.after_flush(key, batch, items);
         }

@@ -29,20 +29,36 @@ pub(super) struct PushGate {
     gate: Mutex<Gate>,
     /// Per partition (level topic): whether its loops are paused.
     paused: Vec<watch::Sender<bool>>,
+    /// Per partition: its level (the metrics' label).
+    levels: Vec<Option<u8>>,
 }
 
 /// Sets the paused flags the gate asks for.
-struct Flags<'a>(&'a [watch::Sender<bool>]);
+struct Flags<'a> {
+    paused: &'a [watch::Sender<bool>],
+    levels: &'a [Option<u8>],
+}
+
+impl<'a> Flags<'a> {
+    fn of(gate: &'a PushGate) -> Self {
+        Self {
+            paused: &gate.paused,
+            levels: &gate.levels,
+        }
+    }
+}
 
 impl PartitionControl for Flags<'_> {
     fn pause(&mut self, partition: u32) {
-        if let Some(flag) = self.0.get(partition as usize) {
-            flag.send_replace(true);
+        if let Some(flag) = self.paused.get(partition as usize)
+            && !flag.send_replace(true)
+        {
+            crate::metrics::priority_held(self.levels.get(partition as usize).copied().flatten());
         }
     }
 
     fn resume(&mut self, partition: u32) {
-        if let Some(flag) = self.0.get(partition as usize) {
+        if let Some(flag) = self.paused.get(partition as usize) {
             flag.send_replace(false);
         }
     }
@@ -101,10 +117,14 @@ impl PushGate {
         let paused = (0..gate.partitions())
             .map(|p| watch::Sender::new(gate.is_paused(p).unwrap_or(false)))
             .collect();
+        let levels = (0..gate.partitions())
+            .map(|p| gate.level_of(p).map(|level| level.get()))
+            .collect();
         Ok(Some(Self {
             topics,
             gate: Mutex::new(gate),
             paused,
+            levels,
         }))
     }
 
@@ -126,7 +146,7 @@ impl PushGate {
         let mut gate = self.gate.lock();
         for message in messages {
             let claimed = Some(self.topics.gate_level(message));
-            if let Err(error) = gate.on_arrival(partition, claimed, now, &mut Flags(&self.paused)) {
+            if let Err(error) = gate.on_arrival(partition, claimed, now, &mut Flags::of(self)) {
                 tracing::warn!(%error, partition, "the priority gate refused an arrival");
             }
         }
@@ -143,16 +163,22 @@ impl PushGate {
         } else {
             Some(0)
         };
-        let _ = gate.set_backlog(partition, backlog, now(), &mut Flags(&self.paused));
+        let _ = gate.set_backlog(partition, backlog, now(), &mut Flags::of(self));
     }
 
     /// A message of `partition` was handled: acknowledged (`acked`) or left to come back.
     pub(super) fn finished(&self, partition: u32, acked: bool) {
         let now = now();
         let mut gate = self.gate.lock();
-        let mut flags = Flags(&self.paused);
-        if let Err(error) = gate.on_delivered(partition, now, &mut flags) {
-            tracing::warn!(%error, partition, "the priority gate refused a delivery");
+        let mut flags = Flags::of(self);
+        match gate.on_delivered(partition, now, &mut flags) {
+            Ok(()) => crate::metrics::priority_delivered(
+                self.levels.get(partition as usize).copied().flatten(),
+                1,
+            ),
+            Err(error) => {
+                tracing::warn!(%error, partition, "the priority gate refused a delivery");
+            }
         }
         if acked {
             gate.on_ack(partition, now, &mut flags);
@@ -163,7 +189,7 @@ impl PushGate {
 
     /// Re-evaluates the gate's time-dependent decisions.
     pub(super) fn tick(&self) {
-        self.gate.lock().tick(now(), &mut Flags(&self.paused));
+        self.gate.lock().tick(now(), &mut Flags::of(self));
     }
 
     /// The gate's counters.

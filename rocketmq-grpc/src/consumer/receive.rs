@@ -232,6 +232,10 @@ pub(super) async fn receive(
             Some(pb::receive_message_response::Content::DeliveryTimestamp(_)) | None => {}
         }
     }
+    // One queue's messages: one topic.
+    if let Some(first) = messages.first() {
+        crate::metrics::received(&first.topic, messages.len());
+    }
     Ok(messages)
 }
 

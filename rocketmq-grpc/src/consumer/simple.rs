@@ -552,7 +552,13 @@ impl SimpleGate {
         let mut gate = self.gate.lock();
         gate.tick(gate_now(), &mut NoControl);
         let asked: Vec<(u32, usize)> = (0..gate.partitions())
-            .filter(|&p| gate.is_paused(p) != Some(true))
+            .filter(|&p| {
+                let paused = gate.is_paused(p) == Some(true);
+                if paused {
+                    crate::metrics::priority_held(gate.level_of(p).map(|level| level.get()));
+                }
+                !paused
+            })
             .filter_map(|p| Some((p, *self.subscriptions.get(p as usize)?)))
             .collect();
         if asked.is_empty() {
@@ -571,15 +577,21 @@ impl SimpleGate {
     fn received(&self, partition: u32, asked: u32, messages: &[ReceivedMessage]) {
         let now = gate_now();
         let mut gate = self.gate.lock();
+        let mut delivered = 0;
         for message in messages {
             let claimed = Some(self.topics.gate_level(message));
             if gate
                 .on_arrival(partition, claimed, now, &mut NoControl)
                 .is_ok()
+                && gate.on_delivered(partition, now, &mut NoControl).is_ok()
             {
-                let _ = gate.on_delivered(partition, now, &mut NoControl);
+                delivered += 1;
             }
         }
+        crate::metrics::priority_delivered(
+            gate.level_of(partition).map(|level| level.get()),
+            delivered,
+        );
         let full = messages.len() >= asked as usize;
         let backlog = if full {
             gate.suggested_queue_size(partition).map(u64::from)

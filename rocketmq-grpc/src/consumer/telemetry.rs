@@ -156,6 +156,7 @@ pub(super) async fn run<A: Announcer>(inner: Arc<A>, first: Telemetry) {
                 match open(inner.as_ref()).await {
                     Ok(open) => {
                         generation += 1;
+                        crate::metrics::reconnected(crate::metrics::Role::Consumer);
                         inner.registration().state.send_replace(Some(generation));
                         tracing::debug!(generation, "settings announced again");
                         open

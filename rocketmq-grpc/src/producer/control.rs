@@ -123,9 +123,16 @@ async fn heartbeat(inner: &Inner) -> Result<(), Error> {
 /// the stream breaks, reopens it with exponential back-off and jitter.
 async fn telemetry(inner: Arc<Inner>) {
     let mut reopen = backoff::exponential(REOPEN_INITIAL, REOPEN_MAX);
+    let mut opened_before = false;
     loop {
         let (outbound, mut inbound) = match open(&inner).await {
-            Ok(open) => open,
+            Ok(open) => {
+                if opened_before {
+                    crate::metrics::reconnected(crate::metrics::Role::Producer);
+                }
+                opened_before = true;
+                open
+            }
             Err(error) => {
                 tracing::debug!(%error, "the producer's telemetry stream could not be opened");
                 let delay = reopen.next_delay();

@@ -25,6 +25,7 @@ pub use policy::{Backoff, SendRetryPolicy};
 pub use transaction::Transaction;
 
 use crate::message::new_message_id;
+use crate::metrics::{self, Blocked, Retried};
 use crate::pb;
 use crate::priority::PriorityTopics;
 use crate::session::DEFAULT_MAX_BODY;
@@ -525,8 +526,26 @@ impl Producer {
     }
 
     /// Sends `messages` (one, or a batch checked by [`send_batch`](Self::send_batch)) in one
-    /// `SendMessage` request with these ids, retrying as [`send`](Self::send) does.
+    /// `SendMessage` request with these ids, retrying as [`send`](Self::send) does; counts
+    /// the outcome in the metrics.
     async fn send_request(
+        &self,
+        messages: &[OutgoingMessage],
+        ids: &[String],
+        transactional: bool,
+    ) -> Result<Sent, Error> {
+        let meter = metrics::SendMeter::start(messages.len(), || {
+            messages.iter().map(|m| m.body.len()).sum()
+        });
+        let result = self.send_attempts_of(messages, ids, transactional).await;
+        if let Some(first) = messages.first() {
+            meter.finish(&first.topic, result.is_ok());
+        }
+        result
+    }
+
+    /// The attempts of [`send_request`](Self::send_request).
+    async fn send_attempts_of(
         &self,
         messages: &[OutgoingMessage],
         ids: &[String],
@@ -553,6 +572,9 @@ impl Producer {
         budget.first_attempt();
         loop {
             attempt += 1;
+            if attempt > 1 {
+                metrics::retries(Retried::Send, 1);
+            }
             let max_attempts = inner.policy.lock().max_attempts;
             let result = match inner.routes.get(&inner.session, &message.topic).await {
                 Ok(route) => {
@@ -631,11 +653,18 @@ impl Producer {
                 inner.policy.lock().delay(attempt),
                 policy::OUTAGE_BACKOFF_MAX,
             );
+            let held_since = metrics::Stopwatch::start();
+            let held = |error| {
+                held_since.blocked(Blocked::RetryBudget);
+                error
+            };
+            let mut was_held = false;
             while !budget.try_retry() {
+                was_held = true;
                 inner.retries_deferred.fetch_add(1, Ordering::Relaxed);
                 let wait = waits.next_delay();
                 if Instant::now() + wait >= window_end {
-                    return Err(give_up(error));
+                    return Err(held(give_up(error)));
                 }
                 let answered = inner.answered.notified();
                 inner.deferred.fetch_add(1, Ordering::Relaxed);
@@ -646,11 +675,14 @@ impl Producer {
                 };
                 inner.deferred.fetch_sub(1, Ordering::Relaxed);
                 match woken {
-                    None => return Err(give_up(error)),
+                    None => return Err(held(give_up(error))),
                     // The proxy answers again: this retry goes, budget or not.
                     Some(true) => break,
                     Some(false) => {}
                 }
+            }
+            if was_held {
+                held_since.blocked(Blocked::RetryBudget);
             }
         }
     }

@@ -10,6 +10,7 @@ mod faults;
 mod growth;
 mod key_shared;
 mod link_state;
+mod metrics;
 mod moves;
 mod outages;
 mod pattern;

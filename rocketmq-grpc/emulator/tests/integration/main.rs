@@ -10,6 +10,7 @@ mod delay;
 mod failover;
 mod faults;
 mod filters;
+mod metrics;
 mod priority_gate;
 mod priority_lite;
 mod priority_topics;
