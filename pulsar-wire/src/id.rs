@@ -5,7 +5,6 @@ use std::fmt;
 
 use txn_ack::{AckId, MAX_BATCH_SIZE};
 
-use crate::Error;
 use crate::pb::MessageIdData;
 
 /// Where a message was stored: its entry, partition and place in the entry's batch.
@@ -17,12 +16,11 @@ use crate::pb::MessageIdData;
 /// ```
 /// use pulsar_wire::MessageId;
 ///
-/// let id = MessageId::in_batch(12, 7, 0, 2, 4)?;
+/// let id = MessageId::in_batch(12, 7, 0, 2, 4).expect("index 2 of a batch of 4");
 /// assert_eq!((id.ledger_id(), id.entry_id(), id.partition()), (12, 7, 0));
 /// assert_eq!((id.batch_index(), id.batch_size()), (2, Some(4)));
 /// assert_eq!(id.to_string(), "12:7:0:2");
-/// assert!(MessageId::in_batch(12, 7, 0, 4, 4).is_err());
-/// # Ok::<(), pulsar_wire::Error>(())
+/// assert_eq!(MessageId::in_batch(12, 7, 0, 4, 4), None);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MessageId {
@@ -46,37 +44,20 @@ impl MessageId {
         }
     }
 
-    /// The id of message `batch_index` of an entry holding a batch of `batch_size` messages.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] unless `1 <= batch_size <= `[`txn_ack::MAX_BATCH_SIZE`] and
-    /// `0 <= batch_index < batch_size`.
+    /// The id of message `batch_index` of an entry holding a batch of `batch_size` messages,
+    /// or `None` unless `1 <= batch_size <= `[`txn_ack::MAX_BATCH_SIZE`] and
+    /// `0 <= batch_index < batch_size` (take both from the message's own id).
+    #[must_use]
     pub fn in_batch(
         ledger_id: u64,
         entry_id: u64,
         partition: i32,
         batch_index: i32,
         batch_size: u32,
-    ) -> Result<Self, Error> {
-        if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
-            return Err(Error::Invalid {
-                what: "MessageId::in_batch",
-                reason: format!(
-                    "batch size {batch_size} is outside 1..={MAX_BATCH_SIZE}; take it from the \
-                     message's id"
-                ),
-            });
-        }
-        if !u32::try_from(batch_index).is_ok_and(|index| index < batch_size) {
-            return Err(Error::Invalid {
-                what: "MessageId::in_batch",
-                reason: format!(
-                    "batch index {batch_index} is outside a batch of {batch_size} messages \
-                     (valid: 0..{batch_size})"
-                ),
-            });
-        }
-        Ok(Self {
+    ) -> Option<Self> {
+        let fits = (1..=MAX_BATCH_SIZE).contains(&batch_size)
+            && u32::try_from(batch_index).is_ok_and(|index| index < batch_size);
+        fits.then_some(Self {
             ledger_id,
             entry_id,
             partition,
