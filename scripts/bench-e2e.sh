@@ -13,7 +13,7 @@
 # Shared, individual acks),
 # rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers),
 # rocketmq-simple (ours, Java simple consumers; warm-up excluded).
-# See examples/src/bin/e2e_load/main.rs for what each measures.
+# See bench-tools/src/bin/e2e_load/main.rs for what each measures.
 #
 # Brokers: uses those named by PULSAR_SERVICE_URL (+ PULSAR_ADMIN_URL, default
 # http://127.0.0.1:8080) and ROCKETMQ_ENDPOINT; otherwise starts what the chosen paths need
@@ -47,7 +47,7 @@ want_pulsar=false; want_rocketmq=false
 log() { printf '[bench-e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 log "building e2e_load (release)"
-cargo build -q --release -p examples --bin e2e_load
+cargo build -q --release -p bench-tools --bin e2e_load
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 if [[ $clients == *java* ]]; then
   log "building the Java peers"

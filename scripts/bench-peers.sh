@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build -q --release -p examples --bin peer_compare
+cargo build -q --release -p bench-tools --bin peer_compare
 scripts/java-peers/run
 
 if [[ -z "${ROCKETMQ_ENDPOINT:-}" || -z "${PULSAR_SERVICE_URL:-}" ]]; then

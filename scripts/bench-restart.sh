@@ -23,7 +23,7 @@ PATIENCE=${PATIENCE:-90}
 LOGS=target/bench-restart
 mkdir -p "$LOGS"
 
-cargo build -q --release -p examples --bin pulsar_restart_stream
+cargo build -q --release -p bench-tools --bin pulsar_restart_stream
 scripts/java-peers/run
 scripts/python-peers/run
 

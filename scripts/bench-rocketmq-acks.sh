@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 HEADING="## rocketmq-grpc: batched acks under load"
 LOG=BENCHMARKS-archive.md
 
-cargo build --release -p examples --bin rocketmq_ack_load --bin rocketmq_emulator
+cargo build --release -p bench-tools -p examples --bin rocketmq_ack_load --bin rocketmq_emulator
 
 tables=$(mktemp)
 trap 'rm -f "$tables"' EXIT

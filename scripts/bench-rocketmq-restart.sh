@@ -27,7 +27,7 @@ DOWN=${DOWN:-30}
 LOGS=target/bench-rocketmq-restart
 mkdir -p "$LOGS"
 
-cargo build -q --release -p examples --bin rocketmq_restart_stream --bin rocketmq_forward
+cargo build -q --release -p bench-tools --bin rocketmq_restart_stream --bin rocketmq_forward
 scripts/java-peers/run > /dev/null
 
 trap 'kill $(jobs -p) 2>/dev/null || true; scripts/brokers/rocketmq stop || true' EXIT

@@ -36,7 +36,7 @@ CONSUMERS=${CONSUMERS:-}
 WARM_UP=${WARM_UP:-15}
 LOG=${LOG:-target/bench-txn-steady-$(date -u +%Y%m%d-%H%M%S).log}
 
-cargo build -q --release -p examples --bin pulsar_txn_steady
+cargo build -q --release -p bench-tools --bin pulsar_txn_steady
 scripts/java-peers/run
 
 results=$(mktemp)

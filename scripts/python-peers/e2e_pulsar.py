@@ -1,4 +1,4 @@
-"""The end-to-end benchmark's Python peer (examples/src/bin/e2e_load), official pulsar-client.
+"""The end-to-end benchmark's Python peer (bench-tools/src/bin/e2e_load), official pulsar-client.
 
 Usage:
   e2e_pulsar.py produce SERVICE_URL TOPIC COUNT SIZE IN_FLIGHT BATCH_MAX BATCH_DELAY_MS

@@ -5,7 +5,7 @@
 //! work and keep the priority. The topics `prio-simple-urgent`, `prio-simple-low`,
 //! `prio-pair-urgent` and `prio-pair-low` and the groups `prio-simple` and `prio-pair` come
 //! from `scripts/brokers/rocketmq start`. The push consumer's burst of the shape is
-//! `examples/src/bin/rocketmq_priority.rs`, run by the same scripts.
+//! `bench-tools/src/bin/rocketmq_priority.rs`, run by the same scripts.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,5 +1,8 @@
 //! Where an example's partitioned topic lives: the embedded emulator, or a real broker reached
 //! through its admin REST API (to create the topic and raise its partition count).
+//!
+//! Included with `#[path]` by `pulsar_priority` here and by `pulsar_priority_growth` in
+//! `bench-tools` (one copy for both crates).
 
 use broker_tools::pulsar_admin::PulsarAdmin;
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};

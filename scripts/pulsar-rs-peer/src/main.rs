@@ -5,7 +5,7 @@
 //! pulsar-rs-peer consume SERVICE_URL TOPIC SUBSCRIPTION COUNT
 //! ```
 //!
-//! Line protocol (examples/src/bin/e2e_load/child.rs): `start` when the measured window opens,
+//! Line protocol (bench-tools/src/bin/e2e_load/child.rs): `start` when the measured window opens,
 //! `result messages=N seconds=S [p50_ms=X p99_ms=Y]` when it closes, then it waits for standard
 //! input to close. Produce: batching (at most BATCH_MAX messages / BATCH_DELAY_MS / 4 MiB), at
 //! most IN_FLIGHT receipts outstanding, latency from each `send_non_blocking` call to its

@@ -2,7 +2,7 @@ package peers;
 
 import java.util.Arrays;
 
-/** The line protocol of the end-to-end benchmark (examples/src/bin/e2e_load): "start" when
+/** The line protocol of the end-to-end benchmark (bench-tools/src/bin/e2e_load): "start" when
  * the measured window opens, "result messages=N seconds=S [p50_ms=X p99_ms=Y]" when it closes,
  * then wait for standard input to close. */
 final class E2e {

@@ -8,7 +8,7 @@
 //! client's receiver queue), so about 20 s of handling.
 //!
 //! ```text
-//! cargo run --release -p examples --bin pulsar_work_queue -- \
+//! cargo run --release -p bench-tools --bin pulsar_work_queue -- \
 //!     --service-url pulsar://127.0.0.1:6650 [--admin-url http://127.0.0.1:8080] \
 //!     [--consumers 4] [--messages 2000] [--handle-ms 2000] [--concurrency 50] [--batch 1] \
 //!     [--receiver-queue N]

@@ -36,15 +36,16 @@
 //! priority's 141 ms. CI runs 3 runs and judges the medians, `--ratio-limit 25`.)
 //!
 //! ```text
-//! cargo run --release -p examples --bin pulsar_priority_growth             # embedded emulator
-//! cargo run --release -p examples --bin pulsar_priority_growth -- \
+//! cargo run --release -p bench-tools --bin pulsar_priority_growth             # embedded emulator
+//! cargo run --release -p bench-tools --bin pulsar_priority_growth -- \
 //!     --service-url pulsar://127.0.0.1:6650 --admin-url http://127.0.0.1:8080
 //! # issue 30's shape: 3 levels, 10 → 16 partitions, 200 keys, 20 runs of the defaults
-//! cargo run --release -p examples --bin pulsar_priority_growth -- --counts 2000,20000,30000 \
+//! cargo run --release -p bench-tools --bin pulsar_priority_growth -- --counts 2000,20000,30000 \
 //!     --shares 60,30,10 --partitions 10 --grown 16 --keys 200 --runs 20 --defaults-only
 //! ```
 
-#[path = "../../shared/pulsar_broker.rs"]
+// The one copy, shared with the examples crate's `pulsar_priority`.
+#[path = "../../../../examples/src/shared/pulsar_broker.rs"]
 mod pulsar_broker;
 
 use std::collections::HashMap;

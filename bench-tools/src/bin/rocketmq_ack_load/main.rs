@@ -2,7 +2,7 @@
 //! in a separate process (`rocketmq_emulator`, found next to this executable).
 //!
 //! ```sh
-//! cargo build --release -p examples --bin rocketmq_ack_load --bin rocketmq_emulator
+//! cargo build --release -p bench-tools -p examples --bin rocketmq_ack_load --bin rocketmq_emulator
 //! target/release/rocketmq_ack_load --duration 60            # the full run (about 10 minutes)
 //! target/release/rocketmq_ack_load --duration 10 --scenarios a,c   # a quick look
 //! ```
@@ -59,7 +59,7 @@ use crate::support::BoxError;
 fn orchestrate(options: &Options) -> Result<String, BoxError> {
     if !options.emulator.exists() {
         return Err(format!(
-            "{} not found: build it with `cargo build --release -p examples --bin rocketmq_ack_load --bin rocketmq_emulator`, or pass --emulator PATH",
+            "{} not found: build it with `cargo build --release -p bench-tools -p examples --bin rocketmq_ack_load --bin rocketmq_emulator`, or pass --emulator PATH",
             options.emulator.display()
         )
         .into());

@@ -15,7 +15,7 @@
 //! payloads were committed twice, by which consumers, and how far apart their acks were.
 //!
 //! ```text
-//! cargo run --release -p examples --bin pulsar_txn_steady -- \
+//! cargo run --release -p bench-tools --bin pulsar_txn_steady -- \
 //!     --service-url pulsar://127.0.0.1:6650 --admin-url http://127.0.0.1:8080 \
 //!     [--seconds 60] [--bulk 2100 | --consumers N] [--warm-up SECONDS] [--legacy] [--peer java]
 //! ```

@@ -3,7 +3,7 @@
 //! under them. Nothing in here reconnects anything: that is the client's job.
 //!
 //! ```text
-//! cargo run --release -p examples --bin pulsar_restart_stream -- \
+//! cargo run --release -p bench-tools --bin pulsar_restart_stream -- \
 //!     --service-url pulsar://127.0.0.1:6650 --topic persistent://public/default/t \
 //!     [--rate 20] [--seconds 40] [--patience 60]
 //! ```

@@ -3,7 +3,7 @@
 //! restarts: requests made while the proxy is down are answered `UNAVAILABLE` and counted.
 //!
 //! ```text
-//! cargo run --release -p examples --bin rocketmq_forward -- --upstream 127.0.0.1:8081
+//! cargo run --release -p bench-tools --bin rocketmq_forward -- --upstream 127.0.0.1:8081
 //! ```
 //!
 //! It prints `listening HOST:PORT` (point the client there), then once a second

@@ -25,9 +25,9 @@
 //! `Gate::delivery_bound` gives).
 //!
 //! ```text
-//! cargo run --release -p examples --bin rocketmq_priority                 # embedded emulator
-//! cargo run --release -p examples --bin rocketmq_priority -- --endpoint 127.0.0.1:8081
-//! cargo run --release -p examples --bin rocketmq_priority -- --endpoint 127.0.0.1:18081 \
+//! cargo run --release -p bench-tools --bin rocketmq_priority                 # embedded emulator
+//! cargo run --release -p bench-tools --bin rocketmq_priority -- --endpoint 127.0.0.1:8081
+//! cargo run --release -p bench-tools --bin rocketmq_priority -- --endpoint 127.0.0.1:18081 \
 //!     --modes none,native,gate,both                                         # RocketMQ 5.4+
 //! ```
 //!
@@ -186,7 +186,7 @@ fn topics(mode: Mode) -> Option<PriorityTopics> {
             .native_tiers([(BOTH_URGENT_TOPIC, 1), (BOTH_LOW_TOPIC, 1)])
             .build(),
     };
-    Some(built.expect("the example's topic names are valid"))
+    Some(built.expect("the run's topic names are valid"))
 }
 
 /// What a run measured.
@@ -286,7 +286,7 @@ async fn run(
 ) -> Result<Outcome, Box<dyn std::error::Error>> {
     let topics = topics(mode);
     let route = |message: OutgoingMessage| match &topics {
-        Some(topics) => topics.route(message).expect("the example's messages route"),
+        Some(topics) => topics.route(message).expect("the run's messages route"),
         None => message,
     };
     let subscribed: Vec<&str> = match &topics {

@@ -10,7 +10,7 @@
 //! or directly:
 //!
 //! ```sh
-//! cargo run --release -p examples --bin peer_compare -- \
+//! cargo run --release -p bench-tools --bin peer_compare -- \
 //!     [--rocketmq 127.0.0.1:8081] [--pulsar pulsar://127.0.0.1:6650] [--messages 10000]
 //! ```
 //!

@@ -4,7 +4,7 @@
 //! the client's job.
 //!
 //! ```text
-//! cargo run --release -p examples --bin rocketmq_restart_stream -- \
+//! cargo run --release -p bench-tools --bin rocketmq_restart_stream -- \
 //!     --endpoint 127.0.0.1:8081 --topic T --group G [--rate 100] [--seconds 60] [--patience 60] \
 //!     [--prefix P]
 //! ```

@@ -13,13 +13,13 @@
 //! From the repository's root:
 //!
 //! ```text
-//! cargo run -p examples --bin bench_plots -- --data scripts/benchmarks/data --out scripts/benchmarks
-//! cargo run -p examples --bin bench_plots -- --data scripts/benchmarks/data --out scripts/benchmarks --e2e results.csv
+//! cargo run -p bench-tools --bin bench_plots -- --data scripts/benchmarks/data --out scripts/benchmarks
+//! cargo run -p bench-tools --bin bench_plots -- --data scripts/benchmarks/data --out scripts/benchmarks --e2e results.csv
 //! ```
 //!
 //! Only `plotters`' SVG backend is used: text is written as SVG `<text>` elements that the
 //! viewer sets in its own sans-serif font, so no font library is needed to build or run.
-//! The tests (`cargo test -p examples --bin bench_plots`) include one that fails when a
+//! The tests (`cargo test -p bench-tools --bin bench_plots`) include one that fails when a
 //! committed SVG or the BENCHMARKS.md table is stale.
 
 mod bar_chart;
@@ -121,7 +121,7 @@ impl Options {
     /// The command that regenerates what these options check.
     fn command(&self) -> String {
         format!(
-            "cargo run -p examples --bin bench_plots -- --data {} --out {}",
+            "cargo run -p bench-tools --bin bench_plots -- --data {} --out {}",
             self.data.display(),
             self.out.display()
         )
@@ -225,11 +225,11 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    /// The repository's root: the examples crate's parent.
+    /// The repository's root: the bench-tools crate's parent.
     fn root() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
-            .expect("the examples crate is inside the workspace")
+            .expect("the bench-tools crate is inside the workspace")
             .to_path_buf()
     }
 
@@ -249,7 +249,7 @@ mod tests {
         assert!(
             stale.is_empty(),
             "stale: {stale:?}; regenerate from the repository's root with \
-             `cargo run -p examples --bin bench_plots -- --data scripts/benchmarks/data --out scripts/benchmarks`"
+             `cargo run -p bench-tools --bin bench_plots -- --data scripts/benchmarks/data --out scripts/benchmarks`"
         );
     }
 

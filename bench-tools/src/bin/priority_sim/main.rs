@@ -15,10 +15,10 @@
 //! it prints Markdown tables of per-level latency p50/p99, bypass count, inversion ratio,
 //! longest starvation gap and delivered share under overload (see `metrics`).
 //!
-//! Run it with `cargo run --release -p examples --bin priority_sim` (all scenarios, full
+//! Run it with `cargo run --release -p bench-tools --bin priority_sim` (all scenarios, full
 //! size), optionally followed by scenario names to run only those, and `--quick` for the
 //! smaller test-size scenarios. The acceptance checks are the tests of this binary:
-//! `cargo test -p examples --bin priority_sim`.
+//! `cargo test -p bench-tools --bin priority_sim`.
 
 #[cfg(test)]
 mod acceptance;
