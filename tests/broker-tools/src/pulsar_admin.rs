@@ -230,6 +230,8 @@ impl PulsarAdmin {
             request = request.bearer_auth(token);
         }
         let failed = |e: reqwest::Error| {
+            // The URL leads the message already.
+            let e = e.without_url();
             if e.is_timeout() {
                 AdminError(format!(
                     "{method} {url}: no answer within {REQUEST_TIMEOUT:?}"
@@ -264,13 +266,21 @@ impl PulsarAdmin {
     }
 
     /// The error of an answer that is not the one expected: the request, its URL, the status
-    /// and the body.
+    /// and the body (the status's name when the body is empty, as with a 401).
     fn refused(&self, method: &str, path: &str, response: &Response) -> AdminError {
+        let body = response.body.trim();
+        let body = if body.is_empty() {
+            reqwest::StatusCode::from_u16(response.status)
+                .ok()
+                .and_then(|status| status.canonical_reason())
+                .unwrap_or_default()
+        } else {
+            body
+        };
         AdminError(format!(
-            "{method} {}{path}: {} {}",
+            "{method} {}{path}: {} {body}",
             self.base.as_str().trim_end_matches('/'),
             response.status,
-            response.body.trim()
         ))
     }
 
