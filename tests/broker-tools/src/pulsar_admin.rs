@@ -3,32 +3,35 @@
 //! reports it, and read the topic stats that the suite asserts on (per consumer
 //! `unackedMessages` and `blockedConsumerOnUnackedMsgs`, per subscription `msgBacklog`).
 //!
-//! Plain HTTP/1.0 over a fresh TCP connection per request: the broker then answers with the
-//! whole body and closes (never chunked), so no HTTP library is needed. A broker with TLS and
-//! token authentication (`scripts/brokers/pulsar start-secure`) is reached over HTTPS with its
-//! CA and a bearer token ([`PulsarAdmin::secure`]).
+//! The transport is [`reqwest`] (HTTP/1.1, rustls on `ring`). A broker with TLS and token
+//! authentication (`scripts/brokers/pulsar start-secure`) is reached over HTTPS with its CA
+//! as the only root and a bearer token ([`PulsarAdmin::secure`]).
 
 use std::collections::BTreeMap;
+use std::error::Error as _;
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
+use reqwest::{Client, Method, Url};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many redirects one request follows.
+const MAX_REDIRECTS: usize = 5;
+
 /// The admin API of one broker.
 #[derive(Clone)]
 pub struct PulsarAdmin {
-    /// `host:port`.
-    address: String,
-    /// TLS (`https://`), trusting the broker's CA.
-    tls: Option<Arc<rustls::ClientConfig>>,
+    /// `scheme://host:port/`.
+    base: Url,
+    /// HTTP/1.1, no proxy, no redirects of its own (see [`PulsarAdmin::request`]); over TLS
+    /// it trusts only the broker's CA.
+    client: Client,
+    /// Whether the client has the broker's CA (only then may a redirect go to `https://`).
+    tls: bool,
     /// Sent as `Authorization: Bearer <token>`.
     token: Option<String>,
 }
@@ -36,15 +39,15 @@ pub struct PulsarAdmin {
 impl fmt::Debug for PulsarAdmin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PulsarAdmin")
-            .field("address", &self.address)
-            .field("tls", &self.tls.is_some())
+            .field("base", &self.base.as_str())
+            .field("tls", &self.tls)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
 
-/// `scheme://host:port` (an optional trailing slash) → `host:port`.
-fn admin_address(admin_url: &str, scheme: &str) -> Result<String, AdminError> {
+/// `scheme://host:port` (an optional trailing slash) → the URL `scheme://host:port/`.
+fn admin_base(admin_url: &str, scheme: &str) -> Result<Url, AdminError> {
     let address = admin_url
         .strip_prefix(scheme)
         .ok_or_else(|| AdminError(format!("{admin_url:?} is not an {scheme} URL")))?
@@ -54,23 +57,39 @@ fn admin_address(admin_url: &str, scheme: &str) -> Result<String, AdminError> {
             "{admin_url:?} is not {scheme}host:port"
         )));
     }
-    Ok(address.to_owned())
+    Url::parse(&format!("{scheme}{address}/"))
+        .map_err(|e| AdminError(format!("{admin_url:?} is not {scheme}host:port: {e}")))
 }
 
-/// Sends `request` and reads the answer until the broker closes. Over TLS a close without
-/// `close_notify` after the answer still ends it.
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    request: &[u8],
-) -> std::io::Result<Vec<u8>> {
-    stream.write_all(request).await?;
-    stream.flush().await?;
-    let mut raw = Vec::new();
-    match stream.read_to_end(&mut raw).await {
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
-        Err(e) => Err(e),
-        Ok(_) => Ok(raw),
+/// The HTTP client: `roots` are the only certificates it trusts (none: plain HTTP only).
+/// Redirects are followed by [`PulsarAdmin::request`] itself, which keeps the method, the
+/// body and the token on the way to another broker (reqwest drops the token there); no
+/// connection is kept between requests, as a broker that restarts would leave a dead one in
+/// the pool.
+fn http_client(roots: Vec<reqwest::Certificate>) -> Result<Client, AdminError> {
+    let builder = Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .tls_built_in_root_certs(false);
+    roots
+        .into_iter()
+        .fold(builder, reqwest::ClientBuilder::add_root_certificate)
+        .build()
+        .map_err(|e| AdminError(format!("the HTTP client: {}", chain(&e))))
+}
+
+/// An error and its causes, `: `-separated (reqwest's own message names only the step).
+fn chain(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
     }
+    text
 }
 
 /// An HTTP answer.
@@ -115,44 +134,39 @@ impl PulsarAdmin {
     /// When the URL is not `http://host:port`.
     pub fn new(admin_url: &str) -> Result<Self, AdminError> {
         Ok(Self {
-            address: admin_address(admin_url, "http://")?,
-            tls: None,
+            base: admin_base(admin_url, "http://")?,
+            client: http_client(Vec::new())?,
+            tls: false,
             token: None,
         })
     }
 
-    /// The admin API at `admin_url` (`https://host:port`), trusting the CA certificates in
-    /// the PEM file `ca_file` and authenticating with `token`.
+    /// The admin API at `admin_url` (`https://host:port`), trusting only the CA certificates
+    /// in the PEM file `ca_file` and authenticating with `token`.
     ///
     /// # Errors
-    /// When the URL is not `https://host:port` or the CA file cannot be read.
+    /// When the URL is not `https://host:port` or the CA file cannot be read or holds no
+    /// certificate.
     pub fn secure(admin_url: &str, ca_file: &str, token: &str) -> Result<Self, AdminError> {
-        let address = admin_address(admin_url, "https://")?;
+        let base = admin_base(admin_url, "https://")?;
         let pem = std::fs::read(ca_file).map_err(|e| AdminError(format!("{ca_file}: {e}")))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| AdminError(format!("{ca_file}: {e}")))?;
-            roots
-                .add(cert)
-                .map_err(|e| AdminError(format!("{ca_file}: {e}")))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| AdminError(format!("{ca_file}: {}", chain(&e))))?;
+        if roots.is_empty() {
+            return Err(AdminError(format!("{ca_file}: no PEM certificate")));
         }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| AdminError(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
         Ok(Self {
-            address,
-            tls: Some(Arc::new(config)),
+            base,
+            client: http_client(roots)?,
+            tls: true,
             token: Some(token.trim().to_owned()),
         })
     }
 
-    /// One request; any status is an answer, except a redirect (301, 302, 307, 308 with a
-    /// `Location`), which is followed (up to 5 times) with the same method and body: in a
-    /// cluster a broker that does not own a topic redirects its admin requests to the owner.
+    /// One request to `path` (with its query, if any); any status is an answer, except a
+    /// redirect (301, 302, 307, 308 with a `Location`), which is followed (up to 5 times)
+    /// with the same method, body and token: in a cluster a broker that does not own a topic
+    /// redirects its admin requests to the owner.
     ///
     /// # Errors
     /// When the broker cannot be reached, does not answer in time, or answers garbage.
@@ -162,106 +176,78 @@ impl PulsarAdmin {
         path: &str,
         body: Option<&str>,
     ) -> Result<Response, AdminError> {
-        let mut target = self.clone();
-        let mut path = path.to_owned();
-        for _ in 0..5 {
-            let (response, location) = target.request_once(method, &path, body).await?;
+        let method = Method::from_bytes(method.as_bytes())
+            .map_err(|e| AdminError(format!("{method:?} {path}: {e}")))?;
+        let mut url = self
+            .base
+            .join(path)
+            .map_err(|e| AdminError(format!("{method} {path}: not a path: {e}")))?;
+        for _ in 0..=MAX_REDIRECTS {
+            let (response, location) = self.request_once(&method, &url, body).await?;
             let Some(location) =
                 location.filter(|_| [301, 302, 307, 308].contains(&response.status))
             else {
                 return Ok(response);
             };
-            let (scheme, rest) = if let Some(rest) = location.strip_prefix("http://") {
-                ("http://", rest)
-            } else if let Some(rest) = location.strip_prefix("https://") {
-                ("https://", rest)
-            } else {
-                return Err(AdminError(format!(
-                    "{method} {path}: redirected to {location:?}"
-                )));
-            };
-            let (address, rest) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            target.address = address.to_owned();
-            if scheme == "http://" {
-                target.tls = None;
-            } else if target.tls.is_none() {
-                return Err(AdminError(format!(
-                    "{method} {path}: redirected to {location:?} without a CA"
-                )));
-            }
-            path = if rest.is_empty() {
-                "/".to_owned()
-            } else {
-                rest.to_owned()
-            };
-        }
-        Err(AdminError(format!("{method} {path}: too many redirects")))
-    }
-
-    /// One request to this address; the answer and its `Location` header.
-    async fn request_once(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> Result<(Response, Option<String>), AdminError> {
-        let body = body.unwrap_or_default();
-        let authorization = self
-            .token
-            .as_ref()
-            .map(|token| format!("Authorization: Bearer {token}\r\n"))
-            .unwrap_or_default();
-        let request = format!(
-            "{method} {path} HTTP/1.0\r\nHost: {}\r\nConnection: close\r\nAccept: application/json\r\n\
-             {authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.address,
-            body.len()
-        );
-        let what = format!("{method} {path}");
-        let exchange = async {
-            let stream = TcpStream::connect(&self.address).await?;
-            match &self.tls {
-                None => exchange(stream, request.as_bytes()).await,
-                Some(config) => {
-                    let host = self
-                        .address
-                        .rsplit_once(':')
-                        .map_or(self.address.as_str(), |(host, _)| host);
-                    let name = ServerName::try_from(host.to_owned())
-                        .map_err(|e| std::io::Error::other(e.to_string()))?;
-                    let stream = tokio_rustls::TlsConnector::from(Arc::clone(config))
-                        .connect(name, stream)
-                        .await?;
-                    exchange(stream, request.as_bytes()).await
+            let next = url.join(&location).map_err(|e| {
+                AdminError(format!("{method} {url}: redirected to {location:?}: {e}"))
+            })?;
+            match next.scheme() {
+                "http" => {}
+                "https" if self.tls => {}
+                "https" => {
+                    return Err(AdminError(format!(
+                        "{method} {url}: redirected to {location:?} without a CA"
+                    )));
+                }
+                _ => {
+                    return Err(AdminError(format!(
+                        "{method} {url}: redirected to {location:?}"
+                    )));
                 }
             }
+            url = next;
+        }
+        Err(AdminError(format!(
+            "{method} {url}: more than {MAX_REDIRECTS} redirects"
+        )))
+    }
+
+    /// One request to `url`; the answer and its `Location` header.
+    async fn request_once(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&str>,
+    ) -> Result<(Response, Option<String>), AdminError> {
+        let mut request = self
+            .client
+            .request(method.clone(), url.clone())
+            .header(ACCEPT, "application/json")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.unwrap_or_default().to_owned());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let failed = |e: reqwest::Error| {
+            // The URL leads the message already.
+            let e = e.without_url();
+            if e.is_timeout() {
+                AdminError(format!(
+                    "{method} {url}: no answer within {REQUEST_TIMEOUT:?}"
+                ))
+            } else {
+                AdminError(format!("{method} {url}: {}", chain(&e)))
+            }
         };
-        let raw = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-            .await
-            .map_err(|_| AdminError(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")))?
-            .map_err(|e| AdminError(format!("{what}: {e}")))?;
-        let raw = String::from_utf8_lossy(&raw);
-        let (head, body) = raw
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| AdminError(format!("{what}: not an HTTP response: {raw:?}")))?;
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| AdminError(format!("{what}: no status in {head:?}")))?;
-        let location = head.lines().find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("location")
-                .then(|| value.trim().to_owned())
-        });
-        Ok((
-            Response {
-                status,
-                body: body.to_owned(),
-            },
-            location,
-        ))
+        let response = request.send().await.map_err(failed)?;
+        let status = response.status().as_u16();
+        let location = response
+            .headers()
+            .get(LOCATION)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        let body = response.text().await.map_err(failed)?;
+        Ok((Response { status, body }, location))
     }
 
     /// A request that must succeed (2xx).
@@ -275,12 +261,27 @@ impl PulsarAdmin {
         if response.is_success() {
             Ok(response)
         } else {
-            Err(AdminError(format!(
-                "{method} {path}: {} {}",
-                response.status,
-                response.body.trim()
-            )))
+            Err(self.refused(method, path, &response))
         }
+    }
+
+    /// The error of an answer that is not the one expected: the request, its URL, the status
+    /// and the body (the status's name when the body is empty, as with a 401).
+    fn refused(&self, method: &str, path: &str, response: &Response) -> AdminError {
+        let body = response.body.trim();
+        let body = if body.is_empty() {
+            reqwest::StatusCode::from_u16(response.status)
+                .ok()
+                .and_then(|status| status.canonical_reason())
+                .unwrap_or_default()
+        } else {
+            body
+        };
+        AdminError(format!(
+            "{method} {}{path}: {} {body}",
+            self.base.as_str().trim_end_matches('/'),
+            response.status,
+        ))
     }
 
     /// Creates a partitioned topic with `partitions` partitions
@@ -333,11 +334,7 @@ impl PulsarAdmin {
         if response.is_success() || response.status == 409 {
             Ok(())
         } else {
-            Err(AdminError(format!(
-                "PUT {path}: {} {}",
-                response.status,
-                response.body.trim()
-            )))
+            Err(self.refused("PUT", &path, &response))
         }
     }
 
@@ -635,6 +632,34 @@ mod tests {
             topic_path("public/default/t"),
             "/admin/v2/persistent/public/default/t"
         );
+    }
+
+    #[tokio::test]
+    async fn a_failed_request_names_its_url() {
+        // Nothing listens on port 1.
+        let admin = PulsarAdmin::new("http://127.0.0.1:1").unwrap();
+        let error = admin
+            .unload("persistent://public/default/t")
+            .await
+            .unwrap_err();
+        assert!(
+            error.0.starts_with(
+                "PUT http://127.0.0.1:1/admin/v2/persistent/public/default/t/unload: "
+            ),
+            "{error}"
+        );
+        let error = admin.request("NOT A METHOD", "/", None).await.unwrap_err();
+        assert!(error.0.contains("NOT A METHOD"), "{error}");
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused() {
+        let file = std::env::temp_dir().join(format!("no-ca-{}.pem", std::process::id()));
+        std::fs::write(&file, "not a certificate\n").unwrap();
+        let path = file.to_str().unwrap();
+        let error = PulsarAdmin::secure("https://127.0.0.1:8443", path, "t").unwrap_err();
+        std::fs::remove_file(&file).unwrap();
+        assert!(error.0.contains(path), "{error}");
     }
 
     #[test]
