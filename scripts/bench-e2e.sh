@@ -59,14 +59,12 @@ if [[ $clients == *python* && $want_pulsar == true ]]; then
 fi
 pulsar_rs_args=()
 if [[ $clients == *pulsar-rs* && $want_pulsar == true ]]; then
-  if command -v protoc >/dev/null; then
-    log "building the pulsar crate's peer (scripts/pulsar-rs-peer, release)"
-    cargo build -q --release --manifest-path scripts/pulsar-rs-peer/Cargo.toml \
-      --target-dir "$target_dir/pulsar-rs-peer"
-    pulsar_rs_args=(--pulsar-rs "$target_dir/pulsar-rs-peer/release/pulsar-rs-peer")
-  else
-    log "no protoc (the pulsar crate's build needs it: apt-get install -y protobuf-compiler): leaving the pulsar crate out"
-  fi
+  # The pulsar crate's build script needs protoc: the system's, or the grpcio-tools wheel's
+  # (scripts/protoc).
+  log "building the pulsar crate's peer (scripts/pulsar-rs-peer, release)"
+  PROTOC=$PWD/scripts/protoc cargo build -q --release \
+    --manifest-path scripts/pulsar-rs-peer/Cargo.toml --target-dir "$target_dir/pulsar-rs-peer"
+  pulsar_rs_args=(--pulsar-rs "$target_dir/pulsar-rs-peer/release/pulsar-rs-peer")
 fi
 
 started=()

@@ -6,8 +6,8 @@
 # Usage: scripts/bench-pulsar-codec.sh [extra criterion args, e.g. --noplot]
 #        SKIP_RUN=1 scripts/bench-pulsar-codec.sh   # only print the last run's results
 #
-# The comparison crate needs `protoc` (pulsar's build script) and OpenSSL headers:
-#   apt-get install -y protobuf-compiler libssl-dev pkg-config
+# The comparison crate needs `protoc` (pulsar's build script: the system's, or the one of the
+# grpcio-tools wheel through scripts/protoc) and OpenSSL headers (libssl-dev, pkg-config).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,10 +17,7 @@ wire_target="${CARGO_TARGET_DIR:-target}"
 compare_target="${CARGO_TARGET_DIR:-pulsar-wire/codec-compare/target}"
 
 if [[ -z "${SKIP_RUN:-}" ]]; then
-    if ! command -v protoc >/dev/null 2>&1; then
-        echo "protoc not found: apt-get install -y protobuf-compiler" >&2
-        exit 1
-    fi
+    export PROTOC="$PWD/scripts/protoc"
     cargo bench -p pulsar-wire --features unstable-wire --bench codec -- "$@"
     cargo bench --manifest-path "$compare_manifest" --bench compare -- "$@"
 fi

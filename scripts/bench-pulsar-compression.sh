@@ -7,8 +7,8 @@
 # Usage: scripts/bench-pulsar-compression.sh [criterion args, e.g. --warm-up-time 1 --measurement-time 3]
 #        SKIP_RUN=1 scripts/bench-pulsar-compression.sh   # only print the last run's results
 #
-# The comparison crate needs `protoc` (pulsar's build script) and OpenSSL headers:
-#   apt-get install -y protobuf-compiler libssl-dev pkg-config
+# The comparison crate needs `protoc` (pulsar's build script: the system's, or the one of the
+# grpcio-tools wheel through scripts/protoc) and OpenSSL headers (libssl-dev, pkg-config).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,10 +17,7 @@ compare_manifest=pulsar-wire/codec-compare/Cargo.toml
 compare_target="${CARGO_TARGET_DIR:-pulsar-wire/codec-compare/target}"
 
 if [[ -z "${SKIP_RUN:-}" ]]; then
-    if ! command -v protoc >/dev/null 2>&1; then
-        echo "protoc not found: apt-get install -y protobuf-compiler" >&2
-        exit 1
-    fi
+    export PROTOC="$PWD/scripts/protoc"
     cargo bench --manifest-path "$compare_manifest" --bench compression -- --noplot "$@"
 fi
 

@@ -264,6 +264,7 @@ impl Default for GateConfig {
 
 /// A snapshot of one level's state and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LevelStats {
     /// The level.
     pub level: Level,
@@ -296,6 +297,7 @@ pub struct LevelStats {
 
 /// A snapshot of the gate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GateStats {
     /// One entry per level, most important first.
     pub levels: Vec<LevelStats>,

@@ -84,6 +84,7 @@ pub struct Parsed {
 
 /// Counts of parsed properties by outcome, shared by every clone of a policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ParseStats {
     /// Properties that held a valid level.
     pub valid: u64,

@@ -37,13 +37,26 @@ pub const TOKEN_AUTH_METHOD: &str = "token";
 ///     .auth_token_provider(FromVault);
 /// # Ok::<(), Error>(())
 /// ```
+///
+/// or pass a closure returning a future of the token:
+///
+/// ```
+/// use pulsar_wire::{ConnectOptions, Error};
+///
+/// let options = ConnectOptions::new("pulsar+ssl://broker.example:6651")?
+///     .auth_token_provider(|| async {
+///         // Ask the secret store for a current token here.
+///         Ok::<_, Error>("eyJhbGciOiJIUzI1NiJ9.e30.signature".to_owned())
+///     });
+/// # Ok::<(), Error>(())
+/// ```
 #[async_trait::async_trait]
 pub trait TokenProvider: Send + Sync {
     /// The token to send now.
     ///
     /// # Errors
     /// Whatever stops the provider from producing a token. During `CONNECT` the error is
-    /// returned as it is by [`Client::connect`](crate::Client::connect) and every call that
+    /// returned as it is by [`ClientBuilder::build`](crate::ClientBuilder::build) and every call that
     /// opens a connection; while answering an `AUTH_CHALLENGE` the connection is closed and
     /// what was pending on it fails with [`Error::ConnectionLost`] naming the error.
     async fn token(&self) -> Result<String, Error>;
@@ -54,6 +67,18 @@ pub trait TokenProvider: Send + Sync {
 impl<T: TokenProvider + ?Sized> TokenProvider for std::sync::Arc<T> {
     async fn token(&self) -> Result<String, Error> {
         T::token(self).await
+    }
+}
+
+/// A closure returning a future of the token, called each time a token is needed.
+#[async_trait::async_trait]
+impl<F, Fut> TokenProvider for F
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<String, Error>> + Send,
+{
+    async fn token(&self) -> Result<String, Error> {
+        self().await
     }
 }
 
@@ -143,6 +168,37 @@ mod tests {
             "{error}"
         );
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_closure_is_a_provider_asked_each_time() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let provider = move || {
+            let n = counted.fetch_add(1, Ordering::Relaxed);
+            async move { Ok(format!("token-{n}")) }
+        };
+        assert_eq!(fetch_token(&provider).await.unwrap(), "token-0");
+        assert_eq!(fetch_token(&provider).await.unwrap(), "token-1");
+        // Shared behind an Arc, and as the dyn the connection holds.
+        let shared: Arc<dyn TokenProvider> = Arc::new(provider);
+        assert_eq!(fetch_token(&shared).await.unwrap(), "token-2");
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+
+        let failing = || async {
+            Err(Error::Invalid {
+                what: "token",
+                reason: "sealed".into(),
+            })
+        };
+        let error = fetch_token(&failing).await.unwrap_err();
+        assert!(error.to_string().contains("sealed"), "{error}");
+        let empty = || async { Ok(String::new()) };
+        let error = fetch_token(&empty).await.unwrap_err();
+        assert!(error.to_string().contains("empty token"), "{error}");
     }
 
     #[test]

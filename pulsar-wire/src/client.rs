@@ -6,13 +6,9 @@ use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 use crate::connection::{ConnectOptions, Connection};
-use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::Error;
 use crate::pool::Pool;
-use crate::producer::{Producer, ProducerOptions};
-use crate::schema::SchemaCodec;
 use crate::txn::TransactionCoordinator;
-use crate::typed::{TypedConsumer, TypedProducer};
 
 /// A Pulsar client: one connection per broker, shared by the producers and consumers it
 /// creates. Cheap to clone.
@@ -39,15 +35,8 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to the service URL (the `CONNECT` handshake happens here, so an unreachable
-    /// broker is reported at once).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for an option out of its range ([`ConnectOptions::validate`]); as
-    /// [`Connection::connect`]: [`Error::ConnectionLost`] when nothing answers at the
-    /// address, [`Error::Tls`], [`Error::Authentication`] when the broker refuses the token,
-    /// [`Error::Server`], [`Error::Timeout`].
-    pub async fn connect(options: ConnectOptions) -> Result<Self, Error> {
+    /// Connects with `options`: what [`crate::ClientBuilder::build`] does.
+    pub(crate) async fn open(options: ConnectOptions) -> Result<Self, Error> {
         options.validate()?;
         let client = Self {
             inner: Arc::new(ClientInner {
@@ -67,7 +56,7 @@ impl Client {
     /// The connection to the service URL, opened again if it was lost.
     ///
     /// # Errors
-    /// As [`Client::connect`].
+    /// As [`crate::ClientBuilder::build`].
     pub async fn service_connection(&self) -> Result<Connection, Error> {
         self.inner.pool.service_connection().await
     }
@@ -97,96 +86,6 @@ impl Client {
     /// [`Error::Server`] when the broker refuses; connection errors.
     pub async fn partitions(&self, topic: &str) -> Result<u32, Error> {
         self.inner.pool.partitions(topic).await
-    }
-
-    /// Creates a producer on `topic` (every partition of a partitioned topic).
-    ///
-    /// # Errors
-    /// [`Error::Server`] when the broker refuses (for example `TopicNotFound` when topic
-    /// auto-creation is off); [`Error::Invalid`] for bad options; connection errors.
-    pub async fn create_producer(
-        &self,
-        topic: &str,
-        options: ProducerOptions,
-    ) -> Result<Producer, Error> {
-        Producer::create(&self.inner.pool, topic, options).await
-    }
-
-    /// Subscribes to `topic` (every partition of a partitioned topic) as `subscription`.
-    ///
-    /// # Errors
-    /// [`Error::Server`] when the broker refuses (for example `TopicNotFound` or
-    /// `ConsumerBusy`); [`Error::Invalid`] for bad options; connection errors.
-    pub async fn subscribe(
-        &self,
-        topic: &str,
-        subscription: &str,
-        options: ConsumerOptions,
-    ) -> Result<Consumer, Error> {
-        Consumer::subscribe(&self.inner.pool, topic, subscription, options).await
-    }
-
-    /// Subscribes to every topic matching `pattern` as `subscription`, and to those that
-    /// come later ([`crate::PatternConsumer`]).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a pattern that names no namespace or is not a regular
-    /// expression, and for bad options; the namespace listing's or a subscription's errors.
-    pub async fn subscribe_pattern(
-        &self,
-        pattern: &str,
-        subscription: &str,
-        options: crate::PatternOptions,
-    ) -> Result<crate::PatternConsumer, Error> {
-        crate::PatternConsumer::subscribe(&self.inner.pool, pattern, subscription, options).await
-    }
-
-    /// Creates a producer of values on `topic`: `options` with the codec's schema
-    /// ([`ProducerOptions::schema`]), each value encoded by `codec`.
-    ///
-    /// # Errors
-    /// [`Error::IncompatibleSchema`] when the broker refuses the schema; the errors of
-    /// [`Client::create_producer`].
-    pub async fn create_typed_producer<S: SchemaCodec>(
-        &self,
-        topic: &str,
-        codec: S,
-        options: ProducerOptions,
-    ) -> Result<TypedProducer<S>, Error> {
-        let options = options.schema(codec.schema().clone());
-        let producer = self.create_producer(topic, options).await?;
-        Ok(TypedProducer::new(producer, Arc::new(codec)))
-    }
-
-    /// Subscribes to `topic` as `subscription` for values: `options` with the codec's schema
-    /// ([`ConsumerOptions::schema`]), each payload decoded by `codec`.
-    ///
-    /// # Errors
-    /// [`Error::IncompatibleSchema`] when the broker refuses the schema; the errors of
-    /// [`Client::subscribe`].
-    pub async fn subscribe_typed<S: SchemaCodec>(
-        &self,
-        topic: &str,
-        subscription: &str,
-        codec: S,
-        options: ConsumerOptions,
-    ) -> Result<TypedConsumer<S>, Error> {
-        let options = options.schema(codec.schema().clone());
-        let consumer = self.subscribe(topic, subscription, options).await?;
-        Ok(TypedConsumer::new(consumer, Arc::new(codec)))
-    }
-
-    /// A [`crate::Reader`] of `topic` from [`crate::ReaderOptions`]' start.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a [`crate::StartAt::Id`] start on a partitioned topic; the
-    /// errors of [`Client::subscribe`].
-    pub async fn reader(
-        &self,
-        topic: &str,
-        options: crate::ReaderOptions,
-    ) -> Result<crate::Reader, Error> {
-        crate::Reader::create(&self.inner.pool, topic, options).await
     }
 
     /// The client of the transaction coordinators (every one the cluster runs; transactions
@@ -230,7 +129,7 @@ mod tests {
         use crate::pb::base_command::Type;
         use crate::pb::command_lookup_topic_response::LookupType;
         use crate::pb::{self, CommandLookupTopicResponse};
-        use crate::{Client, ConnectOptions, Error, command_frame};
+        use crate::{ClientBuilder, ConnectOptions, Error, command_frame};
 
         type Answer = dyn Fn(&str, bool, usize) -> CommandLookupTopicResponse + Send + Sync;
 
@@ -310,7 +209,10 @@ mod tests {
             let to_b = b.clone();
             let a = lookup_broker(Arc::new(move |_: &str, _, _| redirect(&to_b, true))).await;
             *a_address.lock() = a.clone();
-            let client = Client::connect(options(&a)).await.expect("connected to A");
+            let client = ClientBuilder::from(options(&a))
+                .build()
+                .await
+                .expect("connected to A");
             let connection = client.lookup("fresh").await.expect("settled");
             assert_eq!(connection.address(), b);
         }
@@ -330,7 +232,8 @@ mod tests {
                 std::future::pending::<()>().await;
             });
             let a = lookup_broker(Arc::new(|own: &str, _, _| connect(own))).await;
-            let client = Client::connect(options(&a).operation_timeout(Duration::from_secs(3)))
+            let client = ClientBuilder::from(options(&a).operation_timeout(Duration::from_secs(3)))
+                .build()
                 .await
                 .expect("connected to A");
             let stuck = {
@@ -371,7 +274,10 @@ mod tests {
                 },
             ))
             .await;
-            let client = Client::connect(options(&a)).await.expect("connected");
+            let client = ClientBuilder::from(options(&a))
+                .build()
+                .await
+                .expect("connected");
             let connection = client
                 .lookup("moving")
                 .await
@@ -384,9 +290,11 @@ mod tests {
                 ..Default::default()
             }))
             .await;
-            let client = Client::connect(options(&never).operation_timeout(Duration::from_secs(1)))
-                .await
-                .expect("connected");
+            let client =
+                ClientBuilder::from(options(&never).operation_timeout(Duration::from_secs(1)))
+                    .build()
+                    .await
+                    .expect("connected");
             let started = tokio::time::Instant::now();
             let error = client.lookup("never").await.expect_err("still not ready");
             assert_eq!(
@@ -404,7 +312,10 @@ mod tests {
                 ..Default::default()
             }))
             .await;
-            let client = Client::connect(options(&refused)).await.expect("connected");
+            let client = ClientBuilder::from(options(&refused))
+                .build()
+                .await
+                .expect("connected");
             let error = client.lookup("missing").await.expect_err("not found");
             assert!(matches!(error, Error::Server { .. }), "{error}");
         }

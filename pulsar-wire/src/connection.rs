@@ -226,7 +226,7 @@ impl ConnectOptions {
     }
 
     /// Checks every option against its valid range, so that a bad one fails here and not
-    /// at the first request ([`crate::Client::connect`] and [`Connection::connect`] call it).
+    /// at the first request ([`crate::ClientBuilder::build`] and [`Connection::connect`] call it).
     ///
     /// # Errors
     /// [`Error::Invalid`] naming the option and its valid range.
@@ -1662,7 +1662,8 @@ mod auth_tests {
             // A broker closes after the error.
         });
         let started = Instant::now();
-        let error = crate::Client::connect(options(&address).auth_token("wrong"))
+        let error = crate::ClientBuilder::from(options(&address).auth_token("wrong"))
+            .build()
             .await
             .expect_err("refused");
         assert!(

@@ -54,11 +54,15 @@ pub trait MessageConsumer: Send + Sync {
     /// As the implementation's inherent `refresh_partitions`.
     async fn refresh_partitions(&self) -> Result<usize, Error>;
 
-    /// Sends the pending acks and closes the consumer (see [`Consumer::close`](crate::Consumer::close)).
+    /// Sends the pending acks within `deadline` and closes the consumer (see
+    /// [`Consumer::close`](crate::Consumer::close)).
     ///
     /// # Errors
     /// As the implementation's inherent `close`.
-    async fn close(&self) -> Result<(), Error>;
+    async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error>;
 
     /// Whether the consumer gets nothing more: closed, or its deliveries ended (its receive
     /// says why). Ends [`crate::Messages`] after that error.

@@ -55,8 +55,11 @@ pub enum Error {
         feature: &'static str,
     },
     /// The connection failed or closed; requests pending on it fail with this. Retryable on a
-    /// new connection.
-    #[error("connection to {addr} lost: {reason}")]
+    /// new connection: producers and consumers reconnect by themselves, so calling again is
+    /// enough.
+    #[error(
+        "connection to {addr} lost: {reason}; retry the call (producers and consumers reconnect by themselves)"
+    )]
     ConnectionLost {
         /// The broker's address.
         addr: String,
@@ -102,8 +105,12 @@ pub enum Error {
         /// The broker's explanation.
         message: String,
     },
-    /// The broker did not answer within the timeout.
-    #[error("{operation} timed out after {after:?}: {cause}")]
+    /// The broker did not answer within the timeout. Retryable: the message says which option
+    /// sets the timeout.
+    #[error(
+        "{operation} timed out after {after:?}: {cause}; {}",
+        timeout_hint(operation)
+    )]
     Timeout {
         /// What was attempted.
         operation: &'static str,
@@ -189,8 +196,9 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
-    /// The client, producer or consumer was closed.
-    #[error("{0} is closed")]
+    /// The client, producer or consumer was closed. Not retryable: what is closed stays
+    /// closed; create a new one.
+    #[error("{0} is closed; create a new one")]
     Closed(&'static str),
     /// A producer's pending queue is full: [`crate::ProducerOptions::max_pending_messages`]
     /// messages are sent and wait for their receipts (they pile up while the producer
@@ -249,6 +257,15 @@ fn authentication_hint(token_sent: bool) -> &'static str {
     } else {
         "the broker requires authentication: give a token with ConnectOptions::auth_token, \
          auth_token_file or auth_token_provider"
+    }
+}
+
+fn timeout_hint(operation: &str) -> &'static str {
+    if operation == "SEND" {
+        "send it again, or raise the send timeout (ProducerOptions::send_timeout; \
+         ConnectOptions::operation_timeout for a send on a bare Connection)"
+    } else {
+        "retry, or raise the operation timeout (ConnectOptions::operation_timeout)"
     }
 }
 
@@ -382,6 +399,49 @@ pub(crate) fn batcher_error<T>(error: ack_batcher::Error<Error, T>, what: &'stat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closed_timeout_and_connection_lost_say_what_to_do() {
+        let closed = Error::Closed("the producer").to_string();
+        assert_eq!(closed, "the producer is closed; create a new one");
+        let lookup = Error::Timeout {
+            operation: "LOOKUP",
+            after: std::time::Duration::from_secs(30),
+            cause: "the broker at b:6650 did not answer".into(),
+        }
+        .to_string();
+        assert!(
+            lookup.starts_with("LOOKUP timed out after 30s: the broker at b:6650 did not answer; "),
+            "{lookup}"
+        );
+        assert!(
+            lookup.contains(
+                "retry, or raise the operation timeout (ConnectOptions::operation_timeout)"
+            ),
+            "{lookup}"
+        );
+        let send = Error::Timeout {
+            operation: "SEND",
+            after: std::time::Duration::from_secs(30),
+            cause: "the broker at b:6650 sent no receipt".into(),
+        }
+        .to_string();
+        assert!(
+            send.contains(
+                "send it again, or raise the send timeout (ProducerOptions::send_timeout"
+            ),
+            "{send}"
+        );
+        let lost = Error::ConnectionLost {
+            addr: "b:6650".into(),
+            reason: "reset".into(),
+        }
+        .to_string();
+        assert_eq!(
+            lost,
+            "connection to b:6650 lost: reset; retry the call (producers and consumers reconnect by themselves)"
+        );
+    }
 
     #[test]
     fn a_full_queue_is_retryable_and_names_the_queue() {

@@ -13,26 +13,19 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use pulsar_wire::{
-//!     BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage,
-//!     ProducerOptions, SubType,
+//!     BatchingOptions, Client, Consumer, InitialPosition, OutgoingMessage, Producer, SubType,
 //! };
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
-//! let consumer = client
-//!     .subscribe(
-//!         "orders",
-//!         "billing",
-//!         ConsumerOptions::default()
-//!             .sub_type(SubType::Shared)
-//!             .initial_position(InitialPosition::Earliest),
-//!     )
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
+//! let consumer = Consumer::builder(&client, "orders", "billing")
+//!     .sub_type(SubType::Shared)
+//!     .initial_position(InitialPosition::Earliest)
+//!     .build()
 //!     .await?;
-//! let producer = client
-//!     .create_producer(
-//!         "orders",
-//!         ProducerOptions::default().batching(BatchingOptions::default().max_messages(3)),
-//!     )
+//! let producer = Producer::builder(&client, "orders")
+//!     .batching(BatchingOptions::default().max_messages(3))
+//!     .build()
 //!     .await?;
 //! let (a, b, c) = tokio::join!(
 //!     producer.send(OutgoingMessage::new("a").key("k1")),
@@ -54,8 +47,10 @@
 //!     consumer.ack_in(&txn, &message).await?;
 //! }
 //! txn.commit().await?;
-//! consumer.close().await?;
-//! producer.close().await?;
+//! // Close within 5 s each; the reports count what was flushed and what was given up.
+//! let acks = consumer.close(Duration::from_secs(5)).await?;
+//! let sends = producer.close(Duration::from_secs(5)).await?;
+//! assert_eq!((acks.acks_abandoned, sends.abandoned), (0, 0));
 //! # Ok(()) }
 //! ```
 //!
@@ -69,7 +64,7 @@
 //! a message held too long without an ack; with [`ConsumerOptions::enable_retry`],
 //! [`Consumer::reconsume_later`] hands a message back after a delay through a retry-letter
 //! topic (the Java client's properties; the dead-letter topic past the maximum).
-//! [`Client::subscribe_pattern`] subscribes to every topic of a namespace matching a regular
+//! [`PatternConsumer::builder`] subscribes to every topic of a namespace matching a regular
 //! expression and to those created later ([`PatternConsumer`]). Producers
 //! and consumers of a partitioned topic follow
 //! its growth every [`DEFAULT_PARTITIONS_REFRESH`] (`partitions_refresh` on their options).
@@ -78,24 +73,21 @@
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
 //! use pulsar_wire::{
-//!     BatchReceive, Client, ConnectOptions, ConsumerOptions, NackBackoff, OutgoingMessage,
-//!     ProducerOptions, SubType,
+//!     BatchReceive, Client, Consumer, NackBackoff, OutgoingMessage, Producer, SubType,
 //! };
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
-//! let consumer = client
-//!     .subscribe(
-//!         "reminders",
-//!         "mailer",
-//!         ConsumerOptions::default().sub_type(SubType::Shared).nack_backoff(
-//!             NackBackoff::exponential(Duration::from_secs(1), Duration::from_secs(60), 2.0),
-//!         ),
-//!     )
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
+//! let consumer = Consumer::builder(&client, "reminders", "mailer")
+//!     .sub_type(SubType::Shared)
+//!     .nack_backoff(NackBackoff::exponential(
+//!         Duration::from_secs(1),
+//!         Duration::from_secs(60),
+//!         2.0,
+//!     ))
+//!     .build()
 //!     .await?;
-//! let producer = client
-//!     .create_producer("reminders", ProducerOptions::default())
-//!     .await?;
+//! let producer = Producer::builder(&client, "reminders").build().await?;
 //! producer
 //!     .send(OutgoingMessage::new("call back").deliver_after(Duration::from_secs(600)))
 //!     .await?;
@@ -117,26 +109,23 @@
 //! ```
 //!
 //! # Reading from a position, seeking
-//! [`Client::reader`] reads a topic in order from the earliest, the latest or a message id
+//! [`Reader::builder`] reads a topic in order from the earliest, the latest or a message id
 //! ([`StartAt`]), without a durable subscription. [`Consumer::seek`] moves a subscription to
 //! the earliest, the latest, just after a message id, or a publish time ([`SeekTo`];
 //! [`Consumer::seek_to_time`]); [`Consumer::last_message_id`] says where the topic ends.
 //!
 //! ```no_run
 //! use std::time::{Duration, SystemTime};
-//! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, ReaderOptions, SeekTo, StartAt};
+//! use pulsar_wire::{Client, Consumer, Reader, SeekTo, StartAt};
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
-//! let reader = client
-//!     .reader("audit", ReaderOptions::new(StartAt::Earliest))
-//!     .await?;
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
+//! let reader = Reader::builder(&client, "audit", StartAt::Earliest).build().await?;
 //! while reader.has_message_available().await? {
 //!     let message = reader.read_next().await?;
 //!     # let _ = message;
 //! }
-//! let consumer = client
-//!     .subscribe("audit", "replay", ConsumerOptions::default())
+//! let consumer = Consumer::builder(&client, "audit", "replay").build()
 //!     .await?;
 //! // Everything published in the last hour comes again.
 //! consumer
@@ -157,21 +146,24 @@
 //!
 //! A token authenticates every connection (`auth_method_name = "token"`): a fixed one
 //! ([`ConnectOptions::auth_token`]), a file read anew for each connection and refresh
-//! ([`ConnectOptions::auth_token_file`]), or any [`TokenProvider`]. When the broker finds the
+//! ([`ConnectOptions::auth_token_file`]), or any [`TokenProvider`] (a closure returning a
+//! future of the token is one). When the broker finds the
 //! token of a connection expired it sends `AUTH_CHALLENGE`, and the connection answers with
 //! `AUTH_RESPONSE` carrying a token fetched anew from the provider, without reconnecting. A
-//! token the broker refuses fails [`Client::connect`] at once with
+//! token the broker refuses fails [`ClientBuilder::build`] at once with
 //! [`Error::Authentication`], naming the broker; TLS failures are [`Error::Tls`], each with
 //! what to fix.
 //!
 //! ```no_run
-//! use pulsar_wire::{Client, ConnectOptions, Error};
+//! use pulsar_wire::{Client, Error};
 //!
 //! # async fn run() -> Result<(), Error> {
-//! let options = ConnectOptions::new("pulsar+ssl://broker.example:6651")?
+//! let connected = Client::builder("pulsar+ssl://broker.example:6651")
 //!     .tls_ca_file("/etc/pulsar/ca.pem")
-//!     .auth_token(std::env::var("PULSAR_TOKEN").unwrap_or_default());
-//! match Client::connect(options).await {
+//!     .auth_token(std::env::var("PULSAR_TOKEN").unwrap_or_default())
+//!     .build()
+//!     .await;
+//! match connected {
 //!     Ok(client) => client.close().await,
 //!     Err(error @ Error::Authentication { .. }) => eprintln!("fix the token: {error}"),
 //!     Err(error) => return Err(error),
@@ -254,17 +246,14 @@
 //! within the send timeout ([`QueueFull::Block`]).
 //!
 //! ```no_run
-//! use pulsar_wire::{Client, ConnectOptions, LinkState, ProducerOptions, QueueFull};
+//! use pulsar_wire::{Client, LinkState, Producer, QueueFull};
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
-//! let producer = client
-//!     .create_producer(
-//!         "orders",
-//!         ProducerOptions::default()
-//!             .max_pending_messages(Some(10_000))
-//!             .on_queue_full(QueueFull::Block),
-//!     )
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
+//! let producer = Producer::builder(&client, "orders")
+//!     .max_pending_messages(Some(10_000))
+//!     .on_queue_full(QueueFull::Block)
+//!     .build()
 //!     .await?;
 //! let mut state = producer.state();
 //! tokio::spawn(async move {
@@ -306,27 +295,21 @@
 //!
 //! ```no_run
 //! use pulsar_wire::{
-//!     BatchingOptions, Client, ConnectOptions, ConsumerOptions, HashRange, KeySharedPolicy,
-//!     OutgoingMessage, ProducerOptions, SubType,
+//!     BatchingOptions, Client, Consumer, HashRange, KeySharedPolicy, OutgoingMessage, Producer,
+//!     SubType,
 //! };
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
 //! // This consumer serves the lower half of the hash space; another one takes the rest.
-//! let consumer = client
-//!     .subscribe(
-//!         "orders",
-//!         "per-customer",
-//!         ConsumerOptions::default()
-//!             .sub_type(SubType::KeyShared)
-//!             .key_shared_policy(KeySharedPolicy::sticky([HashRange::new(0, 32767)])),
-//!     )
+//! let consumer = Consumer::builder(&client, "orders", "per-customer")
+//!     .sub_type(SubType::KeyShared)
+//!     .key_shared_policy(KeySharedPolicy::sticky([HashRange::new(0, 32767)]))
+//!     .build()
 //!     .await?;
-//! let producer = client
-//!     .create_producer(
-//!         "orders",
-//!         ProducerOptions::default().batching(BatchingOptions::default().key_based(true)),
-//!     )
+//! let producer = Producer::builder(&client, "orders")
+//!     .batching(BatchingOptions::default().key_based(true))
+//!     .build()
 //!     .await?;
 //! producer
 //!     .send(OutgoingMessage::new("paid").key("customer-17"))
@@ -348,7 +331,7 @@
 //! anything is sent ([`Error::Invalid`] for an empty or malformed definition;
 //! [`SchemaKind::from_code`] and its `FromStr` refuse unknown and unsupported kinds).
 //!
-//! [`Client::create_typed_producer`] and [`Client::subscribe_typed`] send and receive values
+//! [`TypedProducer::builder`] and [`TypedConsumer::builder`] send and receive values
 //! through a [`SchemaCodec`]: `JsonSchema` (serde values, feature `json`), `AvroSchema`
 //! (serde values as Avro datums with `apache-avro`, feature `avro`) and `ProtobufSchema`
 //! (prost messages, feature `protobuf`), written as the Java client's `JSONSchema`,
@@ -362,7 +345,7 @@
 //! ```no_run
 //! # #[cfg(feature = "json")]
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, JsonSchema, ProducerOptions};
+//! use pulsar_wire::{Client, JsonSchema, TypedConsumer, TypedProducer};
 //!
 //! #[derive(serde::Serialize, serde::Deserialize)]
 //! struct Order {
@@ -372,12 +355,12 @@
 //! const ORDER: &str = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},
 //!     {"name":"item","type":["null","string"],"default":null}]}"#;
 //!
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
-//! let consumer = client
-//!     .subscribe_typed("orders", "billing", JsonSchema::<Order>::new(ORDER)?, ConsumerOptions::default())
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
+//! let consumer = TypedConsumer::builder(&client, "orders", "billing", JsonSchema::<Order>::new(ORDER)?)
+//!     .build()
 //!     .await?;
-//! let producer = client
-//!     .create_typed_producer("orders", JsonSchema::<Order>::new(ORDER)?, ProducerOptions::default())
+//! let producer = TypedProducer::builder(&client, "orders", JsonSchema::<Order>::new(ORDER)?)
+//!     .build()
 //!     .await?;
 //! producer.send(&Order { id: 1, item: Some("pen".into()) }).await?;
 //! let message = consumer.receive().await?;
@@ -436,7 +419,9 @@ mod backoff;
 // Items that only `wire` (`unstable-wire`) makes public.
 #[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub, dead_code))]
 mod batch;
+mod builders;
 mod client;
+mod close;
 // Items that only `wire` (`unstable-wire`) makes public.
 #[cfg_attr(not(feature = "unstable-wire"), allow(unreachable_pub, dead_code))]
 mod codec;
@@ -462,6 +447,7 @@ mod reader;
 mod receiving;
 pub mod schema;
 mod server_error;
+mod time;
 mod tls;
 mod txn;
 mod typed;
@@ -478,7 +464,12 @@ pub use auth::{TOKEN_AUTH_METHOD, TokenProvider};
 pub use batch::MAX_BATCH_MESSAGES;
 #[cfg(test)]
 pub(crate) use batch::{BatchedMessage, encode_batch};
+pub use builders::{
+    ClientBuilder, ConsumerBuilder, PatternConsumerBuilder, ProducerBuilder, ReaderBuilder,
+    TypedConsumerBuilder, TypedProducerBuilder,
+};
 pub use client::Client;
+pub use close::{ConsumerCloseReport, DEFAULT_CLOSE_DEADLINE, ProducerCloseReport};
 pub(crate) use codec::Frame;
 pub use compression::{Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress};
 pub use connection::{
@@ -518,7 +509,7 @@ pub use schema::{Schema, SchemaBuilder, SchemaCodec, SchemaKind};
 pub use server_error::ServerError;
 pub use txn::{TRANSACTION_COORDINATOR_ASSIGN, Transaction, TransactionCoordinator, TxnState};
 pub use txn_ack::{PartialBatches, TxnId};
-pub use typed::{TypedConsumer, TypedMessage, TypedProducer};
+pub use typed::{TypedConsumer, TypedMessage, TypedMessages, TypedProducer};
 
 /// Declares the generated protocol types as `pb`: public with `unstable-wire`, crate-private
 /// without it.

@@ -99,6 +99,11 @@ impl LinkStates {
     pub fn is_connected(&self) -> bool {
         self.partitions.iter().all(LinkState::is_connected)
     }
+
+    /// These states, in this order (a [`crate::PatternConsumer`]'s: one per topic).
+    pub(crate) fn from_states(partitions: Vec<LinkState>) -> Self {
+        Self { partitions }
+    }
 }
 
 /// Publishes the link states of one producer or consumer and logs every change.

@@ -18,13 +18,15 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use regex::Regex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::consumer::forward;
 use crate::pb::command_get_topics_of_namespace::Mode;
 use crate::pool::{Pool, base_topic};
-use crate::{Consumer, ConsumerOptions, Error, Message, Transaction};
+use crate::{
+    Consumer, ConsumerOptions, ConsumerStats, Error, LinkState, LinkStates, Message, Transaction,
+};
 
 /// The Java client's default `patternAutoDiscoveryPeriod`.
 pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
@@ -74,6 +76,14 @@ impl PatternOptions {
             mode: TopicsMode::Persistent,
             discovery: Some(DEFAULT_DISCOVERY_INTERVAL),
         }
+    }
+
+    /// The options each matching topic is subscribed with (replacing those given to
+    /// [`PatternOptions::new`]).
+    #[must_use]
+    pub fn consumer(mut self, options: ConsumerOptions) -> Self {
+        self.consumer = options;
+        self
     }
 
     /// Which topics are considered (default persistent ones).
@@ -188,12 +198,28 @@ struct Topics {
     /// Serialises discoveries and the close.
     discovering: tokio::sync::Mutex<()>,
     closed: AtomicBool,
+    /// The consumers taken out of `consumers`, whose counters stay in the stats.
+    retired: Mutex<Retired>,
+    /// One link state per topic, in the order of `consumers` ([`PatternConsumer::state`]).
+    links: watch::Sender<LinkStates>,
+    /// Each topic consumer's task following its link state, by topic.
+    watchers: Mutex<BTreeMap<String, JoinHandle<()>>>,
+}
+
+/// The consumers of topics gone (or of every topic, after the close): their counters stay in
+/// [`PatternConsumer::stats`], so that the sums never go back.
+#[derive(Debug, Default)]
+struct Retired {
+    /// Consumers being closed: their counters still move (acks going out).
+    closing: Vec<Arc<Consumer>>,
+    /// The counters of those closed.
+    counters: ConsumerStats,
 }
 
 impl Topics {
     /// Lists the namespace and subscribes the matching topics not subscribed yet; closes the
     /// consumers of topics gone. Returns the topics subscribed now.
-    async fn discover(&self) -> Result<Vec<String>, Error> {
+    async fn discover(self: &Arc<Self>) -> Result<Vec<String>, Error> {
         let _serial = self.discovering.lock().await;
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the pattern consumer"));
@@ -213,13 +239,18 @@ impl Topics {
             .collect();
         let have: BTreeSet<String> = self.consumers.read().keys().cloned().collect();
         for topic in have.difference(&wanted) {
-            let gone = self.consumers.write().remove(topic);
+            let gone = self.take(topic);
             if let Some(task) = self.tasks.lock().remove(topic) {
                 task.abort();
             }
+            if let Some(task) = self.watchers.lock().remove(topic) {
+                task.abort();
+            }
+            self.publish_links();
             if let Some(consumer) = gone {
                 tracing::info!(%topic, "a topic of the pattern is gone: its consumer closes");
-                let _ = consumer.close().await;
+                let _ = consumer.close(crate::DEFAULT_CLOSE_DEADLINE).await;
+                self.retire(&consumer);
             }
         }
         for topic in wanted.difference(&have) {
@@ -232,15 +263,85 @@ impl Topics {
             .await?;
             let consumer = Arc::new(consumer);
             let Some(tx) = self.tx.lock().clone() else {
-                let _ = consumer.close().await;
+                let _ = consumer.close(crate::DEFAULT_CLOSE_DEADLINE).await;
                 return Err(Error::Closed("the pattern consumer"));
             };
             let task = forward(Arc::clone(&consumer), tx);
             self.tasks.lock().insert(topic.clone(), task);
+            let watcher = tokio::spawn(watch_links(Arc::downgrade(self), consumer.state()));
+            self.watchers.lock().insert(topic.clone(), watcher);
             self.consumers.write().insert(topic.clone(), consumer);
+            self.publish_links();
             tracing::info!(%topic, pattern = %self.pattern.text, "subscribed a topic of the pattern");
         }
         Ok(self.consumers.read().keys().cloned().collect())
+    }
+
+    /// Takes the consumer of `topic` out of the topics; its counters stay in the stats.
+    fn take(&self, topic: &str) -> Option<Arc<Consumer>> {
+        let mut consumers = self.consumers.write();
+        let consumer = consumers.remove(topic)?;
+        self.retired.lock().closing.push(Arc::clone(&consumer));
+        Some(consumer)
+    }
+
+    /// `consumer`, taken out by [`Topics::take`], is closed: its final counters are kept.
+    fn retire(&self, consumer: &Arc<Consumer>) {
+        let mut retired = self.retired.lock();
+        retired
+            .closing
+            .retain(|other| !Arc::ptr_eq(other, consumer));
+        retired.counters.add_counters(&consumer.stats());
+    }
+
+    /// The counters of every topic's consumer, those of topics gone included, summed; the
+    /// flags of the topics subscribed now.
+    fn stats(&self) -> ConsumerStats {
+        let consumers = self.consumers.read();
+        let retired = self.retired.lock();
+        let mut stats = retired.counters.clone();
+        for consumer in &retired.closing {
+            stats.add_counters(&consumer.stats());
+        }
+        for consumer in consumers.values() {
+            let one = consumer.stats();
+            stats.add_counters(&one);
+            stats.closed_by_broker |= one.closed_by_broker;
+            stats.reached_end_of_topic |= one.reached_end_of_topic;
+        }
+        stats
+    }
+
+    /// Publishes the link state of every topic's consumer (its [`LinkStates::overall`]), in
+    /// the order of the topics; nothing once the pattern consumer is closed.
+    fn publish_links(&self) {
+        // Read under the channel's lock, so that concurrent publications cannot leave an
+        // older reading last; and the close's last publication takes that lock after
+        // marking the consumer closed, so nothing overwrites it.
+        self.links.send_if_modified(|links| {
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            let states: Vec<LinkState> = self
+                .consumers
+                .read()
+                .values()
+                .map(|consumer| consumer.state().borrow().overall().clone())
+                .collect();
+            *links = LinkStates::from_states(states);
+            true
+        });
+    }
+}
+
+/// Publishes the pattern consumer's link states again whenever those of one topic's consumer
+/// change, while both live.
+async fn watch_links(topics: Weak<Topics>, mut states: watch::Receiver<LinkStates>) {
+    while states.changed().await.is_ok() {
+        let Some(topics) = topics.upgrade() else {
+            return;
+        };
+        topics.publish_links();
     }
 }
 
@@ -261,7 +362,7 @@ async fn follow(topics: Weak<Topics>, every: Duration) {
     }
 }
 
-/// One subscription over the topics matching a pattern ([`Client::subscribe_pattern`](crate::Client::subscribe_pattern)): their
+/// One subscription over the topics matching a pattern ([`PatternConsumer::builder`]): their
 /// messages come through one [`PatternConsumer::receive`], each acknowledged through the
 /// topic's consumer.
 #[derive(Debug)]
@@ -302,9 +403,12 @@ impl PatternConsumer {
             tx: Mutex::new(Some(tx)),
             discovering: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            retired: Mutex::new(Retired::default()),
+            links: watch::Sender::new(LinkStates::default()),
+            watchers: Mutex::new(BTreeMap::new()),
         });
         if let Err(error) = topics.discover().await {
-            let _ = close_all(&topics).await;
+            let _ = close_all(&topics, crate::DEFAULT_CLOSE_DEADLINE).await;
             return Err(error);
         }
         let follow = discovery.map(|every| tokio::spawn(follow(Arc::downgrade(&topics), every)));
@@ -418,38 +522,84 @@ impl PatternConsumer {
         &self.topics.pattern.text
     }
 
-    /// Closes every topic's consumer (their acks go out first) and stops discovering.
+    /// The counters of the topics' consumers (see [`Consumer::stats`]), summed: every counter
+    /// is the sum over the consumers of every topic subscribed since the subscription, those
+    /// of topics gone since (and, after [`PatternConsumer::close`], of every topic) included,
+    /// so that no counter goes back. The flags `closed_by_broker` and `reached_end_of_topic`
+    /// say whether they hold for any topic subscribed now.
+    pub fn stats(&self) -> ConsumerStats {
+        self.topics.stats()
+    }
+
+    /// The link states: one entry per topic subscribed now, in the order of
+    /// [`PatternConsumer::topics`], each the [`LinkStates::overall`] state of the topic's
+    /// consumer (the worst of its partitions, with its attempt and cause; see
+    /// [`Consumer::state`]). A topic that comes adds an entry, one that is gone takes its
+    /// entry away (its consumer's close is not the pattern consumer's). So
+    /// [`LinkStates::overall`] is [`LinkState::Failed`] or [`LinkState::Reconnecting`] when
+    /// any topic's consumer is, and [`LinkState::Connected`] when every one is connected or
+    /// no topic matches; after [`PatternConsumer::close`] every entry is
+    /// [`LinkState::Closed`] (one entry when no topic was subscribed).
+    pub fn state(&self) -> watch::Receiver<LinkStates> {
+        self.topics.links.subscribe()
+    }
+
+    /// Closes every topic's consumer (their acks go out first, all within `deadline`) and
+    /// stops discovering. The report sums the consumers' reports ([`Consumer::close`]).
     ///
     /// # Errors
     /// The first consumer's close error; every consumer is closed anyway.
-    pub async fn close(&self) -> Result<(), Error> {
+    pub async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
         if let Some(follow) = &self.follow {
             follow.abort();
         }
         let _serial = self.topics.discovering.lock().await;
-        close_all(&self.topics).await
+        close_all(&self.topics, deadline).await
     }
 }
 
 /// Marks the consumer closed and closes every topic's consumer.
-async fn close_all(topics: &Topics) -> Result<(), Error> {
+async fn close_all(
+    topics: &Topics,
+    deadline: std::time::Duration,
+) -> Result<crate::ConsumerCloseReport, Error> {
+    let started = tokio::time::Instant::now();
     topics.closed.store(true, Ordering::Release);
     topics.tx.lock().take();
     for (_, task) in std::mem::take(&mut *topics.tasks.lock()) {
         task.abort();
     }
-    let consumers: Vec<Arc<Consumer>> = std::mem::take(&mut *topics.consumers.write())
-        .into_values()
-        .collect();
-    let mut result = Ok(());
-    for consumer in consumers {
-        if let Err(error) = consumer.close().await
-            && result.is_ok()
-        {
-            result = Err(error);
-        }
+    for (_, task) in std::mem::take(&mut *topics.watchers.lock()) {
+        task.abort();
     }
-    result
+    let consumers: Vec<Arc<Consumer>> = {
+        let mut subscribed = topics.consumers.write();
+        let mut retired = topics.retired.lock();
+        let consumers: Vec<_> = std::mem::take(&mut *subscribed).into_values().collect();
+        retired.closing.extend(consumers.iter().cloned());
+        consumers
+    };
+    let mut result = Ok(());
+    let mut report = crate::ConsumerCloseReport::default();
+    for consumer in &consumers {
+        match consumer
+            .close(crate::close::remaining(deadline, started))
+            .await
+        {
+            Ok(closed) => report.add(&closed),
+            Err(error) if result.is_ok() => result = Err(error),
+            Err(_) => {}
+        }
+        topics.retire(consumer);
+    }
+    topics.links.send_modify(|links| {
+        let closed = links.partitions().len().max(1);
+        *links = LinkStates::from_states(vec![LinkState::Closed; closed]);
+    });
+    result.map(|()| report)
 }
 
 impl Drop for PatternConsumer {
@@ -458,6 +608,9 @@ impl Drop for PatternConsumer {
             follow.abort();
         }
         for task in self.topics.tasks.lock().values() {
+            task.abort();
+        }
+        for task in self.topics.watchers.lock().values() {
             task.abort();
         }
     }
@@ -482,8 +635,11 @@ impl crate::MessageConsumer for PatternConsumer {
         Ok(self.discover().await?.len())
     }
 
-    async fn close(&self) -> Result<(), Error> {
-        PatternConsumer::close(self).await
+    async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
+        PatternConsumer::close(self, deadline).await
     }
 
     fn has_ended(&self) -> bool {

@@ -143,7 +143,7 @@ impl ProducerOptions {
     /// short reconnection into errors for applications that never asked for one. (A batching
     /// producer's batcher still holds at most the larger of 65,536 messages and 64 batches,
     /// and makes further sends wait for room.) `Some(0)` is refused by
-    /// [`Client::create_producer`](crate::Client::create_producer) with [`Error::Invalid`].
+    /// [`ProducerBuilder::build`](crate::ProducerBuilder::build) with [`Error::Invalid`].
     #[must_use]
     pub fn max_pending_messages(mut self, limit: Option<usize>) -> Self {
         self.max_pending_messages = limit;
@@ -203,7 +203,7 @@ impl ProducerOptions {
     /// checked against the broker's `max_message_size` is the compressed one: with a codec, a
     /// message is not refused for its uncompressed size, and a batch (or message) whose
     /// compressed payload is too large fails as a whole with [`Error::Invalid`] when it is
-    /// sent. A codec this build lacks makes [`Client::create_producer`](crate::Client::create_producer) fail with
+    /// sent. A codec this build lacks makes [`ProducerBuilder::build`](crate::ProducerBuilder::build) fail with
     /// [`Error::CodecDisabled`].
     #[must_use]
     pub fn compression(mut self, codec: Compression) -> Self {
@@ -215,7 +215,7 @@ impl ProducerOptions {
     /// into chunks, each an entry of its own, instead of refusing it (default off). The
     /// consumers reassemble them (this crate's, and the Java, C++ and Python clients'). As in
     /// the Java client, chunking cannot be combined with batching: add
-    /// [`ProducerOptions::no_batching`], or [`Client::create_producer`](crate::Client::create_producer) fails with
+    /// [`ProducerOptions::no_batching`], or [`ProducerBuilder::build`](crate::ProducerBuilder::build) fails with
     /// [`Error::Invalid`]. A chunked message's chunks go out one after another, and the
     /// producer's other messages wait for them, so that each message stays contiguous and
     /// in order; [`Producer::send`] returns the last chunk's id (the consumer's
@@ -238,7 +238,7 @@ impl ProducerOptions {
 
     /// The schema sent in `PRODUCER` (none by default: bytes). The broker registers it for
     /// the topic, or checks it against the topic's schema and refuses an incompatible one
-    /// ([`Error::IncompatibleSchema`] from [`crate::Client::create_producer`]); every
+    /// ([`Error::IncompatibleSchema`] from [`crate::ProducerBuilder::build`]); every
     /// message then carries the version the broker answered ([`Producer::schema_version`]).
     /// Payloads are sent as given: [`crate::TypedProducer`] encodes values with the
     /// schema's codec.
@@ -605,7 +605,7 @@ impl Producer {
             }
         };
         producer.check_size(&message)?;
-        message.deliver_at_time()?;
+        message.check_times()?;
         // Held by the message until it is resolved, given back before its result is known.
         let slot = self.inner.queue.admit().await?;
         // The rare and large futures are boxed, so that a send's own future stays small:
@@ -650,28 +650,39 @@ impl Producer {
         }
     }
 
-    /// Sends what is batched, then closes the producer on the broker (`CLOSE_PRODUCER`).
-    /// Sends waiting for a place in the pending queue fail at once with [`Error::Closed`],
-    /// as do sends still waiting for their receipts once the batches are out; every link
-    /// state becomes [`crate::LinkState::Closed`].
+    /// Sends what is batched and waits at most `deadline` for the receipts of every pending
+    /// send, then closes the producer on the broker (`CLOSE_PRODUCER`). Sends waiting for a
+    /// place in the pending queue fail at once with [`Error::Closed`], as do the sends still
+    /// unanswered at the deadline; every link state becomes [`crate::LinkState::Closed`].
+    /// The report counts the pending sends, answered and abandoned
+    /// ([`crate::DEFAULT_CLOSE_DEADLINE`] is a deadline for callers without one of their
+    /// own). A second close returns at once with an empty report; every call after close
+    /// fails with [`Error::Closed`].
     ///
     /// # Errors
-    /// The first `CLOSE_PRODUCER` failure; every partition is closed anyway.
-    pub async fn close(&self) -> Result<(), Error> {
+    /// The first `CLOSE_PRODUCER` failure; every partition is closed anyway (the broker
+    /// forgets the registration when the connection ends), and the sends were handled as
+    /// the report would have said.
+    pub async fn close(&self, deadline: Duration) -> Result<crate::ProducerCloseReport, Error> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return Ok(crate::ProducerCloseReport::default());
         }
+        let started = tokio::time::Instant::now();
+        let pending = self.inner.queue.pending();
         self.inner.queue.close();
         if let Some(batcher) = &self.inner.batcher {
-            let abandoned = batcher.close().await;
-            if abandoned > 0 {
-                tracing::warn!(
-                    abandoned,
-                    topic = %self.inner.topic,
-                    "messages abandoned while closing the producer"
-                );
-            }
+            batcher.close(deadline).await;
         }
+        // Every pending message holds its place in the queue until its send is answered
+        // (or its future dropped): wait for the places to come back.
+        let rest = crate::close::remaining(deadline, started);
+        let _ = tokio::time::timeout(rest, self.inner.queue.drained()).await;
+        let abandoned = self.inner.queue.pending().min(pending);
+        let report = crate::ProducerCloseReport {
+            pending,
+            answered: pending - abandoned,
+            abandoned,
+        };
         let mut result = Ok(());
         for producer in self.inner.partitions.all().iter() {
             if let Err(error) = producer.close().await
@@ -681,7 +692,7 @@ impl Producer {
             }
         }
         self.inner.links.close_all(&self.inner.topic);
-        result
+        result.map(|()| report)
     }
 }
 

@@ -216,12 +216,28 @@ impl Reader {
         self.consumer.topic()
     }
 
-    /// Closes the reader (its subscription goes with it).
+    /// The counters of the reader's consumer (see [`Consumer::stats`]): `received` counts
+    /// what the broker delivered, messages before the start and those delivered again after
+    /// a reconnection (which [`Reader::read_next`] skips) included.
+    pub fn stats(&self) -> crate::ConsumerStats {
+        self.consumer.stats()
+    }
+
+    /// The link state of every partition's consumer, by partition (see [`Consumer::state`]).
+    pub fn state(&self) -> tokio::sync::watch::Receiver<crate::LinkStates> {
+        self.consumer.state()
+    }
+
+    /// Closes the reader (its subscription goes with it), within `deadline`
+    /// ([`Consumer::close`]).
     ///
     /// # Errors
     /// As [`Consumer::close`].
-    pub async fn close(&self) -> Result<(), Error> {
-        self.consumer.close().await
+    pub async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
+        self.consumer.close(deadline).await
     }
 }
 
@@ -250,8 +266,11 @@ impl crate::MessageConsumer for Reader {
         self.consumer.refresh_partitions().await
     }
 
-    async fn close(&self) -> Result<(), Error> {
-        Reader::close(self).await
+    async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
+        Reader::close(self, deadline).await
     }
 
     fn has_ended(&self) -> bool {

@@ -12,7 +12,9 @@ use futures_util::future::BoxFuture;
 use crate::{Error, Message, MessageConsumer};
 
 /// The messages of a consumer as a [`Stream`] ([`crate::Consumer::stream`],
-/// [`crate::prioritized::PriorityConsumer::stream`]): each item is what
+/// [`crate::PatternConsumer::stream`], [`crate::Reader::stream`],
+/// [`crate::prioritized::PriorityConsumer::stream`]; [`crate::TypedConsumer::stream`] gives
+/// decoded values, [`crate::TypedMessages`]): each item is what
 /// [`MessageConsumer::receive`] returns, in order; the stream ends once the consumer is
 /// closed (the error of a consumer that ended otherwise is the last item). The consumer stays
 /// usable meanwhile, to acknowledge what the stream yields:

@@ -279,6 +279,7 @@ fn outcome_unknown(error: Error, id: TxnId, action: TxnAction, sent: bool) -> Er
 
 /// Where a transaction stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TxnState {
     /// Sends and acks may join it.
     Open,
@@ -805,7 +806,10 @@ mod tests {
         let options = ConnectOptions::new(&format!("pulsar://{address}"))
             .expect("valid")
             .operation_timeout(timeout);
-        Client::connect(options).await.expect("connected")
+        crate::ClientBuilder::from(options)
+            .build()
+            .await
+            .expect("connected")
     }
 
     /// A coordinator whose partition moved answers `TransactionCoordinatorNotFound` where the

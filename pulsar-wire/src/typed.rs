@@ -2,9 +2,12 @@
 //! decoded by a [`SchemaCodec`] whose schema they send in `PRODUCER` and `SUBSCRIBE`.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures_util::Stream;
 
 use crate::consumer::{Consumer, Message};
 use crate::error::Error;
@@ -13,7 +16,7 @@ use crate::producer::{OutgoingMessage, Producer};
 use crate::schema::SchemaCodec;
 
 /// A producer of values: each is encoded by the codec and sent with the producer's schema
-/// version. Created by [`crate::Client::create_typed_producer`]. Cheap to clone.
+/// version. Created by [`TypedProducer::builder`]. Cheap to clone.
 pub struct TypedProducer<S> {
     producer: Producer,
     codec: Arc<S>,
@@ -97,12 +100,15 @@ impl<S: SchemaCodec> TypedProducer<S> {
         self.producer.schema_version()
     }
 
-    /// Closes the producer ([`Producer::close`]).
+    /// Closes the producer within `deadline` ([`Producer::close`]).
     ///
     /// # Errors
     /// As [`Producer::close`].
-    pub async fn close(&self) -> Result<(), Error> {
-        self.producer.close().await
+    pub async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ProducerCloseReport, Error> {
+        self.producer.close(deadline).await
     }
 }
 
@@ -137,7 +143,7 @@ impl<T> TypedMessage<T> {
 }
 
 /// A consumer of values: each message is decoded by the codec. Created by
-/// [`crate::Client::subscribe_typed`]; acknowledge through it or through
+/// [`TypedConsumer::builder`]; acknowledge through it or through
 /// [`TypedConsumer::consumer`].
 ///
 /// A payload the codec cannot read is [`Error::SchemaDecode`] from
@@ -172,6 +178,16 @@ impl<S: SchemaCodec> TypedConsumer<S> {
         let message = self.consumer.receive().await?;
         let value = self.decode(&message)?;
         Ok(TypedMessage { value, message })
+    }
+
+    /// The decoded messages as a [`futures_util::Stream`] ([`TypedMessages`]): each item is
+    /// what [`TypedConsumer::receive`] returns, in order; the stream ends once the consumer is
+    /// closed, as [`Consumer::stream`] does.
+    pub fn stream(&self) -> TypedMessages<'_, S> {
+        TypedMessages {
+            messages: self.consumer.stream(),
+            consumer: self,
+        }
     }
 
     /// The value of a message received otherwise (e.g. from [`TypedConsumer::consumer`]'s
@@ -216,11 +232,65 @@ impl<S: SchemaCodec> TypedConsumer<S> {
         &self.consumer
     }
 
-    /// Closes the consumer ([`Consumer::close`]).
+    /// Closes the consumer within `deadline` ([`Consumer::close`]).
     ///
     /// # Errors
     /// As [`Consumer::close`].
-    pub async fn close(&self) -> Result<(), Error> {
-        self.consumer.close().await
+    pub async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
+        self.consumer.close(deadline).await
+    }
+}
+
+/// The decoded messages of a [`TypedConsumer`] as a [`Stream`]
+/// ([`TypedConsumer::stream`]): each item is what [`TypedConsumer::receive`] returns, in
+/// order. A payload the codec cannot read is an [`Error::SchemaDecode`] item and the stream
+/// goes on; it ends as [`crate::Messages`] ends, once the consumer is closed. The consumer
+/// stays usable meanwhile, to acknowledge what the stream yields:
+///
+/// ```no_run
+/// use futures_util::StreamExt;
+/// use pulsar_wire::schema::SchemaCodec;
+/// use pulsar_wire::{Error, TypedConsumer};
+///
+/// async fn work<S: SchemaCodec>(consumer: &TypedConsumer<S>) -> Result<(), Error> {
+///     let mut messages = consumer.stream();
+///     while let Some(message) = messages.next().await {
+///         let message = message?;
+///         // ... use message.value() ...
+///         consumer.ack(&message).await?;
+///     }
+///     Ok(())
+/// }
+/// ```
+pub struct TypedMessages<'a, S: SchemaCodec> {
+    messages: crate::Messages<'a>,
+    consumer: &'a TypedConsumer<S>,
+}
+
+impl<S: SchemaCodec> fmt::Debug for TypedMessages<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypedMessages")
+            .field("messages", &self.messages)
+            .field("schema", self.consumer.codec.schema())
+            .finish()
+    }
+}
+
+impl<S: SchemaCodec> Stream for TypedMessages<'_, S> {
+    type Item = Result<TypedMessage<S::Value>, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Poll::Ready(next) = Pin::new(&mut this.messages).poll_next(cx) else {
+            return Poll::Pending;
+        };
+        Poll::Ready(next.map(|received| {
+            let message = received?;
+            let value = this.consumer.decode(&message)?;
+            Ok(TypedMessage { value, message })
+        }))
     }
 }

@@ -80,8 +80,9 @@ impl Flush<AckKey, AckEntry> for AckFlusher {
         let response = client
             .ack_message(request)
             .await
-            .map_err(|status| Error::rpc("AckMessage", status))?
-            .into_inner();
+            .map_err(|status| Error::rpc("AckMessage", status));
+        self.session.link().observe(&response);
+        let response = response?.into_inner();
         map_ack_response(entries, response)
     }
 }

@@ -11,16 +11,20 @@ use crate::pb::Code;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A setting was rejected; the message says which and what is accepted.
-    #[error("invalid setting `{setting}`: {reason}")]
-    InvalidConfig {
-        /// The setting.
-        setting: &'static str,
+    /// A setting or an argument was rejected; the message says which and what is accepted.
+    /// The same variant as `pulsar_wire::Error::Invalid`.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// The setting or argument (the setter's name for a setting).
+        what: &'static str,
         /// What is wrong and what is accepted.
         reason: String,
     },
-    /// An endpoint could not be parsed or connected to.
-    #[error("cannot reach endpoint {endpoint}: {reason}")]
+    /// An endpoint could not be parsed or connected to. Retryable: the proxy may be starting.
+    #[error(
+        "cannot reach endpoint {endpoint}: {reason}; check the endpoint (host and gRPC port of \
+         the proxy) and that the proxy is running and reachable from here"
+    )]
     Unreachable {
         /// The endpoint as configured.
         endpoint: String,
@@ -47,12 +51,18 @@ pub enum Error {
         /// The proxy's explanation.
         message: String,
     },
-    /// A message or body larger than the limit.
-    #[error("the message body is {size} bytes, more than the limit of {limit} bytes")]
+    /// A message body (or a batch, bodies and headers together) larger than the producer's
+    /// `max_body` limit ([`ProducerBuilder::max_body`](crate::ProducerBuilder::max_body)).
+    /// Not sent; not retryable.
+    #[error(
+        "the message body is {size} bytes, more than the producer's `max_body` limit of {limit} \
+         bytes; split the body (or the batch), or raise `max_body` up to the broker's \
+         `maxMessageSize` (4 MiB by default)"
+    )]
     MessageTooLarge {
-        /// The body's size.
+        /// The body's size (for a batch: the bodies and their headers together).
         size: usize,
-        /// The limit.
+        /// The limit (`max_body`).
         limit: usize,
     },
     /// TLS with the proxy failed: the client refused the proxy's certificate (signed by an
@@ -67,9 +77,12 @@ pub enum Error {
         /// What was wrong and what to do.
         reason: String,
     },
-    /// The client was shut down.
-    #[error("the client is shut down")]
-    ShutDown,
+    /// The named producer or consumer was closed (its `close` was called): every later call
+    /// fails with this, and so do calls still waiting when `close` gave up on them (a send
+    /// still retrying at the producer's close deadline, an ack not answered in time). Not
+    /// retryable: build a new one.
+    #[error("{0} is closed; build a new one")]
+    Closed(&'static str),
     /// A send failed after retrying: every attempt failed with a retryable error until the
     /// producer's attempts and retry window were used up. Retryable when `last` is.
     #[error("the send failed after {attempts} attempts in {elapsed:?}; the last error: {last}")]
@@ -163,7 +176,7 @@ impl Error {
     /// | `NOT_IMPLEMENTED` 50100, `UNSUPPORTED` 50500 family, `FAILED_TO_CONSUME_MESSAGE` 60000 | no | |
     /// | a code this crate does not know | yes for 5xxxx and 429xx, no for other 4xxxx | by class |
     /// | [`Error::Tls`] (certificate refused either way, not TLS) | no | a certificate or a setting must change first |
-    /// | [`Error::InvalidConfig`], [`Error::MessageTooLarge`], [`Error::ShutDown`] | no | |
+    /// | [`Error::Invalid`], [`Error::MessageTooLarge`], [`Error::Closed`] | no | |
     ///
     /// The consumer's control plane (telemetry, heartbeats, assignments) and receive loops keep
     /// trying whatever this says, with backoff: a terminal answer there (`TOPIC_NOT_FOUND`
@@ -174,9 +187,9 @@ impl Error {
             Self::Rpc { source, .. } => grpc_status_is_retryable(&source.0),
             Self::Unreachable { .. } => true,
             Self::Server { code, message, .. } => server_code_is_retryable(*code, message),
-            Self::InvalidConfig { .. }
+            Self::Invalid { .. }
             | Self::MessageTooLarge { .. }
-            | Self::ShutDown
+            | Self::Closed(_)
             | Self::Tls { .. } => false,
             Self::SendFailed { last, .. } => last.is_retryable(),
         }
@@ -196,9 +209,9 @@ impl Error {
         }
     }
 
-    pub(crate) fn invalid(setting: &'static str, reason: impl Into<String>) -> Self {
-        Self::InvalidConfig {
-            setting,
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            what,
             reason: reason.into(),
         }
     }
@@ -532,6 +545,33 @@ mod tests {
     }
 
     #[test]
+    fn messages_say_what_to_do() {
+        let too_large = Error::MessageTooLarge {
+            size: 2000,
+            limit: 1024,
+        }
+        .to_string();
+        assert!(too_large.contains("2000 bytes"), "{too_large}");
+        assert!(
+            too_large.contains("`max_body` limit of 1024"),
+            "{too_large}"
+        );
+        assert!(too_large.contains("split the body"), "{too_large}");
+        let unreachable = Error::Unreachable {
+            endpoint: "127.0.0.1:8081".into(),
+            reason: "connection refused".into(),
+        }
+        .to_string();
+        assert!(unreachable.contains("connection refused"), "{unreachable}");
+        assert!(
+            unreachable.contains("that the proxy is running"),
+            "{unreachable}"
+        );
+        let closed = Error::Closed("the simple consumer").to_string();
+        assert_eq!(closed, "the simple consumer is closed; build a new one");
+    }
+
+    #[test]
     fn tls_failures_are_terminal_and_found_in_the_text_h2_keeps() {
         let failure = TlsFailure {
             endpoint: "127.0.0.1:8081".into(),
@@ -583,6 +623,10 @@ mod tests {
             }
             .is_retryable()
         );
-        assert!(!Error::ShutDown.is_retryable());
+        assert!(!Error::Closed("the producer").is_retryable());
+        assert_eq!(
+            Error::Closed("the producer").to_string(),
+            "the producer is closed; build a new one"
+        );
     }
 }

@@ -191,8 +191,8 @@ mod tests {
         let error = FilterExpression::sql92("  ").validate("t").unwrap_err();
         assert!(matches!(
             error,
-            Error::InvalidConfig {
-                setting: "subscribe",
+            Error::Invalid {
+                what: "subscribe",
                 ..
             }
         ));

@@ -12,7 +12,7 @@
 //!   attempts, exponential 10 ms to 1 s until then); retryable failures
 //!   ([`Error::is_retryable`]) are retried with jitter on another queue and broker (FIFO
 //!   messages keep their queue), and beyond the policy's attempts within
-//!   [`Producer::retry_window`] (default 10 s), so that a send outlives a short proxy outage;
+//!   [`ProducerBuilder::retry_window`] (default 10 s), so that a send outlives a short proxy outage;
 //!   then [`Error::SendFailed`] names the attempts and the last error. Routes are refreshed
 //!   after failures and every 30 s.
 //!
@@ -27,7 +27,7 @@
 //!       .start() // or build(): the proxy's retry policy comes with the first send
 //!       .await?;
 //!   let receipt = producer.send(OutgoingMessage::new("orders", "hello")).await?;
-//!   println!("sent {}", receipt.message_id);
+//!   println!("sent {}", receipt.message_id());
 //!   // Delivered in half an hour (to a topic of type DELAY).
 //!   producer
 //!       .send(OutgoingMessage::new("reminders", "pay").deliver_after(Duration::from_secs(1800)))
@@ -76,7 +76,7 @@
 //!           .await?,
 //!   );
 //!   for message in consumer.receive(16, Duration::from_secs(30)).await? {
-//!       println!("{}", String::from_utf8_lossy(&message.body));
+//!       println!("{}", String::from_utf8_lossy(message.body()));
 //!       // Acks wait for their batch: acknowledge concurrently.
 //!       let consumer = Arc::clone(&consumer);
 //!       tokio::spawn(async move { consumer.ack(&message).await });
@@ -140,12 +140,12 @@
 //! and of the producer has a module of its own). `scripts/check-module-cycles` checks it.
 //!
 //! # TLS and namespaces
-//! With the feature `tls`, `https://host:port` (or [`ClientConfig::tls`]) connects with TLS:
+//! With the feature `tls` (on by default), `https://host:port` (or [`ClientConfig::tls`]) connects with TLS:
 //! [`ClientConfig::tls_ca_file`] / [`ClientConfig::tls_ca_pem`] give a private CA,
 //! [`ClientConfig::tls_client_cert_files`] / [`ClientConfig::tls_client_cert_pem`] a client
 //! certificate, [`ClientConfig::tls_verify_hostname`] and [`ClientConfig::tls_webpki_roots`]
 //! switch the host name check and the public roots (the same names as `pulsar-wire`'s
-//! `ConnectOptions`). Unusable files or PEM are [`Error::InvalidConfig`] naming the setting when
+//! `ConnectOptions`). Unusable files or PEM are [`Error::Invalid`] naming the setting when
 //! the [`Session`] is built; a refused certificate is [`Error::Tls`], not retryable, at once.
 //!
 //! ```no_run
@@ -155,7 +155,7 @@
 //! let config = ClientConfig::new("https://localhost:8081")?
 //!     .tls_ca_file("/etc/rocketmq/ca.pem")
 //!     .namespace("tenant-a"); // topic "orders" is the broker's "tenant-a%orders"
-//! let producer = Producer::new(Session::new(config)?);
+//! let producer = Producer::builder(config).build()?;
 //! producer.send(OutgoingMessage::new("orders", "hello")).await?;
 //! # Ok(()) }
 //! ```
@@ -178,8 +178,9 @@
 //! "Metrics" section lists every metric; `describe_metrics` registers their units and help.
 //!
 //! # Feature flags
-//! - `tls` (off by default): TLS connections to the proxy (`rustls` on `ring`,
-//!   `webpki-roots`).
+//! - `tls` (on by default, as in `pulsar-wire`): TLS connections to the proxy (`rustls` on
+//!   `ring`, `webpki-roots`). Without it (`default-features = false`), an `https://` endpoint
+//!   or `tls(true)` is refused with [`Error::Invalid`] naming the feature.
 //! - `unstable-wire` (off by default): the `pb` and `wire` modules (see "Low level"), outside
 //!   the semver promise.
 //! - `metrics` (off by default): counters and histograms through the `metrics` facade.
@@ -195,11 +196,13 @@ mod code;
 mod consumer;
 mod error;
 mod filter;
+mod link;
 mod message;
 mod metrics;
 pub mod priority;
 mod producer;
 mod session;
+mod telemetry;
 mod tls;
 #[cfg(feature = "unstable-wire")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-wire")))]
@@ -215,16 +218,17 @@ pub use code::Code;
 pub use consumer::{
     AckObserver, AckSettings, ConsumeResult, ConsumerStats, DEFAULT_AWAIT_DURATION, LiteOffset,
     LitePushConsumer, LitePushConsumerBuilder, MAX_INVISIBLE_DURATION, MAX_RECEIVE_MESSAGES,
-    MIN_INVISIBLE_DURATION, MessageHandler, PRIORITY_RECEIVE_GRACE, PushCloseReport, PushConsumer,
-    PushConsumerBuilder, SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder,
+    MIN_INVISIBLE_DURATION, MessageHandler, Messages, PRIORITY_RECEIVE_GRACE, PushCloseReport,
+    PushConsumer, PushConsumerBuilder, SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder,
     SimpleConsumerStats,
 };
 pub use error::{Error, RpcStatus};
 pub use filter::{FilterExpression, FilterKind};
+pub use link::LinkState;
 pub use message::{OutgoingMessage, ReceivedMessage};
 pub use producer::{
-    Backoff, BatchReceipt, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, SendReceipt,
-    SendRetryPolicy, Transaction, TransactionChecker, TransactionResolution,
+    Backoff, BatchReceipt, DEFAULT_RETRY_WINDOW, Producer, ProducerBuilder, ProducerCloseReport,
+    SendReceipt, SendRetryPolicy, Transaction, TransactionChecker, TransactionResolution,
 };
 pub use session::{
     ClientConfig, Credentials, DEFAULT_MAX_BODY, DEFAULT_MAX_MESSAGE_SIZE, Endpoint,

@@ -115,9 +115,9 @@ impl OutgoingMessage {
     ///   `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE`.
     /// - It cannot be FIFO: with a [`message_group`](Self::message_group) too,
     ///   [`Producer::send`](crate::Producer::send) fails before sending with
-    ///   [`Error::InvalidConfig`] naming `deliver_at` (the Java client refuses both at once).
+    ///   [`Error::Invalid`] naming `deliver_at` (the Java client refuses both at once).
     /// - A time more than a second in the past is refused before sending with
-    ///   [`Error::InvalidConfig`] naming `deliver_at` (the Java client sends it and the broker
+    ///   [`Error::Invalid`] naming `deliver_at` (the Java client sends it and the broker
     ///   delivers it at once, which hides a scheduling bug; send without a delivery time to
     ///   deliver now). Up to a second late is sent as it is (the broker's timer precision).
     /// - The proxy refuses a time further ahead than its `maxDelayTimeMills` (1 day by
@@ -183,7 +183,7 @@ impl OutgoingMessage {
     ///   [`deliver_at`](Self::deliver_at), [`lite_topic`](Self::lite_topic) or a transaction,
     ///   and it must be at most `i32::MAX` (the protocol's `int32`): otherwise
     ///   [`Producer::send`](crate::Producer::send) fails before sending with
-    ///   [`Error::InvalidConfig`] naming `priority`.
+    ///   [`Error::Invalid`] naming `priority`.
     ///
     /// ```
     /// use rocketmq_grpc::OutgoingMessage;
@@ -217,7 +217,7 @@ impl OutgoingMessage {
     /// - It cannot be combined with [`message_group`](Self::message_group),
     ///   [`deliver_at`](Self::deliver_at), [`priority`](Self::priority) or a transaction; an
     ///   empty name or another character fails the send before sending with
-    ///   [`Error::InvalidConfig`] naming `lite_topic`.
+    ///   [`Error::Invalid`] naming `lite_topic`.
     ///
     /// ```
     /// use rocketmq_grpc::OutgoingMessage;
@@ -384,28 +384,23 @@ pub(crate) fn new_message_id() -> String {
 }
 
 /// A message received by a consumer.
+///
+/// Read it with its accessors ([`body`](Self::body), [`topic`](Self::topic),
+/// [`message_id`](Self::message_id), [`tag`](Self::tag), [`keys`](Self::keys),
+/// [`properties`](Self::properties), ...); [`into_body`](Self::into_body) takes the body
+/// without copying. Only consumers make one.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReceivedMessage {
-    /// The topic.
-    pub topic: String,
-    /// The message id.
-    pub message_id: String,
-    /// The body. Zero-copy: a slice of the buffer the gRPC message was decoded from, shared by
-    /// clones; a body kept long after its message keeps that buffer alive, so copy a small one
-    /// ([`Bytes::copy_from_slice`]) to keep it alone.
-    pub body: Bytes,
-    /// The tag, if any.
-    pub tag: Option<String>,
-    /// Index keys.
-    pub keys: Vec<String>,
-    /// User properties.
-    pub properties: HashMap<String, String>,
-    /// The FIFO message group, for FIFO messages.
-    pub message_group: Option<String>,
-    /// How many times it was delivered (1 the first time).
-    pub delivery_attempt: i32,
-    /// The queue it came from.
-    pub queue_id: i32,
+    pub(crate) topic: String,
+    pub(crate) message_id: String,
+    pub(crate) body: Bytes,
+    pub(crate) tag: Option<String>,
+    pub(crate) keys: Vec<String>,
+    pub(crate) properties: HashMap<String, String>,
+    pub(crate) message_group: Option<String>,
+    pub(crate) delivery_attempt: i32,
+    pub(crate) queue_id: i32,
     pub(crate) deliver_at: Option<SystemTime>,
     pub(crate) priority: Option<i32>,
     pub(crate) lite_topic: Option<String>,
@@ -494,6 +489,74 @@ impl ReceivedMessage {
         })
     }
 
+    /// The topic it was received from (without the namespace).
+    #[must_use]
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The message id (given by the producer's client).
+    #[must_use]
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+
+    /// The body. Zero-copy: a slice of the buffer the gRPC message was decoded from, shared by
+    /// clones; a body kept long after its message keeps that buffer alive, so copy a small one
+    /// ([`Bytes::copy_from_slice`]) to keep it alone.
+    #[must_use]
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The body, by value (no copy; see [`body`](Self::body)).
+    #[must_use]
+    pub fn into_body(self) -> Bytes {
+        self.body
+    }
+
+    /// The tag, if any.
+    #[must_use]
+    pub fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+
+    /// The index keys.
+    #[must_use]
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The user properties.
+    #[must_use]
+    pub fn properties(&self) -> &HashMap<String, String> {
+        &self.properties
+    }
+
+    /// The user property `key`, if set.
+    #[must_use]
+    pub fn property(&self, key: &str) -> Option<&str> {
+        self.properties.get(key).map(String::as_str)
+    }
+
+    /// The FIFO message group, for FIFO messages.
+    #[must_use]
+    pub fn message_group(&self) -> Option<&str> {
+        self.message_group.as_deref()
+    }
+
+    /// How many times it was delivered (1 the first time).
+    #[must_use]
+    pub fn delivery_attempt(&self) -> i32 {
+        self.delivery_attempt
+    }
+
+    /// The queue it came from.
+    #[must_use]
+    pub fn queue_id(&self) -> i32 {
+        self.queue_id
+    }
+
     /// Whether this is a FIFO message (it has a message group).
     pub fn is_fifo(&self) -> bool {
         self.message_group.is_some()
@@ -507,7 +570,7 @@ impl ReceivedMessage {
     /// # fn demo(message: &rocketmq_grpc::ReceivedMessage) {
     /// if let Some(due) = message.deliver_at() {
     ///     let late = std::time::SystemTime::now().duration_since(due).unwrap_or_default();
-    ///     println!("{} arrived {late:?} after its delivery time", message.message_id);
+    ///     println!("{} arrived {late:?} after its delivery time", message.message_id());
     /// }
     /// # }
     /// ```
@@ -523,7 +586,7 @@ impl ReceivedMessage {
     /// ```no_run
     /// # fn demo(message: &rocketmq_grpc::ReceivedMessage) {
     /// if message.priority().is_some_and(|level| level >= 5) {
-    ///     println!("urgent: {}", message.message_id);
+    ///     println!("urgent: {}", message.message_id());
     /// }
     /// # }
     /// ```
@@ -630,7 +693,7 @@ mod typed_tests {
 
     fn setting(result: Result<pb::MessageType, Error>) -> &'static str {
         match result {
-            Err(Error::InvalidConfig { setting, .. }) => setting,
+            Err(Error::Invalid { what, .. }) => what,
             other => panic!("not refused: {other:?}"),
         }
     }

@@ -10,10 +10,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hmac::{Hmac, KeyInit, Mac};
 use parking_lot::Mutex;
 use sha1::Sha1;
+use tokio::sync::watch;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::transport::Channel;
 
 use crate::Error;
+use crate::link::{Link, LinkState};
 use crate::pb;
 use crate::pb::messaging_service_client::MessagingServiceClient;
 use crate::tls::{Pem, TlsConfig, TlsSettings};
@@ -30,7 +32,7 @@ impl Endpoint {
     /// dropped; [`ClientConfig::new`] reads it).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when the text is not `host:port` with a port in 1..=65535.
+    /// [`Error::Invalid`] when the text is not `host:port` with a port in 1..=65535.
     pub fn parse(text: &str) -> Result<Self, Error> {
         let trimmed = text.trim();
         let bare = trimmed
@@ -174,7 +176,7 @@ pub const MAX_NAMESPACE_LEN: usize = 64;
 /// `webpki-roots` when none is given) and checking that it names the host.
 /// [`ClientConfig::tls_client_cert_files`] presents a client certificate (mutual TLS). The
 /// files are read, and every setting checked, when the [`Session`] is built
-/// ([`Error::InvalidConfig`] naming the setting). A certificate the client refuses (unknown
+/// ([`Error::Invalid`] naming the setting). A certificate the client refuses (unknown
 /// CA, wrong host, expired) or a client certificate the proxy refuses fails the RPC at once
 /// with [`Error::Tls`], which is not retryable and says what to fix.
 ///
@@ -219,7 +221,7 @@ impl ClientConfig {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if an endpoint is not `host:port`.
+    /// [`Error::Invalid`] if an endpoint is not `host:port`.
     pub fn new(endpoint: &str) -> Result<Self, Error> {
         let endpoints = endpoint
             .split(',')
@@ -542,6 +544,8 @@ pub struct Session {
     requests: AtomicU64,
     /// The index in `config.endpoints` of the access point in use.
     access: AtomicUsize,
+    /// The state of the channel to the proxy, shared by every client of the session.
+    link: Link,
 }
 
 static CLIENT_INDEX: AtomicU64 = AtomicU64::new(0);
@@ -550,7 +554,7 @@ impl Session {
     /// Opens a session. Connections are made lazily, on the first RPC to each endpoint.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for settings out of range, a namespace with other characters
+    /// [`Error::Invalid`] for settings out of range, a namespace with other characters
     /// than letters, digits, `-` and `_`, and TLS files that cannot be read or hold no usable
     /// certificate or key (naming the setting).
     pub fn new(config: ClientConfig) -> Result<Arc<Self>, Error> {
@@ -578,6 +582,7 @@ impl Session {
             channels: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             access: AtomicUsize::new(0),
+            link: Link::new(),
         }))
     }
 
@@ -589,6 +594,18 @@ impl Session {
     /// The configuration.
     pub fn config(&self) -> &ClientConfig {
         &self.config
+    }
+
+    /// The link state of the session's channel to the proxy (see [`LinkState`]), shared by
+    /// every producer and consumer of the session; [`LinkState::Closed`] once each of them is
+    /// closed.
+    pub fn state(&self) -> watch::Receiver<LinkState> {
+        self.link.subscribe()
+    }
+
+    /// The link state's source.
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
     }
 
     /// The access point in use: the first of [`ClientConfig::endpoints`] until it fails.
@@ -720,9 +737,9 @@ impl Session {
         let response = client
             .heartbeat(self.request(request, self.config.request_timeout))
             .await
-            .map_err(|status| self.access_failed(&access, Error::rpc("Heartbeat", status)))?
-            .into_inner();
-        Error::check("Heartbeat", response.status.as_ref())
+            .map_err(|status| self.access_failed(&access, Error::rpc("Heartbeat", status)));
+        self.link.observe(&response);
+        Error::check("Heartbeat", response?.into_inner().status.as_ref())
     }
 
     /// Wraps `message` with the proxy's headers, the signature and a deadline of `timeout`.
@@ -902,8 +919,8 @@ mod tests {
             assert!(
                 matches!(
                     error,
-                    Error::InvalidConfig {
-                        setting: "namespace",
+                    Error::Invalid {
+                        what: "namespace",
                         ..
                     }
                 ),
@@ -950,7 +967,7 @@ mod tests {
     fn unusable_tls_files_are_refused_naming_the_setting() {
         let https = || ClientConfig::new("https://127.0.0.1:1").unwrap();
         let setting = |config: ClientConfig| match Session::new(config) {
-            Err(Error::InvalidConfig { setting, reason }) => (setting, reason),
+            Err(Error::Invalid { what, reason }) => (what, reason),
             other => panic!("not refused: {other:?}"),
         };
         let (name, reason) = setting(https().tls_ca_file("/nonexistent/ca.pem"));

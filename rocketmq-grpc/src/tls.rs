@@ -163,7 +163,7 @@ mod enabled {
     /// installed as the process default), speaking HTTP/2 (ALPN `h2`).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the setting when a file cannot be read or holds no
+    /// [`Error::Invalid`] naming the setting when a file cannot be read or holds no
     /// usable certificate or key, or when nothing is trusted.
     pub(crate) fn client_config(settings: &TlsSettings) -> Result<TlsConfig, Error> {
         let provider = provider();

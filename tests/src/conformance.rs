@@ -65,8 +65,8 @@ use std::time::{Duration, Instant};
 use pulsar_wire::pb;
 use pulsar_wire::wire::{ConnectionExt, ConsumerExt, command_frame};
 use pulsar_wire::{
-    BatchingOptions, Client, Consumer, ConsumerOptions, InitialPosition, Message, OutgoingMessage,
-    Producer, ProducerOptions, SubType, Transaction,
+    BatchingOptions, Client, Consumer, InitialPosition, Message, OutgoingMessage, Producer,
+    ProducerOptions, SubType, Transaction,
 };
 use pulsar_wire_emulator::Emulator;
 use txn_ack::model::{
@@ -781,25 +781,28 @@ impl Run<'_> {
             }
         }
         for slot in &self.slots {
-            let _ = slot.consumer.close().await;
+            let _ = slot
+                .consumer
+                .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                .await;
         }
         for producer in self.producers.values() {
-            let _ = producer.close().await;
+            let _ = producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
         }
     }
 
     async fn add_consumer(&mut self) -> Result<(), Box<ConformanceError>> {
         let id = ConsumerId(self.subscribed);
         let name = format!("c{}", self.subscribed);
-        let options = ConsumerOptions::default()
+        let options = crate::real_pulsar::consumer_options()
             .sub_type(SubType::Shared)
             .initial_position(InitialPosition::Earliest)
             .name(name.clone())
             .receiver_queue_size(1000)
             .legacy_committed_redeliveries(true);
-        let consumer = self
-            .client
-            .subscribe(&self.topic, SUBSCRIPTION, options)
+        let consumer = Consumer::builder(self.client, &self.topic, SUBSCRIPTION)
+            .options(options)
+            .build()
             .await
             .map_err(|e| self.fail(format!("subscribing {name}: {e}")))?;
         self.subscribed += 1;
@@ -823,9 +826,9 @@ impl Run<'_> {
                     .max_messages(usize::from(size))
                     .max_delay(Duration::from_secs(5)),
             );
-            let producer = self
-                .client
-                .create_producer(&self.topic, options)
+            let producer = Producer::builder(self.client, &self.topic)
+                .options(options)
+                .build()
                 .await
                 .map_err(|e| self.fail(format!("creating a producer: {e}")))?;
             self.producers.insert(size, producer);
@@ -992,7 +995,7 @@ impl Run<'_> {
                 let at = self.slot_of(consumer);
                 let slot = self.slots.remove(at);
                 slot.consumer
-                    .close()
+                    .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
                     .await
                     .map_err(|e| self.fail(format!("closing {}: {e}", slot.name)))?;
                 let removed = self

@@ -12,10 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pulsar_wire::{
-    BatchingOptions, Client, ConsumerOptions, InitialPosition, OutgoingMessage, ProducerOptions,
-    SubType,
-};
+use pulsar_wire::{BatchingOptions, Client, InitialPosition, OutgoingMessage, SubType};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
 use broker_tools::txn_steady::settled_counts;
@@ -119,26 +116,23 @@ pub async fn run(
     faults: Vec<(Duration, Fault)>,
 ) -> Report {
     let consumer = Arc::new(
-        client
-            .subscribe(
-                topic,
-                "sub",
-                ConsumerOptions::default()
+        pulsar_wire::Consumer::builder(client, topic, "sub")
+            .options(
+                crate::real_pulsar::consumer_options()
                     .sub_type(SubType::Shared)
                     .initial_position(InitialPosition::Earliest),
             )
+            .build()
             .await
             .expect("subscribed"),
     );
-    let producer = client
-        .create_producer(
-            topic,
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(10)
-                    .max_delay(Duration::from_millis(20)),
-            ),
+    let producer = pulsar_wire::Producer::builder(client, topic)
+        .batching(
+            BatchingOptions::default()
+                .max_messages(10)
+                .max_delay(Duration::from_millis(20)),
         )
+        .build()
         .await
         .expect("producer created");
     let started = Instant::now();
@@ -265,7 +259,7 @@ pub async fn run(
     report.final_unacked = unacked;
     report.final_backlog = backlog;
     report.took = started.elapsed();
-    let _ = producer.close().await;
-    let _ = consumer.close().await;
+    let _ = producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
+    let _ = consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
     report
 }

@@ -5,11 +5,21 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
-use pulsar_wire::{Client, ConnectOptions};
+use pulsar_wire::{Client, ClientBuilder, ConnectOptions, ConsumerOptions, PartialBatches};
 
 /// A variable of the broker scripts, when set and not empty.
 pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Consumer options for the broker of `scripts/brokers/pulsar`: the defaults, except that acks
+/// of partly acknowledged batches carry the accumulated set
+/// ([`PartialBatches::SendAckSet`]), the setting for a broker with
+/// `acknowledgmentAtBatchIndexLevelEnabled=true`, as the script configures it (the default,
+/// holding them until the batch is complete, is for brokers without it).
+#[must_use]
+pub fn consumer_options() -> ConsumerOptions {
+    ConsumerOptions::default().partial_batches(PartialBatches::SendAckSet)
 }
 
 /// A client and the admin API of the real broker, with a fresh topic for one scenario.
@@ -57,7 +67,8 @@ impl RealPulsar {
         let options = ConnectOptions::new(&service_url)
             .expect("PULSAR_SERVICE_URL is a pulsar:// URL")
             .operation_timeout(Duration::from_secs(30));
-        let client = Client::connect(options)
+        let client = ClientBuilder::from(options)
+            .build()
             .await
             .expect("the client connects to the real broker");
         Some(Self {

@@ -16,7 +16,7 @@ use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, Error, MessageHandler,
-    OutgoingMessage, Producer, PushCloseReport, PushConsumer, ReceivedMessage,
+    OutgoingMessage, Producer, PushCloseReport, PushConsumer, ReceivedMessage, SendReceipt,
 };
 
 /// One fault: started at its time from the first send; the outage lasts until it returns.
@@ -64,6 +64,9 @@ pub struct Report {
     pub received: u64,
     /// Payloads sent with a receipt that were never handled.
     pub lost: u64,
+    /// The first few of [`Report::lost`]: payload, when its send started (from the first
+    /// send), how long it took, the message id and the queue offset from its receipt.
+    pub lost_detail: Vec<String>,
     /// Deliveries of a payload already handled.
     pub copies: u64,
     /// Deliveries after the fault began of payloads whose ack the proxy had confirmed before
@@ -109,7 +112,10 @@ impl Report {
             ));
         }
         if self.lost > 0 {
-            missed.push(format!("{} payloads sent were never handled", self.lost));
+            missed.push(format!(
+                "{} payloads sent were never handled: {:?}",
+                self.lost, self.lost_detail
+            ));
         }
         if self.acks_given_up > 0 {
             missed.push(format!(
@@ -225,13 +231,13 @@ impl MessageHandler for Handler {
         self.seen
             .received
             .lock()
-            .insert(message.message_id.clone(), at);
-        let payload = String::from_utf8_lossy(&message.body).into_owned();
+            .insert(message.message_id().to_owned(), at);
+        let payload = String::from_utf8_lossy(message.body()).into_owned();
         if payload.starts_with(&self.prefix) {
             self.seen
                 .payloads
                 .lock()
-                .insert(message.message_id.clone(), payload.clone());
+                .insert(message.message_id().to_owned(), payload.clone());
             self.seen
                 .deliveries
                 .lock()
@@ -239,8 +245,8 @@ impl MessageHandler for Handler {
                 .or_default()
                 .push(Delivery {
                     at,
-                    queue: message.queue_id,
-                    attempt: message.delivery_attempt,
+                    queue: message.queue_id(),
+                    attempt: message.delivery_attempt(),
                 });
         }
         ConsumeResult::Success
@@ -326,11 +332,12 @@ pub async fn run(
     let consumer = PushConsumer::builder(config, group)
         .subscribe(topic, "*")
         .acks(AckSettings::default().observer(clock.clone()))
-        .start(Handler {
+        .handler(Handler {
             prefix: stream.prefix.clone(),
             started,
             seen: Arc::clone(&seen),
         })
+        .build()
         .await
         .expect("the consumer starts");
     let window = Arc::new(Mutex::new((Duration::MAX, Duration::MAX)));
@@ -349,7 +356,10 @@ pub async fn run(
             }
         }
     });
-    let sent = Arc::new(Mutex::new(Vec::<(Duration, Duration, String)>::new()));
+    // Per successful send: when it started, how long it took, the payload and its receipt.
+    let sent = Arc::new(Mutex::new(
+        Vec::<(Duration, Duration, String, SendReceipt)>::new(),
+    ));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
     let total = u64::from(stream.rate) * stream.produce_for.as_secs();
     let every = Duration::from_secs(1) / stream.rate.max(1);
@@ -364,7 +374,9 @@ pub async fn run(
             let at = started.elapsed();
             let message = OutgoingMessage::new(topic, payload.clone().into_bytes());
             match producer.send(message).await {
-                Ok(_) => sent.lock().push((at, started.elapsed() - at, payload)),
+                Ok(receipt) => sent
+                    .lock()
+                    .push((at, started.elapsed() - at, payload, receipt)),
                 Err(error) => failures.lock().push(format!("{payload}: {error}")),
             }
         }));
@@ -423,6 +435,18 @@ pub async fn run(
             .iter()
             .filter(|p| !deliveries.contains_key(*p))
             .count() as u64,
+        lost_detail: sent
+            .iter()
+            .filter(|s| !deliveries.contains_key(&s.2))
+            .take(10)
+            .map(|(at, took, payload, receipt)| {
+                format!(
+                    "{payload}: sent at {at:.3?} in {took:.3?}, id {}, offset {}",
+                    receipt.message_id(),
+                    receipt.offset()
+                )
+            })
+            .collect(),
         copies: deliveries
             .values()
             .map(|times| times.len() as u64 - 1)

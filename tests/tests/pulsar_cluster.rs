@@ -19,8 +19,8 @@ use broker_tools::pulsar_admin::PulsarAdmin;
 use integration_tests::outage::{self, Fault, Report, Stream};
 use integration_tests::peer_stream::{self, PeerCounts};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, InitialPosition,
-    OutgoingMessage, Producer, ProducerOptions, SubType,
+    BatchingOptions, Client, ClientBuilder, ConnectOptions, Consumer, InitialPosition,
+    OutgoingMessage, Producer, SubType,
 };
 
 /// How long a test waits for something that should happen soon.
@@ -78,7 +78,8 @@ async fn cluster(scenario: &'static str) -> Option<Cluster> {
     let options = ConnectOptions::new(&a_url)
         .expect("PULSAR_CLUSTER_A_URL is a pulsar:// URL")
         .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options)
+    let client = ClientBuilder::from(options)
+        .build()
         .await
         .expect("the client connects to broker A");
     Some(Cluster {
@@ -162,8 +163,10 @@ impl Cluster {
 
     /// Unloads `topic`'s bundle so that it goes to `to`, and waits until the lookup names
     /// `to`. Returns how long it took. The unload is asked again every 10 s while the bundle
-    /// stays where it was: in one CI run of 2026-12-02 the broker took the request (success)
-    /// and left the bundle on A for the whole 30 s.
+    /// stays where it was: in one CI run of 2026-12-02 (bded698) the broker took the request
+    /// (success) and left the bundle on A for the whole 30 s. The deadline ([`PATIENCE`],
+    /// 30 s) was not changed for it; how long moves take is printed (`moves`), no duration is
+    /// recorded in the history.
     async fn move_bundle(&self, topic: &str, to: Broker) -> Duration {
         let started = Instant::now();
         let bundle = self.bundle(topic).await;
@@ -237,29 +240,26 @@ impl Cluster {
     }
 
     async fn shared(&self, topic: &str, sub: &str) -> Consumer {
-        self.client
-            .subscribe(
-                topic,
-                sub,
-                ConsumerOptions::default()
+        Consumer::builder(&self.client, topic, sub)
+            .options(
+                integration_tests::real_pulsar::consumer_options()
                     .sub_type(SubType::Shared)
                     .initial_position(InitialPosition::Earliest),
             )
+            .build()
             .await
             .expect("subscribed")
     }
 
     /// A producer on `topic` batching 10 messages or 10 ms.
     async fn batching_producer(&self, topic: &str) -> Producer {
-        self.client
-            .create_producer(
-                topic,
-                ProducerOptions::default().batching(
-                    BatchingOptions::default()
-                        .max_messages(10)
-                        .max_delay(Duration::from_millis(10)),
-                ),
+        Producer::builder(&self.client, topic)
+            .batching(
+                BatchingOptions::default()
+                    .max_messages(10)
+                    .max_delay(Duration::from_millis(10)),
             )
+            .build()
             .await
             .expect("producer created")
     }
@@ -376,8 +376,14 @@ async fn a_topic_owned_by_b_is_produced_and_consumed_through_a() {
     assert_eq!(copies, 0);
     cluster.assert_drained(&topic, "sub").await;
     assert_eq!(cluster.owner(&topic).await, Broker::B);
-    producer.close().await.expect("producer closed");
-    consumer.close().await.expect("consumer closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("consumer closed");
     cluster.done().await;
 }
 
@@ -454,8 +460,14 @@ async fn a_partitioned_topic_over_both_brokers() {
     for partition in &partitions {
         cluster.assert_drained(partition, "sub").await;
     }
-    producer.close().await.expect("producer closed");
-    consumer.close().await.expect("consumer closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("consumer closed");
     cluster.done().await;
 }
 
@@ -491,8 +503,12 @@ async fn a_stream_survives_its_bundle_moving_between_the_brokers() {
     assert_at_least_as_good(&report, &python);
     assert_eq!(report.sent, 1_000, "{report:?}");
     assert_eq!(moves.lock().len(), 2);
-    // At least once each: a move that lands while the producer is still registering after
-    // the previous one can end that registration before it counts (seen once in 8 runs).
+    // At least once each, not twice (one per move) as before c6673b4 (2026-12-02): a move
+    // that lands while the producer or consumer is still registering after the previous one
+    // can end that registration before it counts, so two moves may count as one reconnect.
+    // Seen in 1 of 8 runs (the count is not recorded; below 2 for one of the two). Bound: 1,
+    // the least that shows the client followed a move at all; that both moves happened is
+    // checked above.
     assert!(report.producer_reconnects >= 1, "{report:?}");
     assert!(report.consumer_reconnects >= 1, "{report:?}");
     let Ok(cluster) = Arc::try_unwrap(cluster) else {
@@ -512,9 +528,9 @@ async fn a_transaction_over_both_brokers_commits() {
     let on_a = cluster.topic_on(Broker::A, "out").await;
     let on_b = cluster.topic_on(Broker::B, "in").await;
     let rounds = 4;
-    let input = cluster
-        .client
-        .create_producer(&on_b, ProducerOptions::default().no_batching())
+    let input = Producer::builder(&cluster.client, &on_b)
+        .no_batching()
+        .build()
         .await
         .expect("input producer");
     for i in 0..rounds {
@@ -525,12 +541,10 @@ async fn a_transaction_over_both_brokers_commits() {
     }
     let source = cluster.shared(&on_b, "sub").await;
     let sink = cluster.shared(&on_a, "check").await;
-    let output = cluster
-        .client
-        .create_producer(
-            &on_a,
-            ProducerOptions::default().no_batching().transactional(true),
-        )
+    let output = Producer::builder(&cluster.client, &on_a)
+        .no_batching()
+        .transactional(true)
+        .build()
         .await
         .expect("output producer");
     let coordinator = cluster
@@ -666,12 +680,10 @@ async fn transactions_outlive_their_coordinator_moving() {
         return;
     };
     let topic = cluster.topic("txn-out");
-    let producer = cluster
-        .client
-        .create_producer(
-            &topic,
-            ProducerOptions::default().no_batching().transactional(true),
-        )
+    let producer = Producer::builder(&cluster.client, &topic)
+        .no_batching()
+        .transactional(true)
+        .build()
         .await
         .expect("producer");
     let reader = cluster.shared(&topic, "check").await;
@@ -769,10 +781,7 @@ async fn a_stream_survives_its_broker_killed() {
                 // The kill lands first (the script sends KILL at once).
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let started = Instant::now();
-                let made = cluster
-                    .client
-                    .create_producer(&topic, ProducerOptions::default())
-                    .await;
+                let made = Producer::builder(&cluster.client, &topic).build().await;
                 *created.lock() =
                     Some((made.map(drop).map_err(|e| e.to_string()), started.elapsed()));
                 let down = restart.await.expect("joined");
@@ -833,7 +842,13 @@ async fn a_bundle_moved_by_the_extensible_load_manager_is_followed_to_its_new_br
         stats.reconnects
     );
     cluster.assert_drained(&topic, "sub").await;
-    consumer.close().await.expect("closed");
-    producer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     cluster.done().await;
 }

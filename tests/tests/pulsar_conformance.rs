@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use broker_tools::pulsar_admin::PulsarAdmin;
 use integration_tests::conformance::{Script, Target, run_script};
-use pulsar_wire::{Client, ConnectOptions};
+use pulsar_wire::{Client, ClientBuilder, ConnectOptions};
 use pulsar_wire_emulator::{ConflictEffects, Emulator, EmulatorConfig};
 
 /// The seeds (their class is `seed % 5`: mixed, steady transactional shape, two consumers,
@@ -94,7 +94,10 @@ async fn seeds_conform_on_the_emulator() {
     let options = ConnectOptions::new(emulator.endpoint())
         .expect("the endpoint")
         .operation_timeout(Duration::from_secs(10));
-    let client = Client::connect(options).await.expect("connected");
+    let client = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect("connected");
     run_all(
         Target::Emulator(&emulator),
         &client,
@@ -116,7 +119,10 @@ async fn seeds_conform_on_the_real_broker() {
     let options = ConnectOptions::new(&service_url)
         .expect("PULSAR_SERVICE_URL is a pulsar:// URL")
         .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options).await.expect("connected");
+    let client = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect("connected");
     run_all(Target::Real(&admin), &client, &format!("conf-{}", unique())).await;
     client.close().await;
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
 use pulsar_wire::{
     BatchingOptions, Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition, Message,
-    MessageId, ORIGIN_MESSAGE_ID, OutgoingMessage, PatternOptions, Producer, ProducerOptions,
-    REAL_TOPIC, RECONSUME_TIMES, ReaderOptions, SeekTo, StartAt, SubType,
+    MessageId, ORIGIN_MESSAGE_ID, OutgoingMessage, PatternConsumer, Producer, ProducerOptions,
+    REAL_TOPIC, RECONSUME_TIMES, Reader, ReaderOptions, SeekTo, StartAt, SubType,
 };
 
 const SUB: &str = "sub";
@@ -25,27 +25,23 @@ fn now_ms() -> i64 {
 
 /// A consumer of the broker's topic as `name`, from the earliest message.
 async fn subscribe(broker: &RealPulsar, name: &str, options: ConsumerOptions) -> Consumer {
-    broker
-        .client
-        .subscribe(
-            &broker.topic,
-            name,
-            options.initial_position(InitialPosition::Earliest),
-        )
+    Consumer::builder(&broker.client, &broker.topic, name)
+        .options(options.initial_position(InitialPosition::Earliest))
+        .build()
         .await
         .expect("subscribed")
 }
 
 /// Options of a Shared consumer.
 fn shared() -> ConsumerOptions {
-    ConsumerOptions::default().sub_type(SubType::Shared)
+    integration_tests::real_pulsar::consumer_options().sub_type(SubType::Shared)
 }
 
 /// A producer on the broker's topic.
 async fn producer(broker: &RealPulsar, options: ProducerOptions) -> Producer {
-    broker
-        .client
-        .create_producer(&broker.topic, options)
+    Producer::builder(&broker.client, &broker.topic)
+        .options(options)
+        .build()
         .await
         .expect("producer")
 }
@@ -116,7 +112,7 @@ async fn our_delayed_messages_reach_a_java_shared_consumer_when_due() {
     // The subscription exists before the messages do.
     subscribe(&broker, SUB, shared())
         .await
-        .close()
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
         .await
         .expect("closed");
     let producer = producer(&broker, ProducerOptions::default()).await;
@@ -158,7 +154,12 @@ async fn our_delayed_messages_wait_on_shared_and_not_on_exclusive_subscriptions(
         return;
     };
     let shared = subscribe(&broker, "shared", shared()).await;
-    let exclusive = subscribe(&broker, "exclusive", ConsumerOptions::default()).await;
+    let exclusive = subscribe(
+        &broker,
+        "exclusive",
+        integration_tests::real_pulsar::consumer_options(),
+    )
+    .await;
     let producer = producer(
         &broker,
         ProducerOptions::default().batching(BatchingOptions::default().max_messages(10)),
@@ -354,9 +355,9 @@ async fn an_unacked_message_comes_back_after_the_ack_timeout() {
 /// Reads with our reader from `start` until nothing is available: the ids as the Java peer
 /// prints them.
 async fn read_ids(broker: &RealPulsar, options: ReaderOptions) -> Vec<String> {
-    let reader = broker
-        .client
-        .reader(&broker.topic, options)
+    let reader = Reader::builder(&broker.client, &broker.topic, StartAt::Earliest)
+        .options(options)
+        .build()
         .await
         .expect("a reader");
     let mut ids = Vec::new();
@@ -373,7 +374,10 @@ async fn read_ids(broker: &RealPulsar, options: ReaderOptions) -> Vec<String> {
             id.batch_index()
         ));
     }
-    reader.close().await.expect("closed");
+    reader
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     ids
 }
 
@@ -416,16 +420,18 @@ async fn our_reader_returns_what_the_java_reader_returns() {
     assert_eq!(earliest.len(), 33, "{earliest:?}");
     assert_eq!(java("earliest".into(), false).await, earliest);
     // Our ids of the starts, with their batch sizes.
-    let reader = broker
-        .client
-        .reader(&broker.topic, ReaderOptions::new(StartAt::Earliest))
+    let reader = Reader::builder(&broker.client, &broker.topic, StartAt::Earliest)
+        .build()
         .await
         .expect("a reader");
     let mut ids = Vec::new();
     for _ in 0..33 {
         ids.push(reader.read_next().await.expect("read").id());
     }
-    reader.close().await.expect("closed");
+    reader
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     for at in [5, 8, 31] {
         let id = ids[at];
         let start = format!(
@@ -471,7 +477,12 @@ async fn seek_ids(
     total: usize,
     to: impl FnOnce(&[MessageId]) -> SeekTo,
 ) -> (Vec<MessageId>, Vec<String>) {
-    let consumer = subscribe(broker, name, ConsumerOptions::default()).await;
+    let consumer = subscribe(
+        broker,
+        name,
+        integration_tests::real_pulsar::consumer_options(),
+    )
+    .await;
     let mut first = Vec::new();
     for i in 0..total {
         let message = receive(&consumer, &format!("message {i}")).await;
@@ -485,7 +496,10 @@ async fn seek_ids(
         consumer.ack(&message).await.expect("acked");
         after.push(shown(&message.id()));
     }
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     (first, after)
 }
 
@@ -561,7 +575,12 @@ async fn our_seek_returns_what_the_java_seek_returns() {
         );
     }
     // A publish time: that of message 13 (its batch's time).
-    let consumer = subscribe(&broker, "times", ConsumerOptions::default()).await;
+    let consumer = subscribe(
+        &broker,
+        "times",
+        integration_tests::real_pulsar::consumer_options(),
+    )
+    .await;
     let mut times = Vec::new();
     for i in 0..33 {
         times.push(
@@ -570,12 +589,12 @@ async fn our_seek_returns_what_the_java_seek_returns() {
                 .publish_time(),
         );
     }
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     let time = times[13];
-    let (_, after_time) = seek_ids(&broker, "ours-time", 33, |_| {
-        SeekTo::Time(UNIX_EPOCH + Duration::from_millis(time))
-    })
-    .await;
+    let (_, after_time) = seek_ids(&broker, "ours-time", 33, |_| SeekTo::Time(time)).await;
     let expected: Vec<String> = ids
         .iter()
         .zip(&times)
@@ -584,7 +603,13 @@ async fn our_seek_returns_what_the_java_seek_returns() {
         .collect();
     assert_eq!(after_time, expected);
     assert_eq!(
-        java_seek_ids(&broker, "java-time", 33, &format!("time:{time}")).await,
+        java_seek_ids(
+            &broker,
+            "java-time",
+            33,
+            &format!("time:{}", epoch_millis(time))
+        )
+        .await,
         after_time
     );
     let (_, after_latest) = seek_ids(&broker, "ours-latest", 33, |_| SeekTo::Latest).await;
@@ -651,22 +676,27 @@ async fn our_seek_on_a_partitioned_topic_matches_the_java_seek() {
         after
     );
     // A publish time moves every partition: that of the busiest partition's middle message.
-    let consumer = subscribe(&broker, "times", ConsumerOptions::default()).await;
+    let consumer = subscribe(
+        &broker,
+        "times",
+        integration_tests::real_pulsar::consumer_options(),
+    )
+    .await;
     let mut times = Vec::new();
     for i in 0..39 {
         let message = receive(&consumer, &format!("message {i}")).await;
         times.push((message.id(), message.publish_time()));
     }
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     let time = times
         .iter()
         .find(|(id, _)| *id == target)
         .map(|(_, time)| *time)
         .expect("the target's time");
-    let (_, after_time) = seek_ids(&broker, "ours-time", 39, |_| {
-        SeekTo::Time(UNIX_EPOCH + Duration::from_millis(time))
-    })
-    .await;
+    let (_, after_time) = seek_ids(&broker, "ours-time", 39, |_| SeekTo::Time(time)).await;
     let expected: Vec<String> = times
         .iter()
         .filter(|(_, t)| *t >= time)
@@ -674,7 +704,15 @@ async fn our_seek_on_a_partitioned_topic_matches_the_java_seek() {
         .collect();
     assert_eq!(by_partition(after_time.clone()), by_partition(expected));
     assert_eq!(
-        by_partition(java_seek_ids(&broker, "java-time", 39, &format!("time:{time}")).await),
+        by_partition(
+            java_seek_ids(
+                &broker,
+                "java-time",
+                39,
+                &format!("time:{}", epoch_millis(time))
+            )
+            .await
+        ),
         by_partition(after_time)
     );
 }
@@ -768,7 +806,10 @@ async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic
         .reconsume_later(&message, Duration::from_secs(1))
         .await
         .expect("reconsumed");
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     let printed = java_peer(
         "PulsarRetry",
         &[
@@ -804,7 +845,9 @@ async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic
     let mut message = receive(&consumer, "the Java client's retry letter").await;
     if message.property(RECONSUME_TIMES) == Some("1") {
         // Our first letter again, although the Java client acknowledged it before it closed:
-        // seen once in about 100 runs (and once in CI). The broker then holds our letter and
+        // seen once in about 100 local runs and once in CI (0289860, 2026-12-05); before it
+        // the test failed on this copy. One such copy is accepted, no more: the next
+        // delivery must be the Java client's letter. The broker then holds our letter and
         // the Java client's, 2 messages in: its ack did not take effect (a Java client or
         // broker matter), and this client did not write a letter twice, which would make 3.
         // The redelivered copy is acknowledged, and the Java client's letter comes next.
@@ -847,16 +890,22 @@ async fn reconsumed_messages_go_through_the_retry_topic_to_the_dead_letter_topic
         .reconsume_later(&message, Duration::from_secs(1))
         .await
         .expect("dead-lettered");
-    consumer.close().await.expect("closed");
-    let dlq = broker
-        .client
-        .subscribe(
-            &format!("{}-{SUB}-DLQ", broker.topic),
-            "reader",
-            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
-        )
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
         .await
-        .expect("subscribed to the dead-letter topic");
+        .expect("closed");
+    let dlq = Consumer::builder(
+        &broker.client,
+        format!("{}-{SUB}-DLQ", broker.topic),
+        "reader",
+    )
+    .options(
+        integration_tests::real_pulsar::consumer_options()
+            .initial_position(InitialPosition::Earliest),
+    )
+    .build()
+    .await
+    .expect("subscribed to the dead-letter topic");
     let letter = receive(&dlq, "the dead letter").await;
     assert_eq!(letter.payload().as_ref(), b"later");
     assert_eq!(letter.property(RECONSUME_TIMES), Some("4"));
@@ -876,9 +925,8 @@ async fn a_pattern_consumer_finds_a_topic_created_after_it_subscribed() {
     };
     let first = format!("{}-first", broker.topic);
     broker.admin.create_topic(&first).await.expect("created");
-    let producer = broker
-        .client
-        .create_producer(&first, ProducerOptions::default())
+    let producer = Producer::builder(&broker.client, &first)
+        .build()
         .await
         .expect("producer");
     for i in 0..5 {
@@ -889,14 +937,10 @@ async fn a_pattern_consumer_finds_a_topic_created_after_it_subscribed() {
     }
     // The broker's own topic does not match (the pattern wants a suffix).
     ours_send(&broker, "unmatched").await;
-    let consumer = broker
-        .client
-        .subscribe_pattern(
-            &format!("{}-.*", broker.topic),
-            SUB,
-            PatternOptions::new(shared().initial_position(InitialPosition::Earliest))
-                .discovery_interval(Some(Duration::from_secs(1))),
-        )
+    let consumer = PatternConsumer::builder(&broker.client, format!("{}-.*", broker.topic), SUB)
+        .consumer(shared().initial_position(InitialPosition::Earliest))
+        .discovery_interval(Some(Duration::from_secs(1)))
+        .build()
         .await
         .expect("subscribed");
     assert_eq!(consumer.topics(), std::slice::from_ref(&first));
@@ -949,7 +993,10 @@ async fn a_pattern_consumer_finds_a_topic_created_after_it_subscribed() {
             .is_err(),
         "nothing more (the unmatched topic's message stays there)"
     );
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     got.sort();
     assert_eq!(
         got,
@@ -964,4 +1011,11 @@ async fn ours_send(broker: &RealPulsar, payload: &str) {
         .send(OutgoingMessage::new(payload.to_owned()))
         .await
         .expect("sent");
+}
+
+/// `time` in milliseconds since the epoch, as the Java peer's `time:` argument takes it.
+fn epoch_millis(time: SystemTime) -> u128 {
+    time.duration_since(UNIX_EPOCH)
+        .expect("a publish time after the epoch")
+        .as_millis()
 }

@@ -20,8 +20,8 @@ use broker_tools::pulsar_admin::{PulsarAdmin, SubscriptionStats, TopicStats};
 use integration_tests::real_pulsar::{RealPulsar, java_peer, python_peer, var};
 use pulsar_wire::wire::ConnectionExt;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, HashRange,
-    InitialPosition, KeySharedPolicy, Message, MessageId, OutgoingMessage, Producer,
+    BatchingOptions, Client, ClientBuilder, ConnectOptions, Consumer, ConsumerOptions, Error,
+    HashRange, InitialPosition, KeySharedPolicy, Message, MessageId, OutgoingMessage, Producer,
     ProducerOptions, SubType, Transaction, TxnState, sticky_key_hash,
 };
 
@@ -71,12 +71,9 @@ async fn real_broker(scenario: &'static str) -> Option<RealBroker> {
 
 impl RealBroker {
     async fn consumer(&self, options: ConsumerOptions) -> Consumer {
-        self.client
-            .subscribe(
-                &self.topic,
-                SUB,
-                options.initial_position(InitialPosition::Earliest),
-            )
+        Consumer::builder(&self.client, &self.topic, SUB)
+            .options(options.initial_position(InitialPosition::Earliest))
+            .build()
             .await
             .expect("subscribed")
     }
@@ -97,8 +94,9 @@ impl RealBroker {
                     .max_delay(Duration::from_millis(50)),
             )
         };
-        self.client
-            .create_producer(&self.topic, options.transactional(true))
+        Producer::builder(&self.client, &self.topic)
+            .options(options.transactional(true))
+            .build()
             .await
             .expect("producer created")
     }
@@ -225,7 +223,9 @@ async fn batched_and_unbatched_messages_drain() {
     let Some(broker) = real_broker("mixed").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let batched = broker.producer(3).await;
     let single = broker.producer(0).await;
     let ids = send_all(&batched, 30).await;
@@ -251,7 +251,10 @@ async fn batched_and_unbatched_messages_drain() {
     let stats = consumer.stats();
     assert_eq!(stats.received, 40);
     println!("mixed: {stats:?}");
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -260,7 +263,9 @@ async fn single_message_batches_are_batches_and_drain() {
     let Some(broker) = real_broker("ones").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(1).await;
     let ids = send_all(&producer, 30).await;
     assert!(
@@ -278,7 +283,10 @@ async fn single_message_batches_are_batches_and_drain() {
     }
     consumer.flush_acks().await;
     broker.assert_drained().await;
-    consumer.close().await.expect("close");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("close");
     let after = broker.stats().await;
     assert_eq!(after.subscription(SUB).expect("kept").msg_backlog, 0);
     broker.done();
@@ -289,7 +297,9 @@ async fn ordinary_acks_get_past_the_unacked_limit() {
     let Some(broker) = real_broker("limited").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(3).await;
     send_all(&producer, 90).await;
     // Without acks, dispatch stops once the consumer holds 20 unacknowledged messages: 7
@@ -317,7 +327,47 @@ async fn ordinary_acks_get_past_the_unacked_limit() {
     consumer.flush_acks().await;
     broker.assert_drained().await;
     assert_quiet(&consumer, Duration::from_millis(300)).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    broker.done();
+}
+
+/// The default (`PartialBatches::HoldUntilComplete`, as the Java client of 4.0): acks of a
+/// partly acknowledged batch stay in the client, so the broker still counts the whole batch;
+/// the last one goes out as one ack of the entry, and the subscription drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_partly_acknowledged_batch_is_acknowledged_once_complete() {
+    let Some(broker) = real_broker("hold-partial").await else {
+        return;
+    };
+    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let producer = broker.producer(4).await;
+    send_all(&producer, 4).await;
+    let messages = receive(&consumer, 4).await;
+    consumer.ack_and_wait(&messages[0]).await.expect("held");
+    consumer.ack_and_wait(&messages[2]).await.expect("held");
+    assert_eq!(
+        consumer.stats().acked_ids,
+        0,
+        "nothing sent for a partial batch"
+    );
+    let partial = broker
+        .wait_for("unacked 4 with the acks held", |s| {
+            s.consumers.len() == 1 && s.consumers[0].unacked_messages == 4
+        })
+        .await;
+    assert_eq!(partial.msg_backlog, 1, "one entry: {partial:#?}");
+    consumer.ack_and_wait(&messages[1]).await.expect("held");
+    consumer.ack_and_wait(&messages[3]).await.expect("acked");
+    assert_eq!(consumer.stats().acked_ids, 1, "one whole-entry id");
+    broker.assert_drained().await;
+    assert_quiet(&consumer, Duration::from_millis(300)).await;
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -326,7 +376,9 @@ async fn batch_index_acks_count_and_skip_on_redelivery() {
     let Some(broker) = real_broker("indexes").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(4).await;
     send_all(&producer, 4).await;
     let messages = receive(&consumer, 4).await;
@@ -361,7 +413,10 @@ async fn batch_index_acks_count_and_skip_on_redelivery() {
     consumer.flush_acks().await;
     broker.assert_drained().await;
     assert_quiet(&consumer, Duration::from_millis(300)).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -372,7 +427,9 @@ async fn each_batch_acked_in_its_own_transaction_drains_under_the_limit() {
     let Some(broker) = real_broker("txn-batches").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(3).await;
     let mut max_unacked = 0;
     for batch in 0..30 {
@@ -396,7 +453,10 @@ async fn each_batch_acked_in_its_own_transaction_drains_under_the_limit() {
     assert!(max_unacked < 3, "no leak: {max_unacked}");
     broker.assert_drained().await;
     assert_quiet(&consumer, Duration::from_millis(300)).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -405,7 +465,9 @@ async fn abort_then_redelivery_then_commit() {
     let Some(broker) = real_broker("abort").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(3).await;
     send_all(&producer, 3).await;
     let first = receive(&consumer, 3).await;
@@ -441,9 +503,29 @@ async fn abort_then_redelivery_then_commit() {
     txn.commit().await.expect("committed");
     broker.assert_drained().await;
     assert_quiet(&consumer, Duration::from_millis(300)).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
+
+/// How long the new consumer waits for m0's first copy after the abort in
+/// [`abort_while_no_consumer_is_connected`] (3 s of quiet follow it for further copies).
+///
+/// Why: after a broker restart the broker loads the subscription's pending-ack store (and the
+/// aborted transaction's marker) before it dispatches m0; that this is the wait is likely, not
+/// confirmed. One CI run (f245db1, 2026-12-05: after two restarts, on a broker holding some 700
+/// ledgers) got nothing within the 3 s the test then waited, and failed; locally, alone and
+/// after the same two restarts, the copy came at once.
+///
+/// Measured: no duration has been recorded. The CI failure only shows it can exceed 3 s; the
+/// local runs' "at once" was not timed. The test now prints how long the first copy took, so
+/// that CI runs measure it.
+///
+/// Bound: 60 s is a guess (20x the 3 s that failed), kept until those printed times give a
+/// measured bound; a longer wait costs nothing when the copy comes at once.
+const FIRST_COPY_AFTER_ABORT: Duration = Duration::from_secs(60);
 
 /// What happens between the last consumer's close and the abort.
 #[derive(Debug, Clone, Copy)]
@@ -465,7 +547,9 @@ async fn abort_while_no_consumer_is_connected(
     broker: &RealBroker,
     between: WhileAlone,
 ) -> Vec<u32> {
-    let first = broker.shared(ConsumerOptions::default()).await;
+    let first = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(0).await;
     send_all(&producer, 1).await;
     let m0 = receive(&first, 1).await.remove(0);
@@ -476,7 +560,10 @@ async fn abort_while_no_consumer_is_connected(
             s.consumers.len() == 1 && s.consumers[0].unacked_messages == 0
         })
         .await;
-    first.close().await.expect("closed");
+    first
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     match between {
         WhileAlone::Nothing => {}
         WhileAlone::Unload => broker.admin.unload(&broker.topic).await.expect("unloaded"),
@@ -497,15 +584,20 @@ async fn abort_while_no_consumer_is_connected(
             Err(error) => panic!("abort: {error}"),
         }
     }
-    let second = broker.shared(ConsumerOptions::default()).await;
-    // The first copy may take a while after a restart: the broker loads the subscription's
-    // pending-ack store (and the aborted transaction's marker) before it dispatches m0 (one
-    // CI run on a broker holding 700 ledgers, after two restarts, sent nothing within 3 s;
-    // alone on a fresh broker it comes at once). Copies after it would come within the quiet
-    // period.
+    let second = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
+    // The first copy may take a while after a restart (see [`FIRST_COPY_AFTER_ABORT`]); copies
+    // after it would come within the quiet period.
     let mut again = Vec::new();
-    if let Some(first) = within(Duration::from_secs(60), second.receive()).await {
+    let asked = Instant::now();
+    if let Some(first) = within(FIRST_COPY_AFTER_ABORT, second.receive()).await {
         again.push(first.expect("received"));
+        println!(
+            "{}: the first copy came {:?} after the new consumer asked",
+            broker.scenario,
+            asked.elapsed()
+        );
     }
     again.extend(receive_until_quiet(&second, Duration::from_secs(3)).await);
     let ids: Vec<MessageId> = again.iter().map(Message::id).collect();
@@ -520,8 +612,14 @@ async fn abort_while_no_consumer_is_connected(
     second.ack(&again[0]).await.expect("acked");
     second.flush_acks().await;
     broker.assert_drained().await;
-    second.close().await.expect("closed");
-    producer.close().await.expect("producer closed");
+    second
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
     counts
 }
 
@@ -558,7 +656,9 @@ async fn separate_transactions_ack_messages_of_one_batch() {
     let Some(broker) = real_broker("split").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(3).await;
     send_all(&producer, 3).await;
     let messages = receive(&consumer, 3).await;
@@ -585,7 +685,10 @@ async fn separate_transactions_ack_messages_of_one_batch() {
     }
     broker.assert_drained().await;
     assert_quiet(&consumer, Duration::from_millis(300)).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -595,7 +698,7 @@ async fn cumulative_acks_on_an_exclusive_subscription() {
         return;
     };
     let consumer = broker
-        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .consumer(integration_tests::real_pulsar::consumer_options().sub_type(SubType::Exclusive))
         .await;
     let batched = broker.producer(3).await;
     let single = broker.producer(0).await;
@@ -624,7 +727,10 @@ async fn cumulative_acks_on_an_exclusive_subscription() {
     let drained = broker.assert_drained().await;
     assert_eq!(drained.sub_type, "Exclusive");
     assert_eq!(consumer.stats().ack_frames, 2);
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -642,7 +748,7 @@ async fn ten_thousand_messages_with_grouped_acks() {
         return;
     };
     let consumer = broker
-        .shared(ConsumerOptions::default().ack_group_max(LIMIT as usize))
+        .shared(integration_tests::real_pulsar::consumer_options().ack_group_max(LIMIT as usize))
         .await;
     let producer = broker.producer(10).await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -722,7 +828,10 @@ async fn ten_thousand_messages_with_grouped_acks() {
         max_unacked < i64::from(LIMIT) + 10,
         "the limit applies: max unacked {max_unacked}"
     );
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -732,7 +841,9 @@ async fn batches_of_the_official_java_client_are_consumed_and_acked() {
         return;
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     // 600 messages in batches of 30 by pulsar-client 4.0.8: each batch alone exceeds the
     // consumer's limit of 20 unacked messages.
     let produced = java_peer("PulsarProduce", &[&service_url, &broker.topic, "600", "30"]).await;
@@ -781,7 +892,10 @@ async fn batches_of_the_official_java_client_are_consumed_and_acked() {
     let sub = broker.assert_drained().await;
     assert_eq!(only_consumer(&sub).unacked_messages, 0, "{sub:#?}");
     assert_quiet(&consumer, Duration::from_millis(500)).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -834,11 +948,16 @@ async fn every_codec_of_the_java_client_reaches_our_consumer_intact() {
         return;
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let produced = java_peer("PulsarProduceCodecs", &[&service_url, &broker.topic, "60"]).await;
     assert!(produced.contains("produced=480"), "{produced}");
     assert_every_codec_arrives(&broker, &consumer, "").await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -850,11 +969,16 @@ async fn every_codec_of_the_python_client_reaches_our_consumer_intact() {
         return;
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let produced = python_peer("produce_codecs", &[&service_url, &broker.topic, "60"]).await;
     assert!(produced.contains("produced=480"), "{produced}");
     assert_every_codec_arrives(&broker, &consumer, "py-").await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -919,7 +1043,7 @@ async fn chunked_messages_of_the_java_client_are_reassembled_and_acked() {
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
     let consumer = broker
-        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .consumer(integration_tests::real_pulsar::consumer_options().sub_type(SubType::Exclusive))
         .await;
     let size = TEN_MIB.to_string();
     let produced = java_peer(
@@ -936,7 +1060,10 @@ async fn chunked_messages_of_the_java_client_are_reassembled_and_acked() {
     .await;
     assert!(produced.contains("produced=1"), "{produced}");
     assert_chunked_arrive(&broker, &consumer, 1, 3).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -949,7 +1076,7 @@ async fn chunked_messages_of_the_python_client_are_reassembled_and_acked() {
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
     let consumer = broker
-        .consumer(ConsumerOptions::default().sub_type(SubType::Exclusive))
+        .consumer(integration_tests::real_pulsar::consumer_options().sub_type(SubType::Exclusive))
         .await;
     let size = TEN_MIB.to_string();
     let produced = python_peer(
@@ -959,7 +1086,10 @@ async fn chunked_messages_of_the_python_client_are_reassembled_and_acked() {
     .await;
     assert!(produced.contains("produced=2"), "{produced}");
     assert_chunked_arrive(&broker, &consumer, 2, 2).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -971,12 +1101,10 @@ async fn our_chunked_messages_are_read_by_the_java_client() {
         return;
     };
     let service_url = var("PULSAR_SERVICE_URL").expect("set with the broker");
-    let producer = broker
-        .client
-        .create_producer(
-            &broker.topic,
-            ProducerOptions::default().no_batching().chunking(true),
-        )
+    let producer = Producer::builder(&broker.client, &broker.topic)
+        .no_batching()
+        .chunking(true)
+        .build()
         .await
         .expect("producer created");
     for i in 0..2u64 {
@@ -999,7 +1127,10 @@ async fn our_chunked_messages_are_read_by_the_java_client() {
     let stats = broker.stats().await;
     let java = stats.subscription("java").expect("the Java subscription");
     assert_eq!(java.msg_backlog, 0, "{java:?}");
-    producer.close().await.expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -1020,7 +1151,7 @@ async fn an_undecodable_message_is_surfaced_not_acked_then_dead_lettered() {
     let dead = format!("{}-DLQ", broker.topic);
     let consumer = broker
         .shared(
-            ConsumerOptions::default().dead_letter(
+            integration_tests::real_pulsar::consumer_options().dead_letter(
                 DeadLetterPolicy::new(2)
                     .dead_letter_topic(dead.clone())
                     .initial_subscription_name("keep"),
@@ -1143,9 +1274,9 @@ async fn an_undecodable_message_is_surfaced_not_acked_then_dead_lettered() {
     broker.assert_drained().await;
     assert_eq!(consumer.stats().dead_lettered, 1);
     assert_eq!(consumer.stats().undecodable, 4);
-    let reader = broker
-        .client
-        .subscribe(&dead, "keep", ConsumerOptions::default())
+    let reader = Consumer::builder(&broker.client, &dead, "keep")
+        .options(integration_tests::real_pulsar::consumer_options())
+        .build()
         .await
         .expect("subscribed to the dead-letter topic");
     let letter = within(PATIENCE, reader.receive())
@@ -1155,8 +1286,14 @@ async fn an_undecodable_message_is_surfaced_not_acked_then_dead_lettered() {
     assert_eq!(letter.payload(), &garbage);
     assert!(letter.property(UNDECODABLE_REASON).is_some(), "{letter:?}");
     reader.ack(&letter).await.expect("acked");
-    reader.close().await.expect("closed");
-    consumer.close().await.expect("closed");
+    reader
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     broker.done();
 }
 
@@ -1183,9 +1320,9 @@ async fn every_codec_of_our_producer_is_read_by_the_java_client() {
             } else {
                 options.no_batching()
             };
-            let producer = broker
-                .client
-                .create_producer(&broker.topic, options)
+            let producer = Producer::builder(&broker.client, &broker.topic)
+                .options(options)
+                .build()
                 .await
                 .expect("producer");
             let tag = format!("ours-{}-{}", codec.name(), if batched { "b" } else { "u" });
@@ -1196,7 +1333,10 @@ async fn every_codec_of_our_producer_is_read_by_the_java_client() {
             for sent in futures_util::future::join_all(sends).await {
                 sent.expect("sent");
             }
-            producer.close().await.expect("closed");
+            producer
+                .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                .await
+                .expect("closed");
             expected.extend(payloads);
         }
     }
@@ -1228,7 +1368,7 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
         GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy,
         Unlisted,
     };
-    use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
+    use pulsar_wire::prioritized::{PriorityConsumer, PriorityRouter};
 
     const LOW: usize = 10_000;
     const HIGH: usize = 1_000;
@@ -1253,7 +1393,10 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     let options = ConnectOptions::new(&service_url)
         .expect("PULSAR_SERVICE_URL is a pulsar:// URL")
         .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options).await.expect("connected");
+    let client = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect("connected");
 
     let policy = PriorityPolicy::builder()
         .levels(2)
@@ -1261,13 +1404,15 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
         .build()
         .unwrap();
     let layout = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
-    let consumer_options = ConsumerOptions::default().initial_position(InitialPosition::Earliest);
+    let consumer_options = integration_tests::real_pulsar::consumer_options()
+        .initial_position(InitialPosition::Earliest);
     // The subscription exists before the first message.
-    client
-        .subscribe(&topic, SUB, consumer_options.clone())
+    Consumer::builder(&client, &topic, SUB)
+        .options(consumer_options.clone())
+        .build()
         .await
         .expect("subscribed")
-        .close()
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
         .await
         .expect("closed");
     let router = PriorityRouter::for_topic(
@@ -1285,18 +1430,15 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     )
     .await
     .expect("router");
-    let producer = client
-        .create_producer(
-            &topic,
-            ProducerOptions::default()
-                .batching(
-                    BatchingOptions::default()
-                        .max_messages(100)
-                        .max_delay(Duration::from_millis(5)),
-                )
-                .router(Arc::new(router))
-                .partitions_refresh(None),
+    let producer = Producer::builder(&client, &topic)
+        .batching(
+            BatchingOptions::default()
+                .max_messages(100)
+                .max_delay(Duration::from_millis(5)),
         )
+        .router(Arc::new(router))
+        .partitions_refresh(None)
+        .build()
         .await
         .expect("producer");
     let send = |prefix: &'static str, level: &'static str, count: usize| {
@@ -1317,17 +1459,13 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     let gate = GateConfig::default()
         .with_strategy(Strategy::Strict)
         .with_receiver_queue_size(QUEUE);
-    let consumer = PriorityConsumer::subscribe(
-        &client,
-        &topic,
-        SUB,
-        PriorityConsumerOptions::new(policy, layout)
-            .consumer(consumer_options)
-            .gate(gate)
-            .partitions_refresh(Some(Duration::from_secs(1))),
-    )
-    .await
-    .expect("priority consumer");
+    let consumer = PriorityConsumer::builder(&client, &topic, SUB, policy, layout)
+        .consumer(consumer_options)
+        .gate(gate)
+        .partitions_refresh(Some(Duration::from_secs(1)))
+        .build()
+        .await
+        .expect("priority consumer");
     assert_eq!(
         consumer.queue_sizes(),
         [QUEUE, QUEUE / 2, QUEUE / 2, QUEUE / 2]
@@ -1385,8 +1523,14 @@ async fn priority_high_messages_overtake_the_low_backlog_while_partitions_grow()
     let stats = consumer.gate_stats();
     assert_eq!(stats.levels[0].delivered, (HIGH + 200) as u64);
     assert_eq!(stats.levels[1].delivered, (LOW + 800) as u64);
-    consumer.close().await.expect("closed");
-    producer.close().await.expect("producer closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
 }
 
 async fn assert_quiet_priority(consumer: &pulsar_wire::prioritized::PriorityConsumer) {
@@ -1658,18 +1802,16 @@ async fn key_shared_consumer(
     name: &str,
     policy: KeySharedPolicy,
 ) -> Result<Consumer, Error> {
-    broker
-        .client
-        .subscribe(
-            &broker.topic,
-            SUB,
-            ConsumerOptions::default()
+    Consumer::builder(&broker.client, &broker.topic, SUB)
+        .options(
+            integration_tests::real_pulsar::consumer_options()
                 .sub_type(SubType::KeyShared)
                 .key_shared_policy(policy)
                 .name(name)
                 .ack_group_time(Duration::from_millis(10))
                 .initial_position(InitialPosition::Earliest),
         )
+        .build()
         .await
 }
 
@@ -1679,9 +1821,9 @@ async fn key_based_producer(broker: &RealBroker) -> Producer {
         .max_messages(10)
         .max_delay(Duration::from_millis(20))
         .key_based(true);
-    broker
-        .client
-        .create_producer(&broker.topic, ProducerOptions::default().batching(batching))
+    Producer::builder(&broker.client, &broker.topic)
+        .batching(batching)
+        .build()
         .await
         .expect("producer created")
 }
@@ -1823,9 +1965,16 @@ async fn key_shared_consumers_get_whole_keys_in_order_from_key_based_batches() {
             s.consumers.len() == 2 && s.is_drained()
         })
         .await;
-    a.close().await.expect("a closed");
-    b.close().await.expect("b closed");
-    producer.close().await.expect("producer closed");
+    a.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("a closed");
+    b.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("b closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
     broker.done();
 }
 
@@ -1894,9 +2043,16 @@ async fn key_shared_sticky_ranges_follow_the_murmur3_key_hash() {
             s.consumers.len() == 2 && s.is_drained()
         })
         .await;
-    a.close().await.expect("a closed");
-    b.close().await.expect("b closed");
-    producer.close().await.expect("producer closed");
+    a.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("a closed");
+    b.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("b closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
     broker.done();
 }
 
@@ -1983,7 +2139,9 @@ async fn a_transaction_open_across_an_unload_commits() {
     let Some(broker) = real_broker("txn-unload").await else {
         return;
     };
-    let consumer = broker.shared(ConsumerOptions::default()).await;
+    let consumer = broker
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
     let producer = broker.producer(4).await;
     send_all(&producer, 12).await;
     let before = receive(&consumer, 12).await;
@@ -2087,8 +2245,14 @@ async fn a_transaction_open_across_an_unload_commits() {
         consumer.stats().reconnects >= 1,
         "the consumer never reconnected"
     );
-    producer.close().await.expect("producer closed");
-    consumer.close().await.expect("consumer closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("consumer closed");
     broker.done();
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use integration_tests::real_pulsar::{RealPulsar, java_peer};
 use pulsar_wire::{
-    AvroSchema, ConsumerOptions, Error, InitialPosition, JsonSchema, ProducerOptions,
-    ProtobufSchema, Schema, SchemaCodec, SchemaKind, SubType,
+    AvroSchema, Error, InitialPosition, JsonSchema, ProtobufSchema, Schema, SchemaCodec,
+    SchemaKind, SubType, TypedConsumer, TypedProducer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -111,16 +111,13 @@ where
     S: SchemaCodec,
     S::Value: PartialEq + std::fmt::Debug,
 {
-    let consumer = broker
-        .client
-        .subscribe_typed(
-            &broker.topic,
-            "ours",
-            codec,
-            ConsumerOptions::default()
+    let consumer = TypedConsumer::builder(&broker.client, &broker.topic, "ours", codec)
+        .options(
+            integration_tests::real_pulsar::consumer_options()
                 .sub_type(SubType::Shared)
                 .initial_position(InitialPosition::Earliest),
         )
+        .build()
         .await
         .expect("our typed consumer subscribes with the Java schema");
     for value in expected {
@@ -136,7 +133,10 @@ where
         assert_eq!(hex(version), "0000000000000000", "the topic's first schema");
         consumer.ack(&message).await.expect("acked");
     }
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
 }
 
 /// Sends `values` with a typed producer of `codec` and has the Java consumer of `format`
@@ -148,20 +148,19 @@ async fn produce_ours<S: SchemaCodec>(
     values: &[S::Value],
     lines: &[String],
 ) {
-    let producer = broker
-        .client
-        .create_typed_producer(
-            &broker.topic,
-            codec,
-            ProducerOptions::default().no_batching(),
-        )
+    let producer = TypedProducer::builder(&broker.client, &broker.topic, codec)
+        .no_batching()
+        .build()
         .await
         .expect("our typed producer registers the schema");
     let version = hex(&producer.schema_version().expect("a schema version"));
     for value in values {
         producer.send(value).await.expect("sent");
     }
-    producer.close().await.expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     let count = values.len().to_string();
     let out = java_peer(
         "PulsarSchemaConsume",
@@ -289,14 +288,15 @@ async fn an_incompatible_schema_is_refused_with_an_error_that_says_so() {
     let avro = AvroSchema::<Order>::new(json.definition().clone()).expect("Avro");
     assert_incompatible(
         "an AVRO producer on a JSON topic",
-        client
-            .create_typed_producer(topic, avro.clone(), ProducerOptions::default())
+        TypedProducer::builder(client, topic, avro.clone())
+            .build()
             .await,
     );
     assert_incompatible(
         "an AVRO consumer on a JSON topic",
-        client
-            .subscribe_typed(topic, "avro", avro, ConsumerOptions::default())
+        TypedConsumer::builder(client, topic, "avro", avro)
+            .options(integration_tests::real_pulsar::consumer_options())
+            .build()
             .await,
     );
     // The same type, with a field the old values lack and no default: not FULL-compatible
@@ -305,22 +305,22 @@ async fn an_incompatible_schema_is_refused_with_an_error_that_says_so() {
     let changed = JsonSchema::<Order>::new(required).expect("JSON");
     assert_incompatible(
         "a JSON producer with a new required field",
-        client
-            .create_typed_producer(topic, changed, ProducerOptions::default())
-            .await,
+        TypedProducer::builder(client, topic, changed).build().await,
     );
     // The Java schema itself is still accepted, with its version.
-    let same = client
-        .create_typed_producer(
-            topic,
-            JsonSchema::<Order>::with_schema(json).expect("JSON"),
-            ProducerOptions::default(),
-        )
-        .await
-        .expect("the topic's own schema");
+    let same = TypedProducer::builder(
+        client,
+        topic,
+        JsonSchema::<Order>::with_schema(json).expect("JSON"),
+    )
+    .build()
+    .await
+    .expect("the topic's own schema");
     assert_eq!(
         same.schema_version().as_deref().map(hex).as_deref(),
         Some("0000000000000000")
     );
-    same.close().await.expect("closed");
+    same.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
 }

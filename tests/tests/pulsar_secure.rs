@@ -18,8 +18,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use broker_tools::pulsar_admin::PulsarAdmin;
 use pulsar_wire::ServerError;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, InitialPosition,
-    OutgoingMessage, ProducerOptions, SubType, TokenProvider, async_trait,
+    BatchingOptions, ClientBuilder, ConnectOptions, Consumer, Error, InitialPosition,
+    OutgoingMessage, Producer, SubType, TokenProvider, async_trait,
 };
 
 /// How long a test waits for something that should happen soon.
@@ -99,7 +99,8 @@ fn unique_topic(name: &str) -> String {
 async fn messages_go_through_tls_with_a_token_and_the_backlog_drains() {
     let Some(secure) = secure() else { return };
     let started = Instant::now();
-    let client = Client::connect(secure.options().auth_token_file(&secure.token_file))
+    let client = ClientBuilder::from(secure.options().auth_token_file(&secure.token_file))
+        .build()
         .await
         .expect("connected over TLS with the token");
     let topic = unique_topic("roundtrip");
@@ -108,25 +109,22 @@ async fn messages_go_through_tls_with_a_token_and_the_backlog_drains() {
     assert!(connection.is_tls());
     assert_eq!(connection.address(), secure.address());
 
-    let consumer = client
-        .subscribe(
-            &topic,
-            "sub",
-            ConsumerOptions::default()
+    let consumer = Consumer::builder(&client, &topic, "sub")
+        .options(
+            integration_tests::real_pulsar::consumer_options()
                 .sub_type(SubType::Shared)
                 .initial_position(InitialPosition::Earliest),
         )
+        .build()
         .await
         .expect("subscribed");
-    let producer = client
-        .create_producer(
-            &topic,
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(10)
-                    .max_delay(Duration::from_millis(20)),
-            ),
+    let producer = Producer::builder(&client, &topic)
+        .batching(
+            BatchingOptions::default()
+                .max_messages(10)
+                .max_delay(Duration::from_millis(20)),
         )
+        .build()
         .await
         .expect("producer created");
     const COUNT: usize = 200;
@@ -164,8 +162,14 @@ async fn messages_go_through_tls_with_a_token_and_the_backlog_drains() {
     } else {
         println!("PULSAR_SECURE_ADMIN_URL is not set: {COUNT} messages counted, backlog not read");
     }
-    producer.close().await.expect("producer closed");
-    consumer.close().await.expect("consumer closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("consumer closed");
     client.close().await;
 }
 
@@ -195,7 +199,7 @@ async fn a_wrong_or_missing_token_is_refused_at_once() {
             None => secure.options(),
         };
         let started = Instant::now();
-        let error = Client::connect(options).await.expect_err(case);
+        let error = ClientBuilder::from(options).build().await.expect_err(case);
         let elapsed = started.elapsed();
         println!("{case}: {error} (after {elapsed:?})");
         assert!(elapsed < AT_ONCE, "{case}: reported after {elapsed:?}");
@@ -224,7 +228,10 @@ async fn misconfigured_tls_is_explained() {
         .expect("valid")
         .auth_token_file(&secure.token_file)
         .operation_timeout(PATIENCE);
-    let error = Client::connect(options).await.expect_err("untrusted");
+    let error = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect_err("untrusted");
     println!("public roots only: {error}");
     assert!(matches!(error, Error::Tls { .. }), "{error:?}");
     assert!(error.to_string().contains("tls_ca_file"), "{error}");
@@ -235,7 +242,10 @@ async fn misconfigured_tls_is_explained() {
         .expect("valid")
         .auth_token_file(&secure.token_file)
         .operation_timeout(PATIENCE);
-    let error = Client::connect(options).await.expect_err("not TLS");
+    let error = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect_err("not TLS");
     println!("plain TCP to the TLS port: {error}");
     assert!(started.elapsed() < AT_ONCE, "{:?}", started.elapsed());
     assert!(error.to_string().contains("pulsar+ssl://"), "{error}");
@@ -247,7 +257,8 @@ async fn misconfigured_tls_is_explained() {
             .expect("valid")
             .tls_ca_file(&secure.ca)
             .auth_token_file(&secure.token_file);
-        Client::connect(options)
+        ClientBuilder::from(options)
+            .build()
             .await
             .expect("localhost is a name of the certificate");
     }
@@ -287,20 +298,22 @@ async fn expiring_tokens_are_renewed_when_the_broker_challenges() {
         made: AtomicU64::new(0),
         stale: None,
     });
-    let client = Client::connect(secure.options().auth_token_provider(Arc::clone(&provider)))
+    let client = ClientBuilder::from(secure.options().auth_token_provider(Arc::clone(&provider)))
+        .build()
         .await
         .expect("connected with a token that lives 2 s");
     let topic = unique_topic("refresh");
-    let consumer = client
-        .subscribe(
-            &topic,
-            "sub",
-            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
+    let consumer = Consumer::builder(&client, &topic, "sub")
+        .options(
+            integration_tests::real_pulsar::consumer_options()
+                .initial_position(InitialPosition::Earliest),
         )
+        .build()
         .await
         .expect("subscribed");
-    let producer = client
-        .create_producer(&topic, ProducerOptions::default().no_batching())
+    let producer = Producer::builder(&client, &topic)
+        .no_batching()
+        .build()
         .await
         .expect("producer created");
     // Work on for 8 s, well past several expiries, one message every 250 ms.
@@ -332,8 +345,14 @@ async fn expiring_tokens_are_renewed_when_the_broker_challenges() {
         made > challenges,
         "{made} tokens for {challenges} challenges"
     );
-    producer.close().await.expect("producer closed");
-    consumer.close().await.expect("consumer closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("producer closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("consumer closed");
 
     // A provider that keeps answering with the expired token: the broker refuses it and
     // what is pending fails with the authentication error, not a timeout.
@@ -344,7 +363,8 @@ async fn expiring_tokens_are_renewed_when_the_broker_challenges() {
         made: AtomicU64::new(0),
         stale: Some(stale),
     });
-    let client = Client::connect(secure.options().auth_token_provider(provider))
+    let client = ClientBuilder::from(secure.options().auth_token_provider(provider))
+        .build()
         .await
         .expect("connected while the token is valid");
     let connection = client.service_connection().await.expect("connected");

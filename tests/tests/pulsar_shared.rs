@@ -55,15 +55,14 @@ async fn broker(scenario: &str, limit: u32) -> Option<Broker> {
 
 impl Broker {
     async fn consumer(&self, name: &str, options: ConsumerOptions) -> Consumer {
-        self.client
-            .subscribe(
-                &self.topic,
-                SUB,
+        Consumer::builder(&self.client, &self.topic, SUB)
+            .options(
                 options
                     .name(name)
                     .initial_position(InitialPosition::Earliest)
                     .ack_group_time(Duration::from_millis(10)),
             )
+            .build()
             .await
             .expect("subscribed")
     }
@@ -81,8 +80,9 @@ impl Broker {
                     .key_based(true),
             )
         };
-        self.client
-            .create_producer(&self.topic, options)
+        Producer::builder(&self.client, &self.topic)
+            .options(options)
+            .build()
             .await
             .expect("producer created")
     }
@@ -162,7 +162,7 @@ async fn hold(scenario: &str, others: usize, sub_type: SubType, per_batch: usize
     let Some(broker) = broker(scenario, 100).await else {
         return;
     };
-    let options = || ConsumerOptions::default().sub_type(sub_type);
+    let options = || integration_tests::real_pulsar::consumer_options().sub_type(sub_type);
     // A small receiver queue: A takes what it holds and a few more, then gets nothing new
     // (a consumer that gets nothing for a while is where a client might "repair" things).
     let a = broker
@@ -255,7 +255,7 @@ async fn an_abort_of_part_of_a_held_batch_hands_nothing_to_another_consumer() {
     let Some(broker) = broker("abort-part", 100).await else {
         return;
     };
-    let options = || ConsumerOptions::default().sub_type(SubType::Shared);
+    let options = || integration_tests::real_pulsar::consumer_options().sub_type(SubType::Shared);
     let a = broker.consumer("A", options()).await;
     let producer = broker.producer(10).await;
     send(&producer, "m", 10, 0).await;
@@ -297,7 +297,10 @@ async fn an_idle_consumer_sends_no_redelivery_requests() {
         return;
     };
     let a = broker
-        .consumer("A", ConsumerOptions::default().sub_type(SubType::Shared))
+        .consumer(
+            "A",
+            integration_tests::real_pulsar::consumer_options().sub_type(SubType::Shared),
+        )
         .await;
     let producer = broker.producer(5).await;
     send(&producer, "m", 20, 0).await;
@@ -328,13 +331,16 @@ async fn a_drifted_consumer_is_unblocked_without_a_replay() {
         return;
     };
     let a = broker
-        .consumer("A", ConsumerOptions::default().sub_type(SubType::Shared))
+        .consumer(
+            "A",
+            integration_tests::real_pulsar::consumer_options().sub_type(SubType::Shared),
+        )
         .await;
     let producer = broker.producer(10).await;
     send(&producer, "held-", 10, 0).await;
     let held = receive(&a, 10).await;
     let txn = broker.new_txn().await;
-    broker_tools::legacy::txn_ack_with_batch_size(&a, &txn, &held[0])
+    pulsar_wire_emulator::legacy::txn_ack_with_batch_size(&a, &txn, &held[0])
         .await
         .expect("the raw ack is accepted");
     txn.abort().await.expect("aborted");
@@ -389,7 +395,7 @@ async fn what_a_lost_registration_held_is_said_to_be_held_elsewhere() {
 /// Returns how many of the 10 messages A held are said to be held elsewhere.
 async fn lost_registration(scenario: &str, pause_a: bool) -> Option<usize> {
     let broker = broker(scenario, 100).await?;
-    let options = || ConsumerOptions::default().sub_type(SubType::Shared);
+    let options = || integration_tests::real_pulsar::consumer_options().sub_type(SubType::Shared);
     let a = broker
         .consumer("A", options().receiver_queue_size(10))
         .await;

@@ -12,7 +12,7 @@ use integration_tests::real_pulsar::java_peer;
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer, PushConsumer,
-    ReceivedMessage, Session,
+    ReceivedMessage,
 };
 
 /// Fails the body `poison`; records every attempt at a body of this run: (body, delivery
@@ -27,14 +27,14 @@ struct Poisoned {
 #[async_trait::async_trait]
 impl MessageHandler for Poisoned {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        let body = String::from_utf8_lossy(&message.body).into_owned();
+        let body = String::from_utf8_lossy(message.body()).into_owned();
         if !body.ends_with(&self.run) {
             return ConsumeResult::Success;
         }
         let failed = body == self.poison;
         self.seen
             .lock()
-            .push((body, message.delivery_attempt, self.start.elapsed()));
+            .push((body, message.delivery_attempt(), self.start.elapsed()));
         if failed {
             ConsumeResult::Failure
         } else {
@@ -86,10 +86,11 @@ async fn retried_then_dead_lettered(topic: &str, group: &str, fifo: bool) {
     });
     let consumer = PushConsumer::builder(config.clone(), group)
         .subscribe(topic, "*")
-        .start(Arc::clone(&handler))
+        .handler(Arc::clone(&handler))
+        .build()
         .await
         .expect("the consumer starts against the real proxy");
-    let producer = Producer::new(Session::new(config.clone()).unwrap());
+    let producer = Producer::builder(config.clone()).build().unwrap();
     for body in [&poison, &next] {
         let mut message = OutgoingMessage::new(topic, body.clone());
         if fifo {
@@ -158,7 +159,8 @@ async fn retried_then_dead_lettered(topic: &str, group: &str, fifo: bool) {
     });
     let dlq = PushConsumer::builder(config, format!("{group}-reader").as_str())
         .subscribe(dead_letters.as_str(), "*")
-        .start(Arc::clone(&reader))
+        .handler(Arc::clone(&reader))
+        .build()
         .await
         .expect("a consumer of the dead-letter topic");
     wait_for("the dead letter", Duration::from_secs(60), || {

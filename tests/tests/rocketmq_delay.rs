@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use rocketmq_grpc::Code;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer, PushConsumer,
-    ReceivedMessage, Session,
+    ReceivedMessage,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -42,7 +42,7 @@ struct Arrivals {
 impl MessageHandler for Arrivals {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
         let at_ms = unix_ms(SystemTime::now());
-        let body = String::from_utf8_lossy(&message.body).into_owned();
+        let body = String::from_utf8_lossy(message.body()).into_owned();
         if body.starts_with(&self.prefix) {
             let due_ms = message.deliver_at().map_or(-1, unix_ms);
             self.seen
@@ -93,7 +93,8 @@ async fn java_delay_messages_come_to_us_when_due() {
         unique("it-delay-ours").as_str(),
     )
     .subscribe(TOPIC, "*")
-    .start(Arc::clone(&arrivals))
+    .handler(Arc::clone(&arrivals))
+    .build()
     .await
     .expect("the consumer starts against the real proxy");
     let out = java_peer(
@@ -170,8 +171,10 @@ async fn our_delay_messages_come_to_java_when_due() {
             None => panic!("the Java consumer ended before it was ready"),
         }
     }
-    let producer =
-        Producer::new(Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap()).topic(TOPIC);
+    let producer = Producer::builder(ClientConfig::new(&endpoint).unwrap())
+        .topic(TOPIC)
+        .build()
+        .unwrap();
     let mut sent = HashMap::new();
     for i in 0..10 {
         let body = format!("{prefix}-{i}");
@@ -224,7 +227,9 @@ async fn the_proxy_refuses_a_delivery_time_past_its_limit_at_once() {
         eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
         return;
     };
-    let producer = Producer::new(Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap());
+    let producer = Producer::builder(ClientConfig::new(&endpoint).unwrap())
+        .build()
+        .unwrap();
     let started = tokio::time::Instant::now();
     let err = producer
         .send(OutgoingMessage::new(TOPIC, "too far").deliver_after(Duration::from_secs(2 * 86_400)))

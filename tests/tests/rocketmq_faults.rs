@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::rocketmq_stream::{self, Fault, Report, Stream};
-use rocketmq_grpc::{ClientConfig, Producer, Session};
+use rocketmq_grpc::{ClientConfig, Producer};
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -85,8 +85,10 @@ async fn the_stream_survives_a_proxy_restart(kill: bool) {
     let config = ClientConfig::new(&endpoint).unwrap();
     // The proxy is down 30 s, plus its stop (up to 13 s) and start (up to 15 s), plus up to
     // 21 s until the broker's routes are back: a retry window of 2 min covers it.
-    let producer =
-        Producer::new(Session::new(config.clone()).unwrap()).retry_window(Duration::from_secs(120));
+    let producer = Producer::builder(config.clone())
+        .retry_window(Duration::from_secs(120))
+        .build()
+        .unwrap();
     let producer = Arc::new(producer);
     let mut stop = vec!["stop-proxy"];
     if kill {
@@ -147,11 +149,32 @@ async fn a_stream_survives_a_30_s_proxy_outage_after_kill_9() {
     the_stream_survives_a_proxy_restart(true).await;
 }
 
-/// Every shortfall fails the run, with one exception after a kill -9. The 5.3.3 broker did not
-/// redeliver, within the stream's settle time, the messages whose receipt handles expired in
-/// the outage: about 190 after a proxy kill (two CI runs, still missing 75 s later) and 365
-/// after a kill of broker-a in the cluster (one CI run). The shutdown report lists them, which
-/// is the truth the client knows; every payload still arrived. Up to 1,000 are accepted.
+/// The most messages the shutdown report may list after a kill -9 (proxy or cluster broker).
+///
+/// Why: after a kill -9 the 5.3.3 broker did not redeliver, within the stream's settle time,
+/// the messages whose receipt handles expired in the outage (their acks were refused as
+/// expired, and the broker's pop revive did not bring them back in time); the shutdown report
+/// lists them, which is the truth the client knows, and every payload still arrived.
+///
+/// Measured (every observation in the history):
+/// - proxy kill -9 (`a_stream_survives_a_30_s_proxy_outage_after_kill_9`): 189 and 184 in two
+///   CI runs (ac3dda9, 2026-12-02). The 184 were of 501 expired-handle messages, still
+///   missing 25 s after the stream (b5cb8b1, earlier that day); b5cb8b1 then waited up to
+///   50 s more for them, and the 189 (presumably the run after it) were still missing 75 s
+///   after; a2c949c removed that wait;
+/// - broker-a kill -9 in the cluster (`a_stream_survives_a_broker_of_the_cluster_killed`): 365
+///   in one CI run (a2c949c, 2026-12-02);
+/// - the same proxy kill -9 under the `rocketmq-restart` benchmark (BENCHMARKS-archive.md, run
+///   of 2026-12-02 03:20 UTC, one local run): 0.
+///
+/// Bound: about 2x the largest seen (365), rounded up to 750. It was 1,000 before, a round
+/// number above the observations rather than one derived from them. One bound for both kills,
+/// as before; for the proxy kill alone it is about 4x the largest seen.
+const MAX_UNACKNOWLEDGED_AFTER_KILL: usize = 750;
+
+/// Every shortfall fails the run, with one exception after a kill -9: the shutdown report may
+/// list up to [`MAX_UNACKNOWLEDGED_AFTER_KILL`] messages whose receipt handles expired in the
+/// outage and that the broker did not redeliver within the settle time (see there).
 fn assert_no_shortfalls(report: &Report, kill: bool) {
     let shortfalls: Vec<String> = report
         .shortfalls()
@@ -159,16 +182,37 @@ fn assert_no_shortfalls(report: &Report, kill: bool) {
         .filter(|s| !(kill && s.starts_with("the shutdown report lists")))
         .collect();
     assert!(shortfalls.is_empty(), "{shortfalls:?}");
-    assert!(report.shutdown.unacknowledged.len() <= 1_000);
+    assert!(
+        report.shutdown.unacknowledged.len() <= MAX_UNACKNOWLEDGED_AFTER_KILL,
+        "the shutdown report lists {} unacknowledged messages, more than {}",
+        report.shutdown.unacknowledged.len(),
+        MAX_UNACKNOWLEDGED_AFTER_KILL
+    );
 }
+
+/// The most acknowledged messages the broker may deliver again (a higher delivery attempt)
+/// after a TERM of the proxy or of a cluster broker.
+///
+/// Why: the 5.3.3 broker revives a few acknowledged pop checkpoints when it comes back after
+/// TERM. In a local run a run of one queue's messages was handled within 1 s and acked 4 s
+/// later, OK per entry, then delivered again from the retry queue with attempt 2 after the
+/// restart.
+///
+/// Measured (every observation in the history, d164ba1, 2026-12-04): 99 in one CI run (stop
+/// 25's `a_stream_survives_a_30_s_proxy_restart`, which failed on the old bound of 0), and 24
+/// in one of six local runs (the commit gives no count for the other five).
+/// None is recorded for the cluster's broker TERM.
+///
+/// Bound: about 2x the largest seen (99), rounded up to 200 (2 s of the 100 msg/s stream). It
+/// was 500 (5 s of the stream) before, a round figure rather than one derived from the
+/// observations.
+const MAX_REDELIVERED_AFTER_TERM: u64 = 200;
 
 /// After TERM, no message whose ack the proxy confirmed before the fault is handed to the
 /// handler again unless the broker delivered it again (a higher delivery attempt): a repeat
-/// would be the client's doing, or a consume offset the broker lost. The 5.3.3 broker does
-/// revive a few acknowledged pop checkpoints when it comes back after TERM: one CI run had 99
-/// such copies, a local run 24 (a run of one queue's messages handled within 1 s and acked 4 s
-/// later, OK per entry, delivered again from the retry queue with attempt 2 after the
-/// restart). At most 500 (5 s of the stream) are accepted.
+/// would be the client's doing, or a consume offset the broker lost. The broker's own
+/// redeliveries are accepted up to [`MAX_REDELIVERED_AFTER_TERM`] (why and how measured: see
+/// there).
 fn assert_acked_stay_acked(report: &Report) {
     let copies = &report.copies_of_acked;
     assert_eq!(
@@ -177,9 +221,11 @@ fn assert_acked_stay_acked(report: &Report) {
          new delivery: {copies:?}"
     );
     assert!(
-        copies.redelivered <= 500,
-        "the broker delivered {} acknowledged messages again: {copies:?}",
-        copies.redelivered
+        copies.redelivered <= MAX_REDELIVERED_AFTER_TERM,
+        "the broker delivered {} acknowledged messages again (at most {} accepted): \
+         {copies:?}",
+        copies.redelivered,
+        MAX_REDELIVERED_AFTER_TERM
     );
 }
 
@@ -199,9 +245,15 @@ async fn the_stream_survives_a_broker_stop(kill: bool) {
     // 3 attempts in 9.6-9.9 s, each attempt timing out). In the TERM run after it the brokers
     // refused sends with TOO_MANY_REQUESTS (TIMEOUT_CLEAN_QUEUE, "broker busy") for about
     // 10 s at the start of the stream on a loaded 2-core machine (3 of 5,000 failed after 9
-    // attempts in 8.9-10.2 s).
+    // attempts in 8.9-10.2 s). Both commits: a2c949c and 4d17f61, 2026-12-02. Those failures
+    // show the proxy or brokers refused for at least 9.9 s and 10.2 s, not for how long: the
+    // window is about 3x that lower bound and is kept until the outage itself is measured
+    // (`longest send` in the printed report).
     let producer = Arc::new(
-        Producer::new(Session::new(config.clone()).unwrap()).retry_window(Duration::from_secs(30)),
+        Producer::builder(config.clone())
+            .retry_window(Duration::from_secs(30))
+            .build()
+            .unwrap(),
     );
     let mut stop = vec!["stop-broker", "broker-a"];
     if kill {

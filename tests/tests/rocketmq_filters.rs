@@ -40,7 +40,7 @@ async fn send_run(endpoint: &str, run: &str) {
 }
 
 fn n_of(message: &ReceivedMessage) -> u32 {
-    message.properties["n"].parse().unwrap()
+    message.properties()["n"].parse().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +69,8 @@ async fn a_sql92_filter_gives_the_push_consumer_only_what_it_names() {
         TOPIC,
         FilterExpression::sql92(format!("run = '{run}' AND n > 5 AND TAGS <> 'c'")),
     )
-    .start(handler)
+    .handler(handler)
+    .build()
     .await
     .expect("the consumer starts");
     send_run(&endpoint, &run).await;
@@ -127,9 +128,9 @@ async fn filters_give_the_simple_consumer_only_what_they_name() {
         while ns.len() < want.len() {
             assert!(tokio::time::Instant::now() < deadline, "{ns:?}");
             for message in consumer.receive(32, Duration::from_secs(30)).await.unwrap() {
-                if message.properties.get("run") == Some(&run) {
+                if message.properties().get("run") == Some(&run) {
                     if tag.is_some() {
-                        assert_eq!(message.tag.as_deref(), tag, "{message:?}");
+                        assert_eq!(message.tag(), tag, "{message:?}");
                     }
                     ns.push(n_of(&message));
                 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer, PushConsumer,
-    ReceivedMessage, Session, SimpleConsumer,
+    ReceivedMessage, SimpleConsumer,
 };
 
 const NAMESPACE: &str = "rbns";
@@ -31,14 +31,16 @@ fn config(endpoint: &str) -> ClientConfig {
 }
 
 async fn send(endpoint: &str, count: usize, tag: &str) -> HashSet<String> {
-    let producer = Producer::new(Session::new(config(endpoint)).expect("session"));
+    let producer = Producer::builder(config(endpoint))
+        .build()
+        .expect("session");
     let mut ids = HashSet::new();
     for i in 0..count {
         let receipt = producer
             .send(OutgoingMessage::new(TOPIC, format!("{tag} {i}")))
             .await
             .expect("a send in the namespace");
-        ids.insert(receipt.message_id);
+        ids.insert(receipt.message_id().to_owned());
     }
     ids
 }
@@ -79,12 +81,12 @@ async fn the_simple_consumer_receives_what_was_sent_in_the_namespace() {
             .expect("a receive in the namespace")
         {
             // Named as the application named it, without the namespace.
-            assert_eq!(message.topic, TOPIC);
+            assert_eq!(message.topic(), TOPIC);
             consumer
                 .ack(&message)
                 .await
                 .expect("an ack in the namespace");
-            seen.insert(message.message_id);
+            seen.insert(message.message_id().to_owned());
         }
     }
     consumer.close(Duration::from_secs(10)).await;
@@ -101,8 +103,8 @@ struct Seen {
 #[async_trait::async_trait]
 impl MessageHandler for Seen {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        assert_eq!(message.topic, TOPIC);
-        self.seen.lock().insert(message.message_id.clone());
+        assert_eq!(message.topic(), TOPIC);
+        self.seen.lock().insert(message.message_id().to_owned());
         self.handled.fetch_add(1, Ordering::Relaxed);
         ConsumeResult::Success
     }
@@ -117,7 +119,8 @@ async fn the_push_consumer_handles_what_was_sent_in_the_namespace() {
     let handler = Arc::new(Seen::default());
     let consumer = PushConsumer::builder(config(&endpoint), unique("it-ns-push"))
         .subscribe(TOPIC, "*")
-        .start(Arc::clone(&handler))
+        .handler(Arc::clone(&handler))
+        .build()
         .await
         .expect("the push consumer starts in the namespace");
     let sent = send(&endpoint, 5, "push").await;

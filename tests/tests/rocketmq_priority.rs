@@ -15,7 +15,7 @@ use integration_tests::real_rocketmq::{endpoint, settle_group, take_leftovers, u
 use parking_lot::Mutex;
 use rocketmq_grpc::priority::{GateConfig, PriorityPolicy, PriorityTopics};
 use rocketmq_grpc::{
-    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage,
     SimpleConsumer,
 };
 use tokio::task::JoinSet;
@@ -66,7 +66,7 @@ async fn a_simple_consumer_of_level_topics_hands_out_urgent_messages_at_once() {
     take_leftovers(&consumer, 1).await;
     let prefix = unique("simple-prio");
     let property = topics.policy().property().to_owned();
-    let producer = Producer::new(Session::new(config).unwrap());
+    let producer = Producer::builder(config).build().unwrap();
     for i in 0..LOW {
         let low = OutgoingMessage::new("any", format!("{prefix}-low-{i}")).property(&property, "1");
         producer.send_prioritized(&topics, low).await.unwrap();
@@ -80,7 +80,7 @@ async fn a_simple_consumer_of_level_topics_hands_out_urgent_messages_at_once() {
         let got = consumer.receive(16, Duration::from_secs(20)).await.unwrap();
         receives += 1;
         for message in &got {
-            let body = String::from_utf8_lossy(&message.body).into_owned();
+            let body = String::from_utf8_lossy(message.body()).into_owned();
             if body.starts_with(&prefix) {
                 *seen.entry(body.clone()).or_default() += 1;
                 if let Some(sent) = urgent_sent.get(&body) {
@@ -146,7 +146,7 @@ async fn two_gated_push_consumers_share_a_group() {
 
     let prefix = unique("pair-prio");
     let property = topics.policy().property().to_owned();
-    let producer = Producer::new(Session::new(config.clone()).unwrap());
+    let producer = Producer::builder(config.clone()).build().unwrap();
     let mut sends = JoinSet::new();
     let producer = Arc::new(producer);
     for i in 0..LOW {
@@ -177,9 +177,9 @@ async fn two_gated_push_consumers_share_a_group() {
             .priority(topics.clone(), GateConfig::default())
             .concurrency(8)
             .long_polling(Duration::from_secs(5))
-            .start(move |message: ReceivedMessage| {
+            .handler(move |message: ReceivedMessage| {
                 let sink = Arc::clone(&sink);
-                let body = String::from_utf8_lossy(&message.body).into_owned();
+                let body = String::from_utf8_lossy(message.body()).into_owned();
                 let ours = body.starts_with(&prefix);
                 async move {
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -189,6 +189,7 @@ async fn two_gated_push_consumers_share_a_group() {
                     ConsumeResult::Success
                 }
             })
+            .build()
             .await
             .unwrap();
         consumers.push(consumer);

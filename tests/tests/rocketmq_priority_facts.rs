@@ -621,16 +621,18 @@ async fn one_group_consumes_several_topics() {
     let push = PushConsumer::builder(config.clone(), "prio-facts-push")
         .subscribe(topics[0], "*")
         .subscribe(topics[1], "*")
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let sink = Arc::clone(&sink);
             let prefix = prefix.clone();
             async move {
-                if message.properties.get("run") == Some(&prefix) {
-                    sink.lock().push((message.topic.clone(), message.queue_id));
+                if message.properties().get("run") == Some(&prefix) {
+                    sink.lock()
+                        .push((message.topic().to_owned(), message.queue_id()));
                 }
                 ConsumeResult::Success
             }
         })
+        .build()
         .await
         .unwrap();
     // The simple consumer receives from both topics before the messages are sent: a group's
@@ -645,7 +647,7 @@ async fn one_group_consumes_several_topics() {
         .await
         .unwrap();
     take_leftovers(&simple, topics.len()).await;
-    let producer = Producer::new(Session::new(config.clone()).unwrap());
+    let producer = Producer::builder(config.clone()).build().unwrap();
     producer.start().await.unwrap();
     for topic in topics {
         for n in 0..3 {
@@ -675,8 +677,8 @@ async fn one_group_consumes_several_topics() {
             .unwrap_or_default()
         {
             simple.ack(&message).await.unwrap();
-            if message.properties.get("run") == Some(&run) {
-                *got.entry(message.topic.clone()).or_insert(0) += 1;
+            if message.properties().get("run") == Some(&run) {
+                *got.entry(message.topic().to_owned()).or_insert(0) += 1;
             }
         }
     }
@@ -800,6 +802,27 @@ fn ranked_priority_retries() -> bool {
     set("useSeparateRetryQueue=true") && set("popFromRetryProbabilityForPriority=100")
 }
 
+/// How long [`a_retried_high_message_ranks_by_the_broker_retry_settings`] receives after its
+/// 10 s pause for the 10 fresh lows and the retried high (a receive under way when it ends
+/// may add up to its 30 s).
+///
+/// Why: with 5.5.0's default retry settings the retried high message came back late, after
+/// the fresh lows, from the retry topic's one queue. The wait was 60 s (ending 70 s after the
+/// nack) until a run saw 65 s (4bd7067, 2026-12-06): the history records no failure on it,
+/// but the margin was gone. Cause not established (the retry topic read after the topic's
+/// queues in priority mode is the suspect; `priority-facts.md`, F8). Normal topics' retries
+/// came within 10-15 s (F7), and with the changed settings this one came within the 10 s
+/// pause.
+///
+/// Measured (5.5.0 defaults, after the nack): 65 s, 80 s and 65 s in three runs, where is not
+/// recorded (399687f, 2026-12-06; the first receive's invisibility of 30 s or 15 s made no
+/// difference).
+///
+/// Bound: the loop ends 130 s after the nack (10 s + 120 s), about 1.6x the largest seen
+/// (80 s), and a receive under way then may run to 160 s, 2x. The test prints when the retry
+/// came.
+const RETRIED_HIGH_WAIT: Duration = Duration::from_secs(120);
+
 /// (d, 5.4+) A nacked PRIORITY message keeps its `priority` but, with the broker's defaults,
 /// comes back from the retry topic's single queue (`useSeparateRetryQueue=false`: queue 0),
 /// which a pop reads only after the topic's own queues
@@ -814,7 +837,9 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
     }
     let run = unique("facts-d");
     let consumer = fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, "prio-facts-retry").await;
-    let producer = Producer::new(Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap());
+    let producer = Producer::builder(ClientConfig::new(&endpoint).unwrap())
+        .build()
+        .unwrap();
     producer.start().await.unwrap();
     const LOW: usize = 10;
     for n in 0..LOW {
@@ -835,7 +860,7 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
         )
         .await
         .unwrap();
-    let is_ours = |m: &ReceivedMessage| m.properties.get("run") == Some(&run);
+    let is_ours = |m: &ReceivedMessage| m.properties().get("run") == Some(&run);
     let mut high = None;
     let end = tokio::time::Instant::now() + Duration::from_secs(30);
     while high.is_none() && tokio::time::Instant::now() < end {
@@ -853,8 +878,8 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
     println!(
         "first delivery: priority {:?}, queue {}, attempt {}",
         high.priority(),
-        high.queue_id,
-        high.delivery_attempt
+        high.queue_id(),
+        high.delivery_attempt()
     );
     consumer
         .change_invisible_duration(&high, Duration::from_secs(1))
@@ -864,7 +889,7 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
     // Time for the revive service to put it on the retry topic.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut order = Vec::new();
-    let end = tokio::time::Instant::now() + Duration::from_secs(120);
+    let end = tokio::time::Instant::now() + RETRIED_HIGH_WAIT;
     while order.len() < LOW + 1 && tokio::time::Instant::now() < end {
         for message in consumer
             .receive(1, Duration::from_secs(30))
@@ -873,13 +898,13 @@ async fn a_retried_high_message_ranks_by_the_broker_retry_settings() {
         {
             consumer.ack(&message).await.unwrap();
             if is_ours(&message) {
-                if message.delivery_attempt > 1 {
+                if message.delivery_attempt() > 1 {
                     println!("the retry came {:?} after the nack", nacked.elapsed());
                 }
                 order.push((
                     message.priority(),
-                    message.queue_id,
-                    message.delivery_attempt,
+                    message.queue_id(),
+                    message.delivery_attempt(),
                 ));
             }
         }
@@ -921,7 +946,9 @@ async fn a_retried_low_message_against_a_fresh_high_one() {
     }
     let run = unique("facts-d2");
     let consumer = fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, "prio-facts-push").await;
-    let producer = Producer::new(Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap());
+    let producer = Producer::builder(ClientConfig::new(&endpoint).unwrap())
+        .build()
+        .unwrap();
     producer.start().await.unwrap();
     let send = |body: String, level: u32| {
         let message = OutgoingMessage::new(PRIORITY_TOPIC, body)
@@ -931,7 +958,7 @@ async fn a_retried_low_message_against_a_fresh_high_one() {
         async move { producer.send(message).await.unwrap() }
     };
     send(format!("{run}-low"), 0).await;
-    let is_ours = |m: &ReceivedMessage| m.properties.get("run") == Some(&run);
+    let is_ours = |m: &ReceivedMessage| m.properties().get("run") == Some(&run);
     let mut low = None;
     let end = tokio::time::Instant::now() + Duration::from_secs(30);
     while low.is_none() && tokio::time::Instant::now() < end {
@@ -962,8 +989,8 @@ async fn a_retried_low_message_against_a_fresh_high_one() {
             if is_ours(&message) {
                 order.push((
                     message.priority(),
-                    message.queue_id,
-                    message.delivery_attempt,
+                    message.queue_id(),
+                    message.delivery_attempt(),
                 ));
             }
         }
@@ -993,7 +1020,9 @@ async fn a_dead_letter_keeps_its_properties_and_priority() {
         NORMAL_TOPIC
     };
     let consumer = fresh_simple_consumer(&endpoint, topic, group).await;
-    let producer = Producer::new(Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap());
+    let producer = Producer::builder(ClientConfig::new(&endpoint).unwrap())
+        .build()
+        .unwrap();
     producer.start().await.unwrap();
     let mut poison = OutgoingMessage::new(topic, format!("{run}-poison"))
         .property("run", &run)
@@ -1004,6 +1033,10 @@ async fn a_dead_letter_keeps_its_properties_and_priority() {
     producer.send(poison).await.unwrap();
     // The proxy forwards a message to the dead-letter topic when a receive pops it beyond the
     // group's attempts (its PopMessageResultFilter), so receive on after the third attempt.
+    // The overall limit, 150 s, was 120 s until 3ee2c0a (2026-12-06) added the 20 s after the
+    // third attempt; it was not raised after a failure, and no run's time is recorded. Retries
+    // came back within 10-15 s (priority-facts.md, F7), so two retries and the 20 s after
+    // them take about 50 s; 150 s is about 3x that estimate, a guess, not a measured bound.
     let mut attempts = Vec::new();
     let mut last_nack = None;
     let end = tokio::time::Instant::now() + Duration::from_secs(150);
@@ -1015,14 +1048,14 @@ async fn a_dead_letter_keeps_its_properties_and_priority() {
             .await
             .unwrap_or_default()
         {
-            if message.properties.get("run") != Some(&run) {
+            if message.properties().get("run") != Some(&run) {
                 consumer.ack(&message).await.unwrap();
                 continue;
             }
             attempts.push((
-                message.delivery_attempt,
+                message.delivery_attempt(),
                 message.priority(),
-                message.queue_id,
+                message.queue_id(),
             ));
             consumer
                 .change_invisible_duration(&message, Duration::from_secs(1))
@@ -1063,7 +1096,7 @@ async fn a_dead_letter_keeps_its_properties_and_priority() {
             .unwrap_or_default()
         {
             reader.ack(&message).await.unwrap();
-            if message.properties.get("run") == Some(&run) {
+            if message.properties().get("run") == Some(&run) {
                 found = Some(message);
             }
         }
@@ -1072,13 +1105,16 @@ async fn a_dead_letter_keeps_its_properties_and_priority() {
     let dead = found.expect("the dead letter came");
     println!(
         "the dead letter: topic {}, queue {}, priority {:?}, attempt {}, properties {:?}",
-        dead.topic,
-        dead.queue_id,
+        dead.topic(),
+        dead.queue_id(),
         dead.priority(),
-        dead.delivery_attempt,
-        dead.properties
+        dead.delivery_attempt(),
+        dead.properties()
     );
-    assert_eq!(dead.properties.get("level").map(String::as_str), Some("2"));
+    assert_eq!(
+        dead.properties().get("level").map(String::as_str),
+        Some("2")
+    );
     if has_priority() {
         assert_eq!(dead.priority(), Some(5));
     }

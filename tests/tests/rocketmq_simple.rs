@@ -55,9 +55,11 @@ async fn send(
     topic: &str,
     bodies: impl Iterator<Item = String>,
 ) -> HashSet<String> {
-    let producer = Arc::new(Producer::new(
-        rocketmq_grpc::Session::new(ClientConfig::new(endpoint).unwrap()).unwrap(),
-    ));
+    let producer = Arc::new(
+        Producer::builder(ClientConfig::new(endpoint).unwrap())
+            .build()
+            .unwrap(),
+    );
     let mut sends = tokio::task::JoinSet::new();
     let semaphore = Arc::new(tokio::sync::Semaphore::new(64));
     for body in bodies {
@@ -70,7 +72,7 @@ async fn send(
                 .await
                 .expect("send");
             drop(permit);
-            receipt.message_id
+            receipt.message_id().to_owned()
         });
     }
     let mut ids = HashSet::new();
@@ -103,7 +105,8 @@ async fn receive_all(
             .await
             .expect("receive");
         for message in messages {
-            if sent.contains(&message.message_id) && !seen.insert(message.message_id.clone()) {
+            if sent.contains(message.message_id()) && !seen.insert(message.message_id().to_owned())
+            {
                 duplicates += 1;
             }
             let consumer = Arc::clone(consumer);
@@ -148,8 +151,8 @@ async fn ten_thousand_messages_are_acked_in_at_most_12_requests() {
             .expect("receive");
         let ours: Vec<_> = again
             .iter()
-            .filter(|m| sent.contains(&m.message_id))
-            .map(|m| &m.message_id)
+            .filter(|m| sent.contains(m.message_id()))
+            .map(|m| m.message_id())
             .collect();
         assert!(ours.is_empty(), "delivered again: {ours:?}");
         for message in &again {
@@ -174,7 +177,7 @@ async fn an_expired_handle_fails_only_its_own_ack_among_concurrent_acks() {
     let mut expiring = None;
     while expiring.is_none() {
         for message in consumer.receive(1, Duration::from_secs(10)).await.unwrap() {
-            if sent.contains(&message.message_id) {
+            if sent.contains(message.message_id()) {
                 expiring = Some(message);
             } else {
                 consumer.ack(&message).await.unwrap();
@@ -188,14 +191,14 @@ async fn an_expired_handle_fails_only_its_own_ack_among_concurrent_acks() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while fresh.len() < 2 && tokio::time::Instant::now() < deadline {
         for message in consumer.receive(32, Duration::from_secs(60)).await.unwrap() {
-            if sent.contains(&message.message_id) {
+            if sent.contains(message.message_id()) {
                 fresh.push(message);
             }
         }
     }
     let fresh = fresh
         .into_iter()
-        .find(|m| m.message_id != expiring.message_id)
+        .find(|m| m.message_id() != expiring.message_id())
         .expect("the other message, with a fresh handle");
     // Both at once: each gets its own result.
     let (old, new) = tokio::join!(consumer.ack(&expiring), consumer.ack(&fresh));
@@ -225,7 +228,7 @@ async fn change_invisible_duration_gives_a_handle_that_later_acks_use() {
     let mut ours = None;
     while ours.is_none() {
         for message in consumer.receive(32, Duration::from_secs(10)).await.unwrap() {
-            if sent.contains(&message.message_id) {
+            if sent.contains(message.message_id()) {
                 ours = Some(message);
             } else {
                 consumer.ack(&message).await.unwrap();
@@ -248,7 +251,7 @@ async fn change_invisible_duration_gives_a_handle_that_later_acks_use() {
     assert!(closed.unacknowledged.is_empty(), "{closed:?}");
     assert!(matches!(
         consumer.receive(1, Duration::from_secs(30)).await,
-        Err(Error::ShutDown)
+        Err(Error::Closed("the simple consumer"))
     ));
 }
 
@@ -395,7 +398,7 @@ async fn the_java_simple_consumer_consumes_what_we_send_and_we_consume_what_java
             "{from_java} of Java's 300"
         );
         for message in consumer.receive(32, Duration::from_secs(60)).await.unwrap() {
-            if message.body.len() == 64 && message.body.iter().all(|b| *b == b'x') {
+            if message.body().len() == 64 && message.body().iter().all(|b| *b == b'x') {
                 from_java += 1;
             }
             let consumer = Arc::clone(&consumer);

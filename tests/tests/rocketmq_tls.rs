@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocketmq_grpc::{ClientConfig, Error, OutgoingMessage, Producer, Session, SimpleConsumer};
+use rocketmq_grpc::{ClientConfig, Error, OutgoingMessage, Producer, SimpleConsumer};
 
 /// The PEM of the CA to trust for the proxy at `endpoint`, and whether its certificate names
 /// the host (see the module's documentation).
@@ -91,14 +91,14 @@ async fn sends_and_receives_over_tls_with_the_proxys_ca() {
             tokio::spawn(async move { consumer.ack(&message).await });
         }
     }
-    let producer = Producer::new(Session::new(config).expect("session"));
+    let producer = Producer::builder(config).build().expect("session");
     let mut sent = HashSet::new();
     for i in 0..5 {
         let receipt = producer
             .send(OutgoingMessage::new(topic, format!("over TLS {i}")))
             .await
             .expect("a send over TLS");
-        sent.insert(receipt.message_id);
+        sent.insert(receipt.message_id().to_owned());
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = HashSet::new();
@@ -114,7 +114,7 @@ async fn sends_and_receives_over_tls_with_the_proxys_ca() {
             .expect("a receive over TLS")
         {
             consumer.ack(&message).await.expect("an ack over TLS");
-            seen.insert(message.message_id);
+            seen.insert(message.message_id().to_owned());
         }
     }
     let consumer = Arc::into_inner(consumer).expect("no other owner");
@@ -130,7 +130,7 @@ async fn a_wrong_ca_fails_at_once_and_says_what_to_do() {
     let config = ClientConfig::new(&format!("https://{endpoint}"))
         .expect("endpoint")
         .tls_ca_pem(other_ca());
-    let producer = Producer::new(Session::new(config.clone()).expect("session"));
+    let producer = Producer::builder(config.clone()).build().expect("session");
     let started = Instant::now();
     let error = producer
         .send(OutgoingMessage::new("it-normal", "never sent"))

@@ -12,7 +12,7 @@ use integration_tests::real_pulsar::java_peer;
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     ClientConfig, ConsumeResult, Error, MessageHandler, OutgoingMessage, Producer, PushConsumer,
-    ReceivedMessage, Session, TransactionResolution,
+    ReceivedMessage, TransactionResolution,
 };
 
 const TOPIC: &str = "it-txn";
@@ -25,9 +25,9 @@ struct Bodies(Mutex<Vec<(String, String, i32)>>);
 impl MessageHandler for Bodies {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
         self.0.lock().push((
-            String::from_utf8_lossy(&message.body).into_owned(),
-            message.message_id.clone(),
-            message.delivery_attempt,
+            String::from_utf8_lossy(message.body()).into_owned(),
+            message.message_id().to_owned(),
+            message.delivery_attempt(),
         ));
         ConsumeResult::Success
     }
@@ -56,7 +56,8 @@ async fn consumer(endpoint: &str, name: &str) -> (PushConsumer, Arc<Bodies>) {
     let group = format!("it-txn-{name}-{}", std::process::id());
     let consumer = PushConsumer::builder(ClientConfig::new(endpoint).unwrap(), group.as_str())
         .subscribe(TOPIC, "*")
-        .start(Arc::clone(&bodies))
+        .handler(Arc::clone(&bodies))
+        .build()
         .await
         .expect("the consumer starts against the real proxy");
     (consumer, bodies)
@@ -65,14 +66,13 @@ async fn consumer(endpoint: &str, name: &str) -> (PushConsumer, Arc<Bodies>) {
 /// A producer whose checker commits the bodies in `commit` and answers `Unknown` for the rest
 /// (the broker asks again later).
 fn producer(endpoint: &str, commit: Vec<String>) -> Producer {
-    let session = Session::new(ClientConfig::new(endpoint).unwrap()).unwrap();
     let commit = Arc::new(commit);
-    Producer::new(session)
+    Producer::builder(ClientConfig::new(endpoint).unwrap())
         .topic(TOPIC)
         .transaction_checker(move |message: ReceivedMessage| {
             let commit = Arc::clone(&commit);
             async move {
-                let body = String::from_utf8_lossy(&message.body).into_owned();
+                let body = String::from_utf8_lossy(message.body()).into_owned();
                 if commit.contains(&body) {
                     TransactionResolution::Commit
                 } else {
@@ -80,6 +80,8 @@ fn producer(endpoint: &str, commit: Vec<String>) -> Producer {
                 }
             }
         })
+        .build()
+        .unwrap()
 }
 
 /// Ours and the Java client's: a committed message is delivered once, a rolled-back one never
@@ -160,7 +162,7 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
     ] {
         let error = result.expect_err("the transaction has ended");
         assert!(
-            matches!(&error, Error::InvalidConfig { .. })
+            matches!(&error, Error::Invalid { .. })
                 && error.to_string().contains("already committed"),
             "{error}"
         );
@@ -222,8 +224,9 @@ async fn misused_transactions_get_errors_that_name_the_problem() {
         eprintln!("ROCKETMQ_ENDPOINT is not set; skipping");
         return;
     };
-    let session = Session::new(ClientConfig::new(&endpoint).unwrap()).unwrap();
-    let error = Producer::new(session)
+    let error = Producer::builder(ClientConfig::new(&endpoint).unwrap())
+        .build()
+        .unwrap()
         .begin_transaction()
         .expect_err("no checker");
     assert!(error.to_string().contains("transaction_checker"), "{error}");
@@ -247,7 +250,7 @@ async fn misused_transactions_get_errors_that_name_the_problem() {
         .expect_err("a second message");
     assert!(
         error.to_string().contains("one message per transaction")
-            && error.to_string().contains(&first.message_id),
+            && error.to_string().contains(first.message_id()),
         "{error}"
     );
     let other = self::producer(&endpoint, Vec::new());

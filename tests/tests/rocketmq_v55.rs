@@ -49,8 +49,9 @@ fn endpoint533() -> Option<String> {
 }
 
 async fn producer(endpoint: &str) -> Producer {
-    let session = Session::new(ClientConfig::new(endpoint).unwrap()).unwrap();
-    let producer = Producer::new(session);
+    let producer = Producer::builder(ClientConfig::new(endpoint).unwrap())
+        .build()
+        .unwrap();
     producer.start().await.unwrap();
     producer
 }
@@ -95,7 +96,7 @@ async fn drain(
         };
         for message in batch {
             consumer.ack(&message).await.unwrap();
-            if String::from_utf8_lossy(&message.body).starts_with(prefix) {
+            if String::from_utf8_lossy(message.body()).starts_with(prefix) {
                 got.push(message);
             }
         }
@@ -142,11 +143,12 @@ async fn priority_backlog_comes_highest_first() {
         "every high message before any low one: {levels:?}"
     );
     for message in &got {
-        let body = String::from_utf8_lossy(&message.body);
+        let body = String::from_utf8_lossy(message.body());
         let level = if body.contains("-high-") { 7 } else { 0 };
         assert_eq!(message.priority(), Some(level), "{body}");
         assert_eq!(
-            message.queue_id, level,
+            message.queue_id(),
+            level,
             "priority p is stored on queue min(p, 7)"
         );
     }
@@ -170,7 +172,7 @@ async fn priority_above_the_queue_count_is_the_highest_level() {
     let got = drain(&consumer, &prefix, 3, Duration::from_secs(30)).await;
     let mut seen: Vec<(i32, i32)> = got
         .iter()
-        .map(|m| (m.priority().unwrap(), m.queue_id))
+        .map(|m| (m.priority().unwrap(), m.queue_id()))
         .collect();
     seen.sort_unstable();
     assert_eq!(
@@ -190,7 +192,7 @@ async fn priority_and_lite_refusals() {
     let Some(endpoint) = endpoint55() else { return };
     let producer = producer(&endpoint).await;
     let refused = |error: Error| match error {
-        Error::InvalidConfig { setting, .. } => setting,
+        Error::Invalid { what, .. } => what,
         other => panic!("not refused before sending: {other}"),
     };
     let too_high = OutgoingMessage::new(PRIORITY_TOPIC, "x").priority(u32::MAX);
@@ -266,16 +268,17 @@ async fn wait_for(seen: &Seen, prefix: &str, count: usize, within: Duration) {
 async fn lite_consumer(endpoint: &str, seen: &Arc<Seen>) -> LitePushConsumer {
     let seen = Arc::clone(seen);
     LitePushConsumer::builder(ClientConfig::new(endpoint).unwrap(), LITE_GROUP, LITE_TOPIC)
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let seen = Arc::clone(&seen);
             async move {
-                let body = String::from_utf8_lossy(&message.body).into_owned();
+                let body = String::from_utf8_lossy(message.body()).into_owned();
                 seen.messages
                     .lock()
                     .push((body, message.lite_topic().map(str::to_owned)));
                 ConsumeResult::Success
             }
         })
+        .build()
         .await
         .unwrap()
 }
@@ -341,7 +344,7 @@ async fn lite_subscription_refusals() {
     let consumer = lite_consumer(&endpoint, &seen).await;
     for bad in ["", "a b", "ünï", &"x".repeat(65)] {
         match consumer.subscribe_lite(bad).await.unwrap_err() {
-            Error::InvalidConfig { setting, .. } => assert_eq!(setting, "lite_topic", "{bad:?}"),
+            Error::Invalid { what, .. } => assert_eq!(what, "lite_topic", "{bad:?}"),
             other => panic!("{bad:?}: {other}"),
         }
     }
@@ -426,7 +429,7 @@ async fn on_5_3_3_priority_and_lite_are_normal_messages() {
     for message in &got {
         println!(
             "5.3.3: {} came back with priority {:?}, lite topic {:?}",
-            String::from_utf8_lossy(&message.body),
+            String::from_utf8_lossy(message.body()),
             message.priority(),
             message.lite_topic()
         );
@@ -448,7 +451,8 @@ async fn on_5_3_3_a_lite_consumer_is_refused() {
         "it-v533-probe",
         "it-normal",
     )
-    .start(|_: ReceivedMessage| async { ConsumeResult::Success })
+    .handler(|_: ReceivedMessage| async { ConsumeResult::Success })
+    .build()
     .await;
     let error = lite.unwrap_err();
     println!("5.3.3: a lite push consumer is refused: {error}");
@@ -636,7 +640,7 @@ async fn java_priority_messages_come_here_in_order() {
     // property): with eight levels native 7 is level 0 (the most important), native 0 level 7.
     let topics = eight_levels();
     for message in &got {
-        let body = String::from_utf8_lossy(&message.body);
+        let body = String::from_utf8_lossy(message.body());
         let expected = if body.contains("-high-") { 0 } else { 7 };
         assert_eq!(topics.level_of(message), Level::new(expected), "{body}");
     }
@@ -782,16 +786,17 @@ async fn a_push_consumer_handles_high_priority_first() {
             .subscribe(PRIORITY_TOPIC, "*")
             .concurrency(1)
             .receive_batch_size(1)
-            .start(move |message: ReceivedMessage| {
+            .handler(move |message: ReceivedMessage| {
                 let sink = Arc::clone(&sink);
                 let prefix = prefix2.clone();
                 async move {
-                    if String::from_utf8_lossy(&message.body).starts_with(&prefix) {
+                    if String::from_utf8_lossy(message.body()).starts_with(&prefix) {
                         sink.lock().push(message.priority().unwrap_or(-1));
                     }
                     ConsumeResult::Success
                 }
             })
+            .build()
             .await
             .unwrap();
     let end = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -845,16 +850,16 @@ async fn a_failed_urgent_message_is_retried_before_the_low_backlog() {
             .concurrency(1)
             .receive_batch_size(1)
             .priority(topics, Default::default())
-            .start(move |message: ReceivedMessage| {
+            .handler(move |message: ReceivedMessage| {
                 let sink = Arc::clone(&sink);
                 let level = reader.level_of(&message).get();
-                let body = String::from_utf8_lossy(&message.body).into_owned();
+                let body = String::from_utf8_lossy(message.body()).into_owned();
                 let prefix = prefix2.clone();
                 async move {
                     if !body.starts_with(&prefix) {
                         return ConsumeResult::Success;
                     }
-                    let attempt = message.delivery_attempt;
+                    let attempt = message.delivery_attempt();
                     sink.lock().push((body.clone(), attempt, level));
                     if body.ends_with("-urgent") && attempt == 1 {
                         // Past the receive's 20 s invisibility (renewed meanwhile), then fail.
@@ -864,6 +869,7 @@ async fn a_failed_urgent_message_is_retried_before_the_low_backlog() {
                     ConsumeResult::Success
                 }
             })
+            .build()
             .await
             .unwrap();
     let end = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -958,12 +964,16 @@ async fn native_tiers_serve_each_level_in_order() {
             acked.unwrap();
         }
         for message in batch {
-            let body = String::from_utf8_lossy(&message.body).into_owned();
+            let body = String::from_utf8_lossy(message.body()).into_owned();
             let Some(rest) = body.strip_prefix(&format!("{prefix}-")) else {
                 continue;
             };
             let sent_level: usize = rest[..1].parse().unwrap();
-            got.push((sent_level, topics.level_of(&message), message.topic.clone()));
+            got.push((
+                sent_level,
+                topics.level_of(&message),
+                message.topic().to_owned(),
+            ));
         }
     }
     let order: Vec<usize> = got.iter().map(|(level, _, _)| *level).collect();

@@ -156,21 +156,40 @@ impl AckTracker {
     /// entry, when `position` is among it: for a redelivery of a message whose ack the
     /// broker did not get (sent on a connection that was lost). `None` when `position` is
     /// not acknowledged here (or the completed entry was forgotten since).
+    ///
+    /// With [`PartialBatches::HoldUntilComplete`], a message of a batch not complete yet has
+    /// nothing to say again (no ack of it went out): `None`, though [`is_acked`](Self::is_acked)
+    /// is true for it.
     pub fn acked_again(&self, position: &MessagePosition) -> Option<Ack> {
         let entry = position.entry();
         if self.completed.contains(&entry) || self.covered_by_cumulative(position) {
             return Some(individual(AckId::whole_entry(position)));
         }
-        let set = self.partial.get(&entry)?;
-        let index = position.index_in_batch("an ack said again").ok()?;
-        if set.is_outstanding(index) == Ok(false) {
-            return Some(individual(AckId::with_set(
-                position,
-                position.batch_index(),
-                set.clone(),
-            )));
+        if self.mode == PartialBatches::HoldUntilComplete || !self.is_acked(position) {
+            return None;
         }
-        None
+        let set = self.partial.get(&entry)?;
+        Some(individual(AckId::with_set(
+            position,
+            position.batch_index(),
+            set.clone(),
+        )))
+    }
+
+    /// Whether this tracker acknowledged `position` (alone, with its whole entry, or under a
+    /// cumulative ack), whether or not an ack of it went out.
+    #[must_use]
+    pub fn is_acked(&self, position: &MessagePosition) -> bool {
+        let entry = position.entry();
+        if self.completed.contains(&entry) || self.covered_by_cumulative(position) {
+            return true;
+        }
+        let Some(set) = self.partial.get(&entry) else {
+            return false;
+        };
+        position
+            .index_in_batch("an acknowledged message")
+            .is_ok_and(|index| set.is_outstanding(index) == Ok(false))
     }
 
     /// Whether a cumulative ack already covers `position`.
@@ -310,6 +329,27 @@ mod tests {
                 .is_whole_entry()
         );
         assert!(tracker.acked_again(&at(6, 0, 3)).is_none());
+    }
+
+    #[test]
+    fn a_held_partial_batch_is_acknowledged_but_has_nothing_to_say_again() {
+        let mut tracker = AckTracker::new(PartialBatches::HoldUntilComplete);
+        assert!(tracker.ack(&at(1, 0, 3)).unwrap().is_none());
+        // Acknowledged here, but no ack of it went out: a set said again would reach a
+        // broker without batch-index acks as the very ack this mode avoids.
+        assert!(tracker.is_acked(&at(1, 0, 3)));
+        assert!(!tracker.is_acked(&at(1, 1, 3)));
+        assert!(tracker.acked_again(&at(1, 0, 3)).is_none());
+        tracker.ack(&at(1, 1, 3)).unwrap();
+        tracker.ack(&at(1, 2, 3)).unwrap();
+        assert!(tracker.is_acked(&at(1, 1, 3)));
+        assert!(
+            tracker
+                .acked_again(&at(1, 1, 3))
+                .unwrap()
+                .id
+                .is_whole_entry()
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! the patience ran out after the last send. The script reads the same lines from the Java
 //! and Python peers.
 
+use clap::Parser;
 use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -21,52 +22,28 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage,
-    ProducerOptions, SubType,
+    BatchingOptions, Client, Consumer, InitialPosition, OutgoingMessage, Producer, SubType,
 };
 
+/// A batching producer and a Shared consumer streaming on one topic while the broker restarts.
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_restart_stream", args_override_self = true)]
 struct Args {
+    /// The broker's binary-protocol URL.
+    #[arg(long, value_name = "pulsar://HOST:6650")]
     service_url: String,
+    /// The topic.
+    #[arg(long, value_name = "TOPIC")]
     topic: String,
+    /// Messages sent per second.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     rate: u32,
+    /// Seconds of sending.
+    #[arg(long, value_name = "N", default_value_t = 40)]
     seconds: u64,
+    /// Seconds to wait for the last deliveries after the last send.
+    #[arg(long, value_name = "N", default_value_t = 60)]
     patience: u64,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut service_url = None;
-    let mut topic = None;
-    let (mut rate, mut seconds, mut patience) = (20u32, 40u64, 60u64);
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut number = |flag: &str| {
-            it.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(format!("{flag} takes a number"))
-        };
-        match arg.as_str() {
-            "--service-url" => service_url = it.next(),
-            "--topic" => topic = it.next(),
-            "--rate" => rate = u32::try_from(number("--rate")?.max(1)).unwrap_or(u32::MAX),
-            "--seconds" => seconds = number("--seconds")?,
-            "--patience" => patience = number("--patience")?,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: pulsar_restart_stream --service-url pulsar://HOST:6650 \
-                     --topic TOPIC [--rate N] [--seconds N] [--patience N]"
-                        .into(),
-                );
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    Ok(Args {
-        service_url: service_url.ok_or("--service-url is required")?,
-        topic: topic.ok_or("--topic is required")?,
-        rate,
-        seconds,
-        patience,
-    })
 }
 
 fn now_ms() -> u128 {
@@ -76,25 +53,19 @@ fn now_ms() -> u128 {
 }
 
 async fn run(args: Args) -> Result<(), pulsar_wire::Error> {
-    let client = Client::connect(ConnectOptions::new(&args.service_url)?).await?;
-    let consumer = client
-        .subscribe(
-            &args.topic,
-            "restart",
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest),
-        )
+    let client = Client::builder(&args.service_url).build().await?;
+    let consumer = Consumer::builder(&client, &args.topic, "restart")
+        .sub_type(SubType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await?;
-    let producer = client
-        .create_producer(
-            &args.topic,
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(10)
-                    .max_delay(Duration::from_millis(20)),
-            ),
+    let producer = Producer::builder(&client, &args.topic)
+        .batching(
+            BatchingOptions::default()
+                .max_messages(10)
+                .max_delay(Duration::from_millis(20)),
         )
+        .build()
         .await?;
     println!("ready");
     let sent = Arc::new(Mutex::new(HashSet::new()));
@@ -123,7 +94,7 @@ async fn run(args: Args) -> Result<(), pulsar_wire::Error> {
             for send in sends {
                 let _ = send.await;
             }
-            let _ = producer.close().await;
+            let _ = producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
         }
     });
     let mut seen = HashSet::new();
@@ -151,25 +122,56 @@ async fn run(args: Args) -> Result<(), pulsar_wire::Error> {
     }
     let _ = producing.await;
     consumer.flush_acks().await;
-    let _ = consumer.close().await;
+    let _ = consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
     println!("done");
     Ok(())
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("pulsar_restart_stream: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_of_the_restart_script_parses() {
+        // scripts/bench-restart.sh
+        let args = Args::try_parse_from([
+            "pulsar_restart_stream",
+            "--service-url",
+            "pulsar://127.0.0.1:6650",
+            "--topic",
+            "persistent://public/default/t",
+            "--rate",
+            "20",
+            "--seconds",
+            "40",
+            "--patience",
+            "60",
+        ])
+        .unwrap();
+        assert_eq!(args.service_url, "pulsar://127.0.0.1:6650");
+        assert_eq!(args.topic, "persistent://public/default/t");
+        assert_eq!((args.rate, args.seconds, args.patience), (20, 40, 60));
+        let args = Args::try_parse_from([
+            "pulsar_restart_stream",
+            "--service-url",
+            "u",
+            "--topic",
+            "t",
+        ])
+        .unwrap();
+        assert_eq!((args.rate, args.seconds, args.patience), (20, 40, 60));
+        assert!(Args::try_parse_from(["pulsar_restart_stream", "--topic", "t"]).is_err());
     }
 }

@@ -40,7 +40,8 @@ use broker_tools::pulsar_admin::PulsarAdmin;
 use broker_tools::txn_steady::{
     self, BlockedPeriods, ClientReport, Commit, DoubleCommit, SHARED_LIMIT, Shape, consumer_name,
 };
-use pulsar_wire::{Client, ConnectOptions};
+use clap::Parser;
+use pulsar_wire::ConnectOptions;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Issue 11's limit (`Shape::steady`, `Shape::bulk`).
@@ -57,62 +58,64 @@ struct Args {
     java: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut service_url = None;
-    let mut admin_url = None;
-    let mut seconds = 60;
-    let mut bulk = None;
-    let mut consumers = None;
-    let mut warm_up = 0;
-    let mut legacy = false;
-    let mut java = false;
-    let mut it = std::env::args().skip(1);
-    let number = |value: Option<String>, flag: &str| {
-        value
-            .and_then(|v| v.parse::<u32>().ok())
-            .ok_or(format!("{flag} takes a number"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--service-url" => service_url = it.next(),
-            "--admin-url" => admin_url = it.next(),
-            "--seconds" => seconds = number(it.next(), "--seconds")?,
-            "--bulk" => bulk = Some(number(it.next(), "--bulk")?),
-            "--consumers" => match number(it.next(), "--consumers")? {
-                0 => return Err("--consumers takes at least 1".into()),
-                n => consumers = Some(n as usize),
-            },
-            "--warm-up" => warm_up = number(it.next(), "--warm-up")?,
-            "--legacy" => legacy = true,
-            "--peer" => match it.next().as_deref() {
-                Some("java") => java = true,
-                other => return Err(format!("--peer takes java, not {other:?}")),
-            },
-            "-h" | "--help" => {
-                return Err("usage: pulsar_txn_steady --service-url pulsar://HOST:6650 \
-                     --admin-url http://HOST:8080 [--seconds N] [--bulk N | --consumers N] \
-                     [--warm-up SECONDS] [--legacy] [--peer java]"
-                    .into());
+/// Transactional acks in a steady stream with aborts, on a real Pulsar broker.
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_txn_steady", args_override_self = true)]
+struct Cli {
+    /// The broker's binary-protocol URL (a real broker).
+    #[arg(long, value_name = "pulsar://HOST:6650")]
+    service_url: String,
+    /// The broker's admin REST URL (the blocked periods).
+    #[arg(long, value_name = "http://HOST:8080")]
+    admin_url: String,
+    /// Seconds of producing.
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    seconds: u32,
+    /// Produce this many messages at once instead of a steady stream.
+    #[arg(long, value_name = "N", conflicts_with = "consumers")]
+    bulk: Option<u32>,
+    /// N Shared consumers on one subscription (issue 27's shape).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    consumers: Option<u32>,
+    /// Run the same shape for this many seconds on another topic first.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    warm_up: u32,
+    /// The transactional ack of a client that sends nothing for redelivered indexes.
+    #[arg(long)]
+    legacy: bool,
+    /// Run the official client instead of ours.
+    #[arg(long, value_enum)]
+    peer: Option<Peer>,
+}
+
+/// The other clients `--peer` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Peer {
+    /// The official Java client (`scripts/java-peers`).
+    Java,
+}
+
+impl Cli {
+    /// The run these options describe.
+    fn into_args(self) -> Args {
+        let produce_for = Duration::from_secs(u64::from(self.seconds));
+        let (shape, limit) = match (self.bulk, self.consumers) {
+            (Some(messages), _) => (Shape::bulk(messages), LIMIT),
+            (None, Some(consumers)) => {
+                (Shape::shared(consumers as usize, produce_for), SHARED_LIMIT)
             }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
+            (None, None) => (Shape::steady(produce_for), LIMIT),
+        };
+        Args {
+            service_url: self.service_url,
+            admin_url: self.admin_url,
+            shape,
+            limit,
+            warm_up: Duration::from_secs(u64::from(self.warm_up)),
+            legacy: self.legacy,
+            java: self.peer == Some(Peer::Java),
         }
     }
-    let produce_for = Duration::from_secs(u64::from(seconds));
-    let (shape, limit) = match (bulk, consumers) {
-        (Some(_), Some(_)) => return Err("--bulk and --consumers exclude each other".into()),
-        (Some(messages), None) => (Shape::bulk(messages), LIMIT),
-        (None, Some(consumers)) => (Shape::shared(consumers, produce_for), SHARED_LIMIT),
-        (None, None) => (Shape::steady(produce_for), LIMIT),
-    };
-    Ok(Args {
-        service_url: service_url.ok_or("--service-url is required (a real broker)")?,
-        admin_url: admin_url.ok_or("--admin-url is required (the blocked periods)")?,
-        shape,
-        limit,
-        warm_up: Duration::from_secs(u64::from(warm_up)),
-        legacy,
-        java,
-    })
 }
 
 /// Runs the official Java client on the same shape (`scripts/java-peers`), its warm-up first
@@ -381,7 +384,10 @@ async fn run(args: Args) -> Result<bool, String> {
         let options = ConnectOptions::new(&args.service_url)
             .map_err(|e| e.to_string())?
             .operation_timeout(Duration::from_secs(30));
-        let client = Client::connect(options).await.map_err(|e| e.to_string())?;
+        let client = pulsar_wire::ClientBuilder::from(options)
+            .build()
+            .await
+            .map_err(|e| e.to_string())?;
         if !args.warm_up.is_zero() {
             let warm_up = Shape {
                 produce_for: args.warm_up,
@@ -430,13 +436,7 @@ async fn run(args: Args) -> Result<bool, String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(1);
-        }
-    };
+    let args = Cli::parse().into_args();
     match run(args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
@@ -447,5 +447,43 @@ async fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(["pulsar_txn_steady"].iter().chain(args)).map(Cli::into_args)
+    }
+
+    const URLS: [&str; 4] = [
+        "--service-url",
+        "pulsar://127.0.0.1:6650",
+        "--admin-url",
+        "http://127.0.0.1:8080",
+    ];
+
+    #[test]
+    fn the_command_lines_of_the_script_and_the_readme_parse() {
+        // scripts/bench-txn-steady.sh: with and without --consumers, with and without the peer.
+        let script = [&URLS[..], &["--seconds", "60", "--warm-up", "15"]].concat();
+        let args = parse(&script).unwrap();
+        assert_eq!(args.service_url, "pulsar://127.0.0.1:6650");
+        assert_eq!(args.admin_url, "http://127.0.0.1:8080");
+        assert_eq!(args.warm_up, Duration::from_secs(15));
+        assert_eq!(args.limit, LIMIT);
+        assert!(!args.java && !args.legacy);
+        let args = parse(&[&script[..], &["--consumers", "4", "--peer", "java"]].concat()).unwrap();
+        assert!(args.java);
+        assert_eq!(args.limit, SHARED_LIMIT);
+        let args = parse(&[&URLS[..], &["--legacy", "--bulk", "2100"]].concat()).unwrap();
+        assert!(args.legacy);
+        assert_eq!(args.warm_up, Duration::ZERO);
+        assert!(parse(&[&URLS[..], &["--bulk", "1", "--consumers", "2"]].concat()).is_err());
+        assert!(parse(&[&URLS[..], &["--consumers", "0"]].concat()).is_err());
+        assert!(parse(&[&URLS[..], &["--peer", "python"]].concat()).is_err());
+        assert!(parse(&URLS[..2]).is_err());
     }
 }

@@ -28,7 +28,8 @@ use std::time::Duration;
 use broker_tools::pulsar_admin::PulsarAdmin;
 use broker_tools::txn_steady::consumer_name;
 use broker_tools::work_queue::{self, Shape};
-use pulsar_wire::{Client, ConnectOptions};
+use clap::Parser;
+use pulsar_wire::ConnectOptions;
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 const SUBSCRIPTION: &str = "work";
@@ -41,59 +42,68 @@ struct Args {
     shape: Shape,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut service_url = None;
-    let mut admin_url = None;
-    let standard = Shape::standard();
-    let (mut consumers, mut messages, mut handle_for) =
-        (standard.consumers, standard.messages, standard.handle_for);
-    let (mut concurrency, mut batch, mut receiver_queue) = (
-        standard.concurrency,
-        standard.batch,
-        standard.receiver_queue,
-    );
-    let mut it = std::env::args().skip(1);
-    let number = |value: Option<String>, flag: &str| {
-        value
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|&n| n > 0)
-            .ok_or(format!("{flag} takes a number above 0"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--service-url" => service_url = it.next(),
-            "--admin-url" => admin_url = it.next(),
-            "--consumers" => consumers = number(it.next(), "--consumers")? as usize,
-            "--messages" => messages = number(it.next(), "--messages")?,
-            "--handle-ms" => {
-                handle_for = Duration::from_millis(u64::from(number(it.next(), "--handle-ms")?));
-            }
-            "--concurrency" => concurrency = number(it.next(), "--concurrency")? as usize,
-            "--batch" => batch = number(it.next(), "--batch")? as usize,
-            "--receiver-queue" => {
-                receiver_queue = Some(number(it.next(), "--receiver-queue")?);
-            }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: pulsar_work_queue [--service-url pulsar://HOST:6650] \
-                     [--admin-url http://HOST:8080] [--consumers N] [--messages N] \
-                     [--handle-ms N] [--concurrency N] [--batch N] [--receiver-queue N]"
-                        .into(),
-                );
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
+/// A plain Shared work queue: is a message one consumer holds handed to another meanwhile?
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_work_queue", args_override_self = true)]
+struct Cli {
+    /// The broker's binary-protocol URL; without it the embedded emulator.
+    #[arg(long, value_name = "pulsar://HOST:6650")]
+    service_url: Option<String>,
+    /// The broker's admin REST URL: the settled unacked count and backlog.
+    #[arg(long, value_name = "http://HOST:8080")]
+    admin_url: Option<String>,
+    /// Consumers on the subscription [default: 4].
+    #[arg(long, value_name = "N", value_parser = above_zero)]
+    consumers: Option<u32>,
+    /// Messages produced [default: 2000].
+    #[arg(long, value_name = "N", value_parser = above_zero)]
+    messages: Option<u32>,
+    /// Milliseconds a handler takes per message [default: 2000].
+    #[arg(long, value_name = "N", value_parser = above_zero)]
+    handle_ms: Option<u32>,
+    /// Messages each consumer handles at once [default: 50].
+    #[arg(long, value_name = "N", value_parser = above_zero)]
+    concurrency: Option<u32>,
+    /// Messages per batch of the producer [default: 1].
+    #[arg(long, value_name = "N", value_parser = above_zero)]
+    batch: Option<u32>,
+    /// The consumers' receiver queue [default: the client's].
+    #[arg(long, value_name = "N", value_parser = above_zero)]
+    receiver_queue: Option<u32>,
+}
+
+/// A number above 0.
+fn above_zero(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(0) => Err("takes a number above 0".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl Cli {
+    /// The run these options describe: `Shape::standard()` with the options given.
+    fn into_args(self) -> Args {
+        let standard = Shape::standard();
+        let mut shape = Shape::new(
+            self.consumers.map_or(standard.consumers, |n| n as usize),
+            self.messages.unwrap_or(standard.messages),
+            self.handle_ms.map_or(standard.handle_for, |ms| {
+                Duration::from_millis(u64::from(ms))
+            }),
+        );
+        shape.concurrency = self
+            .concurrency
+            .map_or(standard.concurrency, |n| n as usize);
+        shape.batch = self.batch.map_or(standard.batch, |n| n as usize);
+        shape.receiver_queue = self.receiver_queue.or(standard.receiver_queue);
+        shape.timeout = shape.default_timeout();
+        Args {
+            service_url: self.service_url,
+            admin_url: self.admin_url,
+            shape,
         }
     }
-    let mut shape = Shape::new(consumers, messages, handle_for);
-    shape.concurrency = concurrency;
-    shape.batch = batch;
-    shape.receiver_queue = receiver_queue;
-    shape.timeout = shape.default_timeout();
-    Ok(Args {
-        service_url,
-        admin_url,
-        shape,
-    })
 }
 
 async fn run(args: Args) -> Result<bool, String> {
@@ -146,7 +156,10 @@ async fn run(args: Args) -> Result<bool, String> {
     let options = ConnectOptions::new(&service_url)
         .map_err(|e| e.to_string())?
         .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options).await.map_err(|e| e.to_string())?;
+    let client = pulsar_wire::ClientBuilder::from(options)
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
     let report = work_queue::run(&client, &topic, SUBSCRIPTION, shape, admin.as_ref())
         .await
         .map_err(|e| e.to_string())?;
@@ -202,13 +215,7 @@ async fn run(args: Args) -> Result<bool, String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(1);
-        }
-    };
+    let args = Cli::parse().into_args();
     match run(args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(3),
@@ -216,5 +223,52 @@ async fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(["pulsar_work_queue"].iter().chain(args)).map(Cli::into_args)
+    }
+
+    #[test]
+    fn the_defaults_are_the_standard_shape_and_every_flag_parses() {
+        let standard = Shape::standard();
+        let args = parse(&[]).unwrap();
+        assert_eq!((args.service_url, args.admin_url), (None, None));
+        assert_eq!(args.shape.consumers, standard.consumers);
+        assert_eq!(args.shape.messages, standard.messages);
+        assert_eq!(args.shape.handle_for, standard.handle_for);
+        assert_eq!(args.shape.receiver_queue, standard.receiver_queue);
+        let args = parse(&[
+            "--service-url",
+            "pulsar://127.0.0.1:6650",
+            "--admin-url",
+            "http://127.0.0.1:8080",
+            "--consumers",
+            "3",
+            "--messages",
+            "20",
+            "--handle-ms",
+            "10",
+            "--concurrency",
+            "5",
+            "--batch",
+            "2",
+            "--receiver-queue",
+            "50",
+        ])
+        .unwrap();
+        assert_eq!(args.service_url.as_deref(), Some("pulsar://127.0.0.1:6650"));
+        assert_eq!(args.admin_url.as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!((args.shape.consumers, args.shape.messages), (3, 20));
+        assert_eq!(args.shape.handle_for, Duration::from_millis(10));
+        assert_eq!((args.shape.concurrency, args.shape.batch), (5, 2));
+        assert_eq!(args.shape.receiver_queue, Some(50));
+        assert!(parse(&["--consumers", "0"]).is_err());
+        assert!(parse(&["--bogus"]).is_err());
     }
 }

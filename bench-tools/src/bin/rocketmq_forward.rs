@@ -20,17 +20,20 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
+
+/// A counting gRPC forwarder in front of a RocketMQ proxy; runs until killed.
+#[derive(Debug, Parser)]
+#[command(name = "rocketmq_forward", args_override_self = true)]
+struct Args {
+    /// The proxy's gRPC endpoint.
+    #[arg(long, value_name = "IP:PORT")]
+    upstream: SocketAddr,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    let upstream: Option<SocketAddr> = match (args.next().as_deref(), args.next()) {
-        (Some("--upstream"), Some(address)) => address.parse().ok(),
-        _ => None,
-    };
-    let Some(upstream) = upstream else {
-        eprintln!("usage: rocketmq_forward --upstream IP:PORT");
-        return ExitCode::from(2);
-    };
+    let upstream = Args::parse().upstream;
     let (address, counts) = match grpc_count::start(upstream).await {
         Ok(started) => started,
         Err(error) => {
@@ -56,5 +59,19 @@ async fn main() -> ExitCode {
             counts.ack_entries
         ));
         println!("{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_of_the_restart_script_parses() {
+        // scripts/bench-rocketmq-restart.sh
+        let args = Args::try_parse_from(["rocketmq_forward", "--upstream", "127.0.0.1:8081"]);
+        assert_eq!(args.unwrap().upstream, "127.0.0.1:8081".parse().unwrap());
+        assert!(Args::try_parse_from(["rocketmq_forward", "--upstream", "localhost"]).is_err());
+        assert!(Args::try_parse_from(["rocketmq_forward"]).is_err());
     }
 }

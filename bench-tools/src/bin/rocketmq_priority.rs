@@ -42,19 +42,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use parking_lot::Mutex;
 use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics};
 use rocketmq_grpc::{
-    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage,
     SimpleConsumer,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
-const USAGE: &str = "usage: rocketmq_priority [--endpoint HOST:PORT] [--tls-ca FILE] \
-[--modes none,gate,native,both] [--low N] [--urgent N] [--work-ms MS] [--concurrency N] \
-[--ratio-limit FRACTION] [--group GROUP]";
 
 /// The urgent level's topic, the low level's, the native priority topic, and the native
 /// tiers of the urgent and the low level.
@@ -73,27 +70,19 @@ const PROXY_LONG_POLL: Duration = Duration::from_secs(21);
 const IN_FLIGHT: usize = 16;
 
 /// How a run sends and consumes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
+    /// No priority, every message on the low topic.
     None,
+    /// Level topics and the gate (any RocketMQ 5.x).
     Gate,
+    /// RocketMQ 5.4+ native priority.
     Native,
+    /// RocketMQ 5.4+ native tiers, gated.
     Both,
 }
 
 impl Mode {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text {
-            "none" => Ok(Self::None),
-            "gate" => Ok(Self::Gate),
-            "native" => Ok(Self::Native),
-            "both" => Ok(Self::Both),
-            other => Err(format!(
-                "unknown mode {other:?} (none, gate, native or both)"
-            )),
-        }
-    }
-
     fn label(self) -> &'static str {
         match self {
             Self::None => "none (one topic)",
@@ -104,66 +93,59 @@ impl Mode {
     }
 }
 
-#[derive(Debug)]
+/// A burst of urgent messages against a low-priority backlog, one run per mode.
+#[derive(Debug, Parser)]
+#[command(name = "rocketmq_priority", args_override_self = true)]
 struct Options {
+    /// The proxy's gRPC endpoint; without it the embedded emulator.
+    #[arg(long, value_name = "HOST:PORT")]
     endpoint: Option<String>,
+    /// The CA certificate of a TLS proxy (PEM).
+    #[arg(long, value_name = "FILE")]
     tls_ca: Option<String>,
+    /// The runs, in order.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none,gate,native,both"
+    )]
     modes: Vec<Mode>,
+    /// Low messages in the backlog.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
     low: usize,
+    /// Urgent messages in the burst.
+    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = at_least_one)]
     urgent: usize,
+    /// Milliseconds of work per message.
+    #[arg(long = "work-ms", value_name = "MS", default_value = "2", value_parser = millis)]
     work: Duration,
+    /// The push consumer's concurrency.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
     concurrency: usize,
+    /// The largest urgent p99 of a priority run, as a fraction of the `none` run's.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.10)]
     ratio_limit: f64,
+    /// The consumer group.
+    #[arg(long, value_name = "GROUP", default_value = "prio-load")]
     group: String,
 }
 
-fn parse_args() -> Result<Options, String> {
-    let mut options = Options {
-        endpoint: None,
-        tls_ca: None,
-        modes: vec![Mode::None, Mode::Gate, Mode::Native, Mode::Both],
-        low: 100_000,
-        urgent: 1_000,
-        work: Duration::from_millis(2),
-        concurrency: 64,
-        ratio_limit: 0.10,
-        group: "prio-load".to_owned(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "--help" || flag == "-h" {
-            return Err(USAGE.to_owned());
-        }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let number = |v: &str| {
-            v.parse::<usize>()
-                .map_err(|e| format!("{flag} {v:?}: {e}\n{USAGE}"))
-        };
-        match flag.as_str() {
-            "--endpoint" => options.endpoint = Some(value),
-            "--tls-ca" => options.tls_ca = Some(value),
-            "--modes" => {
-                options.modes = value
-                    .split(',')
-                    .map(Mode::parse)
-                    .collect::<Result<_, _>>()?;
-            }
-            "--low" => options.low = number(&value)?,
-            "--urgent" => options.urgent = number(&value)?.max(1),
-            "--work-ms" => options.work = Duration::from_millis(number(&value)? as u64),
-            "--concurrency" => options.concurrency = number(&value)?.max(1),
-            "--ratio-limit" => {
-                options.ratio_limit = value
-                    .parse()
-                    .map_err(|e| format!("--ratio-limit {value:?}: {e}\n{USAGE}"))?;
-            }
-            "--group" => options.group = value,
-            other => return Err(format!("unknown flag {other}\n{USAGE}")),
-        }
+/// A count of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
-    Ok(options)
+}
+
+/// Milliseconds.
+fn millis(text: &str) -> Result<Duration, String> {
+    text.parse()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{e}"))
 }
 
 /// Level 0 urgent, level 1 low; a message without the property is low.
@@ -343,14 +325,14 @@ async fn run(
     };
     let tag_owned = tag.to_owned();
     let consumer = builder
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let seen = Arc::clone(&seen);
             let counter = Arc::clone(&counter);
             let level = reader
                 .as_ref()
                 .map_or(Level::new(1), |topics| topics.level_of(&message));
-            let ours = message.body.starts_with(tag_owned.as_bytes());
-            let body = String::from_utf8_lossy(&message.body).into_owned();
+            let ours = message.body().starts_with(tag_owned.as_bytes());
+            let body = String::from_utf8_lossy(message.body()).into_owned();
 
             async move {
                 tokio::time::sleep(work).await;
@@ -361,6 +343,7 @@ async fn run(
                 ConsumeResult::Success
             }
         })
+        .build()
         .await?;
     let started = Instant::now();
 
@@ -484,7 +467,7 @@ async fn main_inner(options: Options) -> Result<bool, Box<dyn std::error::Error>
     if let Some(ca) = &options.tls_ca {
         config = config.tls(true).tls_ca_file(ca);
     }
-    let producer = Arc::new(Producer::new(Session::new(config.clone())?));
+    let producer = Arc::new(Producer::builder(config.clone()).build()?);
     println!(
         "{} low messages, then {} urgent ones once 2,000 are handled; push consumer, \
          concurrency {}, {:?} of work a message",
@@ -589,13 +572,7 @@ async fn main_inner(options: Options) -> Result<bool, Box<dyn std::error::Error>
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match parse_args() {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let options = Options::parse();
     match main_inner(options).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -603,5 +580,71 @@ async fn main() -> ExitCode {
             eprintln!("error: {error}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(["rocketmq_priority"].iter().chain(args))
+    }
+
+    #[test]
+    fn the_defaults_and_the_command_lines_of_the_scripts() {
+        let options = parse(&[]).unwrap();
+        assert_eq!(options.endpoint, None);
+        assert_eq!(
+            options.modes,
+            [Mode::None, Mode::Gate, Mode::Native, Mode::Both]
+        );
+        assert_eq!(
+            (options.low, options.urgent, options.concurrency),
+            (100_000, 1_000, 64)
+        );
+        assert_eq!(options.work, Duration::from_millis(2));
+        assert_eq!(
+            (options.ratio_limit, options.group.as_str()),
+            (0.10, "prio-load")
+        );
+        // scripts/test-real-brokers
+        let options = parse(&["--endpoint", "127.0.0.1:8081", "--modes", "none,gate"]).unwrap();
+        assert_eq!(options.endpoint.as_deref(), Some("127.0.0.1:8081"));
+        assert_eq!(options.modes, [Mode::None, Mode::Gate]);
+        // scripts/test-rocketmq-v55
+        let options =
+            parse(&["--endpoint", "h:18081", "--modes", "none,native,gate,both"]).unwrap();
+        assert_eq!(
+            options.modes,
+            [Mode::None, Mode::Native, Mode::Gate, Mode::Both]
+        );
+        let options = parse(&[
+            "--tls-ca",
+            "ca.pem",
+            "--low",
+            "10",
+            "--urgent",
+            "5",
+            "--work-ms",
+            "0",
+            "--concurrency",
+            "4",
+            "--ratio-limit",
+            "0.5",
+            "--group",
+            "g",
+        ])
+        .unwrap();
+        assert_eq!(options.tls_ca.as_deref(), Some("ca.pem"));
+        assert_eq!(
+            (options.low, options.urgent, options.concurrency),
+            (10, 5, 4)
+        );
+        assert_eq!(options.work, Duration::ZERO);
+        assert_eq!((options.ratio_limit, options.group.as_str()), (0.5, "g"));
+        assert!(parse(&["--modes", "none,fast"]).is_err());
+        assert!(parse(&["--urgent", "0"]).is_err());
+        assert!(parse(&["--endpoint"]).is_err());
     }
 }

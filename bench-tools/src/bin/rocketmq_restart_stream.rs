@@ -17,6 +17,7 @@
 //! acks, and at the end `report unacknowledged=N ack_failed=N` from the shutdown report and
 //! `done`. The script reads the same lines from the Java peer.
 
+use clap::Parser;
 use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -26,57 +27,34 @@ use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
 use parking_lot::Mutex;
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, Error, MessageHandler,
-    OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    OutgoingMessage, Producer, PushConsumer, ReceivedMessage,
 };
 
+/// A producer and a push consumer streaming on one topic while the proxy restarts.
+#[derive(Debug, Parser)]
+#[command(name = "rocketmq_restart_stream", args_override_self = true)]
 struct Args {
+    /// The proxy's gRPC endpoint.
+    #[arg(long, value_name = "HOST:PORT")]
     endpoint: String,
+    /// The topic.
+    #[arg(long, value_name = "T")]
     topic: String,
+    /// The consumer group.
+    #[arg(long, value_name = "G")]
     group: String,
+    /// Messages sent per second.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     rate: u32,
+    /// Seconds of sending.
+    #[arg(long, value_name = "N", default_value_t = 60)]
     seconds: u64,
+    /// Seconds to wait for the last deliveries after the last send.
+    #[arg(long, value_name = "N", default_value_t = 60)]
     patience: u64,
+    /// The payloads' prefix; deliveries of other payloads are acknowledged, not printed.
+    #[arg(long, value_name = "P", default_value = "m")]
     prefix: String,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let (mut endpoint, mut topic, mut group) = (None, None, None);
-    let (mut rate, mut seconds, mut patience) = (100u32, 60u64, 60u64);
-    let mut prefix = "m".to_owned();
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut number = |flag: &str| {
-            it.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(format!("{flag} takes a number"))
-        };
-        match arg.as_str() {
-            "--endpoint" => endpoint = it.next(),
-            "--topic" => topic = it.next(),
-            "--group" => group = it.next(),
-            "--rate" => rate = u32::try_from(number("--rate")?.max(1)).unwrap_or(u32::MAX),
-            "--seconds" => seconds = number("--seconds")?,
-            "--patience" => patience = number("--patience")?,
-            "--prefix" => prefix = it.next().ok_or("--prefix takes a value")?,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: rocketmq_restart_stream --endpoint HOST:PORT --topic T \
-                     --group G [--rate N] [--seconds N] [--patience N] [--prefix P]"
-                        .into(),
-                );
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    Ok(Args {
-        endpoint: endpoint.ok_or("--endpoint is required")?,
-        topic: topic.ok_or("--topic is required")?,
-        group: group.ok_or("--group is required")?,
-        rate,
-        seconds,
-        patience,
-        prefix,
-    })
 }
 
 fn now_ms() -> u128 {
@@ -94,7 +72,7 @@ struct Printing {
 #[async_trait::async_trait]
 impl MessageHandler for Printing {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        let payload = String::from_utf8_lossy(&message.body).into_owned();
+        let payload = String::from_utf8_lossy(message.body()).into_owned();
         if !payload.starts_with(&self.prefix) {
             return ConsumeResult::Success;
         }
@@ -128,9 +106,10 @@ async fn run(args: Args) -> Result<(), Error> {
     let consumer = PushConsumer::builder(config.clone(), &args.group)
         .subscribe(&args.topic, "*")
         .acks(AckSettings::default().observer(Arc::new(AckPrinter)))
-        .start(Arc::clone(&handler))
+        .handler(Arc::clone(&handler))
+        .build()
         .await?;
-    let producer = Arc::new(Producer::new(Session::new(config)?));
+    let producer = Arc::new(Producer::builder(config).build()?);
     println!("ready");
     let sent = Arc::new(Mutex::new(HashSet::new()));
     let total = u64::from(args.rate) * args.seconds;
@@ -188,18 +167,59 @@ async fn run(args: Args) -> Result<(), Error> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("rocketmq_restart_stream: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_of_the_restart_script_parses() {
+        // scripts/bench-rocketmq-restart.sh
+        let args = Args::try_parse_from([
+            "rocketmq_restart_stream",
+            "--endpoint",
+            "127.0.0.1:8081",
+            "--topic",
+            "T",
+            "--group",
+            "G",
+            "--rate",
+            "50",
+            "--seconds",
+            "30",
+            "--patience",
+            "90",
+            "--prefix",
+            "p1-",
+        ])
+        .unwrap();
+        assert_eq!(
+            (args.endpoint.as_str(), args.topic.as_str()),
+            ("127.0.0.1:8081", "T")
+        );
+        assert_eq!((args.rate, args.seconds, args.patience), (50, 30, 90));
+        assert_eq!((args.group.as_str(), args.prefix.as_str()), ("G", "p1-"));
+        let args = Args::try_parse_from([
+            "rocketmq_restart_stream",
+            "--endpoint",
+            "e",
+            "--topic",
+            "T",
+            "--group",
+            "G",
+        ])
+        .unwrap();
+        assert_eq!((args.rate, args.seconds, args.patience), (100, 60, 60));
+        assert_eq!(args.prefix, "m");
+        assert!(Args::try_parse_from(["rocketmq_restart_stream", "--topic", "T"]).is_err());
     }
 }

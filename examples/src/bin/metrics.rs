@@ -78,22 +78,17 @@ async fn rocketmq() -> Result<(), Failure> {
 }
 
 async fn pulsar() -> Result<(), Failure> {
-    use pulsar_wire::{
-        Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage, ProducerOptions,
-    };
+    use pulsar_wire::{Client, InitialPosition, OutgoingMessage};
     use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
     let emulator = Emulator::start(EmulatorConfig::default()).await?;
-    let client = Client::connect(ConnectOptions::new(emulator.endpoint())?).await?;
-    let consumer = client
-        .subscribe(
-            "orders",
-            "billing",
-            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
-        )
+    let client = Client::builder(emulator.endpoint()).build().await?;
+    let consumer = pulsar_wire::Consumer::builder(&client, "orders", "billing")
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await?;
-    let producer = client
-        .create_producer("orders", ProducerOptions::default())
+    let producer = pulsar_wire::Producer::builder(&client, "orders")
+        .build()
         .await?;
     for i in 0..MESSAGES {
         producer
@@ -107,8 +102,8 @@ async fn pulsar() -> Result<(), Failure> {
         consumer.ack(&message).await?;
     }
     consumer.flush_acks().await;
-    consumer.close().await?;
-    producer.close().await?;
+    consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
+    producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
     client.close().await;
     Ok(())
 }

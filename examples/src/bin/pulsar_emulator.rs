@@ -17,41 +17,24 @@
 use std::io::BufRead as _;
 use std::process::ExitCode;
 
+use clap::Parser;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire_emulator::{Emulator, EmulatorConfig, Stats};
 use tokio::sync::mpsc;
 
-const USAGE: &str = "usage: pulsar_emulator [--port P] [--batch-index-ack] [--ignore-stdin]";
-
-#[derive(Debug)]
+/// The embedded Pulsar broker emulator as a separate process.
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_emulator", args_override_self = true)]
 struct Options {
+    /// The port (0 = any free port).
+    #[arg(long, value_name = "P", default_value_t = 0)]
     port: u16,
+    /// The broker's `acknowledgmentAtBatchIndexLevelEnabled`.
+    #[arg(long)]
     batch_index_ack: bool,
+    /// Do not read stdin (for a background process with no stdin).
+    #[arg(long)]
     ignore_stdin: bool,
-}
-
-fn parse_args() -> Result<Options, String> {
-    let mut options = Options {
-        port: 0,
-        batch_index_ack: false,
-        ignore_stdin: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match flag.as_str() {
-            "-h" | "--help" => return Err(String::new()),
-            "--port" => {
-                let value = args.next().ok_or("--port needs a value")?;
-                options.port = value
-                    .parse()
-                    .map_err(|_| format!("--port needs a number, not {value:?}"))?;
-            }
-            "--batch-index-ack" => options.batch_index_ack = true,
-            "--ignore-stdin" => options.ignore_stdin = true,
-            other => return Err(format!("unknown flag {other:?}")),
-        }
-    }
-    Ok(options)
 }
 
 fn name(ty: i32) -> String {
@@ -70,16 +53,7 @@ fn report(stats: &Stats) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match parse_args() {
-        Ok(options) => options,
-        Err(message) => {
-            if !message.is_empty() {
-                eprintln!("{message}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let options = Options::parse();
     let config = EmulatorConfig::default()
         .port(options.port)
         .batch_index_ack(options.batch_index_ack);
@@ -122,4 +96,26 @@ async fn main() -> ExitCode {
     }
     report(&emulator.stats());
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_lines_of_the_docs_and_of_the_python_check_parse() {
+        let parse = |a: &[&str]| Options::try_parse_from(["pulsar_emulator"].iter().chain(a));
+        let o = parse(&["--port", "6660", "--batch-index-ack"]).unwrap();
+        assert_eq!(
+            (o.port, o.batch_index_ack, o.ignore_stdin),
+            (6660, true, false)
+        );
+        // scripts/python-peers/emulator_check.py
+        let o = parse(&["--port", "0", "--ignore-stdin"]).unwrap();
+        assert_eq!(
+            (o.port, o.batch_index_ack, o.ignore_stdin),
+            (0, false, true)
+        );
+        assert!(parse(&["--port", "x"]).is_err());
+    }
 }

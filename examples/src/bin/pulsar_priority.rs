@@ -44,16 +44,15 @@ use std::time::{Duration, Instant};
 
 #[path = "../shared/pulsar_broker.rs"]
 mod pulsar_broker;
+use clap::{CommandFactory, Parser};
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
 use pulsar_broker::Broker;
-use pulsar_wire::prioritized::{
-    PriorityConsumer, PriorityConsumerOptions, PriorityRouter, follow_growth,
-};
+use pulsar_wire::prioritized::{PriorityConsumer, PriorityRouter, follow_growth};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, MessageConsumer,
-    OutgoingMessage, Producer, ProducerOptions,
+    BatchingOptions, Client, ClientBuilder, ConnectOptions, Consumer, ConsumerOptions,
+    InitialPosition, MessageConsumer, OutgoingMessage, Producer, ProducerOptions,
 };
 
 const PROPERTY: &str = "priority";
@@ -64,52 +63,31 @@ const QUEUE: u32 = 1_000;
 /// Sends in flight at once.
 const CHUNK: usize = 5_000;
 
+/// Priority consumption on Pulsar: urgent messages overtake a low-priority backlog.
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_priority", args_override_self = true)]
 struct Args {
+    /// The broker's binary-protocol URL; without it the embedded emulator.
+    #[arg(long, value_name = "pulsar://HOST:6650", requires = "admin_url")]
     service_url: Option<String>,
+    /// The broker's admin REST URL (creates the partitioned topic and grows it).
+    #[arg(long, value_name = "http://HOST:8080")]
     admin_url: Option<String>,
+    /// Low-priority messages of the first wave (`_` may group digits).
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = count)]
     low: usize,
+    /// High-priority messages of the first wave, at least 1.
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = count)]
     high: usize,
     /// The consumer is attached before the first message is sent and drains while both waves
     /// are sent.
+    #[arg(long)]
     live: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        service_url: None,
-        admin_url: None,
-        low: 100_000,
-        high: 1_000,
-        live: false,
-    };
-    let mut it = std::env::args().skip(1);
-    let number = |value: Option<String>, flag: &str| {
-        value
-            .and_then(|n| n.replace('_', "").parse().ok())
-            .ok_or(format!("{flag} takes a number"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--service-url" => args.service_url = it.next(),
-            "--admin-url" => args.admin_url = it.next(),
-            "--low" => args.low = number(it.next(), "--low")?,
-            "--high" => args.high = number(it.next(), "--high")?,
-            "--live" => args.live = true,
-            "-h" | "--help" => {
-                return Err("usage: pulsar_priority [--service-url pulsar://HOST:6650 \
-                            --admin-url http://HOST:8080] [--low N] [--high N] [--live]"
-                    .into());
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    if args.service_url.is_some() && args.admin_url.is_none() {
-        return Err("a real broker needs --admin-url to create the partitioned topic".into());
-    }
-    if args.high == 0 {
-        return Err("--high must be at least 1".into());
-    }
-    Ok(args)
+/// A count; `_` may group its digits.
+fn count(text: &str) -> Result<usize, String> {
+    text.replace('_', "").parse().map_err(|e| format!("{e}"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,16 +200,18 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
     }
     // The subscription exists before the first message (its consumer leaves at once, so
     // that the whole backlog is queued at the broker when the run's consumer attaches).
-    client
-        .subscribe(&topic, "drain", consumer_options.clone())
+    Consumer::builder(client, &topic, "drain")
+        .options(consumer_options.clone())
+        .build()
         .await
         .map_err(err("subscribe"))?
-        .close()
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
         .await
         .map_err(err("close"))?;
     let producer = Arc::new(
-        client
-            .create_producer(&topic, producer_options)
+        Producer::builder(client, &topic)
+            .options(producer_options)
+            .build()
             .await
             .map_err(err("producer"))?,
     );
@@ -239,8 +219,9 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
     let attach = || async {
         match mode {
             Mode::NoPriority => Ok(Box::new(
-                client
-                    .subscribe(&topic, "drain", consumer_options.clone())
+                Consumer::builder(client, &topic, "drain")
+                    .options(consumer_options.clone())
+                    .build()
                     .await
                     .map_err(err("subscribe"))?,
             ) as Box<dyn MessageConsumer>),
@@ -248,12 +229,12 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
                 let gate = GateConfig::default()
                     .with_strategy(Strategy::Strict)
                     .with_receiver_queue_size(QUEUE);
-                let options = PriorityConsumerOptions::new(policy.clone(), layout())
-                    .consumer(consumer_options.clone())
-                    .gate(gate)
-                    .partitions_refresh(None);
                 Ok::<_, String>(Box::new(
-                    PriorityConsumer::subscribe(client, &topic, "drain", options)
+                    PriorityConsumer::builder(client, &topic, "drain", policy.clone(), layout())
+                        .consumer(consumer_options.clone())
+                        .gate(gate)
+                        .partitions_refresh(None)
+                        .build()
                         .await
                         .map_err(err("subscribe"))?,
                 ) as Box<dyn MessageConsumer>)
@@ -321,8 +302,14 @@ async fn run(client: &Client, broker: &Broker, mode: Mode, args: &Args) -> Resul
     let mut receipts = first_wave
         .await
         .map_err(|e| format!("{}: the sending task failed: {e}", mode.name()))??;
-    receiver.close().await.map_err(err("close"))?;
-    producer.close().await.map_err(err("close producer"))?;
+    receiver
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(err("close"))?;
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(err("close producer"))?;
 
     let expected = (0..args.low)
         .map(|i| format!("l{i}"))
@@ -451,13 +438,15 @@ fn print(reports: &[Report], args: &Args) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
+    if args.high == 0 {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                "--high must be at least 1",
+            )
+            .exit();
+    }
     match main_with(&args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
@@ -482,7 +471,8 @@ async fn main_with(args: &Args) -> Result<bool, String> {
     let options = ConnectOptions::new(&url)
         .map_err(|e| e.to_string())?
         .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options)
+    let client = ClientBuilder::from(options)
+        .build()
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))?;
     let mut reports = Vec::new();
@@ -512,4 +502,29 @@ async fn main_with(args: &Args) -> Result<bool, String> {
         );
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_command_lines_parse() {
+        let parse = |a: &[&str]| Args::try_parse_from(["pulsar_priority"].iter().chain(a));
+        let args = parse(&[]).unwrap();
+        assert_eq!((args.low, args.high, args.live), (100_000, 1_000, false));
+        let urls = [
+            "--service-url",
+            "pulsar://127.0.0.1:6650",
+            "--admin-url",
+            "http://h:8080",
+        ];
+        let args = parse(&urls).unwrap();
+        assert_eq!(args.service_url.as_deref(), Some("pulsar://127.0.0.1:6650"));
+        assert_eq!(args.admin_url.as_deref(), Some("http://h:8080"));
+        let args = parse(&["--low", "10_000", "--high", "500", "--live"]).unwrap();
+        assert_eq!((args.low, args.high, args.live), (10_000, 500, true));
+        assert!(parse(&urls[..2]).is_err());
+        assert!(parse(&["--low", "many"]).is_err());
+    }
 }

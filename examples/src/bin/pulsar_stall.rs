@@ -26,55 +26,34 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use broker_tools::legacy::txn_ack_without_batch_size;
 use broker_tools::pulsar_admin::{AdminError, PulsarAdmin};
+use clap::Parser;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, InitialPosition,
-    OutgoingMessage, ProducerOptions, SubType,
+    BatchingOptions, Client, Consumer, Error, InitialPosition, OutgoingMessage, Producer, SubType,
 };
+use pulsar_wire_emulator::legacy::txn_ack_without_batch_size;
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 const LIMIT: u32 = 20;
 const PER_BATCH: usize = 3;
 const SUBSCRIPTION: &str = "stall";
 
+/// The Shared-consumer stall of pulsar-client-go#1534, shown and fixed.
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_stall", args_override_self = true)]
 struct Args {
+    /// One whole-entry transactional ack per batch without `batch_size`, as Go v0.21.0 sends.
+    #[arg(long)]
     legacy: bool,
+    /// The broker's binary-protocol URL; without it the embedded emulator.
+    #[arg(long, value_name = "pulsar://HOST:6650")]
     service_url: Option<String>,
+    /// The broker's admin REST URL (the unacked counts).
+    #[arg(long, value_name = "http://HOST:8080")]
     admin_url: Option<String>,
+    /// Batches sent.
+    #[arg(long, value_name = "N", default_value_t = 30)]
     batches: usize,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        legacy: false,
-        service_url: None,
-        admin_url: None,
-        batches: 30,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--legacy" => args.legacy = true,
-            "--service-url" => args.service_url = it.next(),
-            "--admin-url" => args.admin_url = it.next(),
-            "--batches" => {
-                args.batches = it
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .ok_or("--batches takes a number")?;
-            }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: pulsar_stall [--legacy] [--service-url pulsar://HOST:6650] \
-                     [--admin-url http://HOST:8080] [--batches N]"
-                        .into(),
-                );
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    Ok(args)
 }
 
 /// Where the unacked counts come from.
@@ -121,13 +100,7 @@ fn show(counts: Option<(i64, bool)>) -> String {
 /// What Go v0.21.0 sends for a completed batch in a transaction: one whole-entry ack with the
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(args).await {
         Ok(code) => code,
         Err(error) => {
@@ -176,28 +149,23 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
         "{mode} mode against {url}: limit {LIMIT} unacked messages per consumer, batches of \
          {PER_BATCH}, each acknowledged in its own transaction and committed"
     );
-    let client = Client::connect(ConnectOptions::new(&url)?).await?;
+    let client = Client::builder(&url).build().await?;
     // The legacy mode is the Go client of the issue: its acks go out raw, past this crate's
     // ledger, and nothing asks the broker to unblock the consumer behind them.
-    let consumer = client
-        .subscribe(
-            &topic,
-            SUBSCRIPTION,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest)
-                .legacy_committed_redeliveries(args.legacy),
-        )
+    let consumer = Consumer::builder(&client, &topic, SUBSCRIPTION)
+        .sub_type(SubType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .legacy_committed_redeliveries(args.legacy)
+        .build()
         .await?;
-    let producer = client
-        .create_producer(
-            &topic,
-            ProducerOptions::default().transactional(true).batching(
-                BatchingOptions::default()
-                    .max_messages(PER_BATCH)
-                    .max_delay(Duration::from_millis(200)),
-            ),
+    let producer = Producer::builder(&client, &topic)
+        .transactional(true)
+        .batching(
+            BatchingOptions::default()
+                .max_messages(PER_BATCH)
+                .max_delay(Duration::from_millis(200)),
         )
+        .build()
         .await?;
     let coordinator = client.transaction_coordinator().await?;
 
@@ -257,8 +225,8 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
         Broker::Embedded(emulator) => Some(emulator.stats().backlog(&topic)),
         Broker::Real { .. } => None,
     };
-    consumer.close().await?;
-    producer.close().await?;
+    consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
+    producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
     println!(
         "all {} batches delivered: {}{}",
         args.batches,
@@ -283,4 +251,36 @@ async fn run(args: Args) -> Result<ExitCode, Error> {
         println!("not drained");
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_lines_of_the_docs_and_of_test_real_brokers_parse() {
+        let parse = |a: &[&str]| Args::try_parse_from(["pulsar_stall"].iter().chain(a));
+        let args = parse(&[]).unwrap();
+        assert!(!args.legacy && args.service_url.is_none() && args.admin_url.is_none());
+        assert_eq!(args.batches, 30);
+        assert!(parse(&["--legacy"]).unwrap().legacy);
+        // scripts/test-real-brokers, with and without --legacy
+        let urls = [
+            "--service-url",
+            "pulsar://127.0.0.1:6650",
+            "--admin-url",
+            "http://h:8080",
+        ];
+        let args = parse(&[&["--legacy"][..], &urls].concat()).unwrap();
+        assert!(args.legacy);
+        assert_eq!(args.service_url.as_deref(), Some("pulsar://127.0.0.1:6650"));
+        assert_eq!(args.admin_url.as_deref(), Some("http://h:8080"));
+        assert_eq!(
+            parse(&[&urls[..], &["--batches", "5"]].concat())
+                .unwrap()
+                .batches,
+            5
+        );
+        assert!(parse(&["--batches", "x"]).is_err());
+    }
 }

@@ -28,85 +28,56 @@ use std::io::BufRead as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Parser;
 use rocketmq_grpc_emulator::{Emulator, PublishMessage, Rpc, Stats, TopicKind};
 use tokio::sync::mpsc;
 
-const USAGE: &str = "usage: rocketmq_emulator [--port P] [--topics N] [--prefix NAME] [--queues Q] [--fifo] \
-[--group G]... [--fifo-group G]... [--receive-batch-max M] [--preload N] [--body-size B] \
-[--access-key AK --secret-key SK] [--stats-file PATH] [--ignore-stdin]";
-
-#[derive(Debug)]
+/// The embedded RocketMQ proxy emulator as a separate process.
+#[derive(Debug, Parser)]
+#[command(name = "rocketmq_emulator", args_override_self = true)]
 struct Options {
+    /// The port (0 = any free port).
+    #[arg(long, value_name = "P", default_value_t = 0)]
     port: u16,
+    /// Topics, named PREFIX0, PREFIX1, ...
+    #[arg(long, value_name = "N", default_value_t = 1)]
     topics: u32,
+    /// The topics' name prefix.
+    #[arg(long, value_name = "NAME", default_value = "t")]
     prefix: String,
+    /// Queues per topic.
+    #[arg(long, value_name = "Q", default_value_t = 4)]
     queues: u32,
+    /// FIFO topics.
+    #[arg(long)]
     fifo: bool,
-    groups: Vec<(String, bool)>,
+    /// A consumer group (repeatable; `g` if no group is given).
+    #[arg(long = "group", value_name = "G")]
+    groups: Vec<String>,
+    /// A FIFO consumer group (repeatable).
+    #[arg(long = "fifo-group", value_name = "G")]
+    fifo_groups: Vec<String>,
+    /// The largest receive batch.
+    #[arg(long, value_name = "M", default_value_t = 32)]
     receive_batch_max: usize,
+    /// Messages stored in every topic before serving.
+    #[arg(long, value_name = "N", default_value_t = 0)]
     preload: u64,
-    body_size: usize,
-    credentials: Option<(String, String)>,
+    /// The body size of preloaded messages (empty bodies are refused).
+    #[arg(long, value_name = "B", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    body_size: u64,
+    /// Require requests signed with this access key (with --secret-key).
+    #[arg(long, value_name = "AK", requires = "secret_key")]
+    access_key: Option<String>,
+    /// The secret key of --access-key.
+    #[arg(long, value_name = "SK", requires = "access_key")]
+    secret_key: Option<String>,
+    /// Also write the statistics block to PATH.
+    #[arg(long, value_name = "PATH")]
     stats_file: Option<String>,
+    /// Do not read stdin (for a background process with no stdin).
+    #[arg(long)]
     ignore_stdin: bool,
-}
-
-fn number<T: std::str::FromStr>(flag: &str, value: String) -> Result<T, String> {
-    value
-        .parse()
-        .map_err(|_| format!("{flag} needs a number, not {value:?}"))
-}
-
-fn parse_args() -> Result<Options, String> {
-    let mut options = Options {
-        port: 0,
-        topics: 1,
-        prefix: "t".into(),
-        queues: 4,
-        fifo: false,
-        groups: Vec::new(),
-        receive_batch_max: 32,
-        preload: 0,
-        body_size: 64,
-        credentials: None,
-        stats_file: None,
-        ignore_stdin: false,
-    };
-    let (mut access_key, mut secret_key) = (None, None);
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "-h" | "--help" => return Err(String::new()),
-            "--port" => options.port = number(&flag, value()?)?,
-            "--topics" => options.topics = number(&flag, value()?)?,
-            "--prefix" => options.prefix = value()?,
-            "--queues" => options.queues = number(&flag, value()?)?,
-            "--fifo" => options.fifo = true,
-            "--group" => options.groups.push((value()?, false)),
-            "--fifo-group" => options.groups.push((value()?, true)),
-            "--receive-batch-max" => options.receive_batch_max = number(&flag, value()?)?,
-            "--preload" => options.preload = number(&flag, value()?)?,
-            "--body-size" => options.body_size = number(&flag, value()?)?,
-            "--access-key" => access_key = Some(value()?),
-            "--secret-key" => secret_key = Some(value()?),
-            "--stats-file" => options.stats_file = Some(value()?),
-            "--ignore-stdin" => options.ignore_stdin = true,
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    match (access_key, secret_key) {
-        (Some(ak), Some(sk)) => options.credentials = Some((ak, sk)),
-        (None, None) => {}
-        _ => return Err("--access-key and --secret-key go together".into()),
-    }
-    if options.groups.is_empty() {
-        options.groups.push(("g".into(), false));
-    }
-    if options.body_size == 0 {
-        return Err("--body-size must be at least 1 (empty bodies are refused)".into());
-    }
-    Ok(options)
 }
 
 /// This process's CPU time so far, user and system, in seconds, and its peak RSS in KiB.
@@ -190,20 +161,7 @@ fn stats_block(stats: &Stats, started: Instant) -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match parse_args() {
-        Ok(options) => options,
-        Err(error) => {
-            if !error.is_empty() {
-                eprintln!("error: {error}");
-            }
-            eprintln!("{USAGE}");
-            return if error.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            };
-        }
-    };
+    let options = Options::parse();
     let code = match run(options).await {
         Ok(()) => 0,
         Err(error) => {
@@ -231,15 +189,21 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     for topic in &topics {
         builder = builder.topic(topic, kind, options.queues);
     }
-    for (group, fifo) in &options.groups {
-        builder = builder.group(group, *fifo);
+    if options.groups.is_empty() && options.fifo_groups.is_empty() {
+        builder = builder.group("g", false);
     }
-    if let Some((access_key, secret_key)) = &options.credentials {
+    for group in &options.groups {
+        builder = builder.group(group, false);
+    }
+    for group in &options.fifo_groups {
+        builder = builder.group(group, true);
+    }
+    if let (Some(access_key), Some(secret_key)) = (&options.access_key, &options.secret_key) {
         builder = builder.credentials(access_key, secret_key);
     }
     let emulator = builder.start().await?;
     if options.preload > 0 {
-        let body = bytes::Bytes::from(vec![b'x'; options.body_size]);
+        let body = bytes::Bytes::from(vec![b'x'; options.body_size as usize]);
         for topic in &topics {
             for i in 0..options.preload {
                 let mut message = PublishMessage::new(body.clone());
@@ -297,4 +261,74 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(path, &block)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_lines_of_the_docs_and_of_rocketmq_ack_load_parse() {
+        let parse = |a: &[&str]| Options::try_parse_from(["rocketmq_emulator"].iter().chain(a));
+        let o = parse(&[]).unwrap();
+        assert_eq!(
+            (o.port, o.topics, o.prefix.as_str(), o.queues),
+            (0, 1, "t", 4)
+        );
+        assert_eq!((o.receive_batch_max, o.preload, o.body_size), (32, 0, 64));
+        assert!(o.groups.is_empty() && !o.fifo && !o.ignore_stdin);
+        let doc = [
+            "--port", "8081", "--topics", "3", "--prefix", "orders", "--queues", "4",
+        ];
+        let o = parse(&[&doc[..], &["--group", "order-consumers"]].concat()).unwrap();
+        assert_eq!((o.port, o.topics, o.prefix.as_str()), (8081, 3, "orders"));
+        assert_eq!(o.groups, ["order-consumers"]);
+        // rocketmq_ack_load's scenario (c)
+        let o = parse(&[
+            "--topics",
+            "1",
+            "--prefix",
+            "c",
+            "--queues",
+            "1",
+            "--group",
+            "load",
+            "--receive-batch-max",
+            "1024",
+            "--preload",
+            "2100000",
+            "--body-size",
+            "16",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.receive_batch_max, o.preload, o.body_size),
+            (1024, 2_100_000, 16)
+        );
+        let o = parse(&[
+            "--fifo",
+            "--group",
+            "a",
+            "--fifo-group",
+            "b",
+            "--group",
+            "c",
+            "--access-key",
+            "ak",
+            "--secret-key",
+            "sk",
+            "--stats-file",
+            "/s",
+            "--ignore-stdin",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.groups, o.fifo_groups),
+            (vec!["a".into(), "c".into()], vec!["b".into()])
+        );
+        assert!(o.fifo && o.ignore_stdin && o.stats_file.is_some());
+        assert!(parse(&["--access-key", "ak"]).is_err());
+        assert!(parse(&["--body-size", "0"]).is_err());
+        assert!(parse(&["--port", "x"]).is_err());
+    }
 }

@@ -30,73 +30,49 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use ack_batcher::{BatchInfo, ItemReply, ItemView, Next, Observer};
+use clap::Parser;
 use rocketmq_grpc::{
     AckEntry, AckKey, AckSettings, ClientConfig, ConsumeResult, Credentials, MessageHandler,
-    OutgoingMessage, Producer, PushCloseReport, PushConsumer, ReceivedMessage, Session,
+    OutgoingMessage, Producer, PushCloseReport, PushConsumer, ReceivedMessage,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::task::JoinSet;
 
-const USAGE: &str = "usage: rocketmq_push_consumer [--endpoint HOST:PORT --topic TOPIC --group GROUP \
-[--access-key AK --secret-key SK] [--namespace NS]] [--messages N] [--timeout SECS]";
-
-/// Command-line options.
-#[derive(Debug)]
+/// A RocketMQ 5 push consumer whose acks are batched, from start to shutdown.
+#[derive(Debug, Parser)]
+#[command(name = "rocketmq_push_consumer", args_override_self = true)]
 struct Options {
-    /// A real proxy; `None` starts the embedded emulator.
+    /// A real proxy; without it the embedded emulator.
+    #[arg(long, value_name = "HOST:PORT")]
     endpoint: Option<String>,
+    /// The topic (it must exist on a real proxy).
+    #[arg(long, value_name = "TOPIC", default_value = "orders")]
     topic: String,
+    /// The consumer group (it must exist on a real proxy).
+    #[arg(long, value_name = "GROUP", default_value = "order-consumers")]
     group: String,
+    /// The access key of signed requests (with --secret-key).
+    #[arg(long, value_name = "AK", requires = "secret_key")]
     access_key: Option<String>,
+    /// The secret key of --access-key.
+    #[arg(long, value_name = "SK", requires = "access_key")]
     secret_key: Option<String>,
+    /// The proxy's namespace.
+    #[arg(long, value_name = "NS")]
     namespace: Option<String>,
+    /// Messages sent and consumed.
+    #[arg(long, value_name = "N", default_value_t = 2_000)]
     messages: u64,
-    /// How long to wait for every message to be consumed.
+    /// How long to wait for every message to be consumed, in seconds.
+    #[arg(long = "timeout", value_name = "SECS", default_value = "30", value_parser = seconds)]
     timeout: Duration,
 }
 
-fn parse_args() -> Result<Options, String> {
-    let mut options = Options {
-        endpoint: None,
-        topic: "orders".into(),
-        group: "order-consumers".into(),
-        access_key: None,
-        secret_key: None,
-        namespace: None,
-        messages: 2_000,
-        timeout: Duration::from_secs(30),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "-h" || flag == "--help" {
-            return Err(String::new());
-        }
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--endpoint" => options.endpoint = Some(value()?),
-            "--topic" => options.topic = value()?,
-            "--group" => options.group = value()?,
-            "--access-key" => options.access_key = Some(value()?),
-            "--secret-key" => options.secret_key = Some(value()?),
-            "--namespace" => options.namespace = Some(value()?),
-            "--messages" => {
-                options.messages = value()?
-                    .parse()
-                    .map_err(|_| "--messages needs a number".to_string())?;
-            }
-            "--timeout" => {
-                let secs: u64 = value()?
-                    .parse()
-                    .map_err(|_| "--timeout needs a number of seconds".to_string())?;
-                options.timeout = Duration::from_secs(secs);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if options.access_key.is_some() != options.secret_key.is_some() {
-        return Err("--access-key and --secret-key go together".into());
-    }
-    Ok(options)
+/// Seconds.
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse()
+        .map(Duration::from_secs)
+        .map_err(|e| format!("{e}"))
 }
 
 /// Counts messages and prints the first few.
@@ -112,11 +88,11 @@ impl MessageHandler for Handler {
         if n <= 3 {
             println!(
                 "  got {} from {} (queue {}, attempt {}): {:?}",
-                message.message_id,
-                message.topic,
-                message.queue_id,
-                message.delivery_attempt,
-                String::from_utf8_lossy(&message.body)
+                message.message_id(),
+                message.topic(),
+                message.queue_id(),
+                message.delivery_attempt(),
+                String::from_utf8_lossy(message.body())
             );
         } else if n == 4 {
             println!("  ... (only the first three are printed)");
@@ -127,20 +103,7 @@ impl MessageHandler for Handler {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match parse_args() {
-        Ok(options) => options,
-        Err(error) => {
-            if !error.is_empty() {
-                eprintln!("error: {error}");
-            }
-            eprintln!("{USAGE}");
-            return if error.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            };
-        }
-    };
+    let options = Options::parse();
     match run(options).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -189,12 +152,13 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         .subscribe(&options.topic, "*")
         .concurrency(256)
         .acks(AckSettings::default().observer(tally.clone()))
-        .start(SharedHandler(Arc::clone(&handler)))
+        .handler(SharedHandler(Arc::clone(&handler)))
+        .build()
         .await?;
     println!("consumer {} subscribed", consumer.client_id());
 
     // 3. Some messages, 32 in flight at a time.
-    let producer = Arc::new(Producer::new(Session::new(config)?));
+    let producer = Arc::new(Producer::builder(config).build()?);
     let started = Instant::now();
     let mut sends = JoinSet::new();
     let mut sent = 0u64;
@@ -359,5 +323,51 @@ struct SharedHandler(Arc<Handler>);
 impl MessageHandler for SharedHandler {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
         self.0.handle(message).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_command_lines_parse() {
+        let parse =
+            |a: &[&str]| Options::try_parse_from(["rocketmq_push_consumer"].iter().chain(a));
+        let o = parse(&[]).unwrap();
+        assert_eq!(
+            (o.endpoint, o.topic.as_str(), o.group.as_str()),
+            (None, "orders", "order-consumers")
+        );
+        assert_eq!((o.messages, o.timeout), (2_000, Duration::from_secs(30)));
+        let o = parse(&[
+            "--endpoint",
+            "127.0.0.1:8081",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+            "--access-key",
+            "AK",
+            "--secret-key",
+            "SK",
+            "--namespace",
+            "NS",
+            "--messages",
+            "20",
+            "--timeout",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(o.endpoint.as_deref(), Some("127.0.0.1:8081"));
+        assert_eq!((o.topic.as_str(), o.group.as_str()), ("t", "g"));
+        assert_eq!(
+            (o.access_key.as_deref(), o.secret_key.as_deref()),
+            (Some("AK"), Some("SK"))
+        );
+        assert_eq!(o.namespace.as_deref(), Some("NS"));
+        assert_eq!((o.messages, o.timeout), (20, Duration::from_secs(5)));
+        assert!(parse(&["--access-key", "AK"]).is_err());
+        assert!(parse(&["--messages", "x"]).is_err());
     }
 }

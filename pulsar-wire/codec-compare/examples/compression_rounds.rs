@@ -112,11 +112,26 @@ fn compare(
     );
 }
 
+/// The command line.
+#[derive(Debug, clap::Parser)]
+#[command(about = "Interleaved timing of the compression comparison (benches/compression.rs)")]
+struct Args {
+    /// How many rounds.
+    #[arg(default_value_t = 100)]
+    rounds: usize,
+    /// About how long each run of an operation takes, in milliseconds.
+    #[arg(default_value_t = 3)]
+    ms_per_run: u64,
+    /// Keep the lines whose label contains this (e.g. `ZSTD`, `json_1k`, `frame`).
+    #[arg(default_value = "")]
+    filter: String,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let rounds: usize = args.next().map_or(100, |a| a.parse().expect("ROUNDS"));
-    let run = Duration::from_millis(args.next().map_or(3, |a| a.parse().expect("MS PER RUN")));
-    let filter = args.next().unwrap_or_default();
+    let args = <Args as clap::Parser>::parse();
+    let rounds = args.rounds;
+    let run = Duration::from_millis(args.ms_per_run);
+    let filter = args.filter;
     println!(
         "{rounds} rounds, about {} ms per run; MB/s = 10^6 bytes/s of uncompressed payload; \
          ratio = pulsar-wire throughput / pulsar throughput, median [quartiles] of the rounds",

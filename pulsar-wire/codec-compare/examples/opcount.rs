@@ -129,17 +129,42 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
     values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
+/// The frame every operation works on.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum Frame {
+    /// A MESSAGE frame carrying a batch of 100.
+    MessageBatch100,
+    /// An ACK frame of 1,000 message ids.
+    Ack1000,
+}
+
+/// The command line.
+#[derive(Debug, clap::Parser)]
+#[command(about = "Interleaved timing of the codec operations of benches/compare.rs")]
+struct Args {
+    /// The frame.
+    #[arg(value_enum)]
+    frame: Frame,
+    /// How many rounds.
+    rounds: usize,
+    /// How many frames each operation handles per round.
+    n: usize,
+    /// The operations, in turn each round; ratios are to the first one.
+    #[arg(required = true, num_args = 1..)]
+    ops: Vec<String>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: opcount message_batch100|ack1000 ROUNDS N OP...";
-    let [_, frame, rounds, n, ops @ ..] = &args[..] else {
-        panic!("{usage}");
-    };
-    assert!(!ops.is_empty(), "{usage}");
-    let frame = match frame.as_str() {
-        "message_batch100" => frames::message_frame(),
-        "ack1000" => frames::ack_frame(),
-        other => panic!("unknown frame {other}"),
+    let Args {
+        frame,
+        rounds,
+        n,
+        ops,
+    } = <Args as clap::Parser>::parse();
+    let frame = match frame {
+        Frame::MessageBatch100 => frames::message_frame(),
+        Frame::Ack1000 => frames::ack_frame(),
     };
     let frame = same_frames(frame).unwrap();
     let mut check = BytesMut::new();
@@ -149,8 +174,6 @@ fn main() {
         frame.bytes[..],
         "the back-patched encoding differs"
     );
-    let rounds: usize = rounds.parse().unwrap();
-    let n: usize = n.parse().unwrap();
 
     let mut ns = vec![Vec::new(); ops.len()];
     let mut ratios = vec![Vec::new(); ops.len()];

@@ -31,10 +31,13 @@ use pulsar::compression::{
 };
 use pulsar::message::proto::CompressionType as PulsarCompressionType;
 use pulsar::message::{Codec, Message as PulsarMessage};
+use pulsar_wire::pb::CompressionType;
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{BaseCommand, CommandSend, MessageMetadata, SingleMessageMetadata};
-use pulsar_wire::{Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress, decompress_payload};
-use pulsar_wire::wire::{BatchedMessage, Frame, PulsarCodec, decode_batch, encode_batch};
+use pulsar_wire::wire::{
+    BatchedMessage, Frame, PulsarCodec, decode_batch, decompress_payload, encode_batch,
+};
+use pulsar_wire::{Compression, DEFAULT_MAX_MESSAGE_SIZE, compress, decompress};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{frames, same_frames};
@@ -318,7 +321,14 @@ fn codec_fields(codec: Compression, len: usize) -> (Option<i32>, Option<u32>) {
     if codec == Compression::None {
         (None, None)
     } else {
-        (Some(codec.wire() as i32), Some(len as u32))
+        let wire = match codec {
+            Compression::Lz4 => CompressionType::Lz4,
+            Compression::Zlib => CompressionType::Zlib,
+            Compression::Zstd => CompressionType::Zstd,
+            Compression::Snappy => CompressionType::Snappy,
+            _ => CompressionType::None,
+        };
+        (Some(wire as i32), Some(len as u32))
     }
 }
 

@@ -17,7 +17,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use pulsar::message::{Codec, Message};
 use pulsar_wire::pb::{BaseCommand, BrokerEntryMetadata, MessageMetadata};
-use pulsar_wire::wire::{DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec};
+use pulsar_wire::wire::{
+    DEFAULT_MAX_FRAME_SIZE, Frame, MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C, Payload, PulsarCodec,
+};
 use tokio_util::codec::{Decoder, Encoder};
 
 /// One frame in both crates' types, and its wire bytes.

@@ -11,7 +11,9 @@
 //! fed with what the client actually put on the wire. So a client that drops `batch_size`
 //! from transactional acks stalls here the way it stalls a 4.0.x broker, and a correct one
 //! drains; and a client whose requests make the broker replay messages its application
-//! holds sees them handed to its other consumers, as on the broker.
+//! holds sees them handed to its other consumers, as on the broker. [`legacy`] sends what
+//! other clients send and `pulsar-wire` never does (the Go client's transactional ack without
+//! `batch_size`), to show what it does here or on a real broker.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
@@ -184,6 +186,7 @@ mod delays;
 mod dispatch;
 mod entries;
 mod faults;
+pub mod legacy;
 mod names;
 mod outgoing;
 mod schemas;

@@ -59,6 +59,7 @@ impl std::fmt::Display for HashRange {
 
 /// How the broker spreads the keys of a Key_Shared subscription over its consumers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum KeySharedMode {
     /// The broker splits the hash space over the connected consumers and moves hashes when
     /// consumers come and go (`AUTO_SPLIT`, the default).

@@ -1,6 +1,7 @@
 //! Received messages, and decoding a `MESSAGE` frame into them.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use txn_ack::{EntryId, MessagePosition};
@@ -114,22 +115,37 @@ impl Message {
         self
     }
 
-    /// When the broker stored it, in milliseconds since the epoch.
-    pub fn publish_time(&self) -> u64 {
-        self.publish_time
+    /// When the producer published it (the metadata's `publish_time`, to the millisecond; the
+    /// producer's clock, as in every Pulsar client).
+    ///
+    /// Never panics on what the network sends: a 0 reads as
+    /// [`UNIX_EPOCH`](std::time::UNIX_EPOCH), and a value past the latest time this platform's
+    /// [`SystemTime`] holds (none on Linux and macOS) as that latest time.
+    pub fn publish_time(&self) -> SystemTime {
+        crate::time::from_millis(self.publish_time)
     }
 
-    /// The event time the producer set, in milliseconds since the epoch.
-    pub fn event_time(&self) -> Option<u64> {
+    /// The event time the producer set
+    /// ([`OutgoingMessage::event_time`](crate::OutgoingMessage::event_time), to the
+    /// millisecond); `None` when it set none. The protocol reads 0 as none; a value past the
+    /// latest time [`SystemTime`] holds reads as that latest time, as in
+    /// [`Message::publish_time`].
+    pub fn event_time(&self) -> Option<SystemTime> {
+        self.event_time_millis().map(crate::time::from_millis)
+    }
+
+    /// The event time as received, in milliseconds since the epoch (0 is none).
+    pub(crate) fn event_time_millis(&self) -> Option<u64> {
         self.event_time.filter(|t| *t > 0)
     }
 
     /// When the producer asked for it to be delivered
     /// ([`OutgoingMessage::deliver_at`](crate::OutgoingMessage::deliver_at), to the
-    /// millisecond); `None` for a message sent without a delay.
-    pub fn deliver_at(&self) -> Option<std::time::SystemTime> {
-        self.deliver_at
-            .map(|millis| std::time::UNIX_EPOCH + std::time::Duration::from_millis(millis))
+    /// millisecond); `None` for a message sent without a delay (or with a negative
+    /// `deliver_at_time`). A value past the latest time [`SystemTime`] holds reads as that
+    /// latest time, as in [`Message::publish_time`].
+    pub fn deliver_at(&self) -> Option<SystemTime> {
+        self.deliver_at.map(crate::time::from_millis)
     }
 
     /// The producer's name.
@@ -463,6 +479,41 @@ mod tests {
 
     fn topic() -> Arc<str> {
         "persistent://public/default/t".into()
+    }
+
+    /// A plain entry whose metadata carries these times, decoded.
+    fn with_times(publish: u64, event: Option<u64>, deliver_at: Option<i64>) -> Message {
+        let mut frame = frame(None, vec![], Bytes::from("x"));
+        let metadata = &mut frame.payload.as_mut().expect("a payload").metadata;
+        metadata.publish_time = publish;
+        metadata.event_time = event;
+        metadata.deliver_at_time = deliver_at;
+        decode(frame, -1, ORIGIN, &topic(), MAX).messages.remove(0)
+    }
+
+    #[test]
+    fn times_from_the_wire_are_system_times_and_never_panic() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let millis = 1_733_500_000_123;
+        let m = with_times(millis, Some(millis + 1), Some(millis as i64 + 2));
+        let at = |millis| UNIX_EPOCH + Duration::from_millis(millis);
+        assert_eq!(m.publish_time(), at(millis));
+        assert_eq!(m.event_time(), Some(at(millis + 1)));
+        assert_eq!(m.deliver_at(), Some(at(millis + 2)));
+        // 0: the epoch for the publish time, none for the event time (the protocol's unset).
+        let zero = with_times(0, Some(0), Some(0));
+        assert_eq!(zero.publish_time(), UNIX_EPOCH);
+        assert_eq!(zero.event_time(), None);
+        assert_eq!(zero.deliver_at(), Some(UNIX_EPOCH));
+        assert_eq!(with_times(0, None, None).event_time(), None);
+        // The largest values: exact where SystemTime holds them, clamped where not.
+        let max = with_times(u64::MAX, Some(u64::MAX), Some(i64::MAX));
+        assert_eq!(max.publish_time(), crate::time::from_millis(u64::MAX));
+        assert_eq!(max.event_time(), Some(crate::time::from_millis(u64::MAX)));
+        assert!(max.publish_time() > at(millis));
+        assert!(max.deliver_at() > Some(at(millis)));
+        // A negative deliver_at_time is none.
+        assert_eq!(with_times(1, None, Some(-1)).deliver_at(), None);
     }
 
     #[test]

@@ -57,7 +57,7 @@ use stats::Counters;
 use crate::link::LinkHub;
 use crate::pool::Pool;
 use crate::txn::Participant;
-use crate::{Connection, Error, LinkStates, MessageId, Transaction};
+use crate::{Connection, ConsumerCloseReport, Error, LinkStates, MessageId, Transaction};
 
 /// The deliveries waiting for [`Consumer::receive`]: a receiver queue's worth, and room for
 /// the messages of a batch beyond it.
@@ -67,9 +67,6 @@ fn delivery_capacity(options: &ConsumerOptions) -> usize {
 
 /// Tells consumers apart, so that a message is acknowledged only through its own consumer.
 static NEXT_CONSUMER: AtomicU64 = AtomicU64::new(1);
-
-/// How long closing a consumer waits for its pending acks.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A subscription's consumer on a topic, or on every partition of a partitioned topic.
 ///
@@ -227,7 +224,6 @@ enum RetryCall<'a> {
     AckCumulative(&'a Message),
     AckIn(&'a Transaction, &'a Message),
     AckCumulativeIn(&'a Transaction, &'a Message),
-    Close,
 }
 
 /// Runs `call` on `retry` as a boxed `Send` future: the retry consumer is a consumer too, and
@@ -243,8 +239,15 @@ fn call_retry<'a>(
         RetryCall::AckCumulative(message) => Box::pin(retry.ack_cumulative(message)),
         RetryCall::AckIn(txn, message) => Box::pin(retry.ack_in(txn, message)),
         RetryCall::AckCumulativeIn(txn, message) => Box::pin(retry.ack_cumulative_in(txn, message)),
-        RetryCall::Close => Box::pin(retry.close()),
     }
+}
+
+/// Closes `retry` as a boxed `Send` future, for the reason of [`call_retry`].
+fn close_retry(
+    retry: &Consumer,
+    deadline: Duration,
+) -> futures_util::future::BoxFuture<'_, Result<ConsumerCloseReport, Error>> {
+    Box::pin(retry.close(deadline))
 }
 
 /// The next message of the retry-letter topic (never, without one).
@@ -1119,7 +1122,7 @@ impl Consumer {
         message: &Message,
         hand_over: bool,
     ) -> Result<Option<Vec<Outgoing>>, Error> {
-        if partition.acks.lock().acked_again(position).is_some() {
+        if partition.acks.lock().is_acked(position) {
             return Err(txn_ack::Error::AlreadyAcked {
                 ledger_id: position.ledger_id(),
                 entry_id: position.entry_id(),
@@ -1434,27 +1437,29 @@ impl Consumer {
         }
     }
 
-    /// Sends the pending acks (closing the ack batcher), then closes the consumer on the
-    /// broker (`CLOSE_CONSUMER`) and stops delivering.
+    /// Sends the pending acks (closing the ack batcher), waiting for them at most
+    /// `deadline`, then closes the consumer on the broker (`CLOSE_CONSUMER`) and stops
+    /// delivering. Returns what became of the acks that were pending
+    /// ([`crate::DEFAULT_CLOSE_DEADLINE`] is a deadline for callers without one of their
+    /// own). A second close returns at once with an empty report; every call after close
+    /// fails with [`Error::Closed`].
     ///
     /// # Errors
     /// The first `CLOSE_CONSUMER` failure (none when the broker had closed it already); every
-    /// partition is closed anyway.
-    pub async fn close(&self) -> Result<(), Error> {
+    /// partition is closed anyway (the broker forgets the subscription's consumer when the
+    /// connection ends), and the acks were handled as the report would have said.
+    pub async fn close(&self, deadline: Duration) -> Result<ConsumerCloseReport, Error> {
         if self.growth.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return Ok(ConsumerCloseReport::default());
         }
+        let started = tokio::time::Instant::now();
         // A refresh under way subscribes its partition before the partitions are closed.
         drop(self.growth.refresh.lock().await);
-        let report = self.acks.close(CLOSE_TIMEOUT).await;
-        if report.abandoned > 0 || report.failed > 0 {
-            tracing::warn!(
-                abandoned = report.abandoned,
-                failed = report.failed,
-                topic = %self.topic,
-                "acks not delivered while closing the consumer"
-            );
-        }
+        let acks = self
+            .acks
+            .close(crate::close::remaining(deadline, started))
+            .await;
+        let mut report = ConsumerCloseReport::from_acks(&acks);
         let closed_by_broker = self.counters.closed_by_broker.load(Ordering::Relaxed);
         let mut result = Ok(());
         for partition in self.partitions.all().iter() {
@@ -1469,13 +1474,14 @@ impl Consumer {
             task.abort();
         }
         self.links.close_all(&self.topic);
-        if let Some(retry) = &self.retry
-            && let Err(error) = call_retry(&retry.consumer, RetryCall::Close).await
-            && result.is_ok()
-        {
-            result = Err(error);
+        if let Some(retry) = &self.retry {
+            match close_retry(&retry.consumer, crate::close::remaining(deadline, started)).await {
+                Ok(retried) => report.add(&retried),
+                Err(error) if result.is_ok() => result = Err(error),
+                Err(_) => {}
+            }
         }
-        result
+        result.map(|()| report)
     }
 }
 
@@ -1489,7 +1495,10 @@ async fn initial_subscription(pool: &Pool, topic: &str, name: &str) -> Result<()
         ConsumerOptions::default().initial_position(InitialPosition::Earliest),
     )
     .await?;
-    consumer.close().await
+    consumer
+        .close(crate::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map(drop)
 }
 
 impl Drop for Consumer {
@@ -1521,8 +1530,8 @@ impl crate::MessageConsumer for Consumer {
         Consumer::refresh_partitions(self).await
     }
 
-    async fn close(&self) -> Result<(), Error> {
-        Consumer::close(self).await
+    async fn close(&self, deadline: Duration) -> Result<ConsumerCloseReport, Error> {
+        Consumer::close(self, deadline).await
     }
 
     fn has_ended(&self) -> bool {

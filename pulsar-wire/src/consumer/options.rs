@@ -30,6 +30,7 @@ pub enum SubType {
 
 /// Where a new subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum InitialPosition {
     /// After the last message published.
     #[default]
@@ -72,7 +73,7 @@ pub struct ConsumerOptions {
 
 impl Default for ConsumerOptions {
     /// Exclusive, from the latest message, 1,000 permits, acks grouped for 100 ms or 1,000
-    /// ids, partial batches acknowledged with their accumulated set, no ack receipts,
+    /// ids, a batch acknowledged once all of it is (as the Java client of 4.0 by default), no ack receipts,
     /// compressed entries decompressed up to the broker's `max_message_size`.
     fn default() -> Self {
         Self {
@@ -82,7 +83,7 @@ impl Default for ConsumerOptions {
             name: None,
             ack_group_time: Duration::from_millis(100),
             ack_group_max: 1000,
-            partial_batches: PartialBatches::SendAckSet,
+            partial_batches: PartialBatches::HoldUntilComplete,
             ack_receipts: false,
             legacy_committed_redeliveries: false,
             max_uncompressed_size: None,
@@ -144,9 +145,19 @@ impl ConsumerOptions {
         self
     }
 
-    /// What acks of partly acknowledged batches send (default: the accumulated set, which
-    /// needs the broker's batch-index acknowledgement; [`PartialBatches::HoldUntilComplete`]
-    /// for brokers without it).
+    /// What acks of partly acknowledged batches send. Default:
+    /// [`PartialBatches::HoldUntilComplete`], nothing until the whole batch is acknowledged,
+    /// then one ack of the entry, as the Java client of 4.0 does by default.
+    ///
+    /// [`PartialBatches::SendAckSet`] sends the accumulated set with every ack. Choose it only
+    /// when the broker has `acknowledgmentAtBatchIndexLevelEnabled=true` (off by default up
+    /// to 4.0.x): then a batch partly acknowledged before a consumer leaves comes back with
+    /// only its outstanding messages. Without it the broker's cursor ignores those sets, and a
+    /// 4.0.x broker with transactions enabled keeps them in its pending-ack state: a batch
+    /// given to another registration after a lost connection or an unload is then counted
+    /// as its outstanding messages, but its last ack takes the whole batch off, so that
+    /// consumer's unacked count goes below zero and its `maxUnackedMessagesOnConsumer` limit
+    /// no longer holds.
     #[must_use]
     pub fn partial_batches(mut self, mode: PartialBatches) -> Self {
         self.partial_batches = mode;
@@ -200,7 +211,7 @@ impl ConsumerOptions {
     /// The schema sent in `SUBSCRIBE` (none by default: bytes). The broker checks it against
     /// the topic's schema (registering it when the topic has none and is idle) and refuses
     /// an incompatible one ([`Error::IncompatibleSchema`] from
-    /// [`crate::Client::subscribe`]). Payloads are delivered as stored, with their
+    /// [`crate::ConsumerBuilder::build`]). Payloads are delivered as stored, with their
     /// [`crate::Message::schema_version`]: [`crate::TypedConsumer`] decodes them with the
     /// schema's codec.
     #[must_use]

@@ -1124,7 +1124,11 @@ impl PartitionConsumer {
             })
             .await;
         connection.unregister_consumer(consumer_id);
-        result.map(drop)
+        match result {
+            // The broker forgets a connection's consumers when it ends: nothing to close.
+            Ok(_) | Err(Error::ConnectionLost { .. }) => Ok(()),
+            Err(error) => Err(error),
+        }
     }
 
     /// Stops routing frames to it (the consumer is dropped).

@@ -76,8 +76,8 @@ pub(crate) fn letter(message: &Message, subscription: &str, delay: Duration) -> 
     if let Some(key) = message.ordering_key() {
         letter = letter.ordering_key(key.clone());
     }
-    if let Some(time) = message.event_time() {
-        letter = letter.event_time(time);
+    if let Some(millis) = message.event_time_millis() {
+        letter = letter.event_time_millis(millis);
     }
     for (name, value) in properties {
         letter = letter.property(name, value);

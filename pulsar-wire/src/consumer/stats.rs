@@ -108,3 +108,82 @@ pub struct ConsumerStats {
     /// Whether the topic reached its end.
     pub reached_end_of_topic: bool,
 }
+
+/// Adds the counters of `other` to `into`, field by field (saturating); `fields` must name
+/// every counter, and the destructuring fails to compile when a field is left out.
+macro_rules! add_counters {
+    ($into:expr, $other:expr, [$($field:ident),* $(,)?], [$($flag:ident),* $(,)?]) => {{
+        let ConsumerStats { $($field,)* $($flag: _,)* } = $other;
+        $( $into.$field = $into.$field.saturating_add(*$field); )*
+    }};
+}
+
+impl ConsumerStats {
+    /// Adds the counters of `other` (saturating at `u64::MAX`); the flags
+    /// (`closed_by_broker`, `reached_end_of_topic`) are left as they are: they say something
+    /// of one consumer, not of a sum.
+    pub(crate) fn add_counters(&mut self, other: &ConsumerStats) {
+        add_counters!(
+            self,
+            other,
+            [
+                received,
+                skipped,
+                undecodable,
+                checksum_mismatches,
+                dead_lettered,
+                chunked,
+                chunks_dropped,
+                flow_frames,
+                ack_frames,
+                acked_ids,
+                txn_acks,
+                nacks,
+                committed_redeliveries,
+                duplicates,
+                redelivery_requests,
+                unblocks,
+                acks_held_back,
+                handed_again,
+                ack_timeouts,
+                held_at_link_loss,
+                reconnects,
+                moved,
+                acks_resent,
+            ],
+            [closed_by_broker, reached_end_of_topic]
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_add_up_and_saturate_and_flags_stay() {
+        let mut sum = ConsumerStats {
+            received: 2,
+            reconnects: u64::MAX - 1,
+            ..ConsumerStats::default()
+        };
+        let other = ConsumerStats {
+            received: 3,
+            acks_resent: 4,
+            reconnects: 5,
+            closed_by_broker: true,
+            reached_end_of_topic: true,
+            ..ConsumerStats::default()
+        };
+        sum.add_counters(&other);
+        assert_eq!(
+            sum,
+            ConsumerStats {
+                received: 5,
+                acks_resent: 4,
+                reconnects: u64::MAX,
+                ..ConsumerStats::default()
+            }
+        );
+    }
+}

@@ -90,7 +90,7 @@ impl PriorityConsumerOptions {
     /// partitions (default [`crate::DEFAULT_PARTITIONS_REFRESH`]; `None`: only on
     /// [`PriorityConsumer::refresh_partitions`]). A period must be in
     /// [`crate::MIN_PARTITIONS_REFRESH`]`..=`[`crate::MAX_PARTITIONS_REFRESH`]:
-    /// [`PriorityConsumer::subscribe`] refuses others (zero included) with [`Error::Invalid`]
+    /// [`PriorityConsumerBuilder::build`](crate::prioritized::PriorityConsumerBuilder::build) refuses others (zero included) with [`Error::Invalid`]
     /// naming `partitions_refresh`.
     #[must_use]
     pub fn partitions_refresh(mut self, every: Option<Duration>) -> Self {
@@ -292,8 +292,22 @@ impl PriorityConsumer {
     /// `partitions_refresh` out of range, an ack timeout, retry) or when the topic is not
     /// partitioned; [`Error::Priority`] for bad gate settings or layout (also checked first:
     /// [`GateConfig::validate`], [`LayoutSpec::validate`]) or a layout that does not fit the
-    /// partition count; the errors of [`Client::subscribe`].
+    /// partition count; the errors of [`crate::ConsumerBuilder::build`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `PriorityConsumer::builder(&client, topic, subscription, policy, layout)` with its setters (or `.options(..)`) and `.build().await`"
+    )]
     pub async fn subscribe(
+        client: &Client,
+        topic: &str,
+        subscription: &str,
+        options: PriorityConsumerOptions,
+    ) -> Result<Self, Error> {
+        Self::open(client, topic, subscription, options).await
+    }
+
+    /// Subscribes: what [`crate::PriorityConsumerBuilder::build`] does.
+    pub(crate) async fn open(
         client: &Client,
         topic: &str,
         subscription: &str,
@@ -582,17 +596,21 @@ impl PriorityConsumer {
         self.inner.consumer.state()
     }
 
-    /// Closes every partition's consumer (sending pending acks first); buffered messages are
-    /// dropped and redelivered by the broker to the next consumer.
+    /// Closes every partition's consumer (sending pending acks first, within `deadline`);
+    /// buffered messages are dropped and redelivered by the broker to the next consumer.
+    /// The report is [`Consumer::close`]'s.
     ///
     /// # Errors
     /// As [`Consumer::close`].
-    pub async fn close(&self) -> Result<(), Error> {
+    pub async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
         self.inner.closed.store(true, Ordering::Release);
         for task in &self.tasks {
             task.abort();
         }
-        let result = self.inner.consumer.close().await;
+        let result = self.inner.consumer.close(deadline).await;
         self.inner.arrived.notify_one();
         result
     }
@@ -880,8 +898,11 @@ impl MessageConsumer for PriorityConsumer {
         PriorityConsumer::refresh_partitions(self).await
     }
 
-    async fn close(&self) -> Result<(), Error> {
-        PriorityConsumer::close(self).await
+    async fn close(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<crate::ConsumerCloseReport, Error> {
+        PriorityConsumer::close(self, deadline).await
     }
 
     fn topic(&self) -> &str {

@@ -40,27 +40,29 @@
 //! [`crate::MessageConsumer`], so code can hold either as a `Box<dyn MessageConsumer>`.
 //!
 //! ```no_run
-//! use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
-//! use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage, ProducerOptions};
+//! use pulsar_wire::prioritized::{PriorityConsumer, PriorityRouter};
+//! use pulsar_wire::{Client, ConsumerOptions, InitialPosition, OutgoingMessage, Producer};
 //! use pulsar_wire::prioritized::{LayoutSpec, Level, PriorityPolicy, RouterConfig, Unlisted};
 //! use std::sync::Arc;
 //!
 //! # async fn run() -> Result<(), pulsar_wire::Error> {
-//! let client = Client::connect(ConnectOptions::new("pulsar://127.0.0.1:6650")?).await?;
+//! let client = Client::builder("pulsar://127.0.0.1:6650").build().await?;
 //! // Two levels: partition 0 carries level 0; every other partition, also those added
 //! // later, carries the default level 1.
 //! let policy = PriorityPolicy::builder().levels(2).property("priority").build()?;
 //! let layout = LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
 //!
 //! let router = PriorityRouter::for_topic(&client, "jobs", policy.clone(), layout.clone(), RouterConfig::default()).await?;
-//! let producer = client
-//!     .create_producer("jobs", ProducerOptions::default().router(Arc::new(router)))
+//! let producer = Producer::builder(&client, "jobs")
+//!     .router(Arc::new(router))
+//!     .build()
 //!     .await?;
 //! producer.send(OutgoingMessage::new("urgent").property("priority", "0")).await?;
 //!
-//! let options = PriorityConsumerOptions::new(policy, layout)
-//!     .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest));
-//! let consumer = PriorityConsumer::subscribe(&client, "jobs", "workers", options).await?;
+//! let consumer = PriorityConsumer::builder(&client, "jobs", "workers", policy, layout)
+//!     .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest))
+//!     .build()
+//!     .await?;
 //! // The partition the gate picks: under the default delivery shares each level in turn by
 //! // its share (4:1 here), so a low message can come before a buffered urgent one;
 //! // `Strategy::Strict` always takes the most important level's first.
@@ -74,6 +76,7 @@ mod consumer;
 mod growth;
 mod router;
 
+pub use crate::builders::PriorityConsumerBuilder;
 pub use consumer::{DEFAULT_TICK, PriorityConsumer, PriorityConsumerOptions};
 pub use growth::follow_growth;
 pub use router::PriorityRouter;

@@ -431,9 +431,6 @@ pub(crate) struct ProducerBatcher<S: BatchSink = PartitionSet> {
     shared: Arc<Shared<S>>,
 }
 
-/// How long closing a producer waits for its batches.
-pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
-
 impl<S: BatchSink> ProducerBatcher<S> {
     /// A batcher sending to `sink`. It holds at most the larger of 65,536 messages and 64
     /// full batches (or the producer's pending limit, when larger, so that the producer's
@@ -547,9 +544,9 @@ impl<S: BatchSink> ProducerBatcher<S> {
     }
 
     /// Stops taking messages, seals every open batch and waits for every batch on the wire,
-    /// at most [`CLOSE_TIMEOUT`]; the sends of batches still unanswered then fail with
+    /// at most `deadline`; the sends of batches still unanswered then fail with
     /// [`Error::Closed`]. Returns how many messages were abandoned so.
-    pub(crate) async fn close(&self) -> usize {
+    pub(crate) async fn close(&self, deadline: Duration) -> usize {
         self.shared.room.close();
         let outcomes = self.shared.seal_all(true);
         let all = async {
@@ -557,7 +554,7 @@ impl<S: BatchSink> ProducerBatcher<S> {
                 let _ = outcome.wait().await;
             }
         };
-        if tokio::time::timeout(CLOSE_TIMEOUT, all).await.is_ok() {
+        if tokio::time::timeout(deadline, all).await.is_ok() {
             return 0;
         }
         let mut abandoned = 0;
@@ -686,7 +683,7 @@ mod tests {
                 .expect("every send succeeds");
             let open = batcher.shared.batches.lock().open_count();
             assert_eq!(queue.pending(), 0, "every message gave its place back");
-            batcher.close().await;
+            batcher.close(crate::DEFAULT_CLOSE_DEADLINE).await;
             let batches = std::mem::take(&mut *recorder.batches.lock());
             (batches, ids, open)
         })
@@ -843,7 +840,7 @@ mod tests {
             );
         }
         assert_eq!(queue.pending(), 0, "every place given back");
-        assert_eq!(batcher.close().await, 0);
+        assert_eq!(batcher.close(crate::DEFAULT_CLOSE_DEADLINE).await, 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -863,7 +860,7 @@ mod tests {
         assert_eq!(queue.pending(), 0);
     }
 
-    /// Closing waits for the batches on the wire at most [`CLOSE_TIMEOUT`], then fails their
+    /// Closing waits for the batches on the wire at most its deadline, then fails their
     /// sends with `Closed` and counts them; later sends fail at once.
     #[tokio::test(start_paused = true)]
     async fn close_gives_up_on_unanswered_batches_after_its_timeout() {
@@ -878,11 +875,11 @@ mod tests {
         answer(&gate, 1);
         let started = tokio::time::Instant::now();
         assert_eq!(
-            batcher.close().await,
+            batcher.close(crate::DEFAULT_CLOSE_DEADLINE).await,
             1,
             "the second batch (one message) abandoned"
         );
-        assert_eq!(started.elapsed(), CLOSE_TIMEOUT);
+        assert_eq!(started.elapsed(), crate::DEFAULT_CLOSE_DEADLINE);
         assert_eq!(batch_sizes(&gate), [2, 1], "close sealed the open batch");
         let results: Vec<_> = futures_util::future::join_all(sends).await;
         assert!(results[0].as_ref().expect("joined").is_ok());

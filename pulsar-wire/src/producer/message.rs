@@ -1,6 +1,6 @@
 //! [`OutgoingMessage`]: a message to send, with its key, properties and event time.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
@@ -13,7 +13,9 @@ pub struct OutgoingMessage {
     pub(crate) key: Option<String>,
     pub(crate) ordering_key: Option<Bytes>,
     pub(crate) properties: Vec<(String, String)>,
-    pub(crate) event_time: Option<u64>,
+    /// Its event time, in milliseconds since the epoch, or why the time asked for cannot be
+    /// sent.
+    pub(crate) event_time: Option<Result<u64, String>>,
     /// When to deliver it, in milliseconds since the epoch, or why the time asked for cannot
     /// be sent.
     pub(crate) deliver_at: Option<Result<u64, String>>,
@@ -52,10 +54,24 @@ impl OutgoingMessage {
         self
     }
 
-    /// Its event time, in milliseconds since the epoch.
+    /// Its event time (the metadata's `event_time`, sent in milliseconds since the epoch, so
+    /// to the millisecond): when the event it records happened, for the application; the
+    /// broker does not read it.
+    ///
+    /// The protocol reads an event time of 0 as none, so [`UNIX_EPOCH`](std::time::UNIX_EPOCH) arrives as no event
+    /// time ([`Message::event_time`](crate::Message::event_time) gives `None`). A time before
+    /// 1970 or beyond what the protocol's unsigned 64-bit milliseconds hold makes the send
+    /// fail with [`Error::Invalid`](crate::Error::Invalid).
     #[must_use]
-    pub fn event_time(mut self, millis: u64) -> Self {
-        self.event_time = Some(millis);
+    pub fn event_time(mut self, time: SystemTime) -> Self {
+        self.event_time = Some(crate::time::to_millis(time, "event_time"));
+        self
+    }
+
+    /// Its event time in milliseconds since the epoch, as sent; copied as is from a received
+    /// message (retry and dead letters), so no precision is lost.
+    pub(crate) fn event_time_millis(mut self, millis: u64) -> Self {
+        self.event_time = Some(Ok(millis));
         self
     }
 
@@ -91,30 +107,47 @@ impl OutgoingMessage {
     /// with [`Error::Invalid`](crate::Error::Invalid).
     #[must_use]
     pub fn deliver_at(mut self, time: SystemTime) -> Self {
-        let millis = time
-            .duration_since(UNIX_EPOCH)
-            .map_err(|_| format!("{time:?} is before 1970, which deliver_at_time cannot hold"))
-            .and_then(|since| {
-                u64::try_from(since.as_millis())
-                    .ok()
-                    .filter(|millis| i64::try_from(*millis).is_ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "{time:?} is past what deliver_at_time (64-bit milliseconds since \
-                             1970) can hold"
-                        )
-                    })
-            });
+        let millis = crate::time::to_millis(time, "deliver_at_time").and_then(|millis| {
+            // deliver_at_time is signed on the wire.
+            i64::try_from(millis).map(|_| millis).map_err(|_| {
+                format!(
+                    "{time:?} is past what deliver_at_time (signed 64-bit milliseconds since \
+                     1970) can hold"
+                )
+            })
+        });
         self.deliver_at = Some(millis);
         self
     }
 
-    /// When it is to be delivered, in milliseconds since the epoch, if a valid time was set
-    /// ([`OutgoingMessage::deliver_at`]).
-    pub fn delivery_time(&self) -> Option<u64> {
+    /// When it is to be delivered, to the millisecond (as it is sent), if a valid time was set
+    /// ([`OutgoingMessage::deliver_at`], [`OutgoingMessage::deliver_after`]).
+    pub fn delivery_time(&self) -> Option<SystemTime> {
         self.deliver_at
             .as_ref()
             .and_then(|at| at.as_ref().ok().copied())
+            .map(crate::time::from_millis)
+    }
+
+    /// Its `event_time` as sent (`None` when none was set; a time that cannot be sent fails
+    /// [`OutgoingMessage::check_times`] first).
+    pub(crate) fn event_time_wire(&self) -> Option<u64> {
+        self.event_time
+            .as_ref()
+            .and_then(|at| at.as_ref().ok().copied())
+    }
+
+    /// [`Error::Invalid`](crate::Error::Invalid) when a time asked for (delivery or event
+    /// time) cannot be sent.
+    pub(crate) fn check_times(&self) -> Result<(), crate::Error> {
+        self.deliver_at_time()?;
+        match &self.event_time {
+            Some(Err(reason)) => Err(crate::Error::Invalid {
+                what: "event_time",
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Whether it is delivered at a time of its own (and so sent on its own, not batched).
@@ -188,5 +221,57 @@ impl OutgoingMessage {
             + self.ordering_key.as_ref().map_or(0, |k| k.len() + 2)
             + properties
             + 16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+
+    #[test]
+    fn times_are_kept_to_the_millisecond_they_are_sent_with() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_733_500_000_123);
+        let message = OutgoingMessage::new("x")
+            .event_time(at + Duration::from_micros(999))
+            .deliver_at(at + Duration::from_nanos(1));
+        assert_eq!(message.delivery_time(), Some(at));
+        assert_eq!(message.event_time_wire(), Some(1_733_500_000_123));
+        assert_eq!(
+            message.deliver_at_time().ok(),
+            Some(Some(1_733_500_000_123))
+        );
+        assert!(message.check_times().is_ok());
+        assert_eq!(OutgoingMessage::new("x").delivery_time(), None);
+    }
+
+    #[test]
+    fn times_that_cannot_be_sent_fail_the_check_naming_the_field() {
+        let before_1970 = UNIX_EPOCH - Duration::from_millis(1);
+        let message = OutgoingMessage::new("x").event_time(before_1970);
+        assert_eq!(message.event_time_wire(), None);
+        let error = message.check_times().expect_err("refused");
+        assert!(
+            matches!(&error, crate::Error::Invalid { what: "event_time", reason }
+                if reason.contains("1970")),
+            "{error}"
+        );
+        // Past the signed 64-bit milliseconds of deliver_at_time, within event_time's unsigned.
+        let far = UNIX_EPOCH + Duration::from_millis(u64::MAX);
+        let message = OutgoingMessage::new("x").event_time(far).deliver_at(far);
+        assert_eq!(message.event_time_wire(), Some(u64::MAX));
+        assert_eq!(message.delivery_time(), None);
+        let error = message.check_times().expect_err("refused");
+        assert!(
+            matches!(
+                &error,
+                crate::Error::Invalid {
+                    what: "deliver_at",
+                    ..
+                }
+            ),
+            "{error}"
+        );
     }
 }

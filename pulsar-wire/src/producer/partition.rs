@@ -787,7 +787,7 @@ impl PartitionProducer {
             properties: message.key_values(),
             partition_key: message.key.clone(),
             ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-            event_time: message.event_time,
+            event_time: message.event_time_wire(),
             deliver_at_time: message.deliver_at_time().ok().flatten(),
             compression,
             uncompressed_size,
@@ -858,7 +858,8 @@ impl PartitionProducer {
 /// `CLOSE_PRODUCER` for the registration of `link`.
 async fn close_on(link: &Link) -> Result<(), Error> {
     let producer_id = link.producer_id;
-    link.connection
+    let answer = link
+        .connection
         .request("CLOSE_PRODUCER", |request_id| {
             command_frame(Type::CloseProducer, |c| {
                 c.close_producer = Some(pb::CommandCloseProducer {
@@ -868,8 +869,12 @@ async fn close_on(link: &Link) -> Result<(), Error> {
                 });
             })
         })
-        .await
-        .map(drop)
+        .await;
+    match answer {
+        // The broker forgets a connection's producers when it ends: nothing to close.
+        Ok(_) | Err(Error::ConnectionLost { .. }) => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 /// How an attempt to register again went, when not refused for good.
@@ -989,7 +994,7 @@ fn encode_messages(messages: &[OutgoingMessage], first: u64) -> Bytes {
         properties: message.key_values(),
         partition_key: message.key.clone(),
         ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-        event_time: message.event_time,
+        event_time: message.event_time_wire(),
         sequence_id: Some(sequence_id),
         payload_size: i32::try_from(message.payload.len()).unwrap_or(i32::MAX),
         ..SingleMessageMetadata::default()

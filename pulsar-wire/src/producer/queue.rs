@@ -12,13 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use crate::Error;
 
 /// What [`crate::Producer::send`] does when the producer's pending queue is full
 /// ([`super::ProducerOptions::max_pending_messages`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum QueueFull {
     /// Fails at once with [`Error::ProducerQueueFull`] (the default, as the Java client's
     /// `blockIfQueueFull(false)`): the application decides whether to retry, drop or slow
@@ -36,7 +37,25 @@ pub enum QueueFull {
 /// A message's place in the pending queue, given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
+    given_back: Arc<Notify>,
+}
+
+impl Slot {
+    fn new(permit: OwnedSemaphorePermit, given_back: &Arc<Notify>) -> Self {
+        Self {
+            permit: Some(permit),
+            given_back: Arc::clone(given_back),
+        }
+    }
+}
+
+impl Drop for Slot {
+    /// Gives the place back, then wakes [`PendingQueue::drained`].
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.given_back.notify_waiters();
+    }
 }
 
 /// The places of one producer's messages, across its partitions.
@@ -49,6 +68,8 @@ pub(crate) struct PendingQueue {
     /// The longest a blocking send waits for a place.
     wait: Duration,
     topic: String,
+    /// Notified whenever a place is given back.
+    given_back: Arc<Notify>,
 }
 
 impl PendingQueue {
@@ -77,6 +98,7 @@ impl PendingQueue {
             when_full,
             wait,
             topic: topic.to_owned(),
+            given_back: Arc::new(Notify::new()),
         })
     }
 
@@ -92,7 +114,7 @@ impl PendingQueue {
             waited,
         };
         match Arc::clone(&self.room).try_acquire_owned() {
-            Ok(permit) => return Ok(Slot { _permit: permit }),
+            Ok(permit) => return Ok(Slot::new(permit, &self.given_back)),
             Err(TryAcquireError::Closed) => return Err(Error::Closed("the producer")),
             Err(TryAcquireError::NoPermits) if self.when_full == QueueFull::Fail => {
                 return Err(full(None));
@@ -108,7 +130,7 @@ impl PendingQueue {
         let waited = waited.await;
         since.blocked(crate::metrics::Blocked::PendingQueue);
         match waited {
-            Ok(Ok(permit)) => Ok(Slot { _permit: permit }),
+            Ok(Ok(permit)) => Ok(Slot::new(permit, &self.given_back)),
             Ok(Err(_)) => Err(Error::Closed("the producer")),
             Err(_) => Err(full(Some(self.wait))),
         }
@@ -122,6 +144,19 @@ impl PendingQueue {
     }
 
     /// The limit, `None` when unbounded.
+    /// Returns once every place is given back (at once when none is taken).
+    pub(crate) async fn drained(&self) {
+        loop {
+            let given_back = self.given_back.notified();
+            let mut given_back = std::pin::pin!(given_back);
+            given_back.as_mut().enable();
+            if self.pending() == 0 {
+                return;
+            }
+            given_back.await;
+        }
+    }
+
     pub(crate) fn limit(&self) -> Option<usize> {
         self.limit
     }

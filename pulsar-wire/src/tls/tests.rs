@@ -14,7 +14,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::connection::fake_broker::{Peer, listen};
 use crate::pb::base_command::Type;
 use crate::pb::{self, command_lookup_topic_response::LookupType};
-use crate::{Client, ConnectOptions, Connection, Error};
+use crate::{ConnectOptions, Connection, Error};
 
 /// A CA made for one test.
 struct Ca {
@@ -356,9 +356,11 @@ async fn a_redirect_on_tls_follows_the_brokers_tls_url() {
         ..Default::default()
     })
     .await;
-    let client = Client::connect(options(&format!("pulsar+ssl://{a}")).tls_ca_pem(&ca.pem))
-        .await
-        .expect("connected to A");
+    let client =
+        crate::ClientBuilder::from(options(&format!("pulsar+ssl://{a}")).tls_ca_pem(&ca.pem))
+            .build()
+            .await
+            .expect("connected to A");
     let connection = client.lookup("t").await.expect("redirected");
     assert_eq!(connection.address(), b);
     assert!(connection.is_tls());
@@ -374,9 +376,11 @@ async fn a_redirect_without_a_tls_url_is_refused_clearly() {
         ..Default::default()
     })
     .await;
-    let client = Client::connect(options(&format!("pulsar+ssl://{a}")).tls_ca_pem(&ca.pem))
-        .await
-        .expect("connected");
+    let client =
+        crate::ClientBuilder::from(options(&format!("pulsar+ssl://{a}")).tls_ca_pem(&ca.pem))
+            .build()
+            .await
+            .expect("connected");
     let error = client.lookup("t").await.expect_err("no TLS URL");
     let text = error.to_string();
     assert!(

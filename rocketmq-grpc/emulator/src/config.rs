@@ -39,6 +39,12 @@ pub(crate) struct Config {
     pub(crate) min_long_polling: Duration,
     /// `grpcClientConsumerMaxLongPollingTimeoutMillis` (20 s).
     pub(crate) max_long_polling: Duration,
+    /// The broker's window between a pop's scan and its suspension (zero: none, and every
+    /// waiting receive is woken by an arrival); see `EmulatorBuilder::pop_suspension_gap`.
+    pub(crate) pop_suspension_gap: Duration,
+    /// A receive the client cancels still pops, as the proxy's (see
+    /// `EmulatorBuilder::cancelled_receives_pop`).
+    pub(crate) cancelled_receives_pop: bool,
     /// `maxMessageSize` (4 MiB); 0 means no limit.
     pub(crate) max_body_size: usize,
     /// `enableMessageBodyEmptyCheck` (true).
@@ -92,6 +98,8 @@ impl Default for Config {
             max_invisible: Duration::from_secs(12 * 3600),
             min_long_polling: Duration::from_secs(5),
             max_long_polling: Duration::from_secs(20),
+            pop_suspension_gap: Duration::ZERO,
+            cancelled_receives_pop: false,
             max_body_size: 4 * 1024 * 1024,
             reject_empty_body: true,
             require_client_channel: true,

@@ -11,10 +11,10 @@ use std::sync::Arc;
 pub enum Error {
     /// An argument of the builder or of the admin API was rejected; the message says which and
     /// what is accepted. Not retryable.
-    #[error("invalid setting `{setting}`: {reason}")]
-    InvalidConfig {
-        /// The setting (`"emulator"` for the admin API's arguments).
-        setting: &'static str,
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// The setting or argument (`"emulator"` for the admin API's arguments).
+        what: &'static str,
         /// What is wrong and what is accepted.
         reason: String,
     },
@@ -47,7 +47,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Bind { .. } => true,
-            Self::InvalidConfig { .. }
+            Self::Invalid { .. }
             | Self::Serve(_)
             | Self::Task(_)
             | Self::AlreadyExists(_)

@@ -87,7 +87,9 @@
 //!   for (the proxy pops from every queue of the queue's broker). An OK status frame then one
 //!   frame per message, or a single
 //!   `MESSAGE_NOT_FOUND` after long polling. Long polling is clamped to 5–20 s (configurable)
-//!   and to the `grpc-timeout` deadline; `auto_renew` receives get the proxy's 60 s invisible
+//!   and to the `grpc-timeout` deadline; an arrival wakes every waiting receive, or, with
+//!   [`EmulatorBuilder::pop_suspension_gap`], as the broker: one suspended receive, and none
+//!   that is between its scan and its suspension; `auto_renew` receives get the proxy's 60 s invisible
 //!   time and are renewed by the "proxy" for their client for up to 3 h; other receives must
 //!   ask for 10 s–12 h (`ILLEGAL_INVISIBLE_TIME`). A message whose invisibility ends without
 //!   an ack is redelivered with `delivery_attempt + 1` and a new handle. A consumer group
@@ -179,8 +181,8 @@ use server::messaging_service_server::MessagingServiceServer;
 
 /// An argument of the emulator's admin API was rejected.
 fn invalid(reason: String) -> Error {
-    Error::InvalidConfig {
-        setting: "emulator",
+    Error::Invalid {
+        what: "emulator",
         reason,
     }
 }
@@ -461,6 +463,31 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Models the broker's lost arrivals (`PopLongPollingService`, 5.3.3 and 5.5.0): a receive
+    /// that found nothing is suspended only `gap` after its scan, and a message that arrives
+    /// in between wakes nobody, so that receive waits its whole long polling; and, as the
+    /// broker, an arrival wakes one suspended receive (the one that expires first), not all.
+    /// Default zero: no window, and every waiting receive is woken by an arrival. The real
+    /// broker's window is short (a 20 s wait for about 1 in 500 messages sent right after one
+    /// a receive had just returned, on 5.3.3); a long one makes the race certain in a test.
+    #[must_use]
+    pub fn pop_suspension_gap(mut self, gap: Duration) -> Self {
+        self.config.pop_suspension_gap = gap;
+        self
+    }
+
+    /// Whether a receive the client cancels (drops the call) goes on: its long poll still
+    /// waits and pops what arrives, the popped messages stay invisible for the receive's
+    /// invisible time and the answer is thrown away. The 5.3.3 proxy does this (its log: "client
+    /// has cancelled the request. response to write: ..." with the message), because its
+    /// broker pop is not cancelled with the call. Default off: a cancelled receive ends with
+    /// the call and pops nothing.
+    #[must_use]
+    pub fn cancelled_receives_pop(mut self, on: bool) -> Self {
+        self.config.cancelled_receives_pop = on;
+        self
+    }
+
     /// Clamp of long polling (default 5 s to 20 s); shorten it for fast tests.
     #[must_use]
     pub fn long_polling_range(mut self, min: Duration, max: Duration) -> Self {
@@ -568,7 +595,7 @@ impl EmulatorBuilder {
     /// Serves TLS only (unlike the proxy's permissive mode, a plain connection fails), with
     /// this certificate chain (PEM, leaf first) and its private key (PEM: PKCS#8, PKCS#1 or
     /// SEC1). Needs the crate feature `tls` (on by default). [`start`](Self::start) refuses
-    /// PEM it cannot use with [`Error::InvalidConfig`] (setting `tls`).
+    /// PEM it cannot use with [`Error::Invalid`] (setting `tls`).
     ///
     /// ```no_run
     /// # async fn demo(cert: String, key: String, ca: String) -> Result<(), Box<dyn std::error::Error>> {
@@ -617,8 +644,8 @@ impl EmulatorBuilder {
         let Some(pem) = &self.tls else {
             return Ok(None);
         };
-        let bad = |reason: String| Error::InvalidConfig {
-            setting: "tls",
+        let bad = |reason: String| Error::Invalid {
+            what: "tls",
             reason,
         };
         if pem.cert_chain.is_empty() || pem.key.is_empty() {
@@ -726,8 +753,8 @@ impl EmulatorBuilder {
 }
 
 fn create_topic(shared: &Shared, name: &str, kind: TopicKind, queues: u32) -> Result<(), Error> {
-    validate::topic(name).map_err(|reason| Error::InvalidConfig {
-        setting: "emulator",
+    validate::topic(name).map_err(|reason| Error::Invalid {
+        what: "emulator",
         reason,
     })?;
     if queues == 0 || queues > 1024 {
@@ -748,8 +775,8 @@ fn create_topic(shared: &Shared, name: &str, kind: TopicKind, queues: u32) -> Re
 }
 
 fn create_group(shared: &Shared, name: &str, fifo: bool) -> Result<(), Error> {
-    validate::group(name).map_err(|reason| Error::InvalidConfig {
-        setting: "emulator",
+    validate::group(name).map_err(|reason| Error::Invalid {
+        what: "emulator",
         reason,
     })?;
     let mut groups = shared.groups.write();
@@ -910,7 +937,7 @@ impl Emulator {
     /// `INVALID_ARGUMENT` saying the same). Idempotent for the same topic.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] when `bind_topic` does not exist; [`Error::InvalidConfig`] when
+    /// [`Error::UnknownTopic`] when `bind_topic` does not exist; [`Error::Invalid`] when
     /// it is not a [`TopicKind::Lite`] topic or the name is not a valid group name;
     /// [`Error::AlreadyExists`] for a group bound to another topic or an orderly group.
     ///
@@ -1067,6 +1094,21 @@ impl Emulator {
             .get(client_id)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Restricts the queues `QueryAssignment` assigns for `topic` to `queues` (`None`: every
+    /// queue, the default), as the proxy stops assigning the queues of a broker that left the
+    /// route. Receives already under way on other queues go on.
+    pub fn assign_only(&self, topic: &str, queues: Option<Vec<u32>>) {
+        let mut assigned = self.shared.assigned.lock();
+        match queues {
+            Some(queues) => {
+                assigned.insert(topic.to_owned(), queues);
+            }
+            None => {
+                assigned.remove(topic);
+            }
+        }
     }
 
     /// A snapshot of the counters.

@@ -42,11 +42,14 @@ use rocketmq_grpc::pb::{
     self, Code, receive_message_response, retry_policy, settings, telemetry_command,
 };
 
-/// A topic: its queues behind one lock, and a notifier that wakes long polls.
+/// A topic: its queues behind one lock, and what wakes long polls.
 #[derive(Debug)]
 pub(crate) struct Topic {
     pub(crate) kind: TopicKind,
+    /// Wakes every waiting long poll (without a suspension gap).
     pub(crate) notify: Notify,
+    /// The suspended long polls (with a suspension gap): when each expires, and its waker.
+    suspended: Mutex<Vec<(u64, tokio::sync::oneshot::Sender<()>)>>,
     rr: AtomicUsize,
     pub(crate) inner: Mutex<TopicInner>,
 }
@@ -56,9 +59,47 @@ impl Topic {
         Self {
             kind,
             notify: Notify::new(),
+            suspended: Mutex::new(Vec::new()),
             rr: AtomicUsize::new(0),
             inner: Mutex::new(TopicInner::new(queues)),
         }
+    }
+
+    /// A message arrived, became visible or was unblocked: every waiting long poll is woken;
+    /// with a suspension gap (`one`), as the broker, only the suspended one that expires
+    /// first.
+    pub(crate) fn wake(&self, one: bool) {
+        if !one {
+            self.notify.notify_waiters();
+            return;
+        }
+        let mut suspended = self.suspended.lock();
+        suspended.sort_by_key(|(expires, _)| *expires);
+        while !suspended.is_empty() {
+            let (_, waker) = suspended.remove(0);
+            if waker.send(()).is_ok() {
+                break;
+            }
+        }
+    }
+
+    /// Wakes every long poll, suspended or waiting (the clock moved, shutdown).
+    fn wake_every_poll(&self) {
+        self.notify.notify_waiters();
+        for (_, waker) in self.suspended.lock().drain(..) {
+            let _ = waker.send(());
+        }
+    }
+
+    /// Suspends a long poll until `expires_ms`: the returned receiver fires when an arrival
+    /// wakes it.
+    fn suspend(&self, expires_ms: u64) -> tokio::sync::oneshot::Receiver<()> {
+        let (waker, woken) = tokio::sync::oneshot::channel();
+        let mut suspended = self.suspended.lock();
+        // Polls that ended (long poll over, cancelled) leave their wakers behind.
+        suspended.retain(|(_, waker)| !waker.is_closed());
+        suspended.push((expires_ms, waker));
+        woken
     }
 
     pub(crate) fn queue_count(&self) -> usize {
@@ -102,6 +143,10 @@ pub(crate) struct Shared {
     pub(crate) lite: LiteRegistry,
     /// The light queue of each lite topic, by (parent, lite topic): one queue each.
     pub(crate) light_queues: RwLock<HashMap<(String, String), Arc<Topic>>>,
+    /// Topic → the only queues `QueryAssignment` assigns ([`Emulator::assign_only`]).
+    ///
+    /// [`Emulator::assign_only`]: super::Emulator::assign_only
+    pub(crate) assigned: Mutex<HashMap<String, Vec<u32>>>,
 }
 
 /// The most `SendMessage` calls [`Emulator::send_log`](super::Emulator::send_log) keeps.
@@ -179,6 +224,7 @@ impl Shared {
             halves: Mutex::new(HashMap::new()),
             lite: LiteRegistry::default(),
             light_queues: RwLock::new(HashMap::new()),
+            assigned: Mutex::new(HashMap::new()),
         }
     }
 
@@ -261,7 +307,7 @@ impl Shared {
     /// Wakes every long poll (clock moved, shutdown).
     pub(crate) fn wake_all(&self) {
         for t in self.topics.read().values() {
-            t.notify.notify_waiters();
+            t.wake_every_poll();
         }
     }
 
@@ -349,7 +395,7 @@ impl Shared {
             Stored { queue_id, offsets }
         };
         add(&self.counters.messages_stored, n);
-        topic.notify.notify_waiters();
+        topic.wake(!self.config.pop_suspension_gap.is_zero());
         stored
     }
 
@@ -667,7 +713,12 @@ impl Service {
         let topic = topic_of(s, topic_name)?;
         group_of(s, name(req.group.as_ref()))?;
         let resource = req.topic.clone().unwrap_or_default();
+        let only = s.assigned.lock().get(topic_name).cloned();
         let assignments = (0..topic.queue_count())
+            .filter(|id| {
+                only.as_ref()
+                    .is_none_or(|only| u32::try_from(*id).is_ok_and(|id| only.contains(&id)))
+            })
             .map(|id| pb::Assignment {
                 message_queue: Some(self.message_queue(&resource, topic.kind, id)),
             })
@@ -1044,8 +1095,28 @@ impl Service {
             }
             let wake = out.next_deadline_ms.map_or(end_ms, |d| d.min(end_ms));
             let wait = Duration::from_millis(wake.saturating_sub(now_ms).max(1));
+            if cfg.pop_suspension_gap.is_zero() {
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep(wait) => {}
+                    () = serving.cancelled() => {}
+                }
+                continue;
+            }
+            // As the broker: suspended only after the gap; what arrives meanwhile wakes
+            // nobody, and an arrival wakes one suspended receive.
             tokio::select! {
-                () = &mut notified => {}
+                () = tokio::time::sleep(cfg.pop_suspension_gap.min(wait)) => {}
+                () = serving.cancelled() => continue,
+            }
+            let now_ms = s.clock.now_ms();
+            if now_ms >= wake {
+                continue;
+            }
+            let woken = topic.suspend(end_ms);
+            let wait = Duration::from_millis(wake.saturating_sub(now_ms).max(1));
+            tokio::select! {
+                _ = woken => {}
                 () = tokio::time::sleep(wait) => {}
                 () = serving.cancelled() => {}
             }
@@ -1216,7 +1287,7 @@ impl Service {
             }
         }
         if unblocked {
-            topic.notify.notify_waiters();
+            topic.wake(!s.config.pop_suspension_gap.is_zero());
         }
         if cfg.batch_ack {
             // Expired handles first, then the per-broker group (one broker here).
@@ -1350,7 +1421,7 @@ impl Service {
             }
         };
         let receipt_handle = result?;
-        topic.notify.notify_waiters();
+        topic.wake(!s.config.pop_suspension_gap.is_zero());
         Ok(pb::ChangeInvisibleDurationResponse {
             status: Some(ok()),
             receipt_handle,
@@ -1406,7 +1477,7 @@ impl Service {
                 }
             }
         };
-        topic.notify.notify_waiters();
+        topic.wake(!s.config.pop_suspension_gap.is_zero());
         if let Some(mut message) = message {
             message.message_group = None;
             let dlq_name = format!("%DLQ%{group}");
@@ -1711,6 +1782,13 @@ impl MessagingService for Service {
     ) -> Result<Response<Self::ReceiveMessageStream>, tonic::Status> {
         let (md, _, req) = request.into_parts();
         let frames = match self.admit(&md, Rpc::ReceiveMessage).await {
+            Ok(ctx) if self.shared.config.cancelled_receives_pop => {
+                // The receive goes on in a task of its own, whatever becomes of the call.
+                let service = self.clone();
+                tokio::spawn(async move { service.receive_inner(&ctx, req).await })
+                    .await
+                    .map_err(|error| tonic::Status::internal(format!("receive failed: {error}")))?
+            }
             Ok(ctx) => self.receive_inner(&ctx, req).await,
             Err(Reject::Grpc(st)) => return Err(st),
             Err(Reject::Code(st)) => vec![pb::ReceiveMessageResponse {
@@ -1801,7 +1879,7 @@ impl MessagingService for Service {
                     .lock()
                     .release_client(group, &ctx.client_id, now_ms, release_ms, &s.seq);
             if released > 0 {
-                t.notify.notify_waiters();
+                t.wake(!s.config.pop_suspension_gap.is_zero());
             }
         }
         unary(Ok(pb::NotifyClientTerminationResponse {

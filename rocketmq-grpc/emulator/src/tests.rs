@@ -1231,7 +1231,7 @@ async fn admin_api() {
     ));
     assert!(matches!(
         emu.create_topic("bad name", TopicKind::Normal, 1),
-        Err(crate::Error::InvalidConfig { .. })
+        Err(crate::Error::Invalid { .. })
     ));
     assert!(emu.create_topic("t3", TopicKind::Normal, 0).is_err());
     emu.create_group("g2", true).unwrap();

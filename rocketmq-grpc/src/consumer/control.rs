@@ -114,14 +114,22 @@ fn apply_assignments(inner: &Arc<Inner>, topic: &str, assignments: Vec<pb::Assig
         let fifo = queue
             .accept_message_types
             .contains(&(pb::MessageType::Fifo as i32));
-        inner.tasks.spawn(receive::run(
-            Arc::clone(inner),
-            key,
-            queue,
-            endpoint,
-            fifo,
-            stop,
-        ));
+        // A FIFO queue is received in order by one loop; another queue keeps a second long
+        // poll suspended at the broker (see `receive::POLLS_PER_QUEUE`).
+        let polls = if fifo { 1 } else { receive::POLLS_PER_QUEUE };
+        for poll in 0..polls {
+            inner.tasks.spawn(receive::run(
+                Arc::clone(inner),
+                receive::Poll {
+                    key: key.clone(),
+                    queue: queue.clone(),
+                    endpoint: endpoint.clone(),
+                    fifo,
+                    index: poll,
+                },
+                stop.clone(),
+            ));
+        }
     }
     inner.queues.lock().retain(|key, stop| {
         let keep = key.topic != topic || assigned.contains(key);

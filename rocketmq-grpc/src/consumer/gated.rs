@@ -312,8 +312,8 @@ mod tests {
         let bad = GateConfig::default().with_high_watermark(2.0);
         assert!(matches!(
             PushGate::new(topics, bad),
-            Err(Error::InvalidConfig {
-                setting: "priority",
+            Err(Error::Invalid {
+                what: "priority",
                 ..
             })
         ));

@@ -32,7 +32,7 @@ pub enum ConsumeResult {
 /// #[async_trait]
 /// impl MessageHandler for Orders {
 ///     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-///         println!("order {}: {} bytes", message.message_id, message.body.len());
+///         println!("order {}: {} bytes", message.message_id(), message.body().len());
 ///         self.handled.fetch_add(1, Ordering::Relaxed);
 ///         ConsumeResult::Success
 ///     }
@@ -48,7 +48,7 @@ pub enum ConsumeResult {
 /// use rocketmq_grpc::{ConsumeResult, ReceivedMessage};
 ///
 /// let handler = |message: ReceivedMessage| async move {
-///     if message.body.is_empty() {
+///     if message.body().is_empty() {
 ///         ConsumeResult::Failure
 ///     } else {
 ///         ConsumeResult::Success

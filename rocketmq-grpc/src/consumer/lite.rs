@@ -27,7 +27,7 @@ fn lite<'a>(inner: &'a Inner, setting: &'static str) -> Result<&'a LiteState, Er
 
 fn check_running(inner: &Inner) -> Result<(), Error> {
     if inner.shut_down.load(Ordering::Relaxed) {
-        return Err(Error::ShutDown);
+        return Err(Error::Closed("the lite push consumer"));
     }
     Ok(())
 }

@@ -14,6 +14,7 @@ mod receive;
 mod registration;
 mod simple;
 mod state;
+mod stream;
 mod telemetry;
 mod unacked;
 
@@ -33,7 +34,7 @@ use state::{Inner, Subscription};
 use unacked::Unacked;
 
 use crate::priority::{GateConfig, GateStats, PriorityTopics};
-use crate::{AckFlusher, ClientConfig, Error, FilterExpression, Session};
+use crate::{AckFlusher, ClientConfig, Error, FilterExpression, LinkState, Session};
 
 pub use ack_settings::{AckObserver, AckSettings};
 pub use handler::{ConsumeResult, MessageHandler};
@@ -43,6 +44,7 @@ pub use simple::{
     PRIORITY_RECEIVE_GRACE, SimpleCloseReport, SimpleConsumer, SimpleConsumerBuilder,
     SimpleConsumerStats,
 };
+pub use stream::Messages;
 
 /// Counters of a consumer, from [`PushConsumer::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,7 +107,7 @@ pub struct PushConsumerBuilder {
     group: String,
     subscriptions: Vec<Subscription>,
     concurrency: usize,
-    receive_batch_size: i32,
+    receive_batch_size: u32,
     long_polling: Duration,
     acks: AckSettings,
     renewal: Duration,
@@ -113,6 +115,8 @@ pub struct PushConsumerBuilder {
     lite_bind_topic: Option<String>,
     /// Level topics (or a native topic) and the gate's settings.
     priority: Option<(PriorityTopics, GateConfig)>,
+    /// What handles each message ([`PushConsumerBuilder::handler`]).
+    handler: Option<Arc<dyn MessageHandler>>,
 }
 
 impl std::fmt::Debug for PushConsumerBuilder {
@@ -140,7 +144,8 @@ impl PushConsumerBuilder {
     /// let consumer = PushConsumer::builder(config, "billing")
     ///     .subscribe("orders", "paid || refunded")
     ///     .subscribe("payments", FilterExpression::sql92("region = 'eu' AND amount > 100"))
-    ///     .start(handler)
+    ///     .handler(handler)
+    ///     .build()
     ///     .await?;
     /// # drop(consumer);
     /// # Ok(()) }
@@ -165,9 +170,10 @@ impl PushConsumerBuilder {
         self
     }
 
-    /// How many messages one receive asks for (default 32).
+    /// How many messages one receive asks for (default 32, 1 to 1,024; the proxy serves at
+    /// most 32 at once).
     #[must_use]
-    pub fn receive_batch_size(mut self, size: i32) -> Self {
+    pub fn receive_batch_size(mut self, size: u32) -> Self {
         self.receive_batch_size = size;
         self
     }
@@ -253,13 +259,14 @@ impl PushConsumerBuilder {
     /// let consumer = PushConsumer::builder(config, "billing")
     ///     .concurrency(64)
     ///     .priority(topics, GateConfig::default())
-    ///     .start(handler)
+    ///     .handler(handler)
+    ///     .build()
     ///     .await?;
     /// # drop(consumer);
     /// # Ok(()) }
     /// ```
     ///
-    /// [`start`](Self::start) refuses, naming `priority`, gate settings that
+    /// [`build`](Self::build) refuses, naming `priority`, gate settings that
     /// [`GateConfig::validate`] refuses.
     #[must_use]
     pub fn priority(mut self, topics: PriorityTopics, gate: GateConfig) -> Self {
@@ -323,13 +330,41 @@ impl PushConsumerBuilder {
         Ok(())
     }
 
-    /// Connects, checks the group and every topic with the proxy, and starts consuming.
+    /// [`handler`](Self::handler), then [`build`](Self::build).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for bad settings; [`Error::Unreachable`] when the proxy cannot
-    /// be reached; [`Error::Server`] when it refuses the group or a topic (unknown, not
-    /// authorised).
-    pub async fn start(mut self, handler: impl MessageHandler) -> Result<PushConsumer, Error> {
+    /// As [`build`](Self::build).
+    #[deprecated(
+        since = "0.2.0",
+        note = "set the handler with `.handler(..)`, then `.build()`"
+    )]
+    pub async fn start(self, handler: impl MessageHandler) -> Result<PushConsumer, Error> {
+        self.handler(handler).build().await
+    }
+
+    /// What handles each message: a [`MessageHandler`], or a closure
+    /// `Fn(ReceivedMessage) -> impl Future<Output = ConsumeResult>`. Required: [`build`](
+    /// Self::build) refuses a builder without one.
+    #[must_use]
+    pub fn handler(mut self, handler: impl MessageHandler) -> Self {
+        self.handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// Connects, checks the group and every topic with the proxy, and starts consuming with
+    /// the [`handler`](Self::handler).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for bad settings (naming `handler` when none was set);
+    /// [`Error::Unreachable`] when the proxy cannot be reached; [`Error::Server`] when it
+    /// refuses the group or a topic (unknown, not authorised).
+    pub async fn build(mut self) -> Result<PushConsumer, Error> {
+        let Some(handler) = self.handler.take() else {
+            return Err(Error::invalid(
+                "handler",
+                "no handler: set one with `.handler(..)` before `build()`",
+            ));
+        };
         if let Some((topics, _)) = &self.priority {
             state::subscribe_levels(&mut self.subscriptions, topics);
         }
@@ -358,12 +393,13 @@ impl PushConsumerBuilder {
             session,
             group: self.group,
             subscriptions: self.subscriptions,
-            handler: Arc::new(handler),
+            handler,
             acks,
             ack_settings: self.acks,
             permits: Arc::new(Semaphore::new(self.concurrency)),
             concurrency: self.concurrency,
-            receive_batch_size: self.receive_batch_size,
+            // Checked above: at most 1,024.
+            receive_batch_size: i32::try_from(self.receive_batch_size).unwrap_or(1024),
             long_polling: Mutex::new(self.long_polling),
             renewal: self.renewal,
             backoff: Mutex::new(None),
@@ -399,6 +435,7 @@ impl PushConsumerBuilder {
                 }
             });
         }
+        inner.session.link().attach();
         Ok(PushConsumer { inner })
     }
 }
@@ -472,6 +509,7 @@ impl PushConsumer {
             renewal: DEFAULT_RENEWAL,
             lite_bind_topic: None,
             priority: None,
+            handler: None,
         }
     }
 
@@ -485,6 +523,24 @@ impl PushConsumer {
             .lock()
             .as_ref()
             .and_then(crate::SendRetryPolicy::from_pb)
+    }
+
+    /// The link state of the client's channel to the proxy ([`LinkState`], the same names and
+    /// meanings as `pulsar-wire`'s): [`LinkState::Reconnecting`] while calls find the proxy
+    /// unreachable, [`LinkState::Connected`] once one is answered again,
+    /// [`LinkState::Closed`] after [`close`](Self::close). The receiver marks the current state
+    /// seen; `changed().await` waits for the next.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &rocketmq_grpc::PushConsumer) {
+    /// let mut state = client.state();
+    /// while state.changed().await.is_ok() {
+    ///     println!("link: {:?}", *state.borrow_and_update());
+    /// }
+    /// # }
+    /// ```
+    pub fn state(&self) -> tokio::sync::watch::Receiver<LinkState> {
+        self.inner.session.state()
     }
 
     /// The counters.
@@ -521,12 +577,19 @@ impl PushConsumer {
     /// by that poll and comes back only after its invisible time (about 40 s). Nothing is
     /// lost, but a consumer of the same group started right after the close can see one
     /// message per topic that late (the official clients' long polls do the same).
-    pub async fn close(self, timeout: Duration) -> PushCloseReport {
+    ///
+    /// A second `close` (or one racing the first) returns at once with an empty report
+    /// (`handlers_finished` false: it waited for nothing); dropping the consumer after `close`
+    /// does nothing more.
+    pub async fn close(&self, timeout: Duration) -> PushCloseReport {
         let inner = &self.inner;
-        inner.shut_down.store(true, Ordering::Relaxed);
+        if inner.shut_down.swap(true, Ordering::AcqRel) {
+            return PushCloseReport::default();
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         inner.stop.cancel();
         inner.tasks.close();
+        inner.session.link().detach();
         let handlers_finished = tokio::time::timeout_at(deadline, inner.tasks.wait())
             .await
             .is_ok();
@@ -554,12 +617,13 @@ impl Drop for PushConsumer {
     /// Stops receiving at once; waits for handlers, flushes acks and notifies the proxy in
     /// the background (see [`PushConsumer`]).
     fn drop(&mut self) {
-        if self.inner.shut_down.swap(true, Ordering::Relaxed) {
+        if self.inner.shut_down.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = Arc::clone(&self.inner);
         inner.stop.cancel();
         inner.tasks.close();
+        inner.session.link().detach();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _ = tokio::time::timeout(DROP_TIMEOUT, inner.tasks.wait()).await;
@@ -591,9 +655,10 @@ impl LitePushConsumerBuilder {
         self
     }
 
-    /// How many messages one receive asks for (default 32).
+    /// How many messages one receive asks for (default 32), as
+    /// [`PushConsumerBuilder::receive_batch_size`].
     #[must_use]
-    pub fn receive_batch_size(mut self, size: i32) -> Self {
+    pub fn receive_batch_size(mut self, size: u32) -> Self {
         self.builder = self.builder.receive_batch_size(size);
         self
     }
@@ -622,16 +687,23 @@ impl LitePushConsumerBuilder {
         self
     }
 
+    /// What handles each message, as [`PushConsumerBuilder::handler`]. Required.
+    #[must_use]
+    pub fn handler(mut self, handler: impl MessageHandler) -> Self {
+        self.builder = self.builder.handler(handler);
+        self
+    }
+
     /// Connects as a lite push consumer (`LITE_PUSH_CONSUMER`), checks the group and the bind
-    /// topic with the proxy, and starts receiving; messages come once lite topics are
-    /// subscribed ([`LitePushConsumer::subscribe_lite`]).
+    /// topic with the proxy, and starts receiving with the [`handler`](Self::handler);
+    /// messages come once lite topics are subscribed ([`LitePushConsumer::subscribe_lite`]).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for bad settings (an empty bind topic names `bind_topic`);
-    /// [`Error::Unreachable`] when the proxy cannot be reached; [`Error::Server`] when it refuses
-    /// the group or the topic (a RocketMQ 5.3 proxy does not know the client type:
-    /// `UNRECOGNIZED_CLIENT_TYPE`).
-    pub async fn start(self, handler: impl MessageHandler) -> Result<LitePushConsumer, Error> {
+    /// [`Error::Invalid`] for bad settings (an empty bind topic names `bind_topic`; no
+    /// handler names `handler`); [`Error::Unreachable`] when the proxy cannot be reached;
+    /// [`Error::Server`] when it refuses the group or the topic (a RocketMQ 5.3 proxy does not
+    /// know the client type: `UNRECOGNIZED_CLIENT_TYPE`).
+    pub async fn build(self) -> Result<LitePushConsumer, Error> {
         let bind_topic = self.builder.lite_bind_topic.clone().unwrap_or_default();
         if bind_topic.is_empty() {
             return Err(Error::invalid(
@@ -639,8 +711,20 @@ impl LitePushConsumerBuilder {
                 "the lite consumer's bind topic (the lite topics' parent) is empty",
             ));
         }
-        let consumer = self.builder.start(handler).await?;
+        let consumer = self.builder.build().await?;
         Ok(LitePushConsumer { consumer })
+    }
+
+    /// [`handler`](Self::handler), then [`build`](Self::build).
+    ///
+    /// # Errors
+    /// As [`build`](Self::build).
+    #[deprecated(
+        since = "0.2.0",
+        note = "set the handler with `.handler(..)`, then `.build()`"
+    )]
+    pub async fn start(self, handler: impl MessageHandler) -> Result<LitePushConsumer, Error> {
+        self.handler(handler).build().await
     }
 }
 
@@ -667,10 +751,11 @@ impl LitePushConsumerBuilder {
 /// use rocketmq_grpc::{ClientConfig, ConsumeResult, LitePushConsumer, ReceivedMessage};
 ///
 /// let consumer = LitePushConsumer::builder(ClientConfig::new("127.0.0.1:8081")?, "replies", "it-lite")
-///     .start(|message: ReceivedMessage| async move {
-///         println!("{:?}: {}", message.lite_topic(), String::from_utf8_lossy(&message.body));
+///     .handler(|message: ReceivedMessage| async move {
+///         println!("{:?}: {}", message.lite_topic(), String::from_utf8_lossy(message.body()));
 ///         ConsumeResult::Success
 ///     })
+///     .build()
 ///     .await?;
 /// consumer.subscribe_lite("session-42").await?;
 /// // ...
@@ -709,12 +794,12 @@ impl LitePushConsumer {
     /// from its start). Nothing happens when it is already subscribed.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming `lite_topic` for an empty name, a character other than
+    /// [`Error::Invalid`] naming `lite_topic` for an empty name, a character other than
     /// ASCII letters, digits, `-` and `_`, or a name longer than the proxy allows;
     /// [`Error::Server`] with `LITE_SUBSCRIPTION_QUOTA_EXCEEDED` when the group's quota per
     /// client is reached (checked here first, as the proxy announced it; unsubscribe from
     /// another one); a transport or proxy error of the request (retryable ones may pass
-    /// later); [`Error::ShutDown`] after [`close`](Self::close).
+    /// later); [`Error::Closed`] after [`close`](Self::close).
     pub async fn subscribe_lite(&self, lite_topic: &str) -> Result<(), Error> {
         lite::subscribe(&self.consumer.inner, lite_topic, None).await
     }
@@ -736,7 +821,7 @@ impl LitePushConsumer {
     ///
     /// # Errors
     /// A transport or proxy error of the request (the topic stays in the set);
-    /// [`Error::ShutDown`] after [`close`](Self::close).
+    /// [`Error::Closed`] after [`close`](Self::close).
     pub async fn unsubscribe_lite(&self, lite_topic: &str) -> Result<(), Error> {
         lite::unsubscribe(&self.consumer.inner, lite_topic).await
     }
@@ -760,6 +845,24 @@ impl LitePushConsumer {
             .map_or("", |lite| lite.bind_topic.as_str())
     }
 
+    /// The link state of the client's channel to the proxy ([`LinkState`], the same names and
+    /// meanings as `pulsar-wire`'s): [`LinkState::Reconnecting`] while calls find the proxy
+    /// unreachable, [`LinkState::Connected`] once one is answered again,
+    /// [`LinkState::Closed`] after [`close`](Self::close). The receiver marks the current state
+    /// seen; `changed().await` waits for the next.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &rocketmq_grpc::LitePushConsumer) {
+    /// let mut state = client.state();
+    /// while state.changed().await.is_ok() {
+    ///     println!("link: {:?}", *state.borrow_and_update());
+    /// }
+    /// # }
+    /// ```
+    pub fn state(&self) -> tokio::sync::watch::Receiver<LinkState> {
+        self.consumer.state()
+    }
+
     /// The counters, as [`PushConsumer::stats`].
     pub fn stats(&self) -> ConsumerStats {
         self.consumer.stats()
@@ -771,8 +874,9 @@ impl LitePushConsumer {
     }
 
     /// Stops it as [`PushConsumer::close`] does (the proxy drops the client's lite
-    /// subscriptions when it leaves).
-    pub async fn close(self, timeout: Duration) -> PushCloseReport {
+    /// subscriptions when it leaves). Later subscription changes fail with
+    /// [`Error::Closed`]; a second `close` returns at once with an empty report.
+    pub async fn close(&self, timeout: Duration) -> PushCloseReport {
         self.consumer.close(timeout).await
     }
 }

@@ -75,7 +75,7 @@ pub(super) struct Inner {
     pub(super) counters: Arc<Counters>,
     pub(super) unacknowledged: Arc<Mutex<Unacked>>,
     pub(super) queues: Mutex<HashMap<QueueKey, CancellationToken>>,
-    /// Set by `shutdown` or `drop`, whichever comes first.
+    /// Set by `close` or `drop`, whichever comes first.
     pub(super) shut_down: AtomicBool,
     /// The lite subscriptions, for a lite push consumer.
     pub(super) lite: Option<Arc<LiteState>>,

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use super::registration::Registration;
 use super::state::Subscription;
 use crate::backoff;
 use crate::pb::{self, ClientType};
+use crate::telemetry::{self, Telemetry};
 use crate::{Error, Session};
 
 /// Backoff of telemetry reconnection.
@@ -85,19 +85,15 @@ pub(super) fn unreachable_if_down(session: &Session, error: Error) -> Error {
     }
 }
 
-/// An open telemetry stream: the sender keeps it open, the receiver reads the server's commands.
-pub(super) type Telemetry = (
-    tokio::sync::mpsc::Sender<pb::TelemetryCommand>,
-    tonic::Streaming<pb::TelemetryCommand>,
-);
-
 /// Opens the telemetry stream, announces the settings and waits for the server's answer; an
 /// unavailable access point is followed by the next, each tried once.
 pub(super) async fn open<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemetry, Error> {
     let tries = announcer.session().config().endpoints().len();
     let mut tried = 1;
     loop {
-        match open_once(announcer).await {
+        let opened = open_once(announcer).await;
+        announcer.session().link().observe(&opened);
+        match opened {
             Err(error) if tried < tries && crate::session::is_unavailable(&error) => tried += 1,
             other => return other,
         }
@@ -106,18 +102,8 @@ pub(super) async fn open<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemet
 
 async fn open_once<A: Announcer + ?Sized>(announcer: &A) -> Result<Telemetry, Error> {
     let session = announcer.session();
-    let access = session.access_point();
-    let mut client = session.client(&access)?;
-    let (outbound, rx) = tokio::sync::mpsc::channel(4);
-    let _ = outbound.send(announcer.settings()).await;
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    session.stamp(request.metadata_mut());
+    let (outbound, mut inbound) = telemetry::open(session, announcer.settings()).await?;
     let timeout = session.config().request_timeout;
-    let mut inbound = tokio::time::timeout(timeout, client.telemetry(request))
-        .await
-        .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
-        .map_err(|status| session.access_failed(&access, Error::rpc("Telemetry", status)))?
-        .into_inner();
     let first = tokio::time::timeout(timeout, inbound.message())
         .await
         .map_err(|_| {
@@ -187,6 +173,10 @@ pub(super) async fn run<A: Announcer>(inner: Arc<A>, first: Telemetry) {
                 Ok(None) => break,
                 Err(status) => {
                     tracing::debug!(%status, "telemetry stream ended");
+                    inner
+                        .session()
+                        .link()
+                        .observe::<()>(&Err(Error::rpc("Telemetry", status)));
                     break;
                 }
             }

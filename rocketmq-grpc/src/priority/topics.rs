@@ -247,7 +247,7 @@ impl PriorityTopics {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming `priority`: on level topics, a message that already
+    /// [`Error::Invalid`] naming `priority`: on level topics, a message that already
     /// has a native priority (a level topic is a normal topic, which refuses it); natively,
     /// a message with a message group, a delivery time or a lite topic (a priority message
     /// can have none of them).
@@ -426,7 +426,7 @@ impl PriorityTopicsBuilder {
     /// Checks the settings.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming `level_topics` when it does not give exactly one topic
+    /// [`Error::Invalid`] naming `level_topics` when it does not give exactly one topic
     /// per level, repeats a topic or has a name the proxy refuses (empty, longer than
     /// [`MAX_TOPIC_LEN`], characters other than ASCII letters, digits, `%`, `|`, `_` and `-`,
     /// or a system topic); naming `native` for such a name; naming `native_tiers` for such a
@@ -570,8 +570,8 @@ mod tests {
 
     fn setting(result: Result<PriorityTopics, Error>) -> &'static str {
         match result {
-            Err(Error::InvalidConfig { setting, .. }) => setting,
-            other => panic!("expected InvalidConfig, got {other:?}"),
+            Err(Error::Invalid { what, .. }) => what,
+            other => panic!("expected Invalid, got {other:?}"),
         }
     }
 
@@ -676,8 +676,8 @@ mod tests {
             .unwrap_err();
         assert!(matches!(
             error,
-            Error::InvalidConfig {
-                setting: "priority",
+            Error::Invalid {
+                what: "priority",
                 ..
             }
         ));
@@ -705,8 +705,8 @@ mod tests {
         ] {
             assert!(matches!(
                 topics.route(message),
-                Err(Error::InvalidConfig {
-                    setting: "priority",
+                Err(Error::Invalid {
+                    what: "priority",
                     ..
                 })
             ));
@@ -857,8 +857,8 @@ mod tests {
         assert_eq!(topics.level_of_topic("rest"), None);
         assert!(matches!(
             topics.route(OutgoingMessage::new("t", "b").message_group("g")),
-            Err(Error::InvalidConfig {
-                setting: "priority",
+            Err(Error::Invalid {
+                what: "priority",
                 ..
             })
         ));

@@ -26,7 +26,7 @@ use crate::{ClientConfig, Error, Session};
 ///     .start()
 ///     .await?;
 /// let receipt = producer.send(OutgoingMessage::new("orders", "order 17")).await?;
-/// println!("sent {}", receipt.message_id);
+/// println!("sent {}", receipt.message_id());
 /// # Ok(()) }
 /// ```
 #[must_use = "a builder does nothing until `build` or `start`"]
@@ -86,7 +86,8 @@ impl ProducerBuilder {
         self
     }
 
-    /// The body size limit checked before sending (see [`Producer::max_body`]).
+    /// The body size limit checked before sending (see [`Producer::max_body`]); at least 1,
+    /// checked at [`build`](Self::build).
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = Some(bytes);
         self
@@ -105,7 +106,8 @@ impl ProducerBuilder {
         self
     }
 
-    /// Fixes the attempts of the retry policy (see [`Producer::max_attempts`]).
+    /// Fixes the attempts of the retry policy (see [`Producer::max_attempts`]); at least 1,
+    /// checked at [`build`](Self::build).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts);
         self
@@ -120,9 +122,18 @@ impl ProducerBuilder {
     /// The producer; nothing is sent until its first send or [`Producer::start`].
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the setting: the config (see [`Session::new`]), or
-    /// `retry_budget` out of range.
+    /// [`Error::Invalid`] naming the setting: the config (see [`Session::new`]), or
+    /// `retry_budget` out of range, `max_body` or `max_attempts` of 0.
+    // The deprecated second path does the work: one piece of code for both until it goes.
+    #[allow(deprecated)]
     pub fn build(self) -> Result<Producer, Error> {
+        // Before the session: a bad setting is refused without connecting anything.
+        if let Some(bytes) = self.max_body {
+            super::check_max_body(bytes)?;
+        }
+        if let Some(attempts) = self.max_attempts {
+            super::check_max_attempts(attempts)?;
+        }
         let session = match self.session {
             Some(session) => session,
             None => Session::new(self.config)?,
@@ -132,7 +143,7 @@ impl ProducerBuilder {
             producer = producer.topic(topic);
         }
         if let Some(bytes) = self.max_body {
-            producer = producer.max_body(bytes);
+            producer = producer.max_body(bytes)?;
         }
         if let Some(window) = self.retry_window {
             producer = producer.retry_window(window);
@@ -141,7 +152,7 @@ impl ProducerBuilder {
             producer = producer.retry_budget(budget)?;
         }
         if let Some(attempts) = self.max_attempts {
-            producer = producer.max_attempts(attempts);
+            producer = producer.max_attempts(attempts)?;
         }
         if let Some(checker) = self.checker {
             producer = producer.transaction_checker(checker);

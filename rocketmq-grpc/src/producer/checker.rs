@@ -30,7 +30,7 @@ pub enum TransactionResolution {
 /// use rocketmq_grpc::{ReceivedMessage, TransactionResolution};
 /// let checker = |message: ReceivedMessage| async move {
 ///     // Look the order up in the database by the message's key, say.
-///     if message.keys.is_empty() {
+///     if message.keys().is_empty() {
 ///         TransactionResolution::Rollback
 ///     } else {
 ///         TransactionResolution::Commit

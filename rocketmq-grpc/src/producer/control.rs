@@ -4,14 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_stream::wrappers::ReceiverStream;
-
 use super::policy::SendRetryPolicy;
 use super::routes::ROUTE_REFRESH_EVERY;
 use super::state::Inner;
 use crate::Error;
 use crate::backoff;
 use crate::pb::{self, ClientType};
+use crate::telemetry::{self, Telemetry};
 
 /// Heartbeat period (the Java client's 10 s).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
@@ -88,30 +87,12 @@ pub(super) fn take_settings(inner: &Inner, command: pb::TelemetryCommand) {
     inner.settled.notify_waiters();
 }
 
-type Telemetry = (
-    tokio::sync::mpsc::Sender<pb::TelemetryCommand>,
-    tonic::Streaming<pb::TelemetryCommand>,
-);
-
-/// Opens the stream with the settings as its first command.
+/// Opens the stream with the settings as its first command, and records the outcome in the
+/// link state.
 async fn open(inner: &Inner) -> Result<Telemetry, Error> {
-    let access = inner.session.access_point();
-    let mut client = inner.session.client(&access)?;
-    let (outbound, rx) = tokio::sync::mpsc::channel(4);
-    let _ = outbound.send(settings(inner)).await;
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    inner.session.stamp(request.metadata_mut());
-    let timeout = inner.session.config().request_timeout;
-    let inbound = tokio::time::timeout(timeout, client.telemetry(request))
-        .await
-        .map_err(|_| Error::rpc("Telemetry", tonic::Status::deadline_exceeded("no answer")))?
-        .map_err(|status| {
-            inner
-                .session
-                .access_failed(&access, Error::rpc("Telemetry", status))
-        })?
-        .into_inner();
-    Ok((outbound, inbound))
+    let opened = telemetry::open(&inner.session, settings(inner)).await;
+    inner.session.link().observe(&opened);
+    opened
 }
 
 async fn heartbeat(inner: &Inner) -> Result<(), Error> {
@@ -177,6 +158,7 @@ async fn telemetry(inner: Arc<Inner>) {
                     Ok(None) => break,
                     Err(status) => {
                         tracing::debug!(%status, "the producer's telemetry stream ended");
+                        inner.session.link().observe::<()>(&Err(Error::rpc("Telemetry", status)));
                         break;
                     }
                 },

@@ -173,8 +173,9 @@ async fn query_route(session: &Session, topic: &str, readable: bool) -> Result<R
     let response = client
         .query_route(session.request(request, timeout))
         .await
-        .map_err(|status| session.access_failed(&access, Error::rpc("QueryRoute", status)))?
-        .into_inner();
+        .map_err(|status| session.access_failed(&access, Error::rpc("QueryRoute", status)));
+    session.link().observe(&response);
+    let response = response?.into_inner();
     Error::check("QueryRoute", response.status.as_ref())?;
     let wanted = if readable {
         pb::Permission::Read

@@ -48,4 +48,32 @@ pub(super) struct Inner {
     pub(super) attempts: AtomicU64,
     /// Decides transactions left open, when the proxy asks.
     pub(super) checker: CheckerSlot,
+    /// Whether [`Producer::close`](super::Producer::close) was called, and the sends in
+    /// flight.
+    pub(super) closing: Mutex<Closing>,
+    /// Woken when the last send in flight ends.
+    pub(super) idle: Notify,
+    /// Cancelled when `close` abandons the sends still in flight.
+    pub(super) abandon: CancellationToken,
+}
+
+impl Inner {
+    /// [`Error::Closed`] once the producer was closed.
+    pub(super) fn check_open(&self) -> Result<(), crate::Error> {
+        if self.closing.lock().closed {
+            return Err(crate::Error::Closed("the producer"));
+        }
+        Ok(())
+    }
+}
+
+/// The producer's sends in flight and whether it is closed.
+#[derive(Debug, Default)]
+pub(super) struct Closing {
+    /// `close` was called: no send starts any more.
+    pub(super) closed: bool,
+    /// Sends (and batches) started and not yet ended.
+    pub(super) in_flight: usize,
+    /// `close` gave up waiting: every send still in flight ends with `Error::Closed`.
+    pub(super) abandoned: bool,
 }

@@ -53,12 +53,13 @@ impl Transaction {
     /// Commits: the message becomes visible to consumers.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] (naming `transaction`) when the transaction already ended or
+    /// [`Error::Invalid`] (naming `transaction`) when the transaction already ended or
     /// has no message yet (as the Java client: most likely its send failed; the transaction
     /// stays open, so send it, or roll back);
     /// the proxy's refusal or a transport error otherwise: a retryable one
     /// ([`Error::is_retryable`]) may be retried with `commit` again, and the broker's check
-    /// decides the transaction if it is never ended.
+    /// decides the transaction if it is never ended; [`Error::Closed`] after
+    /// [`Producer::close`](super::Producer::close).
     pub async fn commit(&self) -> Result<(), Error> {
         self.end(pb::TransactionResolution::Commit, "committed")
             .await
@@ -69,7 +70,7 @@ impl Transaction {
     /// out; the Java client refuses that).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] (naming `transaction`) when the transaction already ended;
+    /// [`Error::Invalid`] (naming `transaction`) when the transaction already ended;
     /// otherwise as [`commit`](Self::commit).
     pub async fn rollback(&self) -> Result<(), Error> {
         self.end(pb::TransactionResolution::Rollback, "rolled back")
@@ -81,6 +82,7 @@ impl Transaction {
         resolution: pb::TransactionResolution,
         ended: &'static str,
     ) -> Result<(), Error> {
+        self.producer.check_open()?;
         let half = match &*self.stage.lock() {
             Stage::Ended(how) => return Err(ended_error(how)),
             Stage::Open(None) if resolution == pb::TransactionResolution::Commit => {

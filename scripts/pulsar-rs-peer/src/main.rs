@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use clap::{Parser, Subcommand};
 use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 use pulsar::consumer::InitialPosition;
@@ -21,9 +22,53 @@ use tokio::io::AsyncReadExt;
 
 type Result<T> = std::result::Result<T, String>;
 
-fn number<T: std::str::FromStr>(text: &str, what: &str) -> Result<T> {
-    text.parse()
-        .map_err(|_| format!("{what}: {text:?} is not a number"))
+/// The command line: what to do, and its arguments in the order the driver passes them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pulsar-rs-peer",
+    about = "The `pulsar` crate as a peer of the end-to-end benchmark"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Produce COUNT messages of SIZE bytes, batched, with at most IN_FLIGHT outstanding.
+    Produce(ProduceArgs),
+    /// Consume COUNT messages on a Shared subscription from the earliest, acknowledging each.
+    Consume(ConsumeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ProduceArgs {
+    /// The broker's service URL (pulsar://host:port).
+    service_url: String,
+    /// The topic.
+    topic: String,
+    /// How many messages.
+    count: usize,
+    /// The payload size in bytes.
+    size: usize,
+    /// How many receipts may be outstanding.
+    in_flight: usize,
+    /// At most this many messages per batch.
+    batch_max: u32,
+    /// A batch goes out after this many milliseconds at the latest.
+    batch_delay_ms: u64,
+}
+
+#[derive(Debug, clap::Args)]
+struct ConsumeArgs {
+    /// The broker's service URL (pulsar://host:port).
+    service_url: String,
+    /// The topic.
+    topic: String,
+    /// The subscription's name.
+    subscription: String,
+    /// How many messages.
+    count: usize,
 }
 
 fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
@@ -47,23 +92,24 @@ async fn connect(url: &str) -> Result<Pulsar<TokioExecutor>> {
         .map_err(|e| format!("connect: {e}"))
 }
 
-async fn produce(args: &[String]) -> Result<()> {
-    let [url, topic, count, size, in_flight, batch_max, delay_ms] = args else {
-        return Err(
-            "produce SERVICE_URL TOPIC COUNT SIZE IN_FLIGHT BATCH_MAX BATCH_DELAY_MS".into(),
-        );
-    };
-    let n: usize = number(count, "COUNT")?;
-    let size: usize = number(size, "SIZE")?;
-    let in_flight: usize = number(in_flight, "IN_FLIGHT")?;
-    let pulsar = connect(url).await?;
+async fn produce(args: ProduceArgs) -> Result<()> {
+    let ProduceArgs {
+        service_url,
+        topic,
+        count: n,
+        size,
+        in_flight,
+        batch_max,
+        batch_delay_ms,
+    } = args;
+    let pulsar = connect(&service_url).await?;
     let mut producer = pulsar
         .producer()
         .with_topic(topic.as_str())
         .with_options(ProducerOptions {
-            batch_size: Some(number(batch_max, "BATCH_MAX")?),
+            batch_size: Some(batch_max),
             batch_byte_size: Some(4 << 20),
-            batch_timeout: Some(Duration::from_millis(number(delay_ms, "BATCH_DELAY_MS")?)),
+            batch_timeout: Some(Duration::from_millis(batch_delay_ms)),
             ..Default::default()
         })
         .build()
@@ -109,12 +155,14 @@ async fn produce(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-async fn consume(args: &[String]) -> Result<()> {
-    let [url, topic, subscription, count] = args else {
-        return Err("consume SERVICE_URL TOPIC SUBSCRIPTION COUNT".into());
-    };
-    let n: usize = number(count, "COUNT")?;
-    let pulsar = connect(url).await?;
+async fn consume(args: ConsumeArgs) -> Result<()> {
+    let ConsumeArgs {
+        service_url,
+        topic,
+        subscription,
+        count: n,
+    } = args;
+    let pulsar = connect(&service_url).await?;
     println!("start");
     let started = Instant::now();
     let mut consumer: Consumer<Vec<u8>, TokioExecutor> = pulsar
@@ -145,12 +193,9 @@ async fn consume(args: &[String]) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let rest = args.get(1..).unwrap_or_default();
-    let result = match args.first().map(String::as_str) {
-        Some("produce") => produce(rest).await,
-        Some("consume") => consume(rest).await,
-        _ => Err("usage: pulsar-rs-peer produce|consume ARGS...".into()),
+    let result = match Cli::parse().command {
+        Command::Produce(args) => produce(args).await,
+        Command::Consume(args) => consume(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -158,5 +203,46 @@ async fn main() -> std::process::ExitCode {
             eprintln!("pulsar-rs-peer: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_driver_s_command_lines_parse() {
+        let cli = Cli::try_parse_from([
+            "pulsar-rs-peer",
+            "produce",
+            "pulsar://127.0.0.1:6650",
+            "t",
+            "1000",
+            "256",
+            "64",
+            "1000",
+            "5",
+        ])
+        .unwrap();
+        let Command::Produce(args) = cli.command else {
+            panic!("not produce: {cli:?}");
+        };
+        assert_eq!((args.count, args.size, args.in_flight), (1000, 256, 64));
+        assert_eq!((args.batch_max, args.batch_delay_ms), (1000, 5));
+        let cli = Cli::try_parse_from([
+            "pulsar-rs-peer",
+            "consume",
+            "pulsar://h:6650",
+            "t",
+            "s",
+            "10",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Consume(ConsumeArgs { count: 10, .. })
+        ));
+        assert!(Cli::try_parse_from(["pulsar-rs-peer", "consume", "u", "t", "s", "ten"]).is_err());
+        assert!(Cli::try_parse_from(["pulsar-rs-peer", "produce", "u", "t"]).is_err());
     }
 }

@@ -8,15 +8,12 @@
 //!   `pulsar_txn_steady` example.
 //! - [`work_queue`]: a plain Shared work queue whose handlers hold each message for a while, and
 //!   whether a held message is handed to another consumer (the `pulsar_work_queue` example).
-//! - [`legacy`]: what other clients send that `pulsar-wire` never does (the Go client's
-//!   transactional ack without `batch_size`), for showing what it does to a broker.
 //! - [`cpu`]: this process's and its children's CPU time, for load examples and tests that
 //!   bound a client's work.
 //!
 //! It is not published: it exists so that examples need not depend on the test crate.
 
 pub mod cpu;
-pub mod legacy;
 pub mod pulsar_admin;
 pub mod txn_steady;
 pub mod work_queue;

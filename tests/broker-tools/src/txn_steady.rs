@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use pulsar_wire::ServerError;
 use pulsar_wire::{
     BatchingOptions, Client, Consumer, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
-    ProducerOptions, SubType, Transaction, TransactionCoordinator,
+    Producer, SubType, Transaction, TransactionCoordinator,
 };
 
 use crate::pulsar_admin::{ConsumerStats, PulsarAdmin};
@@ -323,15 +323,13 @@ pub async fn run(
     } else {
         Some(subscribe(client, topic, subscription, shape, legacy).await?)
     };
-    let producer = client
-        .create_producer(
-            topic,
-            ProducerOptions::default().batching(
-                BatchingOptions::default()
-                    .max_messages(shape.batch)
-                    .max_delay(Duration::from_millis(50)),
-            ),
+    let producer = Producer::builder(client, topic)
+        .batching(
+            BatchingOptions::default()
+                .max_messages(shape.batch)
+                .max_delay(Duration::from_millis(50)),
         )
+        .build()
         .await?;
     let coordinator = client.transaction_coordinator().await?.clone();
     let started = Instant::now();
@@ -366,7 +364,7 @@ pub async fn run(
                 }
             }
             *produced.lock() = Some(ok);
-            let _ = producer.close().await;
+            let _ = producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
         })
     });
     if shape.produce_first
@@ -462,7 +460,7 @@ pub async fn run(
         task.abort();
     }
     for consumer in &consumers {
-        consumer.close().await?;
+        consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
     }
     Ok(report)
 }
@@ -483,7 +481,10 @@ async fn subscribe(
             .name(consumer_name(index))
             .legacy_committed_redeliveries(legacy);
         consumers.push(Arc::new(
-            client.subscribe(topic, subscription, options).await?,
+            Consumer::builder(client, topic, subscription)
+                .options(options)
+                .build()
+                .await?,
         ));
     }
     Ok(consumers)
@@ -894,7 +895,7 @@ pub async fn settled_counts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pulsar_wire::ConnectOptions;
+
     use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
     #[test]
@@ -993,7 +994,8 @@ mod tests {
         emulator
             .set_max_unacked_messages(topic, limit)
             .expect("limit");
-        let client = Client::connect(ConnectOptions::new(emulator.endpoint()).expect("url"))
+        let client = Client::builder(emulator.endpoint())
+            .build()
             .await
             .expect("client");
         (emulator, client, topic)

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pulsar_wire::{
     BatchingOptions, Client, Consumer, ConsumerOptions, Error, InitialPosition, OutgoingMessage,
-    ProducerOptions, SubType,
+    Producer, ProducerOptions, SubType,
 };
 use tokio::sync::Semaphore;
 
@@ -295,7 +295,10 @@ pub async fn run(
             options = options.receiver_queue_size(size);
         }
         consumers.push(Arc::new(
-            client.subscribe(topic, subscription, options).await?,
+            Consumer::builder(client, topic, subscription)
+                .options(options)
+                .build()
+                .await?,
         ));
     }
     let producer_options = if shape.batch > 1 {
@@ -307,7 +310,10 @@ pub async fn run(
     } else {
         ProducerOptions::default().no_batching()
     };
-    let producer = client.create_producer(topic, producer_options).await?;
+    let producer = Producer::builder(client, topic)
+        .options(producer_options)
+        .build()
+        .await?;
     let started = Instant::now();
     let payloads: Vec<String> = (0..shape.messages).map(|i| format!("w{i}")).collect();
     let sends = futures_util::future::join_all(
@@ -325,7 +331,7 @@ pub async fn run(
     if let Some(Err(error)) = sends.iter().find(|sent| sent.is_err()) {
         tracing::warn!(%error, failed = payloads.len() - produced.len(), "sends failed");
     }
-    let _ = producer.close().await;
+    let _ = producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await;
     let queue = Arc::new(Queue {
         started,
         produced: produced.len(),
@@ -377,7 +383,7 @@ pub async fn run(
         report.handed_again += stats.handed_again;
     }
     for consumer in &consumers {
-        consumer.close().await?;
+        consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
     }
     Ok(report)
 }
@@ -427,7 +433,7 @@ async fn consume(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pulsar_wire::ConnectOptions;
+
     use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
     fn receipt(consumer: usize, received: u64, acked: Option<u64>) -> Receipt {
@@ -518,7 +524,8 @@ mod tests {
             .expect("emulator");
         let topic = "persistent://public/default/work";
         emulator.create_topic(topic, 0).expect("topic");
-        let client = Client::connect(ConnectOptions::new(emulator.endpoint()).expect("url"))
+        let client = Client::builder(emulator.endpoint())
+            .build()
             .await
             .expect("client");
         let shape = Shape {

@@ -30,10 +30,8 @@ mod markers;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Parser;
 use csv_table::{CsvError, Table};
-
-const USAGE: &str =
-    "usage: bench_plots [--data DIR] [--out DIR] [--markdown FILE] [--e2e RESULTS.csv] [--check]";
 
 /// What can go wrong; every variant names the file it is about.
 #[derive(Debug, thiserror::Error)]
@@ -68,56 +66,33 @@ pub(crate) enum Error {
         /// The command that regenerates them.
         command: String,
     },
-    /// The command line is wrong.
-    #[error("{0}\n{USAGE}")]
+    /// The options do not go together.
+    #[error("{0}")]
     Usage(String),
 }
 
-/// The command line's settings.
-#[derive(Debug, Clone, PartialEq)]
+/// Draws BENCHMARKS.md's figures from the benchmark data and rewrites its end-to-end table.
+#[derive(Debug, Clone, PartialEq, Parser)]
+#[command(name = "bench_plots", args_override_self = true)]
 struct Options {
     /// The folder of the CSV files.
+    #[arg(long, value_name = "DIR", default_value = "scripts/benchmarks/data")]
     data: PathBuf,
     /// The folder the SVG files go to.
+    #[arg(long, value_name = "DIR", default_value = "scripts/benchmarks")]
     out: PathBuf,
     /// The Markdown file whose marked table is rewritten.
+    #[arg(long, value_name = "FILE", default_value = "BENCHMARKS.md")]
     markdown: PathBuf,
     /// bench-e2e's results, to replace `e2e.csv` with first.
+    #[arg(long, value_name = "RESULTS.csv", conflicts_with = "check")]
     e2e: Option<PathBuf>,
-    /// Only compare; write nothing.
+    /// Only compare; write nothing, fail when a file is not what the data renders.
+    #[arg(long)]
     check: bool,
 }
 
 impl Options {
-    /// Parses the arguments (without the program's name); `None` for `--help`.
-    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, Error> {
-        let mut options = Options {
-            data: PathBuf::from("scripts/benchmarks/data"),
-            out: PathBuf::from("scripts/benchmarks"),
-            markdown: PathBuf::from("BENCHMARKS.md"),
-            e2e: None,
-            check: false,
-        };
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let mut value = |name: &str| {
-                args.next()
-                    .map(PathBuf::from)
-                    .ok_or_else(|| Error::Usage(format!("{name} needs a value")))
-            };
-            match arg.as_str() {
-                "--data" => options.data = value("--data")?,
-                "--out" => options.out = value("--out")?,
-                "--markdown" => options.markdown = value("--markdown")?,
-                "--e2e" => options.e2e = Some(value("--e2e")?),
-                "--check" => options.check = true,
-                "-h" | "--help" => return Ok(None),
-                other => return Err(Error::Usage(format!("unknown argument `{other}`"))),
-            }
-        }
-        Ok(Some(options))
-    }
-
     /// The command that regenerates what these options check.
     fn command(&self) -> String {
         format!(
@@ -201,17 +176,7 @@ fn run(options: &Options) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    let options = match Options::parse(std::env::args().skip(1)) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("bench_plots: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let options = Options::parse();
     match run(&options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -255,18 +220,37 @@ mod tests {
 
     #[test]
     fn options() {
-        let args = |a: &[&str]| Options::parse(a.iter().map(|s| s.to_string()));
-        let o = args(&["--data", "d", "--out", "o", "--e2e", "r.csv", "--check"])
-            .unwrap()
-            .unwrap();
+        let args = |a: &[&str]| Options::try_parse_from(["bench_plots"].iter().chain(a));
+        let o = args(&["--data", "d", "--out", "o", "--markdown", "M.md", "--check"]).unwrap();
         assert_eq!(o.data, PathBuf::from("d"));
         assert_eq!(o.out, PathBuf::from("o"));
-        assert_eq!(o.e2e, Some(PathBuf::from("r.csv")));
+        assert_eq!(o.markdown, PathBuf::from("M.md"));
         assert!(o.check);
+        // The defaults, and the command lines of BENCHMARKS.md and scripts/benchmarks/data.
+        let o = args(&[]).unwrap();
+        assert_eq!(o.data, PathBuf::from("scripts/benchmarks/data"));
+        assert_eq!(o.out, PathBuf::from("scripts/benchmarks"));
         assert_eq!(o.markdown, PathBuf::from("BENCHMARKS.md"));
-        assert!(args(&["--help"]).unwrap().is_none());
-        assert!(matches!(args(&["--data"]), Err(Error::Usage(_))));
-        assert!(matches!(args(&["--bogus"]), Err(Error::Usage(_))));
+        assert_eq!((o.e2e, o.check), (None, false));
+        let documented = [
+            "--data",
+            "scripts/benchmarks/data",
+            "--out",
+            "scripts/benchmarks",
+        ];
+        assert!(args(&documented).is_ok());
+        let with_e2e = [&documented[..], &["--e2e", "target/bench-e2e/results.csv"]].concat();
+        let o = args(&with_e2e).unwrap();
+        assert_eq!(o.e2e, Some(PathBuf::from("target/bench-e2e/results.csv")));
+        // As before, a flag given twice takes its last value.
+        assert_eq!(
+            args(&["--out", "a", "--out", "b"]).unwrap().out,
+            PathBuf::from("b")
+        );
+        assert!(args(&["--help"]).is_err());
+        assert!(args(&["--data"]).is_err());
+        assert!(args(&["--bogus"]).is_err());
+        assert!(args(&["--e2e", "r.csv", "--check"]).is_err());
     }
 
     #[test]

@@ -2,8 +2,10 @@
 
 use std::path::PathBuf;
 
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
 /// One measured path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Path {
     /// Pulsar produce, at 10,000 and at 1,000 messages in flight.
     PulsarProduce,
@@ -37,20 +39,10 @@ impl Path {
             Path::RocketmqSimple => "rocketmq-simple",
         }
     }
-
-    fn parse(name: &str) -> Result<Self, String> {
-        Path::ALL
-            .into_iter()
-            .find(|path| path.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<_> = Path::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown path {name:?} (one of {})", names.join(", "))
-            })
-    }
 }
 
 /// A client family: ours, the official Java client (pulsar-perf for Pulsar produce), Python.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Family {
     /// `pulsar-wire` / `rocketmq-grpc`.
     Ours,
@@ -60,20 +52,6 @@ pub(crate) enum Family {
     Python,
     /// The `pulsar` crate (pulsar-rs; Pulsar only), `scripts/pulsar-rs-peer`.
     PulsarRs,
-}
-
-impl Family {
-    fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "ours" => Ok(Family::Ours),
-            "java" => Ok(Family::Java),
-            "python" => Ok(Family::Python),
-            "pulsar-rs" => Ok(Family::PulsarRs),
-            other => Err(format!(
-                "unknown client {other:?} (ours, java, python, pulsar-rs)"
-            )),
-        }
-    }
 }
 
 /// What the driver was asked to do.
@@ -120,12 +98,154 @@ pub(crate) struct Options {
     pub(crate) min_free_gib: u64,
 }
 
-/// The usage text.
-pub(crate) const USAGE: &str = "usage: e2e_load [--runs N] [--paths LIST] [--clients ours,java,python,pulsar-rs] \
-[--messages N] [--backlog N] [--rocketmq-messages N] [--rocketmq-backlog N] [--size BYTES] [--quick] \
-[--out DIR] [--pulsar URL] [--admin URL] [--rocketmq HOST:PORT] [--namespace TENANT/NS] \
-[--pulsar-perf PATH] [--pulsar-rs PATH] [--java-peers PATH] [--python-peers PATH] [--rocketmq-admin PATH] [--min-free-gib N]
-       e2e_load child pulsar-produce|pulsar-consume|rocketmq-produce|rocketmq-consume|rocketmq-simple ARGS...";
+/// One reproducible end-to-end benchmark on real brokers: ours against the official clients.
+#[derive(Debug, Parser)]
+#[command(
+    name = "e2e_load",
+    args_override_self = true,
+    args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true
+)]
+pub(crate) struct Cli {
+    /// A measurement's client process (started by the driver).
+    #[command(subcommand)]
+    pub(crate) child: Option<Command>,
+    /// The driver's flags.
+    #[command(flatten)]
+    pub(crate) flags: Flags,
+}
+
+/// The driver's subcommand.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// One measurement of ours, in a child process of the driver.
+    #[command(subcommand)]
+    Child(Child),
+}
+
+/// The measurements of ours that run as a child process.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Child {
+    /// Pulsar produce: URL TOPIC MESSAGES SIZE IN_FLIGHT.
+    PulsarProduce(Produce),
+    /// Pulsar consume of a backlog: URL TOPIC SUBSCRIPTION MESSAGES.
+    PulsarConsume(Consume),
+    /// RocketMQ produce: ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT.
+    RocketmqProduce(Produce),
+    /// RocketMQ push consume of a backlog: ENDPOINT TOPIC GROUP MESSAGES.
+    RocketmqConsume(Consume),
+    /// RocketMQ simple consume of a backlog: ENDPOINT TOPIC GROUP MESSAGES WARMUP.
+    RocketmqSimple(Simple),
+}
+
+/// A produce child's arguments.
+#[derive(Debug, Args)]
+pub(crate) struct Produce {
+    /// The broker: a Pulsar URL or a RocketMQ endpoint.
+    pub(crate) target: String,
+    /// The topic.
+    pub(crate) topic: String,
+    /// Messages to send.
+    pub(crate) messages: usize,
+    /// Payload bytes per message.
+    pub(crate) size: usize,
+    /// Sends in flight.
+    pub(crate) in_flight: usize,
+}
+
+/// A consume child's arguments.
+#[derive(Debug, Args)]
+pub(crate) struct Consume {
+    /// The broker: a Pulsar URL or a RocketMQ endpoint.
+    pub(crate) target: String,
+    /// The topic.
+    pub(crate) topic: String,
+    /// The subscription (Pulsar) or the consumer group (RocketMQ).
+    pub(crate) subscription: String,
+    /// Messages to consume.
+    pub(crate) messages: usize,
+}
+
+/// The simple-consume child's arguments.
+#[derive(Debug, Args)]
+pub(crate) struct Simple {
+    /// The RocketMQ endpoint.
+    pub(crate) endpoint: String,
+    /// The topic.
+    pub(crate) topic: String,
+    /// The consumer group.
+    pub(crate) group: String,
+    /// Messages to consume.
+    pub(crate) messages: usize,
+    /// Messages before the measured window.
+    pub(crate) warmup: usize,
+}
+
+/// The driver's flags; `--quick` sets small counts and one run, and flags given explicitly
+/// win over it.
+#[derive(Debug, Args)]
+pub(crate) struct Flags {
+    /// Interleaved runs per (path, client) [default: 3; --quick: 1].
+    #[arg(long, value_name = "N", value_parser = count)]
+    runs: Option<usize>,
+    /// The paths, in the order given [default: all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    paths: Option<Vec<Path>>,
+    /// The client families to run [default: all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    clients: Option<Vec<Family>>,
+    /// Messages per Pulsar produce measurement [default: 500000; --quick: 200000].
+    #[arg(long, value_name = "N", value_parser = count)]
+    messages: Option<usize>,
+    /// Backlog per Pulsar consume measurement [default: 1000000; --quick: 20000].
+    #[arg(long, value_name = "N", value_parser = count)]
+    backlog: Option<usize>,
+    /// Messages per RocketMQ produce measurement [default: 100000; --quick: 5000].
+    #[arg(long, value_name = "N", value_parser = count)]
+    rocketmq_messages: Option<usize>,
+    /// Backlog per RocketMQ consume measurement [default: 200000; --quick: 5000].
+    #[arg(long, value_name = "N", value_parser = count)]
+    rocketmq_backlog: Option<usize>,
+    /// Payload bytes per message.
+    #[arg(long, value_name = "BYTES", value_parser = count, default_value = "1024")]
+    size: usize,
+    /// Small counts and one run: a smoke run.
+    #[arg(long)]
+    quick: bool,
+    /// Where the CSV files go.
+    #[arg(long, value_name = "DIR", default_value = "target/bench-e2e")]
+    out: PathBuf,
+    /// Pulsar binary-protocol URL.
+    #[arg(long, value_name = "URL")]
+    pulsar: Option<String>,
+    /// Pulsar admin REST URL.
+    #[arg(long, value_name = "URL")]
+    admin: Option<String>,
+    /// RocketMQ proxy endpoint.
+    #[arg(long, value_name = "HOST:PORT")]
+    rocketmq: Option<String>,
+    /// The Pulsar namespace the measurement topics go in.
+    #[arg(long, value_name = "TENANT/NS", default_value = "public/bench")]
+    namespace: String,
+    /// `bin/pulsar-perf` of the Pulsar distribution.
+    #[arg(long, value_name = "PATH")]
+    pulsar_perf: Option<String>,
+    /// The `pulsar-rs-peer` binary; without it that client is left out.
+    #[arg(long, value_name = "PATH")]
+    pulsar_rs: Option<String>,
+    /// `scripts/java-peers/run` [default: the repository's].
+    #[arg(long, value_name = "PATH")]
+    java_peers: Option<String>,
+    /// `scripts/python-peers/run` [default: the repository's].
+    #[arg(long, value_name = "PATH")]
+    python_peers: Option<String>,
+    /// `scripts/brokers/rocketmq` [default: the repository's].
+    #[arg(long, value_name = "PATH")]
+    rocketmq_admin: Option<String>,
+    /// Stop before a measurement when the disk holding --out has less free space (GiB).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    min_free_gib: u64,
+}
 
 fn repo_path(relative: &str) -> String {
     format!("{}/../{relative}", env!("CARGO_MANIFEST_DIR"))
@@ -157,124 +277,111 @@ impl Default for Options {
     }
 }
 
-fn count(flag: &str, value: &str) -> Result<usize, String> {
+/// A count of at least 1; `_` and `,` may group its digits.
+fn count(value: &str) -> Result<usize, String> {
     let n: usize = value
         .replace(['_', ','], "")
         .parse()
-        .map_err(|e| format!("{flag} {value:?}: {e}"))?;
+        .map_err(|e| format!("{e}"))?;
     if n == 0 {
-        return Err(format!("{flag} must be at least 1"));
+        return Err("must be at least 1".into());
     }
     Ok(n)
 }
 
-fn list<T>(value: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(parse)
-        .collect()
+impl Flags {
+    /// The options these flags describe, or what is wrong with them.
+    pub(crate) fn into_options(self) -> Result<Options, String> {
+        let mut options = Options::default();
+        if self.quick {
+            options.runs = 1;
+            options.messages = 200_000;
+            options.backlog = 20_000;
+            options.rocketmq_messages = 5_000;
+            options.rocketmq_backlog = 5_000;
+        }
+        let keep = |value: Option<usize>, default: usize| value.unwrap_or(default);
+        options.runs = keep(self.runs, options.runs);
+        options.messages = keep(self.messages, options.messages);
+        options.backlog = keep(self.backlog, options.backlog);
+        options.rocketmq_messages = keep(self.rocketmq_messages, options.rocketmq_messages);
+        options.rocketmq_backlog = keep(self.rocketmq_backlog, options.rocketmq_backlog);
+        options.paths = self.paths.unwrap_or(options.paths);
+        options.clients = self.clients.unwrap_or(options.clients);
+        options.size = self.size;
+        options.out = self.out;
+        options.pulsar = self.pulsar;
+        options.admin = self.admin;
+        options.rocketmq = self.rocketmq;
+        options.namespace = self.namespace;
+        options.pulsar_perf = self.pulsar_perf;
+        options.pulsar_rs = self.pulsar_rs;
+        options.java_peers = self.java_peers.unwrap_or(options.java_peers);
+        options.python_peers = self.python_peers.unwrap_or(options.python_peers);
+        options.rocketmq_admin = self.rocketmq_admin.unwrap_or(options.rocketmq_admin);
+        options.min_free_gib = self.min_free_gib;
+        options.check()
+    }
 }
 
-/// Parses the driver's arguments. `--quick` sets small counts and one run; flags given
-/// explicitly win over it, wherever they stand.
-pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
-    let mut options = Options::default();
-    let quick = args.iter().any(|a| a == "--quick");
-    if quick {
-        options.runs = 1;
-        options.messages = 200_000;
-        options.backlog = 20_000;
-        options.rocketmq_messages = 5_000;
-        options.rocketmq_backlog = 5_000;
-    }
-    let mut args = args.iter();
-    while let Some(flag) = args.next() {
-        if flag == "--quick" {
-            continue;
+impl Options {
+    /// These options, or what is wrong with them.
+    fn check(self) -> Result<Options, String> {
+        let options = self;
+        if options.paths.is_empty() || options.clients.is_empty() {
+            return Err("--paths and --clients need at least one entry".into());
         }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?
-            .as_str();
-        match flag.as_str() {
-            "--runs" => options.runs = count(flag, value)?,
-            "--paths" => options.paths = list(value, Path::parse)?,
-            "--clients" => options.clients = list(value, Family::parse)?,
-            "--messages" => options.messages = count(flag, value)?,
-            "--backlog" => options.backlog = count(flag, value)?,
-            "--rocketmq-messages" => options.rocketmq_messages = count(flag, value)?,
-            "--rocketmq-backlog" => options.rocketmq_backlog = count(flag, value)?,
-            "--size" => options.size = count(flag, value)?,
-            "--out" => options.out = PathBuf::from(value),
-            "--pulsar" => options.pulsar = Some(value.into()),
-            "--admin" => options.admin = Some(value.into()),
-            "--rocketmq" => options.rocketmq = Some(value.into()),
-            "--namespace" => options.namespace = value.into(),
-            "--pulsar-perf" => options.pulsar_perf = Some(value.into()),
-            "--pulsar-rs" => options.pulsar_rs = Some(value.into()),
-            "--java-peers" => options.java_peers = value.into(),
-            "--python-peers" => options.python_peers = value.into(),
-            "--rocketmq-admin" => options.rocketmq_admin = value.into(),
-            "--min-free-gib" => {
-                options.min_free_gib = value
-                    .parse()
-                    .map_err(|e| format!("--min-free-gib {value:?}: {e}"))?
-            }
-            other => return Err(format!("unknown argument {other}")),
+        if !options.namespace.contains('/') {
+            return Err(format!(
+                "--namespace {:?} is not TENANT/NAMESPACE",
+                options.namespace
+            ));
         }
+        let pulsar = options
+            .paths
+            .iter()
+            .any(|p| matches!(p, Path::PulsarProduce | Path::PulsarConsume));
+        if pulsar && (options.pulsar.is_none() || options.admin.is_none()) {
+            return Err("the Pulsar paths need --pulsar and --admin".into());
+        }
+        let rocketmq = options.paths.iter().any(|p| {
+            matches!(
+                p,
+                Path::RocketmqProduce | Path::RocketmqConsume | Path::RocketmqSimple
+            )
+        });
+        if rocketmq && options.rocketmq.is_none() {
+            return Err("the RocketMQ paths need --rocketmq".into());
+        }
+        Ok(options)
     }
-    if options.paths.is_empty() || options.clients.is_empty() {
-        return Err("--paths and --clients need at least one entry".into());
-    }
-    if !options.namespace.contains('/') {
-        return Err(format!(
-            "--namespace {:?} is not TENANT/NAMESPACE",
-            options.namespace
-        ));
-    }
-    let pulsar = options
-        .paths
-        .iter()
-        .any(|p| matches!(p, Path::PulsarProduce | Path::PulsarConsume));
-    if pulsar && (options.pulsar.is_none() || options.admin.is_none()) {
-        return Err("the Pulsar paths need --pulsar and --admin".into());
-    }
-    let rocketmq = options.paths.iter().any(|p| {
-        matches!(
-            p,
-            Path::RocketmqProduce | Path::RocketmqConsume | Path::RocketmqSimple
-        )
-    });
-    if rocketmq && options.rocketmq.is_none() {
-        return Err("the RocketMQ paths need --rocketmq".into());
-    }
-    Ok(options)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(text: &str) -> Vec<String> {
-        text.split_whitespace().map(String::from).collect()
+    fn parse(text: &str) -> Result<Options, String> {
+        let args = std::iter::once("e2e_load").chain(text.split_whitespace());
+        let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+        assert!(cli.child.is_none());
+        cli.flags.into_options()
     }
 
     const BROKERS: &str = "--pulsar pulsar://h:6650 --admin http://h:8080 --rocketmq h:8081";
 
     #[test]
     fn defaults_and_flags() {
-        let options = parse(&args(BROKERS)).unwrap();
+        let options = parse(BROKERS).unwrap();
         assert_eq!(options.runs, 3);
         assert_eq!(options.paths, Path::ALL.to_vec());
         assert_eq!(options.backlog, 1_000_000);
         assert_eq!(options.pulsar.as_deref(), Some("pulsar://h:6650"));
 
-        let options = parse(&args(&format!(
+        let options = parse(&format!(
             "{BROKERS} --runs 5 --paths pulsar-consume,rocketmq-produce --clients ours,java,pulsar-rs \
              --pulsar-rs /bin/peer --messages 1_000 --backlog 2,000 --out /tmp/x --size 100"
-        )))
+        ))
         .unwrap();
         assert_eq!(options.runs, 5);
         assert_eq!(
@@ -293,7 +400,7 @@ mod tests {
 
     #[test]
     fn quick_sets_small_counts_and_explicit_flags_win() {
-        let options = parse(&args(&format!("--backlog 7 {BROKERS} --quick"))).unwrap();
+        let options = parse(&format!("--backlog 7 {BROKERS} --quick")).unwrap();
         assert_eq!(options.runs, 1);
         assert_eq!(options.messages, 200_000);
         assert_eq!(options.backlog, 7);
@@ -302,13 +409,91 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert!(parse(&args(&format!("{BROKERS} --runs 0"))).is_err());
-        assert!(parse(&args(&format!("{BROKERS} --runs"))).is_err());
-        assert!(parse(&args(&format!("{BROKERS} --paths kafka"))).is_err());
-        assert!(parse(&args(&format!("{BROKERS} --clients go"))).is_err());
-        assert!(parse(&args(&format!("{BROKERS} --bogus 1"))).is_err());
-        assert!(parse(&args("--paths pulsar-produce --rocketmq h:1")).is_err());
-        assert!(parse(&args("--paths rocketmq-produce --rocketmq h:1")).is_ok());
-        assert!(parse(&args(&format!("{BROKERS} --namespace bench"))).is_err());
+        assert!(parse(&format!("{BROKERS} --runs 0")).is_err());
+        assert!(parse(&format!("{BROKERS} --runs")).is_err());
+        assert!(parse(&format!("{BROKERS} --paths kafka")).is_err());
+        assert!(parse(&format!("{BROKERS} --clients go")).is_err());
+        assert!(parse(&format!("{BROKERS} --bogus 1")).is_err());
+        assert!(parse("--paths pulsar-produce --rocketmq h:1").is_err());
+        assert!(parse("--paths rocketmq-produce --rocketmq h:1").is_ok());
+        assert!(parse(&format!("{BROKERS} --namespace bench")).is_err());
+    }
+
+    #[test]
+    fn the_command_line_of_the_bench_script_parses() {
+        // scripts/bench-e2e.sh, with the arguments its docs pass on.
+        let script = "--out /r/target/bench-e2e --java-peers /r/scripts/java-peers/run \
+             --python-peers /r/scripts/python-peers/run --rocketmq-admin /r/scripts/brokers/rocketmq \
+             --pulsar pulsar://127.0.0.1:6650 --admin http://127.0.0.1:8080 \
+             --pulsar-perf /r/bin/pulsar-perf --rocketmq 127.0.0.1:8081 --pulsar-rs /r/peer";
+        let options = parse(&format!("{script} --quick")).unwrap();
+        assert_eq!(options.out, PathBuf::from("/r/target/bench-e2e"));
+        assert_eq!(options.java_peers, "/r/scripts/java-peers/run");
+        assert_eq!(options.python_peers, "/r/scripts/python-peers/run");
+        assert_eq!(options.rocketmq_admin, "/r/scripts/brokers/rocketmq");
+        assert_eq!(options.pulsar_perf.as_deref(), Some("/r/bin/pulsar-perf"));
+        assert_eq!(options.rocketmq.as_deref(), Some("127.0.0.1:8081"));
+        assert_eq!((options.runs, options.rocketmq_messages), (1, 5_000));
+        let options = parse(&format!("{script} --runs 3 --min-free-gib 20")).unwrap();
+        assert_eq!((options.runs, options.min_free_gib), (3, 20));
+        // The script's own --out, then the caller's (BENCHMARKS.md): the last one wins.
+        let options = parse(&format!("{script} --runs 2 --out target/bench-simple")).unwrap();
+        assert_eq!(options.out, PathBuf::from("target/bench-simple"));
+        let options = parse(&format!(
+            "{script} --paths pulsar-produce --clients ours,java"
+        ))
+        .unwrap();
+        assert_eq!(options.paths, [Path::PulsarProduce]);
+        assert_eq!(options.clients, [Family::Ours, Family::Java]);
+        let options = parse(&format!(
+            "{script} --rocketmq-messages 9 --rocketmq-backlog 8 --namespace a/b"
+        ))
+        .unwrap();
+        assert_eq!(
+            (options.rocketmq_messages, options.rocketmq_backlog),
+            (9, 8)
+        );
+        assert_eq!(options.namespace, "a/b");
+        let options = parse("--paths rocketmq-simple --rocketmq h:1").unwrap();
+        assert!(options.java_peers.ends_with("scripts/java-peers/run"));
+        assert_eq!(options.min_free_gib, 10);
+    }
+
+    #[test]
+    fn the_children_parse_what_the_driver_passes() {
+        let child = |text: &str| {
+            let args = ["e2e_load", "child"]
+                .into_iter()
+                .chain(text.split_whitespace());
+            match Cli::try_parse_from(args).map_err(|e| e.to_string())?.child {
+                Some(Command::Child(child)) => Ok(child),
+                None => Err("no child".to_owned()),
+            }
+        };
+        match child("pulsar-produce pulsar://h:6650 t 1000 1024 10000").unwrap() {
+            Child::PulsarProduce(p) => {
+                assert_eq!(
+                    (p.target.as_str(), p.topic.as_str()),
+                    ("pulsar://h:6650", "t")
+                );
+                assert_eq!((p.messages, p.size, p.in_flight), (1000, 1024, 10000));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(child("pulsar-consume u t s 5"), Ok(Child::PulsarConsume(c)) if c.messages == 5)
+        );
+        assert!(
+            matches!(child("rocketmq-produce e t 5 6 7"), Ok(Child::RocketmqProduce(p)) if p.in_flight == 7)
+        );
+        assert!(
+            matches!(child("rocketmq-consume e t g 5"), Ok(Child::RocketmqConsume(c)) if c.subscription == "g")
+        );
+        assert!(
+            matches!(child("rocketmq-simple e t g 5 4"), Ok(Child::RocketmqSimple(c)) if c.warmup == 4)
+        );
+        assert!(child("rocketmq-simple e t g 5").is_err());
+        assert!(child("pulsar-produce u t many 1 1").is_err());
+        assert!(child("kafka-produce u t 1 1 1").is_err());
     }
 }

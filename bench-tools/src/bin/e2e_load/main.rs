@@ -58,6 +58,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use broker_tools::pulsar_admin::PulsarAdmin;
+use clap::{CommandFactory, Parser};
 use tokio::io::AsyncReadExt;
 
 use args::{Family, Options, Path};
@@ -225,22 +226,21 @@ async fn drive(options: Options) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = if args.first().map(String::as_str) == Some("child") {
-        let rest = args.get(2..).unwrap_or_default();
-        match args.get(1).map(String::as_str) {
-            Some("pulsar-produce") => pulsar_produce::child(rest).await,
-            Some("pulsar-consume") => pulsar_consume::child(rest).await,
-            Some("rocketmq-produce") => rocketmq_produce::child(rest).await,
-            Some("rocketmq-consume") => rocketmq_consume::child(rest).await,
-            Some("rocketmq-simple") => rocketmq_simple::child(rest).await,
-            _ => Err(args::USAGE.into()),
-        }
-    } else {
-        match args::parse(&args) {
+    let cli = args::Cli::parse();
+    let result = match cli.child {
+        Some(args::Command::Child(child)) => match child {
+            args::Child::PulsarProduce(args) => pulsar_produce::child(args).await,
+            args::Child::PulsarConsume(args) => pulsar_consume::child(args).await,
+            args::Child::RocketmqProduce(args) => rocketmq_produce::child(args).await,
+            args::Child::RocketmqConsume(args) => rocketmq_consume::child(args).await,
+            args::Child::RocketmqSimple(args) => rocketmq_simple::child(args).await,
+        },
+        None => match cli.flags.into_options() {
             Ok(options) => drive(options).await,
-            Err(e) => Err(format!("{e}\n{}", args::USAGE)),
-        }
+            Err(e) => args::Cli::command()
+                .error(clap::error::ErrorKind::ValueValidation, e)
+                .exit(),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

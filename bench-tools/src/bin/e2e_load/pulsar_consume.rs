@@ -10,8 +10,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, OutgoingMessage,
-    ProducerOptions, SubType,
+    BatchingOptions, Client, Consumer, InitialPosition, OutgoingMessage, Producer, SubType,
 };
 
 use crate::args::Family;
@@ -22,24 +21,19 @@ use crate::{Driver, stdin_closed};
 const SUBSCRIPTION: &str = "e2e";
 
 /// `child pulsar-consume URL TOPIC SUBSCRIPTION MESSAGES`
-pub(crate) async fn child(args: &[String]) -> Result<(), String> {
-    let [url, topic, subscription, messages] = args else {
-        return Err("pulsar-consume URL TOPIC SUBSCRIPTION MESSAGES".into());
-    };
-    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
-    let client = Client::connect(ConnectOptions::new(url).map_err(|e| e.to_string())?)
+pub(crate) async fn child(args: crate::args::Consume) -> Result<(), String> {
+    let (url, topic, subscription) = (&args.target, &args.topic, &args.subscription);
+    let n = args.messages;
+    let client = Client::builder(url)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     println!("start");
     let started = Instant::now();
-    let consumer = client
-        .subscribe(
-            topic,
-            subscription,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest),
-        )
+    let consumer = Consumer::builder(&client, topic, subscription)
+        .sub_type(SubType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     for _ in 0..n {
@@ -50,28 +44,29 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
     println!("result messages={n} seconds={seconds:.6}");
     stdin_closed().await;
     consumer.flush_acks().await;
-    consumer.close().await.map_err(|e| e.to_string())?;
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(|e| e.to_string())?;
     client.close().await;
     Ok(())
 }
 
 /// Writes `n` messages of `size` bytes to `topic` with our producer (not measured).
 async fn fill(url: &str, topic: &str, n: usize, size: usize) -> Result<(), String> {
-    let client = Client::connect(ConnectOptions::new(url).map_err(|e| e.to_string())?)
+    let client = Client::builder(url)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
-    let producer = client
-        .create_producer(
-            topic,
-            ProducerOptions::default()
-                .send_timeout(Duration::from_secs(120))
-                .batching(
-                    BatchingOptions::default()
-                        .max_messages(1000)
-                        .max_bytes(4 << 20)
-                        .max_delay(Duration::from_millis(10)),
-                ),
+    let producer = Producer::builder(&client, topic)
+        .send_timeout(Duration::from_secs(120))
+        .batching(
+            BatchingOptions::default()
+                .max_messages(1000)
+                .max_bytes(4 << 20)
+                .max_delay(Duration::from_millis(10)),
         )
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     let payload = Bytes::from(vec![b'x'; size]);
@@ -87,7 +82,10 @@ async fn fill(url: &str, topic: &str, n: usize, size: usize) -> Result<(), Strin
         }
     }
     drop(pending);
-    producer.close().await.map_err(|e| e.to_string())?;
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(|e| e.to_string())?;
     client.close().await;
     Ok(())
 }

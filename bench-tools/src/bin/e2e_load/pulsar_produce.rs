@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pulsar_wire::{BatchingOptions, Client, ConnectOptions, OutgoingMessage, ProducerOptions};
+use pulsar_wire::{BatchingOptions, Client, OutgoingMessage, Producer, ProducerOptions};
 
 use crate::args::Family;
 use crate::child::{Protocol, Spec};
@@ -22,14 +22,11 @@ pub(crate) const BATCH_DELAY_MS: u64 = 10;
 pub(crate) const BATCH_BYTES: usize = 4 << 20;
 
 /// `child pulsar-produce URL TOPIC MESSAGES SIZE IN_FLIGHT`
-pub(crate) async fn child(args: &[String]) -> Result<(), String> {
-    let [url, topic, messages, size, in_flight] = args else {
-        return Err("pulsar-produce URL TOPIC MESSAGES SIZE IN_FLIGHT".into());
-    };
-    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
-    let size: usize = size.parse().map_err(|e| format!("SIZE: {e}"))?;
-    let in_flight: usize = in_flight.parse().map_err(|e| format!("IN_FLIGHT: {e}"))?;
-    let client = Client::connect(ConnectOptions::new(url).map_err(|e| e.to_string())?)
+pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
+    let (url, topic) = (&args.target, &args.topic);
+    let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
+    let client = Client::builder(url)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     let options = ProducerOptions::default()
@@ -40,8 +37,9 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
                 .max_bytes(BATCH_BYTES)
                 .max_delay(Duration::from_millis(BATCH_DELAY_MS)),
         );
-    let producer = client
-        .create_producer(topic, options)
+    let producer = Producer::builder(&client, topic)
+        .options(options)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     let payload = Bytes::from(vec![b'x'; size]);
@@ -59,7 +57,10 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
         p99.unwrap_or(f64::NAN)
     );
     stdin_closed().await;
-    producer.close().await.map_err(|e| e.to_string())?;
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(|e| e.to_string())?;
     client.close().await;
     Ok(())
 }

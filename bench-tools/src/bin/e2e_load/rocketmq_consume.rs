@@ -32,11 +32,9 @@ impl MessageHandler for Counter {
 }
 
 /// `child rocketmq-consume ENDPOINT TOPIC GROUP MESSAGES`
-pub(crate) async fn child(args: &[String]) -> Result<(), String> {
-    let [endpoint, topic, group, messages] = args else {
-        return Err("rocketmq-consume ENDPOINT TOPIC GROUP MESSAGES".into());
-    };
-    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
+pub(crate) async fn child(args: crate::args::Consume) -> Result<(), String> {
+    let (endpoint, topic, group) = (&args.target, &args.topic, &args.subscription);
+    let n = args.messages;
     let counter = Arc::new(Counter {
         target: n,
         handled: AtomicUsize::new(0),
@@ -47,7 +45,8 @@ pub(crate) async fn child(args: &[String]) -> Result<(), String> {
     let started = Instant::now();
     let consumer = PushConsumer::builder(config, group.as_str())
         .subscribe(topic.as_str(), "*")
-        .start(Arc::clone(&counter))
+        .handler(Arc::clone(&counter))
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     counter.done.notified().await;

@@ -2,10 +2,9 @@
 //! in flight; latency from each send to its receipt. Ours (`rocketmq-grpc`), the RocketMQ 5
 //! Java client (`sendAsync` under a semaphore).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer};
 
 use crate::args::Family;
 use crate::child::{Protocol, Spec};
@@ -17,8 +16,10 @@ pub(crate) const IN_FLIGHT: usize = 256;
 /// Our producer for `topic`, started (settings announced, route known).
 pub(crate) async fn producer(endpoint: &str, topic: &str) -> Result<Producer, String> {
     let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
-    let session: Arc<Session> = Session::new(config).map_err(|e| e.to_string())?;
-    let producer = Producer::new(session).topic(topic);
+    let producer = Producer::builder(config)
+        .topic(topic)
+        .build()
+        .map_err(|e| e.to_string())?;
     // A busy proxy may take longer than the start's 3 s for the settings of a topic created
     // moments ago: set-up, not measured, so it is asked again.
     let mut attempt = 1;
@@ -52,13 +53,9 @@ pub(crate) async fn send_all(
 }
 
 /// `child rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT`
-pub(crate) async fn child(args: &[String]) -> Result<(), String> {
-    let [endpoint, topic, messages, size, in_flight] = args else {
-        return Err("rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT".into());
-    };
-    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
-    let size: usize = size.parse().map_err(|e| format!("SIZE: {e}"))?;
-    let in_flight: usize = in_flight.parse().map_err(|e| format!("IN_FLIGHT: {e}"))?;
+pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
+    let (endpoint, topic) = (&args.target, &args.topic);
+    let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
     let producer = producer(endpoint, topic).await?;
     println!("start");
     let started = Instant::now();

@@ -24,12 +24,9 @@ const BATCH: u32 = 32;
 const INVISIBLE: Duration = Duration::from_secs(30);
 
 /// `child rocketmq-simple ENDPOINT TOPIC GROUP MESSAGES WARMUP`
-pub(crate) async fn child(args: &[String]) -> Result<(), String> {
-    let [endpoint, topic, group, messages, warmup] = args else {
-        return Err("rocketmq-simple ENDPOINT TOPIC GROUP MESSAGES WARMUP".into());
-    };
-    let n: usize = messages.parse().map_err(|e| format!("MESSAGES: {e}"))?;
-    let warmup: usize = warmup.parse().map_err(|e| format!("WARMUP: {e}"))?;
+pub(crate) async fn child(args: crate::args::Simple) -> Result<(), String> {
+    let (endpoint, topic, group) = (&args.endpoint, &args.topic, &args.group);
+    let (n, warmup) = (args.messages, args.warmup);
     if warmup >= n {
         return Err(format!("WARMUP ({warmup}) must be below MESSAGES ({n})"));
     }

@@ -41,13 +41,53 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::{CommandFactory, Parser};
 use pulsar_wire::pb::base_command::Type;
-use pulsar_wire::{BatchingOptions, Client, ConnectOptions, OutgoingMessage, ProducerOptions};
-use rocketmq_grpc::{ClientConfig, Producer, Session};
+use pulsar_wire::{BatchingOptions, Client, OutgoingMessage, ProducerOptions};
+use rocketmq_grpc::{ClientConfig, Producer};
 
-const USAGE: &str = "usage: peer_compare [--rocketmq HOST:PORT] [--pulsar pulsar://HOST:PORT] \
-[--messages N] [--java-peers PATH]\n       peer_compare --role rocketmq|pulsar ARGS...";
+/// Our consumers against the official Java clients on the same real brokers: ack requests and
+/// client CPU per 10,000 consumed messages.
+#[derive(Debug, Parser)]
+#[command(name = "peer_compare", args_override_self = true)]
+struct Cli {
+    /// The RocketMQ proxy.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "role")]
+    rocketmq: Option<String>,
+    /// The Pulsar broker.
+    #[arg(long, value_name = "pulsar://HOST:PORT", conflicts_with = "role")]
+    pulsar: Option<String>,
+    /// Messages per consumer.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    messages: u32,
+    /// `scripts/java-peers/run` [default: the repository's].
+    #[arg(long, value_name = "PATH", hide_default_value = true,
+        default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/java-peers/run"))]
+    java_peers: String,
+    /// One of our consumers, in a child process of the comparison (the role's arguments
+    /// follow).
+    #[arg(long, value_enum, requires = "role_args")]
+    role: Option<Role>,
+    /// The role's arguments.
+    #[arg(
+        value_name = "ARGS",
+        requires = "role",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    role_args: Vec<String>,
+}
 
+/// The consumers of ours that run in a child process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Role {
+    /// A RocketMQ push consumer: ENDPOINT TOPIC GROUP PREFIX COUNT batched|immediate.
+    Rocketmq,
+    /// A Pulsar Shared consumer: SERVICE_URL TOPIC SUBSCRIPTION COUNT.
+    Pulsar,
+}
+
+/// What the comparison was asked to do.
 struct Options {
     rocketmq: Option<String>,
     pulsar: Option<String>,
@@ -55,47 +95,32 @@ struct Options {
     java_peers: String,
 }
 
-fn parse_args(args: &[String]) -> Result<Options, String> {
-    let mut options = Options {
-        rocketmq: None,
-        pulsar: None,
-        messages: 10_000,
-        java_peers: concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/java-peers/run").into(),
-    };
-    let mut args = args.iter();
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().cloned().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--rocketmq" => options.rocketmq = Some(value()?),
-            "--pulsar" => options.pulsar = Some(value()?),
-            "--messages" => {
-                options.messages = value()?.parse().map_err(|e| format!("--messages: {e}"))?
-            }
-            "--java-peers" => options.java_peers = value()?,
-            other => return Err(format!("unknown argument {other}")),
+impl Cli {
+    /// The comparison's options, or what is wrong with them.
+    fn into_options(self) -> Result<Options, String> {
+        if self.rocketmq.is_none() && self.pulsar.is_none() {
+            return Err("give --rocketmq, --pulsar or both".into());
         }
+        Ok(Options {
+            rocketmq: self.rocketmq,
+            pulsar: self.pulsar,
+            messages: self.messages as usize,
+            java_peers: self.java_peers,
+        })
     }
-    if options.rocketmq.is_none() && options.pulsar.is_none() {
-        return Err("give --rocketmq, --pulsar or both".into());
-    }
-    if options.messages == 0 {
-        return Err("--messages must be at least 1".into());
-    }
-    Ok(options)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("--role") => match args.get(1).map(String::as_str) {
-            Some("rocketmq") => ours::rocketmq(&args[2..]).await,
-            Some("pulsar") => ours::pulsar(&args[2..]).await,
-            _ => Err(USAGE.into()),
-        },
-        _ => match parse_args(&args) {
+    let cli = Cli::parse();
+    let result = match cli.role {
+        Some(Role::Rocketmq) => ours::rocketmq(&cli.role_args).await,
+        Some(Role::Pulsar) => ours::pulsar(&cli.role_args).await,
+        None => match cli.into_options() {
             Ok(options) => compare(options).await,
-            Err(e) => Err(format!("{e}\n{USAGE}")),
+            Err(e) => Cli::command()
+                .error(clap::error::ErrorKind::MissingRequiredArgument, e)
+                .exit(),
         },
     };
     match result {
@@ -154,7 +179,9 @@ async fn rocketmq(options: &Options, endpoint: &str, ourselves: &str) -> Result<
         .map_err(|e| e.to_string())?;
     let forwarder = forwarder.to_string();
     let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
-    let producer = Producer::new(Session::new(config).map_err(|e| e.to_string())?);
+    let producer = Producer::builder(config)
+        .build()
+        .map_err(|e| e.to_string())?;
     let n = options.messages;
     let mut rows = Vec::new();
     for (label, topic, mode) in [
@@ -260,7 +287,8 @@ async fn pulsar(options: &Options, url: &str, ourselves: &str) -> Result<(), Str
     let forwarder = format!("pulsar://{forwarder}");
     let n = options.messages;
     let java_peers = &options.java_peers;
-    let client = Client::connect(ConnectOptions::new(url).map_err(|e| e.to_string())?)
+    let client = Client::builder(url)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
@@ -275,8 +303,9 @@ async fn pulsar(options: &Options, url: &str, ourselves: &str) -> Result<(), Str
                     .max_delay(Duration::from_millis(10)),
             )
         };
-        let producer = client
-            .create_producer(&topic, producer_options)
+        let producer = pulsar_wire::Producer::builder(&client, &topic)
+            .options(producer_options)
+            .build()
             .await
             .map_err(|e| e.to_string())?;
         let sends = (0..n).map(|i| producer.send(OutgoingMessage::new(format!("m{i}"))));
@@ -329,4 +358,52 @@ async fn pulsar(options: &Options, url: &str, ourselves: &str) -> Result<(), Str
     }
     println!();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["peer_compare"].iter().chain(args))
+    }
+
+    #[test]
+    fn the_command_lines_of_the_script_and_the_roles_parse() {
+        // scripts/bench-peers.sh
+        let options = parse(&[
+            "--rocketmq",
+            "127.0.0.1:8081",
+            "--pulsar",
+            "pulsar://127.0.0.1:6650",
+            "--messages",
+            "2000",
+        ])
+        .unwrap()
+        .into_options()
+        .unwrap();
+        assert_eq!(options.rocketmq.as_deref(), Some("127.0.0.1:8081"));
+        assert_eq!(options.pulsar.as_deref(), Some("pulsar://127.0.0.1:6650"));
+        assert_eq!(options.messages, 2000);
+        assert!(options.java_peers.ends_with("scripts/java-peers/run"));
+        let options = parse(&["--pulsar", "pulsar://h:6650", "--java-peers", "/j"]).unwrap();
+        let options = options.into_options().unwrap();
+        assert_eq!(
+            (options.messages, options.java_peers.as_str()),
+            (10_000, "/j")
+        );
+        assert!(parse(&[]).unwrap().into_options().is_err());
+        assert!(parse(&["--pulsar", "p", "--messages", "0"]).is_err());
+        // What the comparison passes to its own child processes.
+        let cli = parse(&["--role", "rocketmq", "h:1", "t", "g", "p-", "10", "batched"]).unwrap();
+        assert_eq!(cli.role, Some(Role::Rocketmq));
+        assert_eq!(cli.role_args, ["h:1", "t", "g", "p-", "10", "batched"]);
+        assert!(ours::RocketmqRole::from_args(&cli.role_args).is_ok());
+        let cli = parse(&["--role", "pulsar", "pulsar://h:1", "t", "s", "10"]).unwrap();
+        assert_eq!(cli.role, Some(Role::Pulsar));
+        assert!(ours::PulsarRole::from_args(&cli.role_args).is_ok());
+        assert!(ours::PulsarRole::from_args(&cli.role_args[..3]).is_err());
+        assert!(parse(&["--role", "kafka", "x"]).is_err());
+        assert!(parse(&["--role", "pulsar", "--pulsar", "p"]).is_err());
+    }
 }

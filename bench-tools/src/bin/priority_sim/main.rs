@@ -34,35 +34,42 @@ mod table;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: priority_sim [--quick] [SCENARIO ...]";
+use clap::{CommandFactory, Parser};
 
 /// The names of the growth table's scenarios (see `growth`).
 const GROWTH: [&str; 2] = ["growth-keys", "growth-keys-even"];
 
+/// A deterministic simulator of message priority on a partitioned Pulsar topic.
+#[derive(Debug, Parser)]
+#[command(name = "priority_sim", args_override_self = true)]
+struct Args {
+    /// The smaller test-size scenarios.
+    #[arg(long)]
+    quick: bool,
+    /// The scenarios to run (all by default).
+    #[arg(value_name = "SCENARIO")]
+    names: Vec<String>,
+}
+
 fn main() -> ExitCode {
-    let mut shrink = scenarios::FULL;
-    let mut names = Vec::new();
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--quick" => shrink = scenarios::TEST,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            _ => names.push(arg),
-        }
-    }
+    let Args { quick, names } = Args::parse();
+    let shrink = if quick {
+        scenarios::TEST
+    } else {
+        scenarios::FULL
+    };
     let all = scenarios::all(shrink);
     if let Some(unknown) = names
         .iter()
         .find(|n| !GROWTH.contains(&n.as_str()) && !all.iter().any(|s| s.name == n.as_str()))
     {
         let known: Vec<_> = all.iter().map(|s| s.name).chain(GROWTH).collect();
-        eprintln!(
-            "unknown scenario {unknown:?}; known: {}\n{USAGE}",
-            known.join(", ")
-        );
-        return ExitCode::from(2);
+        Args::command()
+            .error(
+                clap::error::ErrorKind::InvalidValue,
+                format!("unknown scenario {unknown:?}; known: {}", known.join(", ")),
+            )
+            .exit();
     }
     for scenario in all
         .iter()
@@ -101,4 +108,19 @@ fn main() -> ExitCode {
         println!("{}", growth::render(s, &reports));
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod args_tests {
+    use super::*;
+
+    #[test]
+    fn quick_and_scenario_names_parse_in_any_order() {
+        let args = Args::try_parse_from(["priority_sim", "growth-keys", "--quick"]).unwrap();
+        assert!(args.quick);
+        assert_eq!(args.names, ["growth-keys"]);
+        let args = Args::try_parse_from(["priority_sim"]).unwrap();
+        assert!(!args.quick && args.names.is_empty());
+        assert!(Args::try_parse_from(["priority_sim", "--fast"]).is_err());
+    }
 }

@@ -53,17 +53,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::{CommandFactory, Parser};
 use mq_priority::{
     GateConfig, KeyPlacement, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow,
     Strategy, Unlisted,
 };
 use pulsar_broker::Broker;
-use pulsar_wire::prioritized::{
-    PriorityConsumer, PriorityConsumerOptions, PriorityRouter, follow_growth,
-};
+use pulsar_wire::prioritized::{PriorityConsumer, PriorityRouter, follow_growth};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, InitialPosition, MessageConsumer,
-    OutgoingMessage, Producer, ProducerOptions,
+    BatchingOptions, Client, ClientBuilder, ConnectOptions, Consumer, ConsumerOptions,
+    InitialPosition, MessageConsumer, OutgoingMessage, Producer, ProducerOptions,
 };
 
 const PROPERTY: &str = "priority";
@@ -89,101 +88,114 @@ struct Args {
     judge_medians: bool,
 }
 
-const USAGE: &str = "usage: pulsar_priority_growth [--service-url URL --admin-url URL] \
-    [--low N] [--high N] [--counts N,N,..] [--shares N,N,..] [--partitions N] [--grown N] \
-    [--keys N] [--runs N] [--defaults-only] [--ratio-limit PERCENT] [--judge every-run|medians]";
+/// Priority and key order on Pulsar while the topic grows.
+#[derive(Debug, Parser)]
+#[command(name = "pulsar_priority_growth", args_override_self = true)]
+struct Cli {
+    /// The broker's binary-protocol URL; without it the embedded emulator.
+    #[arg(long, value_name = "URL")]
+    service_url: Option<String>,
+    /// The broker's admin REST URL (creates and grows the topic).
+    #[arg(long, value_name = "URL")]
+    admin_url: Option<String>,
+    /// The least important level's first-wave count (after `--counts`).
+    #[arg(long, value_name = "N")]
+    low: Option<usize>,
+    /// The most important level's first-wave count (after `--counts`).
+    #[arg(long, value_name = "N")]
+    high: Option<usize>,
+    /// First-wave message counts per level, most important first.
+    #[arg(
+        long,
+        value_name = "N,N,..",
+        value_delimiter = ',',
+        default_value = "1000,100000"
+    )]
+    counts: Vec<usize>,
+    /// Partition shares per level, most important first.
+    #[arg(
+        long,
+        value_name = "N,N,..",
+        value_delimiter = ',',
+        default_value = "1,3"
+    )]
+    shares: Vec<u32>,
+    /// Partitions before the growth.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    partitions: u32,
+    /// Partitions after the growth.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    grown: u32,
+    /// Message keys.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    keys: usize,
+    /// Runs of every row.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    runs: usize,
+    /// Only no priority and the defaults row.
+    #[arg(long)]
+    defaults_only: bool,
+    /// The largest high p99 of ours, in % of no priority's, that passes.
+    #[arg(long, value_name = "PERCENT", default_value_t = 10)]
+    ratio_limit: u32,
+    /// Judge the high p99 on every run or on each row's median over the runs.
+    #[arg(long, value_enum, default_value_t = Judge::EveryRun)]
+    judge: Judge,
+}
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        service_url: None,
-        admin_url: None,
-        counts: vec![1_000, 100_000],
-        shares: vec![1, 3],
-        partitions: 4,
-        grown: 8,
-        keys: 100,
-        runs: 1,
-        defaults_only: false,
-        ratio_limit: 10.0,
-        judge_medians: false,
-    };
-    let mut it = std::env::args().skip(1);
-    let number = |name: &str, v: String| {
-        v.parse::<usize>()
-            .map_err(|_| format!("{name} needs a number, got {v:?}"))
-    };
-    let list = |name: &str, v: String| {
-        v.split(',')
-            .map(|part| number(name, part.trim().to_owned()))
-            .collect::<Result<Vec<usize>, String>>()
-    };
-    let small =
-        |name: &str, v: usize| u32::try_from(v).map_err(|_| format!("{name}: {v} is too large"));
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--service-url" => args.service_url = Some(value("--service-url")?),
-            "--admin-url" => args.admin_url = Some(value("--admin-url")?),
-            "--low" => {
-                let low = number("--low", value("--low")?)?;
-                if let Some(last) = args.counts.last_mut() {
-                    *last = low;
-                }
-            }
-            "--high" => args.counts[0] = number("--high", value("--high")?)?,
-            "--counts" => args.counts = list("--counts", value("--counts")?)?,
-            "--shares" => {
-                args.shares = list("--shares", value("--shares")?)?
-                    .into_iter()
-                    .map(|s| small("--shares", s))
-                    .collect::<Result<_, _>>()?
-            }
-            "--partitions" => {
-                args.partitions = small(
-                    "--partitions",
-                    number("--partitions", value("--partitions")?)?,
-                )?
-            }
-            "--grown" => args.grown = small("--grown", number("--grown", value("--grown")?)?)?,
-            "--keys" => args.keys = number("--keys", value("--keys")?)?,
-            "--runs" => args.runs = number("--runs", value("--runs")?)?,
-            "--defaults-only" => args.defaults_only = true,
-            "--ratio-limit" => {
-                args.ratio_limit = number("--ratio-limit", value("--ratio-limit")?)? as f64
-            }
-            "--judge" => {
-                args.judge_medians = match value("--judge")?.as_str() {
-                    "every-run" => false,
-                    "medians" => true,
-                    other => {
-                        return Err(format!("--judge takes every-run or medians, got {other:?}"));
-                    }
-                }
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
+/// What `--judge` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Judge {
+    /// Every run's high p99 must pass.
+    EveryRun,
+    /// Each row's median high p99 over the runs must pass.
+    Medians,
+}
+
+impl Cli {
+    /// The run these options describe, or what is wrong with them.
+    fn into_args(self) -> Result<Args, String> {
+        let mut counts = self.counts;
+        if let (Some(high), Some(first)) = (self.high, counts.first_mut()) {
+            *first = high;
         }
+        if let (Some(low), Some(last)) = (self.low, counts.last_mut()) {
+            *last = low;
+        }
+        let args = Args {
+            service_url: self.service_url,
+            admin_url: self.admin_url,
+            counts,
+            shares: self.shares,
+            partitions: self.partitions,
+            grown: self.grown,
+            keys: self.keys,
+            runs: self.runs,
+            defaults_only: self.defaults_only,
+            ratio_limit: f64::from(self.ratio_limit),
+            judge_medians: self.judge == Judge::Medians,
+        };
+        if args.service_url.is_some() && args.admin_url.is_none() {
+            return Err("a real broker needs --admin-url to create and grow the topic".into());
+        }
+        if args.counts.len() != args.shares.len() || args.counts.len() < 2 {
+            return Err(format!(
+                "--counts and --shares need one value per level, at least 2 (got {} counts, {} shares)",
+                args.counts.len(),
+                args.shares.len()
+            ));
+        }
+        if args.counts[0] < 2 || args.counts[1..].iter().any(|&c| c < 4) || args.keys == 0 {
+            return Err(
+                "the first level needs at least 2 messages, the others at least 4, and --keys at least 1"
+                    .into(),
+            );
+        }
+        if args.grown <= args.partitions || args.runs == 0 {
+            return Err("--grown must be above --partitions and --runs at least 1".into());
+        }
+        Ok(args)
     }
-    if args.service_url.is_some() && args.admin_url.is_none() {
-        return Err("a real broker needs --admin-url to create and grow the topic".into());
-    }
-    if args.counts.len() != args.shares.len() || args.counts.len() < 2 {
-        return Err(format!(
-            "--counts and --shares need one value per level, at least 2 (got {} counts, {} shares)",
-            args.counts.len(),
-            args.shares.len()
-        ));
-    }
-    if args.counts[0] < 2 || args.counts[1..].iter().any(|&c| c < 4) || args.keys == 0 {
-        return Err(
-            "the first level needs at least 2 messages, the others at least 4, and --keys at least 1"
-                .into(),
-        );
-    }
-    if args.grown <= args.partitions || args.runs == 0 {
-        return Err("--grown must be above --partitions and --runs at least 1".into());
-    }
-    Ok(args)
 }
 
 impl Args {
@@ -415,16 +427,18 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
                 .map_err(err("router"))?;
         producer_options = producer_options.router(Arc::new(router));
     }
-    client
-        .subscribe(&topic, "drain", consumer_options.clone())
+    Consumer::builder(client, &topic, "drain")
+        .options(consumer_options.clone())
+        .build()
         .await
         .map_err(err("subscribe"))?
-        .close()
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
         .await
         .map_err(err("close"))?;
     let producer = Arc::new(
-        client
-            .create_producer(&topic, producer_options)
+        Producer::builder(client, &topic)
+            .options(producer_options)
+            .build()
             .await
             .map_err(err("producer"))?,
     );
@@ -445,8 +459,9 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
     .await?;
     let consumer: Box<dyn MessageConsumer> = match &row.layout {
         None => Box::new(
-            client
-                .subscribe(&topic, "drain", consumer_options.clone())
+            Consumer::builder(client, &topic, "drain")
+                .options(consumer_options.clone())
+                .build()
                 .await
                 .map_err(err("subscribe"))?,
         ),
@@ -459,12 +474,12 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
                     .with_receiver_queue_size(QUEUE)
                     .with_growth_hold(row.hold.then_some(Duration::from_secs(60)))
             };
-            let options = PriorityConsumerOptions::new(policy.clone(), layout.clone())
-                .consumer(consumer_options.clone())
-                .gate(gate)
-                .partitions_refresh(None);
             Box::new(
-                PriorityConsumer::subscribe(client, &topic, "drain", options)
+                PriorityConsumer::builder(client, &topic, "drain", policy.clone(), layout.clone())
+                    .consumer(consumer_options.clone())
+                    .gate(gate)
+                    .partitions_refresh(None)
+                    .build()
                     .await
                     .map_err(err("subscribe"))?,
             )
@@ -513,8 +528,14 @@ async fn run(client: &Client, broker: &Broker, row: &Row, args: &Args) -> Result
         }
     }
     let elapsed = started.elapsed();
-    consumer.close().await.map_err(err("close"))?;
-    producer.close().await.map_err(err("close producer"))?;
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(err("close"))?;
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .map_err(err("close producer"))?;
 
     let mut seen: HashMap<&str, u32> = HashMap::with_capacity(total);
     let mut last_seq: HashMap<(u8, usize), usize> = HashMap::new();
@@ -705,12 +726,11 @@ fn print_summary(runs: &[Vec<Report>], args: &Args, broker: &str) -> bool {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
+    let args = match Cli::parse().into_args() {
         Ok(args) => args,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => Cli::command()
+            .error(clap::error::ErrorKind::ValueValidation, e)
+            .exit(),
     };
     match main_with(&args).await {
         Ok(true) => ExitCode::SUCCESS,
@@ -732,7 +752,10 @@ async fn main_with(args: &Args) -> Result<bool, String> {
     let options = ConnectOptions::new(&url)
         .map_err(|e| e.to_string())?
         .operation_timeout(Duration::from_secs(30));
-    let client = Client::connect(options).await.map_err(|e| e.to_string())?;
+    let client = ClientBuilder::from(options)
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
     let mut runs = Vec::new();
     let mut ok = true;
     for index in 0..args.runs {
@@ -745,4 +768,82 @@ async fn main_with(args: &Args) -> Result<bool, String> {
     }
     ok &= print_summary(&runs, args, &name);
     Ok(ok)
+}
+
+#[cfg(test)]
+mod args_tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        Cli::try_parse_from(["pulsar_priority_growth"].iter().chain(args))
+            .map_err(|e| e.to_string())?
+            .into_args()
+    }
+
+    #[test]
+    fn the_defaults_and_the_documented_command_lines() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(
+            (args.counts, args.shares),
+            (vec![1_000, 100_000], vec![1, 3])
+        );
+        assert_eq!(
+            (args.partitions, args.grown, args.keys, args.runs),
+            (4, 8, 100, 1)
+        );
+        assert_eq!((args.ratio_limit, args.judge_medians), (10.0, false));
+        assert!(!args.defaults_only && args.service_url.is_none());
+        // scripts/test-real-brokers
+        let args = parse(&[
+            "--service-url",
+            "pulsar://127.0.0.1:6650",
+            "--admin-url",
+            "http://127.0.0.1:8080",
+            "--ratio-limit",
+            "25",
+            "--runs",
+            "3",
+            "--judge",
+            "medians",
+        ])
+        .unwrap();
+        assert_eq!(args.service_url.as_deref(), Some("pulsar://127.0.0.1:6650"));
+        assert_eq!(args.admin_url.as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(
+            (args.ratio_limit, args.runs, args.judge_medians),
+            (25.0, 3, true)
+        );
+        // Issue 30's shape (the doc comment above).
+        let args = parse(&[
+            "--counts",
+            "2000,20000,30000",
+            "--shares",
+            "60,30,10",
+            "--partitions",
+            "10",
+            "--grown",
+            "16",
+            "--keys",
+            "200",
+            "--runs",
+            "20",
+            "--defaults-only",
+        ])
+        .unwrap();
+        assert_eq!(
+            (args.counts, args.shares),
+            (vec![2_000, 20_000, 30_000], vec![60, 30, 10])
+        );
+        assert_eq!(
+            (args.partitions, args.grown, args.keys, args.runs),
+            (10, 16, 200, 20)
+        );
+        assert!(args.defaults_only);
+        let args = parse(&["--low", "400", "--high", "20", "--judge", "every-run"]).unwrap();
+        assert_eq!(args.counts, [20, 400]);
+        assert!(parse(&["--service-url", "pulsar://h:6650"]).is_err());
+        assert!(parse(&["--counts", "10,10,10"]).is_err());
+        assert!(parse(&["--grown", "4"]).is_err());
+        assert!(parse(&["--judge", "mean"]).is_err());
+    }
 }

@@ -168,14 +168,14 @@ impl MessageHandler for LoadHandler {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
         let state = &self.0;
         // Touch the body, as an application would.
-        let byte = message.body.last().copied().unwrap_or(0);
+        let byte = message.body().last().copied().unwrap_or(0);
         state.checksum.fetch_add(u64::from(byte), Ordering::Relaxed);
         let now = state.base.elapsed().as_nanos() as u64 + 1;
         let _ = state
             .first
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
         state.last.fetch_max(now, Ordering::Relaxed);
-        state.latency.handled(&message.message_id);
+        state.latency.handled(message.message_id());
         state.consumed.fetch_add(1, Ordering::Relaxed);
         ConsumeResult::Success
     }
@@ -214,7 +214,10 @@ pub(crate) async fn consume(args: ConsumeArgs) -> Result<(), BoxError> {
     for topic in &topics {
         builder = builder.subscribe(topic, "*");
     }
-    let consumer = builder.start(LoadHandler(Arc::clone(&handler))).await?;
+    let consumer = builder
+        .handler(LoadHandler(Arc::clone(&handler)))
+        .build()
+        .await?;
 
     // Told how many messages to expect on stdin once the producer is done.
     let (expect_tx, mut expect_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();

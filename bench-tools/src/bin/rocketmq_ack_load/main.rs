@@ -44,7 +44,6 @@ mod options;
 mod produce;
 mod support;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -52,9 +51,10 @@ use std::time::Duration;
 use crate::ack_path::scenario_c;
 use crate::consume::{ConsumeArgs, consume_role};
 use crate::load_runs::{deadline_table, flow_table, run_mode};
-use crate::options::{Options, USAGE, parse_options};
+use crate::options::{Options, Role};
 use crate::produce::{ProduceArgs, produce_role};
 use crate::support::BoxError;
+use clap::Parser;
 
 fn orchestrate(options: &Options) -> Result<String, BoxError> {
     if !options.emulator.exists() {
@@ -110,26 +110,16 @@ fn orchestrate(options: &Options) -> Result<String, BoxError> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        print!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let result = if args.first().map(String::as_str) == Some("--role") {
-        role(args)
+    let options = Options::parse();
+    let result = if let Some(role_name) = options.role.role {
+        role(role_name, &options)
     } else {
-        match parse_options(args) {
-            Ok(options) => orchestrate(&options).and_then(|markdown| {
-                if let Some(path) = &options.markdown_out {
-                    std::fs::write(path, markdown)?;
-                }
-                Ok(())
-            }),
-            Err(error) => {
-                eprintln!("error: {error}\n{USAGE}");
-                return ExitCode::FAILURE;
+        orchestrate(&options).and_then(|markdown| {
+            if let Some(path) = &options.markdown_out {
+                std::fs::write(path, markdown)?;
             }
-        }
+            Ok(())
+        })
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -141,51 +131,33 @@ fn main() -> ExitCode {
 }
 
 /// The internal roles, started by the orchestrator.
-fn role(args: Vec<String>) -> Result<(), BoxError> {
-    let mut args = args.into_iter().skip(1);
-    let role = args.next().ok_or("--role needs a value")?;
-    let mut kv: HashMap<String, String> = HashMap::new();
-    let mut batched = false;
-    while let Some(flag) = args.next() {
-        if flag == "--batched" {
-            batched = true;
-            continue;
-        }
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        kv.insert(flag.trim_start_matches("--").to_owned(), value);
+fn role(role: Role, options: &Options) -> Result<(), BoxError> {
+    let flags = &options.role;
+    fn required<T: Clone>(value: &Option<T>, flag: &str) -> Result<T, BoxError> {
+        value
+            .clone()
+            .ok_or_else(|| format!("{flag} is required").into())
     }
-    let get = |key: &str| -> Result<String, BoxError> {
-        kv.get(key)
-            .cloned()
-            .ok_or_else(|| format!("--{key} is required").into())
-    };
-    let num = |key: &str| -> Result<u64, BoxError> {
-        get(key)?
-            .parse()
-            .map_err(|_| format!("--{key} needs a number").into())
-    };
-    match role.as_str() {
-        "consume" => consume_role(ConsumeArgs {
-            endpoint: get("endpoint")?,
-            prefix: get("prefix")?,
-            topics: num("topics")? as u32,
-            queues: num("queues")? as u32,
-            group: get("group")?,
-            batched,
-            follow_deadlines: kv
-                .get("follow-deadlines")
-                .map(|v| v.parse())
-                .transpose()
-                .map_err(|_| "--follow-deadlines needs a number")?,
+    let endpoint = required(&flags.endpoint, "--endpoint")?;
+    let prefix = required(&flags.prefix, "--prefix")?;
+    let topics = required(&flags.topics, "--topics")?;
+    match role {
+        Role::Consume => consume_role(ConsumeArgs {
+            endpoint,
+            prefix,
+            topics,
+            queues: required(&flags.queues, "--queues")?,
+            group: required(&flags.group, "--group")?,
+            batched: flags.batched,
+            follow_deadlines: options.follow_deadlines,
         }),
-        "produce" => produce_role(ProduceArgs {
-            endpoint: get("endpoint")?,
-            prefix: get("prefix")?,
-            topics: num("topics")? as u32,
-            rate: num("rate")?,
-            duration: Duration::from_secs(num("duration")?),
-            body: num("body")? as usize,
+        Role::Produce => produce_role(ProduceArgs {
+            endpoint,
+            prefix,
+            topics,
+            rate: options.rate,
+            duration: Duration::from_secs(options.duration),
+            body: options.body,
         }),
-        other => Err(format!("unknown role {other:?}").into()),
     }
 }

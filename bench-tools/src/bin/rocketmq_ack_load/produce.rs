@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session};
+use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer};
 
 use crate::support::{BoxError, Kv, own_cpu_seconds, runtime, topic_names};
 
@@ -25,9 +25,7 @@ pub(crate) fn produce_role(args: ProduceArgs) -> Result<(), BoxError> {
 
 pub(crate) async fn produce(args: ProduceArgs) -> Result<(), BoxError> {
     let topics: Arc<Vec<String>> = Arc::new(topic_names(&args.prefix, args.topics));
-    let producer = Arc::new(Producer::new(Session::new(ClientConfig::new(
-        &args.endpoint,
-    )?)?));
+    let producer = Arc::new(Producer::builder(ClientConfig::new(&args.endpoint)?).build()?);
     // Learn every route before the clock starts (one message per topic is not sent here).
     let warm = Arc::new(tokio::sync::Semaphore::new(32));
     let mut warmups = tokio::task::JoinSet::new();

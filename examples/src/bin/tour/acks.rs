@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rocketmq_grpc::{
     AckSettings, ClientConfig, ConsumeResult, MessageHandler, OutgoingMessage, Producer,
-    PushConsumer, ReceivedMessage, Session,
+    PushConsumer, ReceivedMessage,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::sync::Notify;
@@ -55,10 +55,13 @@ async fn consume(emulator: &Emulator, topic: &str, acks: AckSettings) -> Result<
         .subscribe(topic, "*")
         .concurrency(256)
         .acks(acks)
-        .start(Handler(Arc::clone(&counting)))
+        .handler(Handler(Arc::clone(&counting)))
+        .build()
         .await
         .map_err(error("consumer"))?;
-    let producer = Producer::new(Session::new(config).map_err(error("session"))?);
+    let producer = Producer::builder(config)
+        .build()
+        .map_err(error("session"))?;
     for chunk in (0..MESSAGES).collect::<Vec<_>>().chunks(64) {
         let sends = chunk
             .iter()

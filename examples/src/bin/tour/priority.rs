@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pulsar_wire::prioritized::{
-    GateConfig, LayoutSpec, Level, PriorityConsumer, PriorityConsumerOptions, PriorityPolicy,
-    PriorityRouter, RouterConfig, Strategy, Unlisted,
+    GateConfig, LayoutSpec, Level, PriorityConsumer, PriorityPolicy, PriorityRouter, RouterConfig,
+    Strategy, Unlisted,
 };
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, OutgoingMessage, ProducerOptions,
+    BatchingOptions, Client, Consumer, ConsumerOptions, Error, InitialPosition, Message,
+    OutgoingMessage, ProducerOptions,
 };
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
@@ -45,8 +45,8 @@ impl Receiver {
 
     async fn close(&self) -> Result<(), Error> {
         match self {
-            Receiver::Plain(c) => c.close().await,
-            Receiver::Priority(c) => c.close().await,
+            Receiver::Plain(c) => c.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await.map(drop),
+            Receiver::Priority(c) => c.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await.map(drop),
         }
     }
 }
@@ -70,7 +70,7 @@ async fn drain(emulator: &Emulator, with_priority: bool) -> Result<Outcome, Erro
         if with_priority { "ours" } else { "none" }
     );
     emulator.create_topic(&topic, PARTITIONS)?;
-    let client = Client::connect(ConnectOptions::new(emulator.endpoint())?).await?;
+    let client = Client::builder(emulator.endpoint()).build().await?;
     let policy = PriorityPolicy::builder()
         .levels(2)
         .property(PROPERTY)
@@ -96,12 +96,16 @@ async fn drain(emulator: &Emulator, with_priority: bool) -> Result<Outcome, Erro
         producer_options = producer_options.router(Arc::new(router));
     }
     // The subscription exists before the first message, so the whole backlog waits for it.
-    client
-        .subscribe(&topic, "drain", consumer_options.clone())
+    Consumer::builder(&client, &topic, "drain")
+        .options(consumer_options.clone())
+        .build()
         .await?
-        .close()
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
         .await?;
-    let producer = client.create_producer(&topic, producer_options).await?;
+    let producer = pulsar_wire::Producer::builder(&client, &topic)
+        .options(producer_options)
+        .build()
+        .await?;
     let mut confirmed: HashMap<String, Instant> = HashMap::with_capacity(HIGH);
     let names = (0..LOW)
         .map(|i| (format!("l{i}"), "1"))
@@ -124,13 +128,19 @@ async fn drain(emulator: &Emulator, with_priority: bool) -> Result<Outcome, Erro
         let gate = GateConfig::default()
             .with_strategy(Strategy::Strict)
             .with_receiver_queue_size(QUEUE);
-        let options = PriorityConsumerOptions::new(policy, layout)
-            .consumer(consumer_options)
-            .gate(gate);
-        Receiver::Priority(PriorityConsumer::subscribe(&client, &topic, "drain", options).await?)
+        Receiver::Priority(
+            PriorityConsumer::builder(&client, &topic, "drain", policy, layout)
+                .consumer(consumer_options)
+                .gate(gate)
+                .build()
+                .await?,
+        )
     } else {
         Receiver::Plain(Box::new(
-            client.subscribe(&topic, "drain", consumer_options).await?,
+            Consumer::builder(&client, &topic, "drain")
+                .options(consumer_options)
+                .build()
+                .await?,
         ))
     };
     let mut urgent = Vec::with_capacity(HIGH);
@@ -150,7 +160,7 @@ async fn drain(emulator: &Emulator, with_priority: bool) -> Result<Outcome, Erro
         *seen.entry(name).or_default() += 1;
     }
     receiver.close().await?;
-    producer.close().await?;
+    producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
     client.close().await;
     urgent.sort_unstable();
     Ok(Outcome {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rocketmq_grpc::priority::{GateConfig, PriorityPolicy, PriorityTopics};
 use rocketmq_grpc::{
-    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
+    ClientConfig, ConsumeResult, OutgoingMessage, Producer, PushConsumer, ReceivedMessage,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::sync::watch;
@@ -38,7 +38,7 @@ pub(crate) async fn drain(with_priority: bool) -> Result<Outcome, Box<dyn std::e
     let topics = PriorityTopics::builder(policy)
         .level_topics([URGENT_TOPIC, LOW_TOPIC])
         .build()?;
-    let producer = Producer::new(Session::new(config.clone())?);
+    let producer = Producer::builder(config.clone()).build()?;
     let mut confirmed: HashMap<String, Instant> = HashMap::with_capacity(HIGH);
     let names = (0..LOW)
         .map(|i| (format!("l{i}"), "1"))
@@ -75,12 +75,13 @@ pub(crate) async fn drain(with_priority: bool) -> Result<Outcome, Box<dyn std::e
         builder.subscribe(LOW_TOPIC, "*")
     };
     let consumer = builder
-        .start(move |message: ReceivedMessage| {
-            let name = String::from_utf8_lossy(&message.body).into_owned();
+        .handler(move |message: ReceivedMessage| {
+            let name = String::from_utf8_lossy(message.body()).into_owned();
             sink.lock().push((name, Instant::now()));
             counter.send_modify(|c| *c += 1);
             async { ConsumeResult::Success }
         })
+        .build()
         .await?;
     let all = tokio::time::timeout(
         Duration::from_secs(120),

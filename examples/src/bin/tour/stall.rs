@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use broker_tools::legacy::txn_ack_without_batch_size;
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, InitialPosition,
-    OutgoingMessage, ProducerOptions, SubType,
+    BatchingOptions, Client, Consumer, Error, InitialPosition, OutgoingMessage, Producer, SubType,
 };
+use pulsar_wire_emulator::legacy::txn_ack_without_batch_size;
 use pulsar_wire_emulator::{Emulator, EmulatorConfig};
 
 use crate::table;
@@ -33,28 +32,21 @@ async fn stream(emulator: &Emulator, legacy: bool) -> Result<Outcome, Error> {
     );
     emulator.create_topic(&topic, 0)?;
     emulator.set_max_unacked_messages(&topic, LIMIT)?;
-    let client = Client::connect(ConnectOptions::new(emulator.endpoint())?).await?;
-    let consumer = client
-        .subscribe(
-            &topic,
-            SUBSCRIPTION,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest)
-                // The legacy client of the issue does not ask the broker to unblock it either.
-                .legacy_committed_redeliveries(legacy),
-        )
+    let client = Client::builder(emulator.endpoint()).build().await?;
+    let consumer = Consumer::builder(&client, &topic, SUBSCRIPTION)
+        .sub_type(SubType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        // The legacy client of the issue does not ask the broker to unblock it either.
+        .legacy_committed_redeliveries(legacy)
+        .build()
         .await?;
     let batching = BatchingOptions::default()
         .max_messages(PER_BATCH)
         .max_delay(Duration::from_millis(200));
-    let producer = client
-        .create_producer(
-            &topic,
-            ProducerOptions::default()
-                .transactional(true)
-                .batching(batching),
-        )
+    let producer = Producer::builder(&client, &topic)
+        .transactional(true)
+        .batching(batching)
+        .build()
         .await?;
     let coordinator = client.transaction_coordinator().await?;
     let mut delivered = 0;
@@ -87,8 +79,8 @@ async fn stream(emulator: &Emulator, legacy: bool) -> Result<Outcome, Error> {
         .subscription(&topic, SUBSCRIPTION)
         .and_then(|s| s.consumers.first().map(|c| (c.unacked, c.blocked)))
         .unwrap_or((-1, false));
-    consumer.close().await?;
-    producer.close().await?;
+    consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
+    producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await?;
     client.close().await;
     Ok(Outcome {
         delivered,

@@ -3,12 +3,10 @@
 use std::time::Duration;
 
 use pulsar_wire::ServerError;
-use pulsar_wire::prioritized::{
-    LayoutSpec, PriorityConsumer, PriorityConsumerOptions, PriorityPolicy,
-};
+use pulsar_wire::prioritized::{LayoutSpec, PriorityConsumer, PriorityPolicy};
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, ConsumerOptions, Error, MAX_PARTITIONS_REFRESH,
-    MIN_PARTITIONS_REFRESH, OutgoingMessage, ProducerOptions,
+    BatchingOptions, ClientBuilder, ConnectOptions, Consumer, ConsumerOptions, Error,
+    MAX_PARTITIONS_REFRESH, MIN_PARTITIONS_REFRESH, OutgoingMessage, Producer, ProducerOptions,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -24,7 +22,10 @@ async fn an_unreachable_broker_is_reported() {
     let options = ConnectOptions::new(&format!("pulsar://127.0.0.1:{port}"))
         .expect("valid")
         .operation_timeout(Duration::from_secs(2));
-    let error = Client::connect(options).await.expect_err("unreachable");
+    let error = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect_err("unreachable");
     assert!(matches!(error, Error::ConnectionLost { .. }), "{error}");
     assert!(error.to_string().contains(&port.to_string()), "{error}");
     assert!(error.is_retryable());
@@ -46,9 +47,8 @@ async fn an_unreachable_broker_is_reported() {
 #[tokio::test]
 async fn unknown_topics_without_auto_creation_are_refused() {
     let setup = Setup::new(EmulatorConfig::default().auto_topic_creation(false)).await;
-    let subscribed = setup
-        .client
-        .subscribe("nowhere", "sub", ConsumerOptions::default())
+    let subscribed = Consumer::builder(&setup.client, "nowhere", "sub")
+        .build()
         .await;
     let error = subscribed.expect_err("no such topic");
     assert_eq!(
@@ -56,10 +56,7 @@ async fn unknown_topics_without_auto_creation_are_refused() {
         Some(ServerError::TopicNotFound),
         "{error}"
     );
-    let produced = setup
-        .client
-        .create_producer("nowhere", ProducerOptions::default())
-        .await;
+    let produced = Producer::builder(&setup.client, "nowhere").build().await;
     let error = produced.expect_err("no such topic");
     assert_eq!(
         error.server_error(),
@@ -98,28 +95,28 @@ async fn bad_names_options_and_foreign_messages_are_refused() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     for topic in ["", "a/b", "ftp://t/n/x"] {
         assert!(matches!(
-            setup
-                .client
-                .create_producer(topic, ProducerOptions::default())
-                .await,
+            Producer::builder(&setup.client, topic).build().await,
             Err(Error::Invalid { .. })
         ));
     }
     let zero = ProducerOptions::default().batching(BatchingOptions::default().max_messages(0));
     assert!(matches!(
-        setup.client.create_producer("t", zero).await,
+        Producer::builder(&setup.client, "t")
+            .options(zero)
+            .build()
+            .await,
         Err(Error::Invalid { .. })
     ));
     let no_queue = ConsumerOptions::default().receiver_queue_size(0);
     assert!(matches!(
-        setup.client.subscribe("t", "s", no_queue).await,
+        Consumer::builder(&setup.client, "t", "s")
+            .options(no_queue)
+            .build()
+            .await,
         Err(Error::Invalid { .. })
     ));
     assert!(matches!(
-        setup
-            .client
-            .subscribe("t", "", ConsumerOptions::default())
-            .await,
+        Consumer::builder(&setup.client, "t", "").build().await,
         Err(Error::Invalid { .. })
     ));
     let coordinator = setup.client.transaction_coordinator().await.expect("tc");
@@ -129,13 +126,9 @@ async fn bad_names_options_and_foreign_messages_are_refused() {
     ));
 
     let one = setup.shared("foreign", ConsumerOptions::default()).await;
-    let other = setup
-        .client
-        .subscribe(
-            "foreign",
-            "other",
-            ConsumerOptions::default().initial_position(pulsar_wire::InitialPosition::Earliest),
-        )
+    let other = Consumer::builder(&setup.client, "foreign", "other")
+        .initial_position(pulsar_wire::InitialPosition::Earliest)
+        .build()
         .await
         .expect("subscribed");
     let producer = setup.producer("foreign", 0).await;
@@ -145,7 +138,9 @@ async fn bad_names_options_and_foreign_messages_are_refused() {
         other.ack(&message).await,
         Err(Error::Invalid { .. })
     ));
-    one.close().await.expect("closed");
+    one.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     assert!(matches!(one.ack(&message).await, Err(Error::Closed(_))));
     assert!(matches!(one.receive().await, Err(Error::Closed(_))));
 }
@@ -188,14 +183,18 @@ async fn connection_options_out_of_range_are_refused_up_front() {
         (options().max_frame_size(0), "max_frame_size"),
         (options().keep_alive(Duration::ZERO), "keep_alive"),
     ] {
-        let error = Client::connect(bad).await.expect_err("out of range");
+        let error = ClientBuilder::from(bad)
+            .build()
+            .await
+            .expect_err("out of range");
         assert!(
             matches!(&error, Error::Invalid { what, .. } if *what == name),
             "{error}"
         );
         assert!(!error.is_retryable());
     }
-    Client::connect(options())
+    ClientBuilder::from(options())
+        .build()
         .await
         .expect("the defaults connect");
 }
@@ -206,13 +205,9 @@ async fn connection_options_out_of_range_are_refused_up_front() {
 async fn a_receiver_queue_out_of_range_is_refused_when_subscribing() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     for size in [0, u32::MAX, pulsar_wire::MAX_RECEIVER_QUEUE_SIZE + 1] {
-        let error = setup
-            .client
-            .subscribe(
-                "queue-size",
-                "sub",
-                ConsumerOptions::default().receiver_queue_size(size),
-            )
+        let error = Consumer::builder(&setup.client, "queue-size", "sub")
+            .receiver_queue_size(size)
+            .build()
             .await
             .expect_err("out of range");
         assert!(
@@ -221,13 +216,9 @@ async fn a_receiver_queue_out_of_range_is_refused_when_subscribing() {
         );
         assert!(error.to_string().contains("1..=1000000"), "{error}");
     }
-    setup
-        .client
-        .subscribe(
-            "queue-size",
-            "sub",
-            ConsumerOptions::default().receiver_queue_size(pulsar_wire::MAX_RECEIVER_QUEUE_SIZE),
-        )
+    Consumer::builder(&setup.client, "queue-size", "sub")
+        .receiver_queue_size(pulsar_wire::MAX_RECEIVER_QUEUE_SIZE)
+        .build()
         .await
         .expect("the largest queue is taken");
 }
@@ -249,35 +240,43 @@ async fn a_partitions_refresh_out_of_range_is_refused() {
         let client = &setup.client;
         async move {
             let policy = PriorityPolicy::new(2).expect("policy");
-            let priority =
-                PriorityConsumerOptions::new(policy, LayoutSpec::partition_shares([1, 1]))
-                    .partitions_refresh(Some(every));
-            let producer = match client
-                .create_producer(
-                    "refreshed",
-                    ProducerOptions::default().partitions_refresh(Some(every)),
-                )
+            let priority = PriorityConsumer::builder(
+                client,
+                "refreshed",
+                "prio",
+                policy,
+                LayoutSpec::partition_shares([1, 1]),
+            )
+            .partitions_refresh(Some(every));
+            let producer = match Producer::builder(client, "refreshed")
+                .partitions_refresh(Some(every))
+                .build()
                 .await
             {
-                Ok(producer) => producer.close().await,
+                Ok(producer) => producer
+                    .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                    .await
+                    .map(drop),
                 Err(error) => Err(error),
             };
-            let plain = match client
-                .subscribe(
-                    "refreshed",
-                    "plain",
-                    ConsumerOptions::default().partitions_refresh(Some(every)),
-                )
+            let plain = match Consumer::builder(client, "refreshed", "plain")
+                .partitions_refresh(Some(every))
+                .build()
                 .await
             {
-                Ok(consumer) => consumer.close().await,
+                Ok(consumer) => consumer
+                    .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                    .await
+                    .map(drop),
                 Err(error) => Err(error),
             };
-            let prioritized =
-                match PriorityConsumer::subscribe(client, "refreshed", "prio", priority).await {
-                    Ok(consumer) => consumer.close().await,
-                    Err(error) => Err(error),
-                };
+            let prioritized = match priority.build().await {
+                Ok(consumer) => consumer
+                    .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                    .await
+                    .map(drop),
+                Err(error) => Err(error),
+            };
             [
                 ("producer", producer),
                 ("consumer", plain),
@@ -322,16 +321,14 @@ async fn a_closed_client_refuses_everything_with_closed() {
     setup.client.close().await;
     let closed = |error: Error| assert!(matches!(error, Error::Closed(_)), "{error}");
     closed(
-        setup
-            .client
-            .create_producer("closing", ProducerOptions::default())
+        Producer::builder(&setup.client, "closing")
+            .build()
             .await
             .expect_err("closed"),
     );
     closed(
-        setup
-            .client
-            .subscribe("closing", "other", ConsumerOptions::default())
+        Consumer::builder(&setup.client, "closing", "other")
+            .build()
             .await
             .expect_err("closed"),
     );
@@ -349,12 +346,9 @@ async fn a_closed_client_refuses_everything_with_closed() {
 #[tokio::test]
 async fn a_zero_send_timeout_means_none() {
     let setup = Setup::new(EmulatorConfig::default()).await;
-    let producer = setup
-        .client
-        .create_producer(
-            "no-timeout",
-            ProducerOptions::default().send_timeout(Duration::ZERO),
-        )
+    let producer = Producer::builder(&setup.client, "no-timeout")
+        .send_timeout(Duration::ZERO)
+        .build()
         .await
         .expect("created");
     producer
@@ -373,11 +367,12 @@ async fn a_multi_host_service_url_connects_to_a_host_that_answers() {
     let options = ConnectOptions::new(&url)
         .expect("several hosts are valid")
         .operation_timeout(Duration::from_secs(5));
-    let client = Client::connect(options)
+    let client = ClientBuilder::from(options)
+        .build()
         .await
         .expect("the second host answers");
-    let producer = client
-        .create_producer("multi-host", ProducerOptions::default())
+    let producer = Producer::builder(&client, "multi-host")
+        .build()
         .await
         .expect("created through the second host");
     producer
@@ -407,7 +402,10 @@ async fn an_http_port_is_said_to_be_one() {
     let options = ConnectOptions::new(&format!("pulsar://{address}"))
         .expect("valid")
         .operation_timeout(Duration::from_secs(5));
-    let error = Client::connect(options).await.expect_err("not Pulsar");
+    let error = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect_err("not Pulsar");
     assert!(
         error
             .to_string()

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use pulsar_wire::{
-    ChunkLimits, Compression, ConsumerOptions, Error, OutgoingMessage, ProducerOptions, SubType,
+    ChunkLimits, Compression, ConsumerOptions, Error, OutgoingMessage, Producer, ProducerOptions,
+    SubType,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -48,9 +49,9 @@ async fn large_messages_go_in_chunks_and_come_back_whole_with_every_codec() {
                 ConsumerOptions::default().sub_type(SubType::Failover),
             )
             .await;
-        let producer = setup
-            .client
-            .create_producer(&topic, chunking(codec))
+        let producer = Producer::builder(&setup.client, &topic)
+            .options(chunking(codec))
+            .build()
             .await
             .expect("producer created");
         // Large and small messages, sent concurrently: each stays whole and in order.
@@ -86,7 +87,10 @@ async fn large_messages_go_in_chunks_and_come_back_whole_with_every_codec() {
         let stats = consumer.stats();
         assert_eq!(stats.undecodable, 0, "{codec}");
         assert!(stats.chunked >= 1, "{codec}: {stats:?}");
-        consumer.close().await.expect("closed");
+        consumer
+            .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+            .await
+            .expect("closed");
     }
 }
 
@@ -95,9 +99,9 @@ async fn a_chunked_message_nacked_comes_back_whole_and_its_chunks_are_all_acked(
     let setup = Setup::new(EmulatorConfig::default()).await;
     let topic = "chunks-nack";
     let consumer = setup.shared(topic, ConsumerOptions::default()).await;
-    let producer = setup
-        .client
-        .create_producer(topic, chunking(Compression::None))
+    let producer = Producer::builder(&setup.client, topic)
+        .options(chunking(Compression::None))
+        .build()
         .await
         .expect("producer created");
     let big = payload(7, 200 * 1024);
@@ -129,9 +133,9 @@ async fn a_chunked_message_of_an_aborted_transaction_comes_back_whole() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let topic = "chunks-txn";
     let consumer = setup.shared(topic, ConsumerOptions::default()).await;
-    let producer = setup
-        .client
-        .create_producer(topic, chunking(Compression::None))
+    let producer = Producer::builder(&setup.client, topic)
+        .options(chunking(Compression::None))
+        .build()
         .await
         .expect("producer created");
     let big = payload(9, 200 * 1024);
@@ -174,9 +178,9 @@ async fn a_chunked_message_of_an_aborted_transaction_comes_back_whole() {
 #[tokio::test]
 async fn chunking_with_batching_is_refused_and_a_message_too_large_for_the_limits_is_surfaced() {
     let setup = Setup::new(EmulatorConfig::default()).await;
-    let refused = setup
-        .client
-        .create_producer("chunks-refused", ProducerOptions::default().chunking(true))
+    let refused = Producer::builder(&setup.client, "chunks-refused")
+        .chunking(true)
+        .build()
         .await
         .expect_err("batching and chunking");
     assert!(
@@ -192,9 +196,9 @@ async fn chunking_with_batching_is_refused_and_a_message_too_large_for_the_limit
                 .chunk_limits(ChunkLimits::default().max_bytes(100 * 1024)),
         )
         .await;
-    let producer = setup
-        .client
-        .create_producer(topic, chunking(Compression::None))
+    let producer = Producer::builder(&setup.client, topic)
+        .options(chunking(Compression::None))
+        .build()
         .await
         .expect("producer created");
     producer

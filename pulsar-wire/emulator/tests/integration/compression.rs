@@ -11,7 +11,7 @@ use pulsar_wire::wire::{
     BatchedMessage, ConnectionExt, ConsumerEvent, Frame, command_frame, encode_batch,
 };
 use pulsar_wire::{
-    BatchingOptions, Compression, Connection, ConsumerOptions, Error, OutgoingMessage,
+    BatchingOptions, Compression, Connection, ConsumerOptions, Error, OutgoingMessage, Producer,
     ProducerOptions, compress, topic_name,
 };
 use pulsar_wire_emulator::EmulatorConfig;
@@ -39,9 +39,9 @@ async fn every_codec_batched_or_not_reaches_our_consumer_intact() {
         for per_batch in [0, 1, 25] {
             let topic = format!("compressed-{codec}-{per_batch}");
             let consumer = setup.shared(&topic, ConsumerOptions::default()).await;
-            let producer = setup
-                .client
-                .create_producer(&topic, producer_options(per_batch).compression(codec))
+            let producer = Producer::builder(&setup.client, &topic)
+                .options(producer_options(per_batch).compression(codec))
+                .build()
                 .await
                 .expect("producer created");
             let sends = (0..COUNT).map(|i| {
@@ -81,8 +81,14 @@ async fn every_codec_batched_or_not_reaches_our_consumer_intact() {
             assert_eq!(stats.undecodable, 0, "{codec} {per_batch}: {stats:?}");
             assert_eq!(stats.received, COUNT as u64, "{codec} {per_batch}");
             setup.assert_drained(&topic).await;
-            producer.close().await.expect("closed");
-            consumer.close().await.expect("closed");
+            producer
+                .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                .await
+                .expect("closed");
+            consumer
+                .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                .await
+                .expect("closed");
         }
     }
 }
@@ -271,9 +277,9 @@ async fn the_emulator_passes_compressed_entries_through_unchanged() {
             } else {
                 ProducerOptions::default().no_batching()
             };
-            let producer = setup
-                .client
-                .create_producer(&topic, options.compression(codec))
+            let producer = Producer::builder(&setup.client, &topic)
+                .options(options.compression(codec))
+                .build()
                 .await
                 .expect("producer created");
             let (a, b) = tokio::join!(
@@ -318,7 +324,10 @@ async fn the_emulator_passes_compressed_entries_through_unchanged() {
                     assert!(plain == payload(1) || plain == payload(2));
                 }
             }
-            producer.close().await.expect("closed");
+            producer
+                .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                .await
+                .expect("closed");
         }
     }
 }
@@ -412,9 +421,9 @@ async fn the_compressed_size_counts_against_max_message_size() {
         } else {
             ProducerOptions::default().no_batching()
         };
-        let producer = setup
-            .client
-            .create_producer(topic, options.compression(codec))
+        let producer = Producer::builder(&setup.client, topic)
+            .options(options.compression(codec))
+            .build()
             .await
             .expect("producer created");
         // 200 KiB of text compresses below 64 KiB: sent.
@@ -447,7 +456,10 @@ async fn the_compressed_size_counts_against_max_message_size() {
             text.contains("once compressed") && text.contains("max_message_size"),
             "{text}"
         );
-        producer.close().await.expect("closed");
+        producer
+            .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+            .await
+            .expect("closed");
     }
     assert_eq!(raised.stats().undecodable, 0);
 }
@@ -460,12 +472,10 @@ async fn by_default_a_consumer_decompresses_up_to_the_brokers_max_message_size()
     };
     let topic = "compressed-limit";
     let consumer = setup.shared(topic, ConsumerOptions::default()).await;
-    let producer = setup
-        .client
-        .create_producer(
-            topic,
-            ProducerOptions::default().no_batching().compression(codec),
-        )
+    let producer = Producer::builder(&setup.client, topic)
+        .no_batching()
+        .compression(codec)
+        .build()
         .await
         .expect("producer created");
     let big = Bytes::from("z".repeat(100 * 1024));

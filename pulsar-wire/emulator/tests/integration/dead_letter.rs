@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use pulsar_wire::{
-    ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, ORIGIN_MESSAGE_ID, OutgoingMessage,
-    REAL_TOPIC, UNDECODABLE_REASON,
+    Consumer, ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, ORIGIN_MESSAGE_ID,
+    OutgoingMessage, REAL_TOPIC, UNDECODABLE_REASON,
 };
 use pulsar_wire_emulator::{EmulatorConfig, Faults};
 
@@ -41,13 +41,9 @@ async fn a_message_nacked_past_the_maximum_lands_in_the_dead_letter_topic() {
     assert_eq!(consumer.stats().dead_lettered, 1);
     setup.assert_drained("dl-good").await;
     let dlq = format!("{}-sub-DLQ", consumer.topic());
-    let reader = setup
-        .client
-        .subscribe(
-            &dlq,
-            "reader",
-            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
-        )
+    let reader = Consumer::builder(&setup.client, &dlq, "reader")
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
         .expect("subscribed to the DLQ");
     let letter = receive(&reader, 1).await.remove(0);
@@ -106,9 +102,8 @@ async fn an_undecodable_entry_nacked_past_the_maximum_lands_in_the_dead_letter_t
     setup.emulator.set_faults(Faults::none());
     setup.assert_drained("dl-corrupt").await;
     // The initial subscription kept the dead letter; its payload is the entry as stored.
-    let reader = setup
-        .client
-        .subscribe("dl-corrupt-dead", "keep", ConsumerOptions::default())
+    let reader = Consumer::builder(&setup.client, "dl-corrupt-dead", "keep")
+        .build()
         .await
         .expect("subscribed to the DLQ");
     let letter = receive(&reader, 1).await.remove(0);

@@ -65,7 +65,7 @@ async fn delayed_messages_wait_on_a_shared_subscription_and_come_when_due() {
         "{at:?}"
     );
     let due = third.deliver_at().expect("its delivery time");
-    let sent_at = UNIX_EPOCH + Duration::from_millis(third.publish_time());
+    let sent_at = third.publish_time();
     let delay = due.duration_since(sent_at).expect("due after it was sent");
     assert!(
         (Duration::from_millis(2_900)..=Duration::from_millis(3_100)).contains(&delay),
@@ -222,4 +222,66 @@ async fn delivery_times_that_cannot_be_sent_are_refused_with_the_reason() {
         .expect("at once")
         .expect("received");
     assert_eq!(text(&message), "past");
+}
+
+/// Event and publish times are `SystemTime`s, sent as milliseconds since the epoch: the event
+/// time comes back to the millisecond, in a batch or not; the epoch (the protocol's 0) comes
+/// back as no event time; a time before 1970 is refused at the send, naming `event_time`.
+#[tokio::test]
+async fn event_and_publish_times_are_system_times_to_the_millisecond() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let consumer = setup.shared("times", ConsumerOptions::default()).await;
+    let event = UNIX_EPOCH + Duration::from_millis(1_733_500_000_123) + Duration::from_micros(456);
+    let to_the_millisecond = UNIX_EPOCH + Duration::from_millis(1_733_500_000_123);
+    for per_batch in [0, 3] {
+        let producer = setup.producer("times", per_batch).await;
+        let before = SystemTime::now() - Duration::from_millis(1);
+        producer
+            .send(OutgoingMessage::new("event").event_time(event))
+            .await
+            .expect("sent");
+        producer
+            .send(OutgoingMessage::new("epoch").event_time(UNIX_EPOCH))
+            .await
+            .expect("sent");
+        producer
+            .send(OutgoingMessage::new("none"))
+            .await
+            .expect("sent");
+        let after = SystemTime::now();
+        let received = receive(&consumer, 3).await;
+        let times: Vec<_> = received.iter().map(|m| (text(m), m.event_time())).collect();
+        assert_eq!(
+            times,
+            [
+                ("event".to_owned(), Some(to_the_millisecond)),
+                ("epoch".to_owned(), None),
+                ("none".to_owned(), None),
+            ],
+            "batched: {per_batch}"
+        );
+        for message in &received {
+            let published = message.publish_time();
+            assert!((before..=after).contains(&published), "{published:?}");
+            consumer.ack(message).await.expect("acked");
+        }
+        let error = producer
+            .send(OutgoingMessage::new("x").event_time(UNIX_EPOCH - Duration::from_millis(1)))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(
+                &error,
+                Error::Invalid {
+                    what: "event_time",
+                    ..
+                }
+            ) && error.to_string().contains("1970"),
+            "{error}"
+        );
+        producer
+            .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+            .await
+            .expect("closed");
+    }
 }

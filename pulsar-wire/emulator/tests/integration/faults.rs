@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use pulsar_wire::{Consumer, ConsumerOptions, Error, MessageId, OutgoingMessage};
+use pulsar_wire::{Consumer, ConsumerOptions, Error, MessageId, OutgoingMessage, Producer};
 use pulsar_wire_emulator::{EmulatorConfig, Faults};
 
 use crate::support::{PATIENCE, Setup, assert_quiet, producer_options, receive, send_all, within};
@@ -71,12 +71,9 @@ async fn connection_loss_fails_pending_requests_and_producers_and_consumers_come
 async fn a_broker_that_drops_every_connection_costs_waits_not_errors_or_a_tight_loop() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let consumer = setup.shared("dropped", ConsumerOptions::default()).await;
-    let producer = setup
-        .client
-        .create_producer(
-            "dropped",
-            producer_options(5).send_timeout(Duration::from_millis(500)),
-        )
+    let producer = Producer::builder(&setup.client, "dropped")
+        .options(producer_options(5).send_timeout(Duration::from_millis(500)))
+        .build()
         .await
         .expect("producer created");
     send_all(&producer, 10).await;
@@ -212,7 +209,10 @@ async fn an_undecodable_entry_left_alone_goes_to_the_next_consumer() {
         .shared("corrupt-left", ConsumerOptions::default())
         .await;
     let (id, _) = undecodable(&consumer).await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     let next = setup
         .shared("corrupt-left", ConsumerOptions::default().name("next"))
         .await;

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pulsar_wire::{ConsumerOptions, OutgoingMessage, ProducerOptions};
+use pulsar_wire::{ConsumerOptions, OutgoingMessage, Producer};
 use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{Setup, assert_quiet, within};
@@ -21,14 +21,10 @@ async fn a_running_producer_and_consumer_follow_a_topic_grown_from_4_to_8_partit
     let consumer = setup
         .shared(topic, ConsumerOptions::default().partitions_refresh(every))
         .await;
-    let producer = setup
-        .client
-        .create_producer(
-            topic,
-            ProducerOptions::default()
-                .no_batching()
-                .partitions_refresh(every),
-        )
+    let producer = Producer::builder(&setup.client, topic)
+        .no_batching()
+        .partitions_refresh(every)
+        .build()
         .await
         .expect("producer");
     let mut received = HashSet::new();

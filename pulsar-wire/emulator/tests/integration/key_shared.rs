@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use pulsar_wire::pb::ServerError;
 use pulsar_wire::{
-    BatchingOptions, Compression, Consumer, ConsumerOptions, Error, HashRange, InitialPosition,
-    KeySharedPolicy, Message, OutgoingMessage, Producer, ProducerOptions, SubType, sticky_key_hash,
+    BatchingOptions, Compression, Consumer, Error, HashRange, InitialPosition, KeySharedPolicy,
+    Message, OutgoingMessage, Producer, SubType, sticky_key_hash,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -41,9 +41,9 @@ async fn producer(setup: &Setup, topic: &str, key_based: bool) -> Producer {
         .max_messages(10)
         .max_delay(Duration::from_millis(20))
         .key_based(key_based);
-    setup
-        .client
-        .create_producer(topic, ProducerOptions::default().batching(batching))
+    Producer::builder(&setup.client, topic)
+        .batching(batching)
+        .build()
         .await
         .expect("producer created")
 }
@@ -55,17 +55,12 @@ async fn key_shared(
     name: &str,
     policy: KeySharedPolicy,
 ) -> Result<Consumer, Error> {
-    setup
-        .client
-        .subscribe(
-            topic,
-            "sub",
-            ConsumerOptions::default()
-                .sub_type(SubType::KeyShared)
-                .key_shared_policy(policy)
-                .name(name)
-                .initial_position(InitialPosition::Earliest),
-        )
+    Consumer::builder(&setup.client, topic, "sub")
+        .sub_type(SubType::KeyShared)
+        .key_shared_policy(policy)
+        .name(name)
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
 }
 
@@ -370,15 +365,10 @@ async fn invalid_policies_fail_before_subscribing() {
             other => panic!("expected Error::Invalid, got {:?}", other.map(|_| ())),
         }
     }
-    let shared = setup
-        .client
-        .subscribe(
-            "ks-invalid",
-            "sub",
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .key_shared_policy(KeySharedPolicy::default()),
-        )
+    let shared = Consumer::builder(&setup.client, "ks-invalid", "sub")
+        .sub_type(SubType::Shared)
+        .key_shared_policy(KeySharedPolicy::default())
+        .build()
         .await;
     assert!(
         matches!(&shared, Err(Error::Invalid { reason, .. }) if reason.contains("Key_Shared")),
@@ -405,14 +395,10 @@ async fn concurrent_key_batches_keep_sequence_ids_in_wire_order() {
         .max_messages(4)
         .max_delay(Duration::from_millis(2))
         .key_based(true);
-    let producer = setup
-        .client
-        .create_producer(
-            topic,
-            ProducerOptions::default()
-                .batching(batching)
-                .compression(Compression::Zlib),
-        )
+    let producer = Producer::builder(&setup.client, topic)
+        .batching(batching)
+        .compression(Compression::Zlib)
+        .build()
         .await
         .expect("producer created");
     let filler = "x".repeat(2000);
@@ -433,15 +419,10 @@ async fn concurrent_key_batches_keep_sequence_ids_in_wire_order() {
             id.expect("every send succeeds");
         }
     }
-    let reader = setup
-        .client
-        .subscribe(
-            topic,
-            "reader",
-            ConsumerOptions::default()
-                .initial_position(InitialPosition::Earliest)
-                .receiver_queue_size(10_000),
-        )
+    let reader = Consumer::builder(&setup.client, topic, "reader")
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(10_000)
+        .build()
         .await
         .expect("subscribed");
     let mut by_position = BTreeMap::new();

@@ -137,8 +137,14 @@ async fn a_producer_and_a_consumer_report_a_lost_connection_and_an_unload() {
     until(&mut produced, LinkStates::is_connected).await;
     until(&mut consumed, LinkStates::is_connected).await;
 
-    producer.close().await.expect("closed");
-    consumer.close().await.expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     for states in [&produced, &consumed] {
         assert!(matches!(states.borrow().overall(), LinkState::Closed));
     }
@@ -208,8 +214,14 @@ async fn a_partitioned_topic_reports_each_partition() {
         assert!(states.borrow().is_connected());
     }
 
-    producer.close().await.expect("closed");
-    consumer.close().await.expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     for states in [&produced, &consumed] {
         let states = states.borrow();
         assert!(

@@ -1,8 +1,10 @@
 //! Integration tests of the Pulsar adapter against the embedded broker emulator.
 
 mod acks;
+mod auth;
 mod bad_input;
 mod chunks;
+mod closing;
 mod compression;
 mod dead_letter;
 mod delayed;

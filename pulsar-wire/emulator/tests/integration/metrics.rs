@@ -11,8 +11,8 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, Strategy, Unlisted,
 };
-use pulsar_wire::prioritized::{PriorityConsumer, PriorityConsumerOptions, PriorityRouter};
-use pulsar_wire::{ConsumerOptions, InitialPosition, OutgoingMessage, ProducerOptions, QueueFull};
+use pulsar_wire::prioritized::{PriorityConsumer, PriorityRouter};
+use pulsar_wire::{ConsumerOptions, InitialPosition, OutgoingMessage, Producer, QueueFull};
 use pulsar_wire_emulator::EmulatorConfig;
 
 use crate::support::{PATIENCE, Setup, receive, within};
@@ -74,9 +74,8 @@ async fn sends_receives_and_acks_are_counted() {
 
     let setup = Setup::new(EmulatorConfig::default()).await;
     let consumer = setup.consumer("metered", ConsumerOptions::default()).await;
-    let producer = setup
-        .client
-        .create_producer("metered", ProducerOptions::default())
+    let producer = Producer::builder(&setup.client, "metered")
+        .build()
         .await
         .expect("producer created");
     for i in 0..10 {
@@ -125,15 +124,11 @@ async fn sends_waiting_for_a_place_in_the_pending_queue_are_timed() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let setup = Setup::new(EmulatorConfig::default()).await;
-    let producer = setup
-        .client
-        .create_producer(
-            "narrow",
-            ProducerOptions::default()
-                .no_batching()
-                .max_pending_messages(Some(1))
-                .on_queue_full(QueueFull::Block),
-        )
+    let producer = Producer::builder(&setup.client, "narrow")
+        .no_batching()
+        .max_pending_messages(Some(1))
+        .on_queue_full(QueueFull::Block)
+        .build()
         .await
         .expect("producer created");
     // One place: the first send takes it, the four others wait for it in turn.
@@ -176,15 +171,15 @@ async fn the_priority_gate_counts_each_level_it_served_and_held_back() {
         .expect("a valid policy");
     // Partition 0 is the high level, the others the low one.
     let layout = || LayoutSpec::explicit_with([(Level::new(0), vec![0])], Unlisted::DefaultLevel);
-    let options = PriorityConsumerOptions::new(policy.clone(), layout())
+    let consumer = PriorityConsumer::builder(&setup.client, topic, "sub", policy.clone(), layout())
         .gate(
             GateConfig::default()
                 .with_strategy(Strategy::Strict)
                 .with_receiver_queue_size(QUEUE),
         )
         .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest))
-        .partitions_refresh(None);
-    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "sub", options)
+        .partitions_refresh(None)
+        .build()
         .await
         .expect("subscribed");
     let router = PriorityRouter::for_topic(
@@ -196,14 +191,10 @@ async fn the_priority_gate_counts_each_level_it_served_and_held_back() {
     )
     .await
     .expect("router");
-    let producer = setup
-        .client
-        .create_producer(
-            topic,
-            ProducerOptions::default()
-                .router(Arc::new(router))
-                .partitions_refresh(None),
-        )
+    let producer = Producer::builder(&setup.client, topic)
+        .router(Arc::new(router))
+        .partitions_refresh(None)
+        .build()
         .await
         .expect("producer");
     let send = |high: bool, count: usize| {
@@ -238,7 +229,10 @@ async fn the_priority_gate_counts_each_level_it_served_and_held_back() {
         consumer.ack(&message).await.expect("acked");
     }
     let pauses = consumer.gate_stats().pauses;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
 
     let seen = Seen::of(&snapshotter);
     let level = |l: &'static str| [("client", "pulsar"), ("level", l)];

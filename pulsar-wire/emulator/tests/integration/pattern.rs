@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use pulsar_wire::{
-    ConsumerOptions, Error, InitialPosition, OutgoingMessage, PatternConsumer, PatternOptions,
-    SubType,
+    ConsumerOptions, Error, InitialPosition, LinkState, OutgoingMessage, PatternConsumer,
+    PatternOptions, SubType,
 };
-use pulsar_wire_emulator::EmulatorConfig;
+use pulsar_wire_emulator::{EmulatorConfig, Faults};
 
 use crate::support::{PATIENCE, Setup, within};
 
@@ -54,15 +54,15 @@ async fn a_pattern_consumer_reads_the_matching_topics_and_those_created_later() 
     for _ in 0..2 {
         send(&setup, "orders-p", "p").await;
     }
-    let consumer = setup
-        .client
-        .subscribe_pattern(
-            "persistent://public/default/orders-.*",
-            "sub",
-            options(Some(Duration::from_millis(200))),
-        )
-        .await
-        .expect("subscribed");
+    let consumer = PatternConsumer::builder(
+        &setup.client,
+        "persistent://public/default/orders-.*",
+        "sub",
+    )
+    .options(options(Some(Duration::from_millis(200))))
+    .build()
+    .await
+    .expect("subscribed");
     assert_eq!(
         consumer.topics(),
         [
@@ -98,7 +98,10 @@ async fn a_pattern_consumer_reads_the_matching_topics_and_those_created_later() 
         tokio::spawn(async move { consumer.receive().await })
     };
     tokio::task::yield_now().await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     let ended = within(PATIENCE, waiting)
         .await
         .expect("the waiting receive ended")
@@ -111,9 +114,9 @@ async fn a_pattern_consumer_reads_the_matching_topics_and_those_created_later() 
 #[tokio::test]
 async fn discovery_on_request() {
     let setup = Setup::new(EmulatorConfig::default()).await;
-    let consumer = setup
-        .client
-        .subscribe_pattern("public/default/jobs-[0-9]+", "sub", options(None))
+    let consumer = PatternConsumer::builder(&setup.client, "public/default/jobs-[0-9]+", "sub")
+        .options(options(None))
+        .build()
         .await
         .expect("subscribed");
     assert!(consumer.topics().is_empty());
@@ -152,9 +155,9 @@ async fn bad_patterns_and_options_are_refused() {
             "receiver_queue_size",
         ),
     ] {
-        let error = setup
-            .client
-            .subscribe_pattern(pattern, "sub", options)
+        let error = PatternConsumer::builder(&setup.client, pattern, "sub")
+            .options(options)
+            .build()
             .await
             .expect_err("refused");
         assert!(
@@ -162,4 +165,76 @@ async fn bad_patterns_and_options_are_refused() {
             "{pattern}: {error}"
         );
     }
+}
+
+/// A pattern consumer's stats sum its topics' consumers and keep them after the close; its
+/// link state has one entry per topic, the worst of the topic's partitions, through a lost
+/// connection, and Closed entries once closed.
+#[tokio::test(start_paused = true)]
+async fn a_pattern_consumer_sums_the_stats_and_reports_a_state_per_topic() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    setup.emulator.create_topic("watch-p", 2).expect("created");
+    send(&setup, "watch-a", "a").await;
+    for _ in 0..2 {
+        send(&setup, "watch-p", "p").await;
+    }
+    let consumer = PatternConsumer::builder(&setup.client, "public/default/watch-.*", "sub")
+        .options(options(None))
+        .build()
+        .await
+        .expect("subscribed");
+    assert_eq!(consumer.topics().len(), 2);
+    let mut state = consumer.state();
+    assert_eq!(state.borrow().partitions().len(), 2, "one entry per topic");
+    assert!(state.borrow().is_connected());
+    take(&consumer, 3).await;
+    assert_eq!(consumer.stats().received, 3);
+    let reconnects = consumer.stats().reconnects;
+
+    setup
+        .emulator
+        .set_faults(Faults::none().drop_after_frames(Some(1)));
+    setup.emulator.disconnect_all();
+    within(
+        PATIENCE,
+        state.wait_for(|s| matches!(s.overall(), LinkState::Reconnecting { .. })),
+    )
+    .await
+    .expect("reconnecting in time")
+    .expect("the state lives");
+    setup.emulator.set_faults(Faults::none());
+    within(
+        PATIENCE,
+        state.wait_for(|s| s.is_connected() && s.partitions().len() == 2),
+    )
+    .await
+    .expect("connected again in time")
+    .expect("the state lives");
+    // Three partitions' consumers (a, p-0, p-1) came back.
+    assert!(consumer.stats().reconnects >= reconnects + 3);
+
+    // A topic that comes adds an entry.
+    send(&setup, "watch-new", "new").await;
+    consumer.discover().await.expect("listed");
+    within(PATIENCE, state.wait_for(|s| s.partitions().len() == 3))
+        .await
+        .expect("a third entry in time")
+        .expect("the state lives");
+    take(&consumer, 1).await;
+    assert_eq!(consumer.stats().received, 4);
+
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    let states = state.borrow().clone();
+    assert_eq!(states.partitions().len(), 3);
+    assert!(
+        states
+            .partitions()
+            .iter()
+            .all(|s| matches!(s, LinkState::Closed))
+    );
+    // The counters of the closed consumers stay.
+    assert_eq!(consumer.stats().received, 4);
 }

@@ -38,9 +38,9 @@ fn restore(setup: &Setup) {
 }
 
 async fn producer(setup: &Setup, options: ProducerOptions) -> Producer {
-    setup
-        .client
-        .create_producer(TOPIC, options)
+    Producer::builder(&setup.client, TOPIC)
+        .options(options)
+        .build()
         .await
         .expect("producer created")
 }
@@ -263,7 +263,7 @@ async fn a_dropped_waiting_send_takes_no_place_and_close_fails_the_waiting_ones(
         assert!(!waiting.is_finished());
         let closing = tokio::spawn({
             let producer = producer.clone();
-            async move { producer.close().await }
+            async move { producer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await }
         });
         let started = Instant::now();
         assert!(
@@ -293,12 +293,9 @@ async fn a_dropped_waiting_send_takes_no_place_and_close_fails_the_waiting_ones(
 #[tokio::test]
 async fn a_limit_of_zero_is_refused() {
     let setup = Setup::new(EmulatorConfig::default()).await;
-    let refused = setup
-        .client
-        .create_producer(
-            TOPIC,
-            ProducerOptions::default().max_pending_messages(Some(0)),
-        )
+    let refused = Producer::builder(&setup.client, TOPIC)
+        .max_pending_messages(Some(0))
+        .build()
         .await;
     assert!(
         matches!(

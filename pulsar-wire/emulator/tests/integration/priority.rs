@@ -13,11 +13,11 @@ use mq_priority::{
     GateConfig, LayoutSpec, Level, PriorityPolicy, RouterConfig, StickyWindow, Strategy, Unlisted,
 };
 use pulsar_wire::prioritized::{
-    PriorityConsumer, PriorityConsumerOptions, PriorityRouter, follow_growth,
+    PriorityConsumer, PriorityConsumerBuilder, PriorityRouter, follow_growth,
 };
 use pulsar_wire::{
     BatchingOptions, ConsumerOptions, Error, InitialPosition, Message, MessageConsumer,
-    OutgoingMessage, Producer, ProducerOptions,
+    OutgoingMessage, Producer,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -103,15 +103,11 @@ async fn priority_producer(setup: &Setup, topic: &str) -> Producer {
     )
     .await
     .expect("router");
-    setup
-        .client
-        .create_producer(
-            topic,
-            ProducerOptions::default()
-                .batching(batching())
-                .router(Arc::new(router))
-                .partitions_refresh(None),
-        )
+    Producer::builder(&setup.client, topic)
+        .batching(batching())
+        .router(Arc::new(router))
+        .partitions_refresh(None)
+        .build()
         .await
         .expect("producer")
 }
@@ -128,11 +124,11 @@ async fn high_messages_overtake_the_low_backlog_and_survive_partition_growth() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let topic = "prio-growth";
     setup.emulator.create_topic(topic, 4).unwrap();
-    let options = PriorityConsumerOptions::new(policy(), layout())
+    let consumer = PriorityConsumer::builder(&setup.client, topic, "sub", policy(), layout())
         .gate(gate())
         .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest))
-        .partitions_refresh(Some(Duration::from_millis(100)));
-    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "sub", options)
+        .partitions_refresh(Some(Duration::from_millis(100)))
+        .build()
         .await
         .expect("subscribed");
     assert_eq!(
@@ -233,8 +229,14 @@ async fn high_messages_overtake_the_low_backlog_and_survive_partition_growth() {
     assert_eq!(stats.levels[1].delivered, (LOW + extra_low) as u64);
     assert_eq!(stats.levels[0].mismatches + stats.levels[1].mismatches, 0);
     assert!(stats.pauses > 0);
-    consumer.close().await.unwrap();
-    producer.close().await.unwrap();
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
 }
 
 /// What a plain consumer sees of the same scenario: the high messages wait behind the low
@@ -251,9 +253,9 @@ async fn without_the_gate_high_messages_wait_behind_the_low_backlog() {
         let producer = if routed {
             priority_producer(&setup, topic).await
         } else {
-            setup
-                .client
-                .create_producer(topic, ProducerOptions::default().batching(batching()))
+            Producer::builder(&setup.client, topic)
+                .batching(batching())
+                .build()
                 .await
                 .unwrap()
         };
@@ -278,8 +280,14 @@ async fn without_the_gate_high_messages_wait_behind_the_low_backlog() {
         if !routed {
             assert!(bypass > LOW * 9 / 10, "{topic}: {bypass}");
         }
-        consumer.close().await.unwrap();
-        producer.close().await.unwrap();
+        consumer
+            .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+            .await
+            .unwrap();
+        producer
+            .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+            .await
+            .unwrap();
     }
 }
 
@@ -291,13 +299,7 @@ async fn a_redelivered_message_keeps_its_level_and_nothing_waits_for_acks() {
     let producer = priority_producer(&setup, topic).await;
     send(&producer, false, 0, 50).await;
     send(&producer, true, 0, 1).await;
-    let options = PriorityConsumerOptions::new(policy(), layout())
-        .gate(gate())
-        .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest))
-        .partitions_refresh(None);
-    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "sub", options)
-        .await
-        .unwrap();
+    let consumer = gated(&setup, topic, "sub").build().await.unwrap();
     // Everything is buffered before the first receive: the high message comes first.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while consumer.buffered().iter().sum::<usize>() < 51 {
@@ -325,7 +327,10 @@ async fn a_redelivered_message_keeps_its_level_and_nothing_waits_for_acks() {
     assert_eq!(stats.levels[0].acked, 0);
     consumer.ack(&again).await.unwrap();
     assert_eq!(consumer.gate_stats().levels[0].acked, 1);
-    consumer.close().await.unwrap();
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
     assert!(matches!(consumer.receive().await, Err(Error::Closed(_))));
 }
 
@@ -333,8 +338,8 @@ async fn a_redelivered_message_keeps_its_level_and_nothing_waits_for_acks() {
 async fn refuses_topics_and_layouts_priority_cannot_work_on() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     setup.emulator.create_topic("flat", 0).unwrap();
-    let options = PriorityConsumerOptions::new(policy(), layout());
-    let error = PriorityConsumer::subscribe(&setup.client, "flat", "sub", options.clone())
+    let error = PriorityConsumer::builder(&setup.client, "flat", "sub", policy(), layout())
+        .build()
         .await
         .unwrap_err();
     assert!(
@@ -343,7 +348,8 @@ async fn refuses_topics_and_layouts_priority_cannot_work_on() {
     );
     // One partition cannot hold two levels.
     setup.emulator.create_topic("one", 1).unwrap();
-    let error = PriorityConsumer::subscribe(&setup.client, "one", "sub", options)
+    let error = PriorityConsumer::builder(&setup.client, "one", "sub", policy(), layout())
+        .build()
         .await
         .unwrap_err();
     assert!(matches!(error, Error::Priority(_)), "{error}");
@@ -359,8 +365,9 @@ async fn refuses_topics_and_layouts_priority_cannot_work_on() {
             ConsumerOptions::default().enable_retry(true),
         ),
     ] {
-        let options = PriorityConsumerOptions::new(policy(), layout()).consumer(consumer);
-        let error = PriorityConsumer::subscribe(&setup.client, "two", "sub", options)
+        let error = PriorityConsumer::builder(&setup.client, "two", "sub", policy(), layout())
+            .consumer(consumer)
+            .build()
             .await
             .unwrap_err();
         assert!(
@@ -386,8 +393,9 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn priority_options() -> PriorityConsumerOptions {
-    PriorityConsumerOptions::new(policy(), layout())
+/// A gated consumer of `topic` from the earliest message, partitions not re-read.
+fn gated(setup: &Setup, topic: &str, subscription: &str) -> PriorityConsumerBuilder {
+    PriorityConsumer::builder(&setup.client, topic, subscription, policy(), layout())
         .gate(gate())
         .consumer(ConsumerOptions::default().initial_position(InitialPosition::Earliest))
         .partitions_refresh(None)
@@ -424,7 +432,8 @@ async fn plain_and_priority_consumers_serve_through_one_trait() {
     let topic = "prio-trait";
     setup.emulator.create_topic(topic, 4).unwrap();
     let plain = setup.consumer(topic, ConsumerOptions::default()).await;
-    let gated = PriorityConsumer::subscribe(&setup.client, topic, "gated", priority_options())
+    let gated = gated(&setup, topic, "gated")
+        .build()
         .await
         .expect("subscribed");
     let consumers: Vec<Box<dyn MessageConsumer>> = vec![Box::new(plain), Box::new(gated)];
@@ -456,9 +465,15 @@ async fn plain_and_priority_consumers_serve_through_one_trait() {
         .expect("received");
     assert_eq!(&m.payload()[..], b"h5");
     shared.ack(&m).await.unwrap();
-    shared.close().await.unwrap();
+    shared
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
     assert!(matches!(shared.receive().await, Err(Error::Closed(_))));
-    producer.close().await.unwrap();
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -469,9 +484,7 @@ async fn set_strategy_changes_the_order_of_a_live_consumer() {
     let producer = priority_producer(&setup, topic).await;
     send(&producer, false, 0, 50).await;
     send(&producer, true, 0, 50).await;
-    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "sub", priority_options())
-        .await
-        .unwrap();
+    let consumer = gated(&setup, topic, "sub").build().await.unwrap();
     // Everything buffered (50 high stay under the high level's watermark: nothing paused).
     wait_until("everything buffered", || {
         consumer.buffered().iter().sum::<usize>() == 100
@@ -538,8 +551,14 @@ async fn set_strategy_changes_the_order_of_a_live_consumer() {
         })
         .unwrap();
     assert_eq!(consumer.tick_period(), Duration::from_millis(10));
-    consumer.close().await.unwrap();
-    producer.close().await.unwrap();
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -548,9 +567,7 @@ async fn follow_growth_takes_the_new_partitions_to_producer_and_consumer() {
     let topic = "prio-follow";
     setup.emulator.create_topic(topic, 4).unwrap();
     let producer = priority_producer(&setup, topic).await;
-    let consumer = PriorityConsumer::subscribe(&setup.client, topic, "gated", priority_options())
-        .await
-        .unwrap();
+    let consumer = gated(&setup, topic, "gated").build().await.unwrap();
     let plain = setup.consumer(topic, ConsumerOptions::default()).await;
     assert_eq!(follow_growth(&producer, &consumer).await.unwrap(), 4);
 
@@ -588,9 +605,18 @@ async fn follow_growth_takes_the_new_partitions_to_producer_and_consumer() {
             .map(|n| n.len()),
         Some(60)
     );
-    consumer.close().await.unwrap();
-    plain.close().await.unwrap();
-    producer.close().await.unwrap();
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
+    plain
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .unwrap();
 }
 
 async fn receive_n(consumer: &pulsar_wire::Consumer, count: usize) -> Vec<Message> {

@@ -14,7 +14,11 @@ fn text(message: &Message) -> String {
 }
 
 async fn reader(setup: &Setup, topic: &str, options: ReaderOptions) -> Reader {
-    setup.client.reader(topic, options).await.expect("a reader")
+    Reader::builder(&setup.client, topic, StartAt::Earliest)
+        .options(options)
+        .build()
+        .await
+        .expect("a reader")
 }
 
 /// Reads `count` messages' payloads.
@@ -80,7 +84,10 @@ async fn a_reader_from_an_id_starts_after_it_or_at_it() {
                 "batch {per_batch}, inclusive {inclusive}"
             );
             assert!(!reader.has_message_available().await.expect("asked"));
-            reader.close().await.expect("closed");
+            reader
+                .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+                .await
+                .expect("closed");
         }
         // From the last message, excluded: nothing available.
         let reader = reader(&setup, &topic, ReaderOptions::new(StartAt::Id(ids[14]))).await;
@@ -123,9 +130,8 @@ async fn a_partitioned_topic_is_read_whole_or_refused_from_an_id() {
     let mut expected = payloads(0..30);
     expected.sort();
     assert_eq!(read, expected);
-    let error = setup
-        .client
-        .reader("read-parts", ReaderOptions::new(StartAt::Id(ids[3])))
+    let error = Reader::builder(&setup.client, "read-parts", StartAt::Id(ids[3]))
+        .build()
         .await
         .expect_err("refused");
     assert!(
@@ -152,4 +158,50 @@ async fn a_reader_is_a_stream() {
         .collect()
         .await;
     assert_eq!(read, payloads(0..9));
+}
+
+/// A reader's stats and link state are its consumer's: what it received, its partition's
+/// link through a lost connection, Closed once closed.
+#[tokio::test(start_paused = true)]
+async fn a_reader_has_stats_and_a_link_state() {
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    send_all(&setup.producer("read-stats", 0).await, 3).await;
+    let reader = reader(&setup, "read-stats", ReaderOptions::new(StartAt::Earliest)).await;
+    let mut state = reader.state();
+    assert_eq!(state.borrow().partitions().len(), 1);
+    assert!(state.borrow().is_connected());
+    assert_eq!(read(&reader, 3).await, payloads(0..3));
+    assert_eq!(reader.stats().received, 3);
+    let reconnects = reader.stats().reconnects;
+    setup
+        .emulator
+        .set_faults(pulsar_wire_emulator::Faults::none().drop_after_frames(Some(1)));
+    setup.emulator.disconnect_all();
+    within(
+        PATIENCE,
+        state.wait_for(|s| matches!(s.overall(), pulsar_wire::LinkState::Reconnecting { .. })),
+    )
+    .await
+    .expect("reconnecting in time")
+    .expect("the state lives");
+    setup
+        .emulator
+        .set_faults(pulsar_wire_emulator::Faults::none());
+    within(
+        PATIENCE,
+        state.wait_for(pulsar_wire::LinkStates::is_connected),
+    )
+    .await
+    .expect("connected again in time")
+    .expect("the state lives");
+    assert!(reader.stats().reconnects > reconnects);
+    reader
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    assert!(matches!(
+        state.borrow().overall(),
+        pulsar_wire::LinkState::Closed
+    ));
+    assert_eq!(reader.stats().received, 3);
 }

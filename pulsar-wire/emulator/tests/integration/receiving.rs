@@ -56,7 +56,7 @@ async fn the_stream_ends_when_the_consumer_closes() {
     let mut stream = consumer.stream();
     let (next, closed) = tokio::join!(stream.next(), async {
         tokio::task::yield_now().await;
-        consumer.close().await
+        consumer.close(pulsar_wire::DEFAULT_CLOSE_DEADLINE).await
     });
     closed.expect("closed");
     assert!(next.is_none(), "{:?}", next.map(|m| m.map(|m| m.id())));

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pulsar_wire::{ConsumerOptions, Error, NackBackoff};
+use pulsar_wire::{Consumer, ConsumerOptions, Error, NackBackoff};
 use pulsar_wire_emulator::EmulatorConfig;
 use tokio::time::Instant;
 
@@ -78,13 +78,9 @@ async fn impossible_backoffs_are_refused_at_subscribe() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let second = Duration::from_secs(1);
     let backoff = NackBackoff::exponential(second * 2, second, 2.0);
-    let error = setup
-        .client
-        .subscribe(
-            "nack-bad",
-            "sub",
-            ConsumerOptions::default().nack_backoff(backoff),
-        )
+    let error = Consumer::builder(&setup.client, "nack-bad", "sub")
+        .nack_backoff(backoff)
+        .build()
         .await
         .expect_err("refused");
     assert!(
@@ -143,13 +139,9 @@ async fn an_unacked_message_comes_back_after_the_ack_timeout() {
     assert_quiet(&consumer, Duration::from_secs(10)).await;
     setup.assert_drained(topic).await;
 
-    let error = setup
-        .client
-        .subscribe(
-            topic,
-            "other",
-            ConsumerOptions::default().ack_timeout(Duration::from_millis(10)),
-        )
+    let error = Consumer::builder(&setup.client, topic, "other")
+        .ack_timeout(Duration::from_millis(10))
+        .build()
         .await
         .expect_err("refused");
     assert!(

@@ -308,6 +308,13 @@ async fn commit_while_down(then_commit: bool) {
 /// is acknowledged again whatever was sent before, because the client cannot know whether
 /// its first ack reached the broker, and a lost one would leave the message unacknowledged
 /// for good; the broker ignores an ack of a deleted entry.
+///
+/// Widened in c6673b4 (2026-12-02) from 0 acks of deleted entries, when the client stopped
+/// skipping the ack of such a copy whose first ack had gone out on the same link or was still
+/// grouped. The bound is not a tolerance measured on a broker: it is the consumer's own count
+/// of acks it sent again (`ConsumerStats::acks_resent`), so an ack of a deleted entry the
+/// client did not count as resent still fails. No counts from runs are recorded in the
+/// history; the failure message prints both.
 fn assert_no_ack_but_resends_twice(acks_of_deleted: u64, consumer: &pulsar_wire::Consumer) {
     let resent = consumer.stats().acks_resent;
     assert!(
@@ -356,7 +363,10 @@ async fn abort_while_no_consumer_is_connected(between: WhileAlone, redelivery_co
     let m0 = receive(&first, 1).await.remove(0);
     let txn = new_txn(&setup).await;
     first.ack_in(&txn, &m0).await.expect("acked in");
-    first.close().await.expect("closed");
+    first
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     match between {
         WhileAlone::Nothing => {}
         WhileAlone::Unload => {
@@ -896,14 +906,13 @@ async fn run(steps: Vec<Step>, per_batch: usize) {
     let consumer = setup.shared(TOPIC, ConsumerOptions::default()).await;
     // Sends wait through every outage of a run (a commit while the broker is down keeps it
     // down until the commit gives up, an operation timeout).
-    let producer = setup
-        .client
-        .create_producer(
-            TOPIC,
+    let producer = Producer::builder(&setup.client, TOPIC)
+        .options(
             producer_options(per_batch)
                 .transactional(true)
                 .send_timeout(Duration::from_secs(600)),
         )
+        .build()
         .await
         .expect("producer created");
     let mut run = Run {

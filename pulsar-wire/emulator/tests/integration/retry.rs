@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use pulsar_wire::{
-    ConsumerOptions, DELAY_TIME, DeadLetterPolicy, Error, InitialPosition, ORIGIN_MESSAGE_ID,
-    OutgoingMessage, REAL_SUBSCRIPTION, REAL_TOPIC, RECONSUME_TIMES,
+    Consumer, ConsumerOptions, DELAY_TIME, DeadLetterPolicy, Error, InitialPosition,
+    ORIGIN_MESSAGE_ID, OutgoingMessage, REAL_SUBSCRIPTION, REAL_TOPIC, RECONSUME_TIMES,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 
@@ -73,13 +73,9 @@ async fn a_message_reconsumed_past_the_maximum_lands_in_the_dead_letter_topic() 
     consumer.flush_acks().await;
     setup.assert_drained("retry").await;
     setup.assert_drained(&format!("{topic}-sub-RETRY")).await;
-    let dlq = setup
-        .client
-        .subscribe(
-            &format!("{topic}-sub-DLQ"),
-            "reader",
-            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
-        )
+    let dlq = Consumer::builder(&setup.client, format!("{topic}-sub-DLQ"), "reader")
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
         .expect("subscribed to the DLQ");
     let letter = receive(&dlq, 1).await.remove(0);
@@ -133,7 +129,10 @@ async fn the_topic_and_the_retry_topic_come_through_one_consumer() {
     }
     consumer.flush_acks().await;
     setup.assert_drained("retry-mix").await;
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     assert!(matches!(consumer.receive().await, Err(Error::Closed(_))));
 }
 
@@ -158,15 +157,10 @@ async fn reconsume_later_needs_retry_enabled() {
         })
     ));
     // An empty retry topic name is refused at subscription.
-    let empty = setup
-        .client
-        .subscribe(
-            "retry-off",
-            "other",
-            ConsumerOptions::default()
-                .enable_retry(true)
-                .dead_letter(DeadLetterPolicy::new(1).retry_letter_topic("")),
-        )
+    let empty = Consumer::builder(&setup.client, "retry-off", "other")
+        .enable_retry(true)
+        .dead_letter(DeadLetterPolicy::new(1).retry_letter_topic(""))
+        .build()
         .await;
     assert!(matches!(
         empty,
@@ -209,13 +203,9 @@ async fn a_retry_letter_nacked_past_the_maximum_lands_in_the_topics_dead_letter_
         consumer.nack(&again).expect("nacked");
     }
     assert_quiet(&consumer, Duration::from_millis(300)).await;
-    let dlq = setup
-        .client
-        .subscribe(
-            &format!("{topic}-sub-DLQ"),
-            "reader",
-            ConsumerOptions::default().initial_position(InitialPosition::Earliest),
-        )
+    let dlq = Consumer::builder(&setup.client, format!("{topic}-sub-DLQ"), "reader")
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
         .expect("subscribed to the DLQ");
     let letter = receive(&dlq, 1).await.remove(0);

@@ -4,8 +4,8 @@
 
 use pulsar_wire::ServerError;
 use pulsar_wire::{
-    AvroSchema, ConsumerOptions, Error, InitialPosition, JsonSchema, OutgoingMessage,
-    ProducerOptions, ProtobufSchema, Schema, SchemaKind, SubType, TypedConsumer,
+    AvroSchema, Error, InitialPosition, JsonSchema, OutgoingMessage, Producer, ProtobufSchema,
+    Schema, SchemaKind, SubType, TypedConsumer, TypedProducer,
 };
 use pulsar_wire_emulator::EmulatorConfig;
 use serde::{Deserialize, Serialize};
@@ -46,16 +46,10 @@ async fn typed_consumer<S: pulsar_wire::SchemaCodec>(
     topic: &str,
     codec: S,
 ) -> TypedConsumer<S> {
-    setup
-        .client
-        .subscribe_typed(
-            topic,
-            "sub",
-            codec,
-            ConsumerOptions::default()
-                .sub_type(SubType::Shared)
-                .initial_position(InitialPosition::Earliest),
-        )
+    TypedConsumer::builder(&setup.client, topic, "sub", codec)
+        .sub_type(SubType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
         .expect("subscribed")
 }
@@ -68,9 +62,9 @@ where
     S::Value: PartialEq + std::fmt::Debug,
 {
     let consumer = typed_consumer(setup, topic, codec.clone()).await;
-    let producer = setup
-        .client
-        .create_typed_producer(topic, codec, producer_options(if batched { 3 } else { 0 }))
+    let producer = TypedProducer::builder(&setup.client, topic, codec)
+        .options(producer_options(if batched { 3 } else { 0 }))
+        .build()
         .await
         .expect("producer created");
     let version = producer.schema_version().expect("a schema version");
@@ -88,8 +82,14 @@ where
         assert_eq!(message.message().schema_version(), Some(&version));
         consumer.ack(&message).await.expect("acked");
     }
-    producer.close().await.expect("closed");
-    consumer.close().await.expect("closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
 }
 
 #[tokio::test]
@@ -124,15 +124,13 @@ async fn protobuf_messages_round_trip() {
 async fn another_schema_type_is_refused_as_incompatible_for_producers_and_consumers() {
     let setup = Setup::new(EmulatorConfig::default()).await;
     let json = JsonSchema::<Order>::new(ORDER).expect("a schema");
-    let _first = setup
-        .client
-        .create_typed_producer("typed", json.clone(), ProducerOptions::default())
+    let _first = TypedProducer::builder(&setup.client, "typed", json.clone())
+        .build()
         .await
         .expect("the first schema is registered");
     let avro = AvroSchema::<Order>::new(ORDER).expect("a schema");
-    let refused = setup
-        .client
-        .create_typed_producer("typed", avro.clone(), ProducerOptions::default())
+    let refused = TypedProducer::builder(&setup.client, "typed", avro.clone())
+        .build()
         .await
         .expect_err("refused");
     let Error::IncompatibleSchema { topic, reason } = &refused else {
@@ -152,9 +150,8 @@ async fn another_schema_type_is_refused_as_incompatible_for_producers_and_consum
         refused.to_string().contains("pulsar-admin schemas get"),
         "{refused}"
     );
-    let refused = setup
-        .client
-        .subscribe_typed("typed", "avro", avro, ConsumerOptions::default())
+    let refused = TypedConsumer::builder(&setup.client, "typed", "avro", avro)
+        .build()
         .await
         .expect_err("refused");
     assert!(
@@ -162,15 +159,13 @@ async fn another_schema_type_is_refused_as_incompatible_for_producers_and_consum
         "{refused}"
     );
     // The same schema again, and a bytes producer: accepted.
-    let again = setup
-        .client
-        .create_typed_producer("typed", json, ProducerOptions::default())
+    let again = TypedProducer::builder(&setup.client, "typed", json)
+        .build()
         .await
         .expect("the same schema");
     assert_eq!(again.schema_version().as_deref(), Some(&[0u8; 8][..]));
-    let bytes = setup
-        .client
-        .create_producer("typed", ProducerOptions::default())
+    let bytes = Producer::builder(&setup.client, "typed")
+        .build()
         .await
         .expect("a bytes producer");
     assert_eq!(bytes.schema_version(), None);
@@ -185,24 +180,24 @@ async fn a_payload_the_codec_cannot_read_is_an_error_with_its_id_and_is_not_ackn
         JsonSchema::<Order>::new(ORDER).expect("a schema"),
     )
     .await;
-    let raw = setup
-        .client
-        .create_producer("bad-json", ProducerOptions::default().no_batching())
+    let raw = Producer::builder(&setup.client, "bad-json")
+        .no_batching()
+        .build()
         .await
         .expect("producer");
     let bad = raw
         .send(OutgoingMessage::new("not json"))
         .await
         .expect("sent");
-    let typed = setup
-        .client
-        .create_typed_producer(
-            "bad-json",
-            JsonSchema::<Order>::new(ORDER).expect("a schema"),
-            ProducerOptions::default().no_batching(),
-        )
-        .await
-        .expect("producer");
+    let typed = TypedProducer::builder(
+        &setup.client,
+        "bad-json",
+        JsonSchema::<Order>::new(ORDER).expect("a schema"),
+    )
+    .no_batching()
+    .build()
+    .await
+    .expect("producer");
     typed.send(&orders(1)[0]).await.expect("sent");
     let error = within(PATIENCE, consumer.receive())
         .await
@@ -262,5 +257,64 @@ fn bad_schemas_are_refused_before_anything_is_sent() {
     assert!(
         SchemaKind::from_code(15).is_err(),
         "KeyValue is not supported"
+    );
+}
+
+/// A typed consumer's stream yields the decoded values in order, an undecodable payload as a
+/// `SchemaDecode` item with its id (the stream goes on), and ends once the consumer closes.
+#[tokio::test]
+async fn a_typed_stream_yields_values_and_decode_errors_and_ends_at_the_close() {
+    use futures_util::StreamExt;
+
+    let setup = Setup::new(EmulatorConfig::default()).await;
+    let codec = JsonSchema::<Order>::new(ORDER).expect("a schema");
+    let consumer = typed_consumer(&setup, "typed-stream", codec.clone()).await;
+    let producer = TypedProducer::builder(&setup.client, "typed-stream", codec)
+        .options(producer_options(0))
+        .build()
+        .await
+        .expect("producer created");
+    let values = orders(2);
+    producer.send(&values[0]).await.expect("sent");
+    let bad = producer
+        .send_message(OutgoingMessage::new("not json"))
+        .await
+        .expect("sent");
+    producer.send(&values[1]).await.expect("sent");
+    let mut stream = consumer.stream();
+    let first = within(PATIENCE, stream.next())
+        .await
+        .expect("in time")
+        .expect("an item")
+        .expect("decoded");
+    assert_eq!(first.value(), &values[0]);
+    consumer.ack(&first).await.expect("acked");
+    let error = within(PATIENCE, stream.next())
+        .await
+        .expect("in time")
+        .expect("an item")
+        .expect_err("undecodable");
+    assert!(
+        matches!(&error, Error::SchemaDecode { id, .. } if *id == bad),
+        "{error}"
+    );
+    consumer.consumer().ack_id(&bad).await.expect("acked by id");
+    let second = within(PATIENCE, stream.next())
+        .await
+        .expect("in time")
+        .expect("an item")
+        .expect("decoded");
+    assert_eq!(second.value(), &values[1]);
+    consumer.ack(&second).await.expect("acked");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
+    assert!(
+        within(PATIENCE, stream.next())
+            .await
+            .expect("in time")
+            .is_none(),
+        "the stream ends at the close"
     );
 }

@@ -8,7 +8,7 @@ use futures_util::{SinkExt, StreamExt};
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, BaseCommand, MessageMetadata};
 use pulsar_wire::wire::{Frame, PulsarCodec, command_frame};
-use pulsar_wire::{Client, ConnectOptions, ConsumerOptions, Error};
+use pulsar_wire::{ClientBuilder, ConnectOptions, Consumer, Error, Producer};
 use tokio::net::TcpListener;
 use tokio_util::codec::Framed;
 
@@ -114,9 +114,12 @@ async fn a_consumer_closed_by_the_broker_subscribes_again_with_backoff() {
     let options = ConnectOptions::new(&format!("pulsar://{address}"))
         .expect("valid")
         .operation_timeout(Duration::from_secs(5));
-    let client = Client::connect(options).await.expect("connected");
-    let consumer = client
-        .subscribe("closing", "sub", ConsumerOptions::default())
+    let client = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect("connected");
+    let consumer = Consumer::builder(&client, "closing", "sub")
+        .build()
         .await
         .expect("subscribed");
     let message = within(Duration::from_secs(5), consumer.receive())
@@ -132,7 +135,10 @@ async fn a_consumer_closed_by_the_broker_subscribes_again_with_backoff() {
     assert!(stats.closed_by_broker);
     assert!((1..=6).contains(&stats.reconnects), "{stats:?}");
     assert!(stats.duplicates >= 1, "{stats:?}");
-    consumer.close().await.expect("closed");
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("closed");
     assert!(matches!(consumer.receive().await, Err(Error::Closed(_))));
 }
 
@@ -249,12 +255,13 @@ async fn a_producer_closed_right_after_its_registration_registers_again() {
     let options = ConnectOptions::new(&format!("pulsar://{address}"))
         .expect("valid")
         .operation_timeout(Duration::from_secs(5));
-    let client = Client::connect(options).await.expect("connected");
-    let producer = client
-        .create_producer(
-            "closing-producer",
-            pulsar_wire::ProducerOptions::default().no_batching(),
-        )
+    let client = ClientBuilder::from(options)
+        .build()
+        .await
+        .expect("connected");
+    let producer = Producer::builder(&client, "closing-producer")
+        .no_batching()
+        .build()
         .await
         .expect("created");
     let mut states = producer.state();

@@ -2,7 +2,7 @@
 //! latest, to a publish time, on one partition of a partitioned topic; what was fetched
 //! before the seek is dropped; `last_message_id`.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use pulsar_wire::{
     Consumer, ConsumerOptions, Error, Message, MessageId, OutgoingMessage, SeekTo, SubType,
@@ -30,11 +30,6 @@ async fn ack_all(consumer: &Consumer, messages: &[Message]) {
 }
 
 const QUIET: Duration = Duration::from_millis(300);
-
-/// A publish time in milliseconds as a `SystemTime`.
-fn at(millis: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(millis)
-}
 
 /// Everything received and acknowledged, then a seek back to the 8th message: what follows
 /// it comes again, once, and the subscription drains again. Batched and not, on every
@@ -130,7 +125,7 @@ async fn a_seek_to_a_time_starts_at_the_first_entry_published_then() {
             .filter(|m| m.publish_time() >= time)
             .map(Message::id)
             .collect();
-        consumer.seek_to_time(at(time)).await.expect("sought");
+        consumer.seek_to_time(time).await.expect("sought");
         let again = receive(&consumer, expected.len()).await;
         assert_eq!(again.iter().map(Message::id).collect::<Vec<_>>(), expected);
         assert_quiet(&consumer, QUIET).await;
@@ -138,7 +133,7 @@ async fn a_seek_to_a_time_starts_at_the_first_entry_published_then() {
     }
     // After the last message: nothing.
     consumer
-        .seek_to_time(at(all[23].publish_time() + 1))
+        .seek_to_time(all[23].publish_time() + Duration::from_millis(1))
         .await
         .expect("sought");
     assert_quiet(&consumer, QUIET).await;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use pulsar_wire::{
-    Consumer, ConsumerOptions, Error, InitialPosition, Message, OutgoingMessage, SubType,
-    Transaction, sticky_key_hash,
+    Consumer, Error, InitialPosition, Message, OutgoingMessage, SubType, Transaction,
+    sticky_key_hash,
 };
 use pulsar_wire_emulator::{ConflictEffects, EmulatorConfig, Stats};
 use tokio::time::Instant;
@@ -40,16 +40,11 @@ fn paused<F: Future<Output = ()>>(test: F) {
 
 /// Consumer `name` of subscription `sub` on `topic`, from the earliest message.
 async fn consumer(setup: &Setup, topic: &str, name: &str, sub_type: SubType) -> Consumer {
-    setup
-        .client
-        .subscribe(
-            topic,
-            "sub",
-            ConsumerOptions::default()
-                .sub_type(sub_type)
-                .name(name)
-                .initial_position(InitialPosition::Earliest),
-        )
+    Consumer::builder(&setup.client, topic, "sub")
+        .sub_type(sub_type)
+        .name(name)
+        .initial_position(InitialPosition::Earliest)
+        .build()
         .await
         .expect("subscribed")
 }

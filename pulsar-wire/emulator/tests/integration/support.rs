@@ -4,8 +4,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use pulsar_wire::{
-    BatchingOptions, Client, ConnectOptions, Consumer, ConsumerOptions, Error, InitialPosition,
-    Message, OutgoingMessage, Producer, ProducerOptions, SubType,
+    BatchingOptions, Client, ClientBuilder, ConnectOptions, Consumer, ConsumerOptions, Error,
+    InitialPosition, Message, OutgoingMessage, Producer, ProducerOptions, SubType,
 };
 use pulsar_wire_emulator::{Emulator, EmulatorConfig, Stats};
 
@@ -37,7 +37,10 @@ impl Setup {
         let options = ConnectOptions::new(emulator.endpoint())
             .expect("a valid URL")
             .operation_timeout(Duration::from_secs(10));
-        let client = Client::connect(options).await.expect("the client connects");
+        let client = ClientBuilder::from(options)
+            .build()
+            .await
+            .expect("the client connects");
         Self { emulator, client }
     }
 
@@ -48,20 +51,18 @@ impl Setup {
     }
 
     pub(crate) async fn consumer(&self, topic: &str, options: ConsumerOptions) -> Consumer {
-        self.client
-            .subscribe(
-                topic,
-                "sub",
-                options.initial_position(InitialPosition::Earliest),
-            )
+        Consumer::builder(&self.client, topic, "sub")
+            .options(options.initial_position(InitialPosition::Earliest))
+            .build()
             .await
             .expect("subscribed")
     }
 
     /// A producer batching `per_batch` messages (0: no batching).
     pub(crate) async fn producer(&self, topic: &str, per_batch: usize) -> Producer {
-        self.client
-            .create_producer(topic, producer_options(per_batch).transactional(true))
+        Producer::builder(&self.client, topic)
+            .options(producer_options(per_batch).transactional(true))
+            .build()
             .await
             .expect("producer created")
     }

@@ -30,7 +30,7 @@ async fn new_txn(setup: &Setup) -> Transaction {
 /// What Go v0.21.0 sends for a completed batch in a transaction: one whole-entry ack
 /// without `batch_size`. Test-only; the library never sends this.
 async fn legacy_txn_ack(consumer: &Consumer, txn: &Transaction, message: &Message) {
-    broker_tools::legacy::txn_ack_without_batch_size(consumer, txn, message)
+    pulsar_wire_emulator::legacy::txn_ack_without_batch_size(consumer, txn, message)
         .await
         .expect("the broker accepts the legacy ack");
 }

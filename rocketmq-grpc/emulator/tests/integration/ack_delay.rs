@@ -59,7 +59,8 @@ async fn consume_one(
     let consumer = PushConsumer::builder(support::config(emulator), GROUP)
         .subscribe("orders", "*")
         .acks(acks.observer(Arc::clone(flushes) as _))
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::publish(emulator, "orders", 1);
@@ -154,7 +155,7 @@ struct SlowOnBody;
 #[async_trait::async_trait]
 impl MessageHandler for SlowOnBody {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        if message.body == "slow" {
+        if message.body() == "slow" {
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
         ConsumeResult::Success
@@ -176,7 +177,8 @@ async fn a_near_deadline_flushes_the_batch_early() {
                 .follow_deadlines(Duration::from_secs(25))
                 .observer(Arc::clone(&flushes) as _),
         )
-        .start(SlowOnBody)
+        .handler(SlowOnBody)
+        .build()
         .await
         .unwrap();
     emulator

@@ -18,7 +18,8 @@ async fn ten_thousand_messages_take_ceil_of_n_over_1024_ack_rpcs() {
         .concurrency(256)
         // Only size and shutdown flush here, however slow the machine is.
         .acks(AckSettings::default().max_delay(Duration::from_secs(120)))
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_handled(&consumer, 10_000, Duration::from_secs(60)).await;
@@ -55,7 +56,8 @@ async fn two_topics_never_share_a_request() {
                 .max_delay(Duration::from_secs(120))
                 .observer(acks.clone()),
         )
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_handled(&consumer, 600, Duration::from_secs(30)).await;
@@ -80,7 +82,8 @@ async fn a_lone_message_is_acknowledged_by_the_timer() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .acks(AckSettings::default().max_delay(Duration::from_millis(200)))
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     // The client counts the ack when the answer arrives, after the emulator has processed it.
@@ -114,7 +117,8 @@ async fn fifo_messages_are_acknowledged_immediately_and_in_order() {
     }
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("ledger", "*")
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_for("20 FIFO acks", Duration::from_secs(20), || {
@@ -135,10 +139,11 @@ async fn late_messages_are_acknowledged_immediately() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .acks(AckSettings::default().late_after(Duration::from_millis(50)))
-        .start(Handler {
+        .handler(Handler {
             pause: Duration::from_millis(100),
             ..Handler::default()
         })
+        .build()
         .await
         .unwrap();
     support::wait_for("5 late acks", Duration::from_secs(10), || {
@@ -156,7 +161,8 @@ async fn immediate_mode_sends_one_entry_per_request() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .acks(AckSettings::immediate())
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_for("50 acks", Duration::from_secs(10), || {
@@ -188,10 +194,38 @@ async fn an_idle_queue_does_not_hold_up_the_others() {
         .subscribe("idle", "*")
         .subscribe("busy", "*")
         .long_polling(Duration::from_secs(20))
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     // Well below one long poll, however loaded the machine.
     support::wait_handled(&consumer, 500, Duration::from_secs(10)).await;
     consumer.close(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_takes_a_reference_and_a_second_close_returns_an_empty_report() {
+    let emulator = support::emulator(&["orders"]).await;
+    support::publish(&emulator, "orders", 20);
+    let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
+        .subscribe("orders", "*")
+        .handler(Handler::default())
+        .build()
+        .await
+        .unwrap();
+    support::wait_handled(&consumer, 20, Duration::from_secs(60)).await;
+    let report = consumer.close(Duration::from_secs(10)).await;
+    assert!(report.handlers_finished, "{report:?}");
+    assert!(report.unacknowledged.is_empty(), "{report:?}");
+    let started = tokio::time::Instant::now();
+    let again = consumer.close(Duration::from_secs(10)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO, "the second close waited");
+    assert!(
+        !again.handlers_finished && again.acks.pending_at_close == 0,
+        "{again:?}"
+    );
+    assert_eq!(consumer.stats().acked, 20);
+    drop(consumer);
+    let ledger = emulator.ledger("orders", GROUP);
+    assert!(ledger.iter().all(|m| m.acked_exactly_once()));
 }

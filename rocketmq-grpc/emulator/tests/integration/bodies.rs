@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rocketmq_grpc::{OutgoingMessage, Producer, ReceivedMessage, Session, SimpleConsumer};
+use rocketmq_grpc::{OutgoingMessage, Producer, ReceivedMessage, SimpleConsumer};
 use rocketmq_grpc_emulator::{Emulator, PublishMessage, TopicKind};
 
 use crate::support::{self, GROUP};
@@ -44,7 +44,7 @@ async fn receive(consumer: &SimpleConsumer, n: usize) -> HashMap<String, Receive
             .expect("receive")
         {
             consumer.ack(&message).await.expect("ack");
-            all.insert(message.message_id.clone(), message);
+            all.insert(message.message_id().to_owned(), message);
         }
     }
     all
@@ -71,21 +71,23 @@ fn bodies() -> Vec<(&'static str, Bytes)> {
 #[tokio::test(start_paused = true)]
 async fn bodies_sent_as_bytes_are_received_unchanged() {
     let emulator = emulator().await;
-    let producer = Producer::new(Session::new(support::config(&emulator)).expect("a session"));
+    let producer = Producer::builder(support::config(&emulator))
+        .build()
+        .expect("a session");
     let mut sent = HashMap::new();
     for (what, body) in bodies() {
         let message = OutgoingMessage::new(TOPIC, body.clone());
         assert_eq!(message.body(), &body, "{what}: the message holds its body");
         let receipt = producer.send(message).await.expect("sent");
-        sent.insert(receipt.message_id, (what, body));
+        sent.insert(receipt.message_id().to_owned(), (what, body));
     }
     let consumer = consumer(&emulator).await;
     let received = receive(&consumer, sent.len()).await;
     assert_eq!(received.len(), sent.len());
     for (id, (what, body)) in &sent {
         let message = &received[id];
-        assert_eq!(message.body.len(), body.len(), "{what}: its length");
-        assert!(message.body == body, "{what}: its content");
+        assert_eq!(message.body().len(), body.len(), "{what}: its length");
+        assert!(message.body() == body, "{what}: its content");
     }
     consumer.close(Duration::from_secs(5)).await;
 }
@@ -103,7 +105,7 @@ async fn bodies_published_by_the_emulator_are_received_unchanged() {
     let consumer = consumer(&emulator).await;
     let received = receive(&consumer, published.len()).await;
     for (id, (what, body)) in &published {
-        assert!(received[id].body == body, "{what}: its content");
+        assert!(received[id].body() == body, "{what}: its content");
     }
     consumer.close(Duration::from_secs(5)).await;
 }

@@ -9,11 +9,15 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::support::{self, GROUP};
 
-/// Concurrency 6 over two topics (fair share 3 each), one of them empty: its long poll holds
-/// one permit, so the busy topic can have 5 messages in its handlers. Before the fix a receive
-/// waited for its whole share (3 permits) and stopped at 4 held: with 2 ms handlers the
-/// busy topic's throughput halved beside an idle one (a second level topic of a priority
-/// consumer, most of the time).
+/// Concurrency 6 over two topics (fair share 3 each), one of them empty: its two long polls
+/// (the queue's loop and its standby, `receive::POLLS_PER_QUEUE`) hold one permit each, so the
+/// busy topic can have 4 messages in its handlers, and never more than the concurrency is held.
+/// Before the standby polls the idle topic held one permit and the busy topic reached 5; this
+/// test asked for 5 and then failed in about half of the runs (the idle standby's permit), which
+/// is how the standby's cost showed. The fix this test was written for (a receive that waited
+/// for its whole share, 3 permits, stopped the busy topic at 4 of 5 and halved its throughput
+/// with 2 ms handlers beside an idle topic) can no longer be told apart by this count: the busy
+/// topic's standby takes single permits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_topic_uses_the_concurrency_an_idle_topic_leaves() {
     let emulator = Emulator::builder()
@@ -46,16 +50,17 @@ async fn a_busy_topic_uses_the_concurrency_an_idle_topic_leaves() {
         .subscribe("idle", "*")
         .concurrency(6)
         .long_polling(Duration::from_secs(5))
-        .start(handler)
+        .handler(handler)
+        .build()
         .await
         .unwrap();
-    let reached = tokio::time::timeout(Duration::from_secs(5), holding.wait_for(|n| *n >= 5))
+    let reached = tokio::time::timeout(Duration::from_secs(5), holding.wait_for(|n| *n >= 4))
         .await
         .is_ok_and(|r| r.is_ok());
     let most = *holding.borrow();
     assert!(
         reached,
-        "the busy topic held {most} messages at most, not the 5 the idle topic leaves"
+        "the busy topic held {most} messages at most, not the 4 the idle topic leaves"
     );
     assert!(*holding.borrow() <= 6, "more than the concurrency held");
     release.add_permits(20);

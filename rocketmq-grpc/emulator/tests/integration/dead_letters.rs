@@ -22,11 +22,11 @@ struct Poisoned {
 #[async_trait::async_trait]
 impl MessageHandler for Poisoned {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        let body = String::from_utf8_lossy(&message.body).into_owned();
+        let body = String::from_utf8_lossy(message.body()).into_owned();
         let failed = body == "poison";
         self.seen
             .lock()
-            .push((body, message.delivery_attempt, self.start.elapsed()));
+            .push((body, message.delivery_attempt(), self.start.elapsed()));
         if failed {
             ConsumeResult::Failure
         } else {
@@ -51,7 +51,8 @@ async fn a_failing_fifo_message_is_retried_in_order_then_dead_lettered() {
     });
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("fifo", "*")
-        .start(Arc::clone(&handler))
+        .handler(Arc::clone(&handler))
+        .build()
         .await
         .unwrap();
     for body in ["poison", "next"] {
@@ -89,7 +90,8 @@ async fn a_failing_fifo_message_is_retried_in_order_then_dead_lettered() {
     });
     let dlq = PushConsumer::builder(support::config(&emulator), "dlq-reader")
         .subscribe(format!("%DLQ%{GROUP}"), "*")
-        .start(Arc::clone(&reader))
+        .handler(Arc::clone(&reader))
+        .build()
         .await
         .unwrap();
     support::wait_for("the dead letter", Duration::from_secs(60), || {
@@ -120,7 +122,8 @@ async fn a_failing_normal_message_is_retried_at_the_policy_delays_then_dead_lett
     });
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
-        .start(Arc::clone(&handler))
+        .handler(Arc::clone(&handler))
+        .build()
         .await
         .unwrap();
     for body in ["poison", "next"] {
@@ -152,7 +155,8 @@ async fn a_failing_normal_message_is_retried_at_the_policy_delays_then_dead_lett
     });
     let dlq = PushConsumer::builder(support::config(&emulator), "dlq-reader")
         .subscribe(format!("%DLQ%{GROUP}"), "*")
-        .start(Arc::clone(&reader))
+        .handler(Arc::clone(&reader))
+        .build()
         .await
         .unwrap();
     support::wait_for("the dead letter", Duration::from_secs(60), || {

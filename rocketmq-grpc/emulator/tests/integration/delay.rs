@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rocketmq_grpc::Code;
-use rocketmq_grpc::{Error, OutgoingMessage, Producer, ReceivedMessage, Session, SimpleConsumer};
+use rocketmq_grpc::{Error, OutgoingMessage, Producer, ReceivedMessage, SimpleConsumer};
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 use tokio::time::Instant;
 
@@ -25,7 +25,9 @@ async fn emulator() -> Emulator {
 }
 
 fn producer(emulator: &Emulator) -> Producer {
-    Producer::new(Session::new(support::config(emulator)).unwrap())
+    Producer::builder(support::config(emulator))
+        .build()
+        .unwrap()
 }
 
 async fn consumer(emulator: &Emulator) -> SimpleConsumer {
@@ -69,7 +71,7 @@ async fn each_delay_message_comes_at_its_time_and_not_before() {
         wanted.push((secs, at));
     }
     let got = receive_timed(&consumer, 3).await;
-    let bodies: Vec<_> = got.iter().map(|(_, m)| m.body.clone()).collect();
+    let bodies: Vec<_> = got.iter().map(|(_, m)| m.body().clone()).collect();
     assert_eq!(
         bodies,
         vec![
@@ -82,7 +84,7 @@ async fn each_delay_message_comes_at_its_time_and_not_before() {
     for (secs, at) in wanted {
         let (came, message) = got
             .iter()
-            .find(|(_, m)| m.body == format!("after {secs} s").into_bytes())
+            .find(|(_, m)| *m.body() == format!("after {secs} s").into_bytes())
             .unwrap();
         // The emulator maps the wall-clock delivery time onto virtual time when it stores the
         // message: the real milliseconds that pass meanwhile come off the wait.
@@ -123,10 +125,10 @@ async fn a_message_without_a_delay_is_not_held_back_by_an_earlier_delayed_one() 
         .unwrap();
     let start = Instant::now();
     let first = receive_timed(&consumer, 1).await;
-    assert_eq!(first[0].1.body, "now");
+    assert_eq!(first[0].1.body(), "now");
     assert!(first[0].0.duration_since(start) < Duration::from_secs(2));
     let second = receive_timed(&consumer, 1).await;
-    assert_eq!(second[0].1.body, "in a minute");
+    assert_eq!(second[0].1.body(), "in a minute");
     assert!(second[0].0.duration_since(start) >= Duration::from_secs(59));
 }
 
@@ -143,8 +145,8 @@ async fn delivery_times_the_proxy_or_the_client_refuses_are_errors_naming_them()
     assert!(
         matches!(
             err,
-            Error::InvalidConfig {
-                setting: "deliver_at",
+            Error::Invalid {
+                what: "deliver_at",
                 ..
             }
         ),
@@ -159,8 +161,8 @@ async fn delivery_times_the_proxy_or_the_client_refuses_are_errors_naming_them()
     assert!(
         matches!(
             err,
-            Error::InvalidConfig {
-                setting: "deliver_at",
+            Error::Invalid {
+                what: "deliver_at",
                 ..
             }
         ),
@@ -190,9 +192,12 @@ async fn delivery_times_the_proxy_or_the_client_refuses_are_errors_naming_them()
     );
 
     // A transactional message with a delivery time: refused before sending.
-    let producer = producer.transaction_checker(|_: ReceivedMessage| async {
-        rocketmq_grpc::TransactionResolution::Unknown
-    });
+    let producer = Producer::builder(support::config(&emulator))
+        .transaction_checker(|_: ReceivedMessage| async {
+            rocketmq_grpc::TransactionResolution::Unknown
+        })
+        .build()
+        .unwrap();
     let transaction = producer.begin_transaction().unwrap();
     let err = producer
         .send_in(
@@ -204,8 +209,8 @@ async fn delivery_times_the_proxy_or_the_client_refuses_are_errors_naming_them()
     assert!(
         matches!(
             err,
-            Error::InvalidConfig {
-                setting: "deliver_at",
+            Error::Invalid {
+                what: "deliver_at",
                 ..
             }
         ),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, Session, SimpleConsumer};
+use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer, SimpleConsumer};
 
 use crate::support::{self, GROUP};
 
@@ -18,7 +18,7 @@ async fn the_next_access_point_serves_when_the_first_is_down() {
         ClientConfig::new(&format!("{},{}", first.endpoint(), second.endpoint())).expect("valid");
     assert_eq!(config.endpoints().len(), 2);
 
-    let producer = Producer::new(Session::new(config.clone()).expect("session"));
+    let producer = Producer::builder(config.clone()).build().expect("session");
     let receipt = producer
         .send(OutgoingMessage::new("orders", "to whichever proxy is up"))
         .await
@@ -38,7 +38,7 @@ async fn the_next_access_point_serves_when_the_first_is_down() {
             .await
             .expect("receive");
     }
-    assert_eq!(received[0].message_id, receipt.message_id);
+    assert_eq!(received[0].message_id(), receipt.message_id());
     consumer.ack(&received[0]).await.expect("ack");
     consumer.close(Duration::from_secs(5)).await;
     assert_eq!(second.stats().acked, 1);

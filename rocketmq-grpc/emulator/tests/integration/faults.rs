@@ -35,7 +35,8 @@ async fn every_message_is_acknowledged_exactly_once_despite_faults() {
                 .max_delay(Duration::from_millis(500))
                 .retry_backoff(Duration::from_millis(100)),
         )
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_handled(&consumer, n as u64, Duration::from_secs(600)).await;

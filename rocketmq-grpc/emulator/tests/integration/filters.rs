@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rocketmq_grpc::Code;
 use rocketmq_grpc::{
-    Error, FilterExpression, OutgoingMessage, Producer, ReceivedMessage, Session, SimpleConsumer,
+    Error, FilterExpression, OutgoingMessage, Producer, ReceivedMessage, SimpleConsumer,
 };
 
 use crate::support::{self, GROUP};
@@ -40,7 +40,9 @@ async fn drain(consumer: &SimpleConsumer) -> Result<Vec<ReceivedMessage>, Error>
 }
 
 fn producer(emulator: &rocketmq_grpc_emulator::Emulator) -> Producer {
-    Producer::new(Session::new(support::config(emulator)).unwrap())
+    Producer::builder(support::config(emulator))
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -57,19 +59,19 @@ async fn a_batch_gets_one_receipt_per_message_and_consumers_see_the_first_id() {
     let receipt = producer.send_batch(batch).await.expect("the batch is sent");
     let receipts = receipt.receipts();
     assert_eq!(receipts.len(), 3);
-    let first = &receipts[0].message_id;
-    assert!(receipts.iter().all(|r| &r.message_id == first));
-    assert_ne!(receipt.batch_id(), first.as_str());
-    let offsets: Vec<i64> = receipts.iter().map(|r| r.offset).collect();
+    let first = receipts[0].message_id();
+    assert!(receipts.iter().all(|r| r.message_id() == first));
+    assert_ne!(receipt.batch_id(), first);
+    let offsets: Vec<i64> = receipts.iter().map(|r| r.offset()).collect();
     assert_eq!(offsets, [offsets[0], offsets[0] + 1, offsets[0] + 2]);
     assert_eq!(producer.send_attempts(), 1, "one request for the batch");
 
     let consumer = consumer(&emulator, FilterExpression::all()).await;
     let received = drain(&consumer).await.unwrap();
-    let bodies: Vec<&[u8]> = received.iter().map(|m| &m.body[..]).collect();
+    let bodies: Vec<&[u8]> = received.iter().map(|m| &m.body()[..]).collect();
     assert_eq!(bodies, [b"b0".as_slice(), b"b1", b"b2"]);
-    assert!(received.iter().all(|m| &m.message_id == first));
-    let keys: Vec<Vec<String>> = received.iter().map(|m| m.keys.clone()).collect();
+    assert!(received.iter().all(|m| m.message_id() == first));
+    let keys: Vec<Vec<String>> = received.iter().map(|m| m.keys().to_vec()).collect();
     assert_eq!(keys, [["k0"], ["k1"], ["k2"]]);
     // Same id, own handles: each acknowledges on its own.
     for message in &received {
@@ -100,14 +102,14 @@ async fn a_cluster_mode_proxy_gives_each_message_of_a_batch_its_own_receipt_id()
         let ids: Vec<String> = receipt
             .receipts()
             .iter()
-            .map(|r| r.message_id.clone())
+            .map(|r| r.message_id().to_owned())
             .collect();
         assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), 3, "{ids:?}");
         assert_eq!(receipt.batch_id(), ids.join(","));
 
         let consumer = consumer(&emulator, FilterExpression::all()).await;
         let received = drain(&consumer).await.unwrap();
-        let seen: Vec<String> = received.iter().map(|m| m.message_id.clone()).collect();
+        let seen: Vec<String> = received.iter().map(|m| m.message_id().to_owned()).collect();
         if apart {
             assert_eq!(seen, ids);
         } else {
@@ -122,7 +124,7 @@ async fn batches_the_proxy_would_change_are_refused_before_sending() {
     let emulator = support::emulator(&["orders"]).await;
     let producer = producer(&emulator);
     let refused = |result: Result<_, Error>| match result {
-        Err(Error::InvalidConfig { setting, reason }) => (setting, reason),
+        Err(Error::Invalid { what, reason }) => (what, reason),
         other => panic!("{other:?}"),
     };
     let (setting, _) = refused(producer.send_batch(Vec::new()).await);
@@ -236,7 +238,11 @@ async fn fifo_messages_carry_their_group_as_sharding_key() {
         .await
         .unwrap();
     let received = drain(&consumer).await.unwrap();
-    let keys: BTreeSet<&str> = received[0].properties.keys().map(String::as_str).collect();
+    let keys: BTreeSet<&str> = received[0]
+        .properties()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(keys, BTreeSet::from(["__SHARDINGKEY"]));
-    assert_eq!(received[0].properties["__SHARDINGKEY"], "g1");
+    assert_eq!(received[0].properties()["__SHARDINGKEY"], "g1");
 }

@@ -10,6 +10,8 @@ mod delay;
 mod failover;
 mod faults;
 mod filters;
+mod link_state;
+mod lost_arrivals;
 mod metrics;
 mod priority_gate;
 mod priority_lite;
@@ -23,3 +25,4 @@ mod support;
 #[cfg(feature = "tls")]
 mod tls;
 mod transactions;
+mod unassigned;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use metrics_util::CompositeKey;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use rocketmq_grpc::{OutgoingMessage, Producer, Session, SimpleConsumer};
+use rocketmq_grpc::{OutgoingMessage, Producer, SimpleConsumer};
 use rocketmq_grpc_emulator::{Rpc, ScriptedFailure};
 
 use crate::support::{self, GROUP};
@@ -70,7 +70,9 @@ async fn sends_receives_acks_and_retries_are_counted() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let emulator = support::emulator(&["orders"]).await;
-    let producer = Producer::new(Session::new(support::config(&emulator)).expect("a session"));
+    let producer = Producer::builder(support::config(&emulator))
+        .build()
+        .expect("a session");
     // The first send fails once (UNAVAILABLE) and is retried.
     emulator.fail_next(Rpc::SendMessage, 1, ScriptedFailure::Unavailable);
     for i in 0..10 {
@@ -144,8 +146,10 @@ async fn a_send_that_fails_for_good_is_a_failure_not_a_sent_message() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let emulator = support::emulator(&["orders"]).await;
-    let producer = Producer::new(Session::new(support::config(&emulator)).expect("a session"))
-        .retry_window(Duration::ZERO);
+    let producer = Producer::builder(support::config(&emulator))
+        .retry_window(Duration::ZERO)
+        .build()
+        .expect("a session");
     // More failures than the policy's 3 attempts.
     emulator.fail_next(Rpc::SendMessage, 5, ScriptedFailure::Unavailable);
     producer

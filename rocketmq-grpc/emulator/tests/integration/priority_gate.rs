@@ -13,6 +13,13 @@
 //! backlog ahead of it (about 2.8 s at 64 × 10 ms), it is a few percent, and the test asserts
 //! the bound there: at most 10 %.
 //!
+//! The gated run is made three times and judged on its median p99: real time is shared with
+//! whatever else the machine runs. One run under delivery shares, with two copies of the
+//! whole suite and other builds beside it (load 4.5 on 2 cores), took 10.4 % of no
+//! priority's p99 (p50 483 ms, against 68 to 89 ms in the runs around it, 2.9 to 4.3 % of no
+//! priority's): the whole run was slowed, not its tail. Every gated run is still checked for
+//! loss and duplicates.
+//!
 //! Why the gate gains less than level topics do: the consumer holds no queue of its own (it
 //! receives only what its concurrency can take at once), so without the gate a burst of
 //! urgent messages already gets the share of every receive loop that has messages (here half:
@@ -37,6 +44,8 @@ const LEVELS: [&str; 3] = ["gate-0", "gate-1", "gate-2"];
 const LOW: usize = 20_000;
 const URGENT: usize = 500;
 const CONCURRENCY: usize = 64;
+/// How many times the gated run is made; it is judged on the median p99.
+const GATED_RUNS: usize = 3;
 /// The handler's work per message.
 const WORK: Duration = Duration::from_millis(10);
 
@@ -120,17 +129,18 @@ async fn run(mode: Mode) -> Run {
         Mode::OneTopic => builder.subscribe(LEVELS[2], "*"),
     };
     let consumer = builder
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let seen = Arc::clone(&seen);
             let counter = Arc::clone(&counter);
             async move {
                 tokio::time::sleep(WORK).await;
                 seen.lock()
-                    .push((message.message_id.clone(), Instant::now()));
+                    .push((message.message_id().to_owned(), Instant::now()));
                 counter.send_modify(|c| *c += 1);
                 ConsumeResult::Success
             }
         })
+        .build()
         .await
         .unwrap();
     // The burst comes while the backlog is being consumed.
@@ -194,22 +204,30 @@ fn gate(strategy: Strategy) -> GateConfig {
         .with_receiver_queue_size(CONCURRENCY as u32)
 }
 
-/// One run without priority, one with level topics and no gate, and one with `strategy`:
-/// the p99 ratios of the gated run to the first two, after checking that every message was
-/// handled once.
+/// One run without priority, one with level topics and no gate, and [`GATED_RUNS`] with
+/// `strategy`: the p99 ratios of the median gated run to the first two, after checking that
+/// every message was handled once in every run.
 async fn measure(label: &str, strategy: Strategy) -> (f64, f64, u64) {
     let none = run(Mode::OneTopic).await;
     check_exactly_once(&none, "no priority");
     let without = run(Mode::LevelTopics).await;
     check_exactly_once(&without, "level topics without the gate");
-    let with = run(Mode::Gated(gate(strategy))).await;
-    check_exactly_once(&with, label);
-    // Every message went through the gate once: arrived, handled, acknowledged.
-    assert_eq!(
-        with.levels,
-        [(500, 500, 500), (0, 0, 0), (20_000, 20_000, 20_000)],
-        "{label}"
-    );
+    let mut runs = Vec::with_capacity(GATED_RUNS);
+    for _ in 0..GATED_RUNS {
+        let with = run(Mode::Gated(gate(strategy.clone()))).await;
+        check_exactly_once(&with, label);
+        // Every message went through the gate once: arrived, handled, acknowledged.
+        assert_eq!(
+            with.levels,
+            [(500, 500, 500), (0, 0, 0), (20_000, 20_000, 20_000)],
+            "{label}"
+        );
+        runs.push(with);
+    }
+    runs.sort_by_key(|run| run.percentile(0.99));
+    let p99s: Vec<Duration> = runs.iter().map(|run| run.percentile(0.99)).collect();
+    println!("{label}: gated urgent p99 over {GATED_RUNS} runs: {p99s:?}");
+    let with = runs.swap_remove(GATED_RUNS / 2);
     let (p50_with, p99_with) = (with.percentile(0.5), with.percentile(0.99));
     let (p50_without, p99_without) = (without.percentile(0.5), without.percentile(0.99));
     let (p50_none, p99_none) = (none.percentile(0.5), none.percentile(0.99));

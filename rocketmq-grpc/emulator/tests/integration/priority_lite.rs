@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use rocketmq_grpc::Code;
 use rocketmq_grpc::{
     ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer, PushConsumer,
-    ReceivedMessage, Session, SimpleConsumer,
+    ReceivedMessage, SimpleConsumer,
 };
 use rocketmq_grpc_emulator::{Emulator, Rpc, TopicKind};
 
@@ -36,7 +36,9 @@ async fn emulator() -> Emulator {
 }
 
 fn producer(emulator: &Emulator) -> Producer {
-    Producer::new(Session::new(support::config(emulator)).unwrap())
+    Producer::builder(support::config(emulator))
+        .build()
+        .unwrap()
 }
 
 async fn simple(emulator: &Emulator, topic: &str) -> SimpleConsumer {
@@ -65,7 +67,7 @@ async fn a_low_priority_backlog_waits_behind_high_priority_messages() {
     while levels.len() < 50 {
         for message in consumer.receive(16, Duration::from_secs(30)).await.unwrap() {
             levels.push(message.priority().unwrap());
-            assert_eq!(message.queue_id, message.priority().unwrap());
+            assert_eq!(message.queue_id(), message.priority().unwrap());
             consumer.ack(&message).await.unwrap();
         }
     }
@@ -86,7 +88,7 @@ async fn levels_above_the_last_queue_are_the_last_queue() {
     let mut got = Vec::new();
     while got.len() < 3 {
         for message in consumer.receive(16, Duration::from_secs(30)).await.unwrap() {
-            got.push((message.priority().unwrap(), message.queue_id));
+            got.push((message.priority().unwrap(), message.queue_id()));
         }
     }
     got.sort_unstable();
@@ -117,13 +119,14 @@ async fn a_push_consumer_gets_high_priority_first() {
         .subscribe(PRIORITY, "*")
         .concurrency(1)
         .receive_batch_size(1)
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let seen = Arc::clone(&seen);
             async move {
                 seen.lock().push(message.priority().unwrap());
                 ConsumeResult::Success
             }
         })
+        .build()
         .await
         .unwrap();
     support::wait_for("the messages", Duration::from_secs(60), || {
@@ -170,8 +173,8 @@ async fn the_proxy_refuses_messages_of_another_type_and_bad_lite_topics() {
     assert!(
         matches!(
             error,
-            Error::InvalidConfig {
-                setting: "lite_topic",
+            Error::Invalid {
+                what: "lite_topic",
                 ..
             }
         ),
@@ -189,15 +192,16 @@ async fn lite_consumer(
     let seen: Seen = Arc::default();
     let sink = Arc::clone(&seen);
     let consumer = LitePushConsumer::builder(support::config(emulator), group, LITE)
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let sink = Arc::clone(&sink);
             async move {
-                let body = String::from_utf8_lossy(&message.body).into_owned();
+                let body = String::from_utf8_lossy(message.body()).into_owned();
                 let lite = message.lite_topic().unwrap_or_default().to_owned();
                 sink.lock().push((body, lite));
                 ConsumeResult::Success
             }
         })
+        .build()
         .await?;
     Ok((consumer, seen))
 }
@@ -246,6 +250,24 @@ async fn a_lite_consumer_gets_the_lite_topics_it_subscribed_to() {
     assert!(emulator.stats().calls(Rpc::SyncLiteSubscription) >= 2);
     let report = consumer.close(Duration::from_secs(10)).await;
     assert!(report.unacknowledged.is_empty(), "{report:?}");
+    assert!(report.handlers_finished);
+    // `close` takes `&self`: the consumer is still there, closed.
+    let error = consumer.subscribe_lite("mine").await.unwrap_err();
+    assert!(
+        matches!(error, Error::Closed("the lite push consumer")),
+        "{error}"
+    );
+    assert!(!error.is_retryable());
+    let error = consumer.unsubscribe_lite("mine").await.unwrap_err();
+    assert!(matches!(error, Error::Closed(_)), "{error}");
+    // A second close returns at once with an empty report.
+    let started = tokio::time::Instant::now();
+    let again = consumer.close(Duration::from_secs(10)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert!(
+        !again.handlers_finished && again.acks.pending_at_close == 0,
+        "{again:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -255,7 +277,8 @@ async fn lite_groups_and_regular_groups_do_not_mix() {
     assert_eq!(error.code(), Some(Code::IllegalConsumerGroup), "{error}");
     let error = PushConsumer::builder(support::config(&emulator), LITE_GROUP)
         .subscribe(LITE, "*")
-        .start(|_: ReceivedMessage| async { ConsumeResult::Success })
+        .handler(|_: ReceivedMessage| async { ConsumeResult::Success })
+        .build()
         .await
         .unwrap_err();
     assert_eq!(error.code(), Some(Code::IllegalConsumerGroup), "{error}");
@@ -267,7 +290,7 @@ async fn bad_lite_subscriptions_are_refused_with_the_option_named() {
     let (consumer, _) = lite_consumer(&emulator, LITE_GROUP).await.unwrap();
     for bad in ["", "a b", &"x".repeat(65)] {
         match consumer.subscribe_lite(bad).await.unwrap_err() {
-            Error::InvalidConfig { setting, .. } => assert_eq!(setting, "lite_topic"),
+            Error::Invalid { what, .. } => assert_eq!(what, "lite_topic"),
             other => panic!("{bad:?}: {other}"),
         }
     }

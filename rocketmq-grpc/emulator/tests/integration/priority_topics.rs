@@ -11,8 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics, Strategy};
 use rocketmq_grpc::{
-    ConsumeResult, Error, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, Session,
-    SimpleConsumer,
+    ConsumeResult, Error, OutgoingMessage, Producer, PushConsumer, ReceivedMessage, SimpleConsumer,
 };
 use rocketmq_grpc_emulator::{Emulator, PublishMessage, TopicKind};
 
@@ -42,7 +41,9 @@ fn policy() -> PriorityPolicy {
 }
 
 fn producer(emulator: &Emulator) -> Producer {
-    Producer::new(Session::new(support::config(emulator)).unwrap())
+    Producer::builder(support::config(emulator))
+        .build()
+        .unwrap()
 }
 
 /// `counts[k]` messages of level `k`, and `unlabelled` without the property.
@@ -168,7 +169,8 @@ async fn a_push_consumer_refuses_gate_settings_it_cannot_use() {
     let defaults = PushConsumer::builder(support::config(&emulator), GROUP)
         .concurrency(64)
         .priority(topics.clone(), GateConfig::default())
-        .start(|_: ReceivedMessage| async { ConsumeResult::Success })
+        .handler(|_: ReceivedMessage| async { ConsumeResult::Success })
+        .build()
         .await
         .expect("the default gate settings start");
     defaults.close(Duration::from_secs(5)).await;
@@ -180,13 +182,14 @@ async fn a_push_consumer_refuses_gate_settings_it_cannot_use() {
         let started = PushConsumer::builder(support::config(&emulator), GROUP)
             .concurrency(64)
             .priority(topics.clone(), gate)
-            .start(|_: ReceivedMessage| async { ConsumeResult::Success })
+            .handler(|_: ReceivedMessage| async { ConsumeResult::Success })
+            .build()
             .await;
         assert!(
             matches!(
                 started,
-                Err(Error::InvalidConfig {
-                    setting: "priority",
+                Err(Error::Invalid {
+                    what: "priority",
                     ..
                 })
             ),
@@ -212,7 +215,7 @@ async fn a_push_consumer_of_a_native_topic_gets_the_most_important_level_first()
         .concurrency(1)
         .receive_batch_size(1)
         .priority(topics, GateConfig::default())
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let seen = Arc::clone(&seen);
             let level = levels.level_of(&message);
             async move {
@@ -220,6 +223,7 @@ async fn a_push_consumer_of_a_native_topic_gets_the_most_important_level_first()
                 ConsumeResult::Success
             }
         })
+        .build()
         .await
         .unwrap();
     assert!(consumer.gate_stats().is_none());
@@ -262,7 +266,7 @@ async fn a_push_consumer_of_native_tiers_gates_the_tiers_and_the_broker_orders_e
         .concurrency(2)
         .receive_batch_size(1)
         .priority(topics, gate)
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let seen = Arc::clone(&seen);
             let level = levels.level_of(&message);
             async move {
@@ -271,6 +275,7 @@ async fn a_push_consumer_of_native_tiers_gates_the_tiers_and_the_broker_orders_e
                 ConsumeResult::Success
             }
         })
+        .build()
         .await
         .unwrap();
     support::wait_for("the messages", Duration::from_secs(60), || {
@@ -322,9 +327,9 @@ async fn a_nacked_message_comes_back_on_its_level() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .concurrency(8)
         .priority(topics, gate)
-        .start(move |message: ReceivedMessage| {
+        .handler(move |message: ReceivedMessage| {
             let mut attempts = attempts.lock();
-            attempts.push((message.topic.clone(), levels.level_of(&message)));
+            attempts.push((message.topic().to_owned(), levels.level_of(&message)));
             let result = if attempts.len() == 1 {
                 ConsumeResult::Failure
             } else {
@@ -332,6 +337,7 @@ async fn a_nacked_message_comes_back_on_its_level() {
             };
             async move { result }
         })
+        .build()
         .await
         .unwrap();
     support::wait_handled(&consumer, 1, Duration::from_secs(120)).await;
@@ -391,7 +397,10 @@ async fn a_simple_consumer_receives_the_most_important_level_first() {
         let received = consumer.receive(16, Duration::from_secs(60)).await.unwrap();
         for message in received {
             levels.push(topics.level_of(&message).get());
-            assert!(ids.insert(message.message_id.clone()), "received twice");
+            assert!(
+                ids.insert(message.message_id().to_owned()),
+                "received twice"
+            );
             consumer.ack(&message).await.unwrap();
         }
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use ack_batcher::RetryBudget;
 use rocketmq_grpc::pb::Code;
-use rocketmq_grpc::{Backoff, Error, OutgoingMessage, Producer, SendRetryPolicy, Session};
+use rocketmq_grpc::{
+    Backoff, Error, OutgoingMessage, Producer, ProducerBuilder, SendRetryPolicy, Session,
+};
 use rocketmq_grpc_emulator::{Emulator, Rpc, ScriptedFailure, TopicKind};
 
 use crate::support;
@@ -25,7 +27,11 @@ async fn emulator() -> Emulator {
 }
 
 fn producer(emulator: &Emulator) -> Producer {
-    Producer::new(Session::new(support::config(emulator)).expect("a session"))
+    builder(emulator).build().expect("a producer")
+}
+
+fn builder(emulator: &Emulator) -> ProducerBuilder {
+    Producer::builder(support::config(emulator))
 }
 
 /// (message ids, queue the client asked for, code) of every SendMessage the emulator saw.
@@ -63,7 +69,7 @@ async fn a_send_retried_after_a_retryable_failure_goes_to_another_queue() {
     assert_eq!(log[0].2, Code::InternalServerError);
     assert_eq!(log[1].2, Code::Ok);
     assert_eq!(log[0].0, log[1].0, "the retry keeps the message id");
-    assert_eq!(log[1].0, receipt.message_id);
+    assert_eq!(log[1].0, receipt.message_id());
     assert_ne!(log[0].1, log[1].1, "the retry goes to another queue");
     // The failure marked the route stale: it was queried again before the retry.
     assert_eq!(emulator.stats().calls(Rpc::QueryRoute), 2);
@@ -179,7 +185,7 @@ async fn a_send_during_an_outage_shorter_than_the_window_succeeds() {
     let log = sends(&emulator);
     assert_eq!(
         log.last().map(|s| (&s.0, s.2)),
-        Some((&receipt.message_id, Code::Ok))
+        Some((&receipt.message_id().to_owned(), Code::Ok))
     );
     assert_eq!(emulator.stats().messages_stored, 2);
 }
@@ -187,7 +193,10 @@ async fn a_send_during_an_outage_shorter_than_the_window_succeeds() {
 #[tokio::test(start_paused = true)]
 async fn an_outage_longer_than_the_window_fails_with_the_attempts_and_the_last_error() {
     let mut emulator = emulator().await;
-    let producer = producer(&emulator).retry_window(Duration::from_secs(5));
+    let producer = builder(&emulator)
+        .retry_window(Duration::from_secs(5))
+        .build()
+        .unwrap();
     producer
         .send(OutgoingMessage::new(TOPIC, "before"))
         .await
@@ -224,7 +233,10 @@ async fn an_outage_longer_than_the_window_fails_with_the_attempts_and_the_last_e
 #[tokio::test(start_paused = true)]
 async fn without_a_window_the_policys_attempts_are_all() {
     let mut emulator = emulator().await;
-    let producer = producer(&emulator).retry_window(Duration::ZERO);
+    let producer = builder(&emulator)
+        .retry_window(Duration::ZERO)
+        .build()
+        .unwrap();
     producer
         .send(OutgoingMessage::new(TOPIC, "before"))
         .await
@@ -249,7 +261,10 @@ async fn the_retry_policy_the_proxy_announces_is_taken() {
         .await
         .unwrap();
     let session = Session::new(support::config(&emulator)).unwrap();
-    let producer = Producer::new(Arc::clone(&session));
+    let producer = builder(&emulator)
+        .session(Arc::clone(&session))
+        .build()
+        .unwrap();
     assert_eq!(producer.retry_policy(), SendRetryPolicy::default());
     producer.start().await.expect("the proxy answers");
     let announced = SendRetryPolicy::new(
@@ -263,7 +278,10 @@ async fn the_retry_policy_the_proxy_announces_is_taken() {
     assert_eq!(producer.retry_policy(), announced);
     assert!(emulator.clients().contains(&session.client_id().to_owned()));
     // Attempts fixed by the application are kept; the back-off still comes from the proxy.
-    let fixed = Producer::new(Session::new(support::config(&emulator)).unwrap()).max_attempts(2);
+    let fixed = Producer::builder(support::config(&emulator))
+        .max_attempts(2)
+        .build()
+        .unwrap();
     fixed.start().await.unwrap();
     assert_eq!(
         fixed.retry_policy(),
@@ -328,7 +346,10 @@ async fn routes_are_refreshed_every_30_s_and_one_query_serves_concurrent_sends()
 async fn the_producer_announces_its_settings_again_after_a_proxy_restart() {
     let mut emulator = emulator().await;
     let session = Session::new(support::config(&emulator)).unwrap();
-    let producer = Producer::new(Arc::clone(&session));
+    let producer = builder(&emulator)
+        .session(Arc::clone(&session))
+        .build()
+        .unwrap();
     producer.start().await.expect("answered");
     let answers = producer.settings_answers();
     emulator.stop_serving().await.unwrap();
@@ -352,9 +373,10 @@ async fn the_producer_announces_its_settings_again_after_a_proxy_restart() {
 /// with `budget`: how many sends failed, the `SendMessage` attempts, the retries deferred.
 async fn steady_stream_through_an_outage(budget: RetryBudget) -> (usize, u64, u64) {
     let mut emulator = emulator().await;
-    let producer = producer(&emulator)
+    let producer = builder(&emulator)
         .retry_window(Duration::from_secs(60))
         .retry_budget(budget)
+        .build()
         .expect("a valid budget");
     let producer = Arc::new(producer);
     producer
@@ -444,8 +466,8 @@ async fn the_builder_starts_a_producer_and_names_a_bad_setting() {
     assert!(
         matches!(
             err,
-            Error::InvalidConfig {
-                setting: "retry_budget",
+            Error::Invalid {
+                what: "retry_budget",
                 ..
             }
         ),
@@ -462,4 +484,154 @@ async fn the_builder_starts_a_producer_and_names_a_bad_setting() {
         .send(OutgoingMessage::new("orders", "shared"))
         .await
         .expect("sent over the shared session");
+}
+
+/// Sends `n` messages in tasks of their own, after the proxy went down: each retries within
+/// the retry window (10 s by default).
+async fn sends_in_flight(
+    producer: &Arc<Producer>,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<rocketmq_grpc::SendReceipt, Error>>> {
+    let sends = (0..n)
+        .map(|i| {
+            let producer = Arc::clone(producer);
+            tokio::spawn(async move {
+                producer
+                    .send(OutgoingMessage::new(TOPIC, format!("in flight {i}")))
+                    .await
+            })
+        })
+        .collect();
+    // Their first attempts fail and they wait to retry.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sends
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_waits_for_a_send_in_flight_and_later_calls_fail_with_closed() {
+    let mut emulator = emulator().await;
+    let producer = Arc::new(producer(&emulator));
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    emulator.stop_serving().await.expect("down");
+    let sends = sends_in_flight(&producer, 1).await;
+    // The proxy comes back 3 s into the close, whose deadline is 30 s.
+    let close_started = tokio::time::Instant::now();
+    let (report, ()) = tokio::join!(producer.close(Duration::from_secs(30)), async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        emulator.resume_serving().await.expect("up again");
+    });
+    assert!(close_started.elapsed() >= Duration::from_secs(3));
+    assert!(close_started.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        (report.in_flight, report.finished, report.abandoned),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    for send in sends {
+        send.await
+            .expect("the task ends")
+            .expect("the send in flight finished before close returned");
+    }
+    assert_eq!(emulator.stats().messages_stored, 2);
+    // Every later call fails with Closed, naming the producer, and is not retryable.
+    let error = producer
+        .send(OutgoingMessage::new(TOPIC, "after"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Closed("the producer")), "{error}");
+    assert!(!error.is_retryable());
+    assert_eq!(error.to_string(), "the producer is closed; build a new one");
+    let error = producer
+        .send_batch(vec![OutgoingMessage::new(TOPIC, "after")])
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Closed(_)), "{error}");
+    let error = producer.start().await.unwrap_err();
+    assert!(matches!(error, Error::Closed(_)), "{error}");
+    assert_eq!(
+        emulator.stats().messages_stored,
+        2,
+        "nothing sent after close"
+    );
+    // A second close returns at once with an empty report.
+    let again_started = tokio::time::Instant::now();
+    let again = producer.close(Duration::from_secs(30)).await;
+    assert_eq!(again_started.elapsed(), Duration::ZERO);
+    assert_eq!(
+        (again.in_flight, again.finished, again.abandoned),
+        (0, 0, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_abandons_the_sends_still_retrying_at_its_deadline() {
+    let mut emulator = emulator().await;
+    let producer = Arc::new(
+        builder(&emulator)
+            .retry_window(Duration::from_secs(60))
+            .build()
+            .unwrap(),
+    );
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    emulator.stop_serving().await.expect("down");
+    let sends = sends_in_flight(&producer, 3).await;
+    let started = tokio::time::Instant::now();
+    let report = producer.close(Duration::from_secs(2)).await;
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (report.in_flight, report.finished, report.abandoned),
+        (3, 0, 3),
+        "{report:?}"
+    );
+    for send in sends {
+        let error = send.await.expect("the task ends").unwrap_err();
+        assert!(matches!(error, Error::Closed("the producer")), "{error}");
+    }
+    // Well within the retry window: they ended because of the close.
+    assert!(started.elapsed() < Duration::from_secs(3));
+    emulator.resume_serving().await.expect("up again");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        emulator.stats().messages_stored,
+        1,
+        "no abandoned send went on"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_with_nothing_in_flight_returns_at_once() {
+    let emulator = emulator().await;
+    let producer = builder(&emulator)
+        .transaction_checker(|_: rocketmq_grpc::ReceivedMessage| async {
+            rocketmq_grpc::TransactionResolution::Unknown
+        })
+        .build()
+        .unwrap();
+    let open = producer.begin_transaction().expect("a transaction");
+    producer
+        .send(OutgoingMessage::new(TOPIC, "before"))
+        .await
+        .expect("sent");
+    let started = tokio::time::Instant::now();
+    let report = producer.close(Duration::from_secs(30)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(
+        (report.in_flight, report.finished, report.abandoned),
+        (0, 0, 0)
+    );
+    let error = producer.begin_transaction().unwrap_err();
+    assert!(matches!(error, Error::Closed("the producer")), "{error}");
+    let error = open.rollback().await.unwrap_err();
+    assert!(matches!(error, Error::Closed("the producer")), "{error}");
 }

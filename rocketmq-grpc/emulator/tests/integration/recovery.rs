@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use rocketmq_grpc::pb::Code;
 use rocketmq_grpc::{
     AckSettings, ConsumeResult, DEFAULT_MAX_BODY, MessageHandler, OutgoingMessage, Producer,
-    PushConsumer, ReceivedMessage, Session,
+    PushConsumer, ReceivedMessage,
 };
 use rocketmq_grpc_emulator::{Emulator, FaultConfig, PublishMessage, Rpc, TopicKind};
 
@@ -27,7 +27,7 @@ struct Sizes(Mutex<Vec<usize>>);
 #[async_trait::async_trait]
 impl MessageHandler for Sizes {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        self.0.lock().push(message.body.len());
+        self.0.lock().push(message.body().len());
         ConsumeResult::Success
     }
 }
@@ -45,7 +45,9 @@ async fn one_queue_emulator() -> Emulator {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_with_the_largest_body_the_proxy_accepts_is_received() {
     let emulator = one_queue_emulator().await;
-    let producer = Producer::new(Session::new(support::config(&emulator)).unwrap());
+    let producer = Producer::builder(support::config(&emulator))
+        .build()
+        .unwrap();
     // Small messages around the large one share its receive.
     producer
         .send(OutgoingMessage::new("orders", "before"))
@@ -64,7 +66,8 @@ async fn a_message_with_the_largest_body_the_proxy_accepts_is_received() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .acks(AckSettings::default().max_delay(Duration::from_millis(50)))
-        .start(Arc::clone(&sizes))
+        .handler(Arc::clone(&sizes))
+        .build()
         .await
         .unwrap();
     support::wait_for("all three messages", Duration::from_secs(30), || {
@@ -137,10 +140,11 @@ async fn a_consumer_announces_its_settings_again_when_the_proxy_forgot_them() {
     let handled = Arc::new(AtomicU64::new(0));
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
-        .start(Handler {
+        .handler(Handler {
             handled: Arc::clone(&handled),
             pause: Duration::ZERO,
         })
+        .build()
         .await
         .unwrap();
     support::publish(&emulator, "orders", 1);
@@ -174,10 +178,11 @@ async fn after_a_proxy_restart_settings_precede_heartbeats_and_assignments() {
     let handled = Arc::new(AtomicU64::new(0));
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
-        .start(Handler {
+        .handler(Handler {
             handled: Arc::clone(&handled),
             pause: Duration::ZERO,
         })
+        .build()
         .await
         .unwrap();
     support::publish(&emulator, "orders", 1);
@@ -229,10 +234,11 @@ async fn a_dropped_consumer_stops_receiving_and_flushes_its_acks() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         // Acks wait up to 5 s for their batch: still pending at the drop.
-        .start(Handler {
+        .handler(Handler {
             handled: Arc::clone(&handled),
             pause: Duration::ZERO,
         })
+        .build()
         .await
         .unwrap();
     support::publish(&emulator, "orders", 3);
@@ -279,7 +285,8 @@ async fn an_ack_that_succeeds_on_redelivery_is_not_reported_unacknowledged() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .acks(AckSettings::default().max_delay(Duration::from_millis(100)))
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     let first = emulator
@@ -322,7 +329,8 @@ async fn acks_back_off_through_an_outage() {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .acks(AckSettings::default().max_delay(Duration::from_millis(100)))
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     emulator.set_faults(
@@ -362,7 +370,8 @@ async fn terminal_ack_codes_are_not_retried() {
         let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
             .subscribe("orders", "*")
             .acks(AckSettings::default().max_delay(Duration::from_millis(100)))
-            .start(Handler::default())
+            .handler(Handler::default())
+            .build()
             .await
             .unwrap();
         support::wait_for("every ack refused", Duration::from_secs(30), || {
@@ -385,7 +394,7 @@ struct FailFourTimes(AtomicU64);
 #[async_trait::async_trait]
 impl MessageHandler for FailFourTimes {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        if message.delivery_attempt <= 4 {
+        if message.delivery_attempt() <= 4 {
             self.0.fetch_add(1, Ordering::Relaxed);
             ConsumeResult::Failure
         } else {
@@ -417,7 +426,8 @@ async fn failing_nacks_back_off() {
     let handler = Arc::new(FailFourTimes::default());
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
-        .start(Arc::clone(&handler))
+        .handler(Arc::clone(&handler))
+        .build()
         .await
         .unwrap();
     support::wait_for("the fourth failure", Duration::from_secs(60), || {

@@ -36,10 +36,11 @@ async fn slow_handler(renewal: Duration) -> (u64, u64, u64) {
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
         .renewal(renewal)
-        .start(Handler {
+        .handler(Handler {
             handled: Arc::clone(&handled),
             pause: Duration::from_secs(50),
         })
+        .build()
         .await
         .unwrap();
     support::publish(&emulator, "orders", 1);

@@ -24,7 +24,8 @@ async fn mixed_results_reach_the_right_messages_and_invalid_handles_are_not_retr
                 .max_delay(Duration::from_secs(120))
                 .observer(acks.clone()),
         )
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_handled(&consumer, 500, Duration::from_secs(30)).await;
@@ -75,7 +76,8 @@ async fn missing_results_and_transient_errors_are_retried_together() {
                 .retry_backoff(Duration::from_millis(20))
                 .observer(acks.clone()),
         )
-        .start(Handler::default())
+        .handler(Handler::default())
+        .build()
         .await
         .unwrap();
     support::wait_handled(&consumer, 500, Duration::from_secs(30)).await;
@@ -113,8 +115,8 @@ async fn a_closure_handler_is_called_for_every_message_and_its_results_count() {
             async move {
                 let first = {
                     let mut seen = seen.lock();
-                    let first = !seen.contains(&message.message_id);
-                    seen.push(message.message_id.clone());
+                    let first = !seen.iter().any(|id| id == message.message_id());
+                    seen.push(message.message_id().to_owned());
                     first
                 };
                 // Every message fails once, then succeeds.
@@ -128,7 +130,8 @@ async fn a_closure_handler_is_called_for_every_message_and_its_results_count() {
     };
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("orders", "*")
-        .start(handler)
+        .handler(handler)
+        .build()
         .await
         .unwrap();
     support::wait_for("two deliveries of each", Duration::from_secs(600), || {

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rocketmq_grpc::{ClientConfig, Error, OutgoingMessage, Producer, Session, SimpleConsumer};
+use rocketmq_grpc::{ClientConfig, Error, OutgoingMessage, Producer, SimpleConsumer};
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 
 use crate::support::GROUP;
@@ -72,7 +72,7 @@ fn config(host: &str, emulator: &Emulator) -> ClientConfig {
 
 /// Sends one message and receives it with a simple consumer.
 async fn round_trip(config: ClientConfig) {
-    let producer = Producer::new(Session::new(config.clone()).expect("session"));
+    let producer = Producer::builder(config.clone()).build().expect("session");
     let receipt = producer
         .send(OutgoingMessage::new("orders", "over TLS"))
         .await
@@ -90,15 +90,15 @@ async fn round_trip(config: ClientConfig) {
             .await
             .expect("a receive over TLS");
     }
-    assert_eq!(received[0].message_id, receipt.message_id);
-    assert_eq!(&received[0].body[..], b"over TLS");
+    assert_eq!(received[0].message_id(), receipt.message_id());
+    assert_eq!(&received[0].body()[..], b"over TLS");
     consumer.ack(&received[0]).await.expect("an ack over TLS");
     consumer.close(Duration::from_secs(5)).await;
 }
 
 /// The error of a send with `config`, checked to come at once (no retry window).
 async fn failed_send(config: ClientConfig) -> Error {
-    let producer = Producer::new(Session::new(config).expect("session"));
+    let producer = Producer::builder(config).build().expect("session");
     let started = tokio::time::Instant::now();
     let error = producer
         .send(OutgoingMessage::new("orders", "never sent"))
@@ -240,7 +240,7 @@ async fn unusable_server_pem_is_refused_at_start() {
         .start()
         .await
         .expect_err("refused");
-    assert!(error.to_string().contains("`tls`"), "{error}");
+    assert!(error.to_string().contains("invalid tls:"), "{error}");
     let error = Emulator::builder()
         .tls_client_ca(Ca::new("client CA").pem)
         .start()

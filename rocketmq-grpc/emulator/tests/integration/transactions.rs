@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rocketmq_grpc::{
     ConsumeResult, Error, MessageHandler, OutgoingMessage, Producer, PushConsumer, ReceivedMessage,
-    Session, TransactionResolution,
+    TransactionResolution,
 };
 use rocketmq_grpc_emulator::{Emulator, TopicKind};
 
@@ -24,7 +24,7 @@ struct Count {
 #[async_trait::async_trait]
 impl MessageHandler for Count {
     async fn handle(&self, message: &ReceivedMessage) -> ConsumeResult {
-        let counter = if message.body == "committed" {
+        let counter = if message.body() == "committed" {
             &self.committed
         } else {
             &self.others
@@ -44,8 +44,10 @@ async fn emulator() -> Emulator {
 }
 
 fn producer(emulator: &Emulator) -> Producer {
-    Producer::new(Session::new(support::config(emulator)).unwrap())
+    Producer::builder(support::config(emulator))
         .transaction_checker(|_: ReceivedMessage| async { TransactionResolution::Unknown })
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -54,7 +56,8 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
     let count = Arc::new(Count::default());
     let consumer = PushConsumer::builder(support::config(&emulator), GROUP)
         .subscribe("tx", "*")
-        .start(Arc::clone(&count))
+        .handler(Arc::clone(&count))
+        .build()
         .await
         .unwrap();
     let producer = producer(&emulator);
@@ -81,8 +84,7 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
     assert_eq!(count.others.load(Ordering::Relaxed), 0);
     let ended = committed.rollback().await.expect_err("ended");
     assert!(
-        matches!(ended, Error::InvalidConfig { .. })
-            && ended.to_string().contains("already committed"),
+        matches!(ended, Error::Invalid { .. }) && ended.to_string().contains("already committed"),
         "{ended}"
     );
     consumer.close(Duration::from_secs(5)).await;
@@ -91,7 +93,9 @@ async fn a_committed_message_comes_once_and_a_rolled_back_one_never() {
 #[tokio::test(start_paused = true)]
 async fn a_transaction_needs_a_checker_one_plain_message_and_its_own_producer() {
     let emulator = emulator().await;
-    let plain = Producer::new(Session::new(support::config(&emulator)).unwrap());
+    let plain = Producer::builder(support::config(&emulator))
+        .build()
+        .unwrap();
     let error = plain.begin_transaction().expect_err("no checker");
     assert!(error.to_string().contains("transaction_checker"), "{error}");
     let producer = producer(&emulator);
@@ -143,8 +147,8 @@ async fn a_transaction_needs_a_checker_one_plain_message_and_its_own_producer() 
         assert!(
             matches!(
                 error,
-                Error::InvalidConfig {
-                    setting: "transaction",
+                Error::Invalid {
+                    what: "transaction",
                     ..
                 }
             ),
@@ -158,8 +162,8 @@ async fn a_transaction_needs_a_checker_one_plain_message_and_its_own_producer() 
     assert!(
         matches!(
             error,
-            Error::InvalidConfig {
-                setting: "transaction",
+            Error::Invalid {
+                what: "transaction",
                 ..
             }
         ),

@@ -1,5 +1,7 @@
 //! What other clients send that `pulsar-wire` never does, built from raw frames, so that
-//! examples and tests can show what it does to a broker.
+//! tests and examples can show what it does to this emulator or to a real broker. These
+//! calls go past the consumer's own bookkeeping: use them only to reproduce another
+//! client's behaviour.
 
 use pulsar_wire::pb::base_command::Type;
 use pulsar_wire::pb::{self, command_ack::AckType};
