@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use rocketmq_grpc::Code;
 use rocketmq_grpc::priority::{GateConfig, Level, PriorityPolicy, PriorityTopics, Strategy};
 use rocketmq_grpc::{
-    ClientConfig, ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer,
+    AckSettings, ClientConfig, ConsumeResult, Error, LitePushConsumer, OutgoingMessage, Producer,
     ReceivedMessage, Session, SimpleConsumer,
 };
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -61,9 +61,20 @@ async fn producer(endpoint: &str) -> Producer {
 /// that a backlog sent afterwards is all there is to pop. (A 5.5 proxy refuses a group that
 /// does not exist: the broker script creates the groups of this suite.)
 async fn fresh_simple_consumer(endpoint: &str, topic: &str, group: &str) -> SimpleConsumer {
+    fresh_simple_consumer_acking(endpoint, topic, group, AckSettings::default()).await
+}
+
+/// [`fresh_simple_consumer`] with its own ack settings.
+async fn fresh_simple_consumer_acking(
+    endpoint: &str,
+    topic: &str,
+    group: &str,
+    acks: AckSettings,
+) -> SimpleConsumer {
     let consumer = SimpleConsumer::builder(ClientConfig::new(endpoint).unwrap(), group)
         .subscribe(topic, "*")
         .await_duration(Duration::from_secs(5))
+        .acks(acks)
         .build()
         .await
         .unwrap();
@@ -104,14 +115,53 @@ async fn drain(
     got
 }
 
+/// The group of [`until_poppable`]: it only watches for the last message of a test.
+const FENCE_GROUP: &str = "it-priority-fence";
+
+/// Returns once a pop of `fence`'s topic sees the message whose body is `last` (the last one
+/// the test sent; `fence` is a [`fresh_simple_consumer`] of [`FENCE_GROUP`] made before the
+/// sends), acknowledging what it receives.
+///
+/// A send returns once the broker has appended the message to its commit log; the broker puts
+/// it on its queue a little later (its reput thread), in commit-log order. A pop right after the
+/// sends can miss the last few: in a CI run under load, the first pop of
+/// [`priority_backlog_comes_highest_first`] held 9 of its 10 high messages and 23 low ones, and
+/// the tenth came in the next pop. Once one group's pop sees the last message sent, every
+/// earlier one is on its queue for every group.
+async fn until_poppable(fence: &SimpleConsumer, last: &str) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{last} not poppable after 30 s"
+        );
+        let batch = match fence.receive(32, Duration::from_secs(20)).await {
+            Ok(batch) => batch,
+            Err(error) if error.code() == Some(Code::MessageNotFound) => continue,
+            Err(error) => panic!("fence receive: {error}"),
+        };
+        let seen = batch
+            .iter()
+            .any(|message| message.body() == last.as_bytes());
+        futures_util::future::join_all(batch.iter().map(|message| fence.ack(message))).await;
+        if seen {
+            return;
+        }
+    }
+}
+
 /// A backlog of low-priority messages, then high-priority ones: a consumer that comes later
-/// gets every high one before any low one, and each carries its level.
+/// gets every high one before any low one, and each carries its level (once the broker has
+/// put the last one on its queue: [`until_poppable`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_backlog_comes_highest_first() {
     let Some(endpoint) = endpoint55() else { return };
     let prefix = unique("prio");
     let group = "it-priority-group";
     let consumer = fresh_simple_consumer(&endpoint, PRIORITY_TOPIC, group).await;
+    // Its acks wait 100 ms for their batch, not 5 s: the fence should cost little.
+    let quick = AckSettings::default().max_delay(Duration::from_millis(100));
+    let fence = fresh_simple_consumer_acking(&endpoint, PRIORITY_TOPIC, FENCE_GROUP, quick).await;
     let producer = producer(&endpoint).await;
     const LOW: usize = 40;
     const HIGH: usize = 10;
@@ -129,6 +179,8 @@ async fn priority_backlog_comes_highest_first() {
             .await
             .unwrap();
     }
+    until_poppable(&fence, &format!("{prefix}-high-{}", HIGH - 1)).await;
+    fence.close(Duration::from_secs(5)).await;
     let got = drain(&consumer, &prefix, LOW + HIGH, Duration::from_secs(60)).await;
     assert_eq!(got.len(), LOW + HIGH, "every message came");
     let levels: Vec<i32> = got.iter().map(|m| m.priority().unwrap_or(-1)).collect();
@@ -138,9 +190,14 @@ async fn priority_backlog_comes_highest_first() {
         "priority order: {HIGH} high (7) and {LOW} low (0) messages; the last high came at \
          position {last_high}, the first low at {first_low}; levels {levels:?}"
     );
+    let late: Vec<String> = got[first_low..]
+        .iter()
+        .filter(|m| m.priority() == Some(7))
+        .map(|m| String::from_utf8_lossy(m.body()).into_owned())
+        .collect();
     assert!(
         last_high < first_low,
-        "every high message before any low one: {levels:?}"
+        "every high message before any low one: {levels:?}; high after a low: {late:?}"
     );
     for message in &got {
         let body = String::from_utf8_lossy(message.body());
