@@ -105,8 +105,12 @@ async fn drain(
             Err(error) if error.code() == Some(Code::MessageNotFound) => continue,
             Err(error) => panic!("receive: {error}"),
         };
+        // At once: one after the other, each ack would wait for its own batch.
+        let acks = batch.iter().map(|message| consumer.ack(message));
+        for acked in futures_util::future::join_all(acks).await {
+            acked.unwrap();
+        }
         for message in batch {
-            consumer.ack(&message).await.unwrap();
             if String::from_utf8_lossy(message.body()).starts_with(prefix) {
                 got.push(message);
             }
