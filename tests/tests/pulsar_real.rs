@@ -2284,12 +2284,65 @@ async fn restart_broker(kill: bool) -> (Duration, Duration) {
 
 /// The plain broker, for a test that restarts it: only when `PULSAR_RESTARTABLE` is set
 /// (`scripts/test-real-brokers` sets it for the phase that may restart the broker).
+///
+/// First waits until the broker delivers a message on a fresh topic ([`until_dispatching`]):
+/// the test before may have restarted it.
 async fn restartable_broker(scenario: &'static str) -> Option<RealBroker> {
     if var("PULSAR_RESTARTABLE").is_none() {
         eprintln!("PULSAR_RESTARTABLE is not set: not restarting the broker; skipping");
         return None;
     }
+    until_dispatching().await;
     real_broker(scenario).await
+}
+
+/// The longest [`until_dispatching`] waits.
+///
+/// Why: a restarted 4.0.8 standalone recovers each loaded topic's transaction buffer from the
+/// namespace's `__transaction_buffer_snapshot` on one thread, and a topic dispatches nothing
+/// until its own recovery ran. In one CI run (2026-12-07, ~650 topics loaded again after the
+/// restart) one topic's snapshot read hung until its 30 s timeout (`TimeoutException` in
+/// `TableView.wait`, then "Transaction buffer failed to recover snapshot!" at 03:54:35); a
+/// fresh topic created at 03:54:20 got its message sent but delivered nothing until then, and
+/// the next test's first receive (15 s) failed at 03:54:35.5.
+///
+/// Bound: that timeout is 30 s per stuck topic; 90 s leaves room for more than one.
+const DISPATCH_AFTER_RESTART: Duration = Duration::from_secs(90);
+
+/// Waits until the plain broker delivers a message sent to a fresh topic (its own scenario),
+/// printing how long that took; panics after [`DISPATCH_AFTER_RESTART`].
+async fn until_dispatching() {
+    let Some(probe) = real_broker("ready-probe").await else {
+        return;
+    };
+    let consumer = probe
+        .shared(integration_tests::real_pulsar::consumer_options())
+        .await;
+    let producer = probe.producer(0).await;
+    let asked = Instant::now();
+    send_all(&producer, 1).await;
+    let message = within(DISPATCH_AFTER_RESTART, consumer.receive())
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "the broker delivered nothing on a fresh topic within {DISPATCH_AFTER_RESTART:?}"
+            )
+        })
+        .expect("received");
+    println!(
+        "ready-probe: a fresh topic delivered in {:?}",
+        asked.elapsed()
+    );
+    consumer.ack(&message).await.expect("acked");
+    consumer.flush_acks().await;
+    consumer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("probe consumer closed");
+    producer
+        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
+        .await
+        .expect("probe producer closed");
 }
 
 /// The broker restarted mid-stream (stopped with TERM, or killed with -9, and started again
