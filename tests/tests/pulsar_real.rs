@@ -525,6 +525,11 @@ async fn abort_then_redelivery_then_commit() {
 ///
 /// Bound: 60 s is a guess (20x the 3 s that failed), kept until those printed times give a
 /// measured bound; a longer wait costs nothing when the copy comes at once.
+///
+/// Another likely cause, seen in a broker log since: a restarted broker dispatches nothing on
+/// a topic until that topic's transaction buffer recovered, and the recovery of all topics
+/// runs on one thread that one stuck snapshot read held for 30 s
+/// ([`DISPATCH_AFTER_RESTART`]).
 const FIRST_COPY_AFTER_ABORT: Duration = Duration::from_secs(60);
 
 /// What happens between the last consumer's close and the abort.
