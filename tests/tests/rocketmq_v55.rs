@@ -124,7 +124,7 @@ const FENCE_GROUP: &str = "it-priority-fence";
 
 /// Returns once a pop of `fence`'s topic sees the message whose body is `last` (the last one
 /// the test sent; `fence` is a [`fresh_simple_consumer`] of [`FENCE_GROUP`] made before the
-/// sends), acknowledging what it receives.
+/// sends), acknowledging what it receives ([`drain`] with `last` as the prefix).
 ///
 /// A send returns once the broker has appended the message to its commit log; the broker puts
 /// it on its queue a little later (its reput thread), in commit-log order. A pop right after the
@@ -133,25 +133,8 @@ const FENCE_GROUP: &str = "it-priority-fence";
 /// the tenth came in the next pop. Once one group's pop sees the last message sent, every
 /// earlier one is on its queue for every group.
 async fn until_poppable(fence: &SimpleConsumer, last: &str) {
-    let end = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "{last} not poppable after 30 s"
-        );
-        let batch = match fence.receive(32, Duration::from_secs(20)).await {
-            Ok(batch) => batch,
-            Err(error) if error.code() == Some(Code::MessageNotFound) => continue,
-            Err(error) => panic!("fence receive: {error}"),
-        };
-        let seen = batch
-            .iter()
-            .any(|message| message.body() == last.as_bytes());
-        futures_util::future::join_all(batch.iter().map(|message| fence.ack(message))).await;
-        if seen {
-            return;
-        }
-    }
+    let seen = drain(fence, last, 1, Duration::from_secs(30)).await;
+    assert!(!seen.is_empty(), "{last} not poppable after 30 s");
 }
 
 /// A backlog of low-priority messages, then high-priority ones: a consumer that comes later
