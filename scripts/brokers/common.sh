@@ -141,3 +141,74 @@ tail_logs() {
     [ -f "$f" ] && { echo "----- $f (last 40 lines)" >&2; tail -n 40 "$f" >&2; }
   done
 }
+
+# conf_set FILE: sets the `key=value` lines read from standard input in the properties file
+# FILE, each in place of the key's line where FILE has one (other lines with that key are
+# dropped), the rest at the end; the comment lines just above a key go with it. No key is left
+# twice: Java's Properties takes a key's last value, but the bookie embedded in a Pulsar
+# standalone reads a repeated key as a list and uses the first (`"gcWaitTime" : "[300000,
+# 60000]"` in its log), so an appended override could be ignored there.
+conf_set() {
+  local file=$1 tmp
+  tmp=$(mktemp "$file.XXXXXX")
+  awk '
+    function key_of(line) {
+      if (line !~ /^[ \t]*[A-Za-z0-9_.-]+[ \t]*[=:]/) return ""
+      sub(/^[ \t]*/, "", line)
+      sub(/[ \t]*[=:].*$/, "", line)
+      return line
+    }
+    FNR == NR {
+      key = key_of($0)
+      if (key == "") {
+        if ($0 ~ /^[ \t]*#/) notes = notes $0 "\n"
+        else notes = ""
+        next
+      }
+      if (!(key in value)) order[++count] = key
+      value[key] = notes $0
+      notes = ""
+      next
+    }
+    {
+      key = key_of($0)
+      if (key != "" && key in value) {
+        if (!(key in done)) print value[key]
+        done[key] = 1
+        next
+      }
+      print
+    }
+    END {
+      for (i = 1; i <= count; i++) if (!(order[i] in done)) print value[order[i]]
+    }
+  ' - "$file" > "$tmp" && mv "$tmp" "$file"
+}
+
+# conf_effective LOG...: for each `key=value` line read from standard input (an override given
+# to conf_set), prints the value the broker logged for that key at start (the Pulsar broker's
+# `ServiceConfiguration(... key=value, ...)`, its bookie's `"key" : "value"`, RocketMQ's
+# `key=value` lines), the last one logged; returns 1 when one differs from the override or is
+# not in the logs, so that an override that does not take effect is seen at start.
+conf_effective() {
+  local line key want got status=0
+  while IFS= read -r line; do
+    [[ $line =~ ^[[:space:]]*([A-Za-z0-9_.-]+)[[:space:]]*=(.*)$ ]] || continue
+    key=${BASH_REMATCH[1]}
+    want=${BASH_REMATCH[2]}
+    got=$(grep -ohE "\"$key\" : \"[^\"]*\"|(^|[ (,\[])$key=[^,) ]*" "$@" 2>/dev/null | tail -n 1)
+    if [[ -z $got ]]; then
+      printf '  override %s=%s: NOT in the broker log\n' "$key" "$want" >&2
+      status=1
+      continue
+    fi
+    got=$(sed -E "s/^\"$key\" : \"(.*)\"$/\\1/; s/^.?$key=//" <<<"$got")
+    if [[ $got != "$want" ]]; then
+      printf '  override %s=%s: the broker uses %s\n' "$key" "$want" "$got" >&2
+      status=1
+    else
+      printf '  override %s=%s: in effect\n' "$key" "$want" >&2
+    fi
+  done
+  return $status
+}
