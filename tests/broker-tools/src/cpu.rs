@@ -52,6 +52,14 @@ pub fn of_process(pid: u32) -> Option<Duration> {
     Some(Duration::from_secs(total / hz) + Duration::from_nanos((total % hz) * 1_000_000_000 / hz))
 }
 
+/// The resident memory of another running process in KiB (`VmRSS` of `/proc/PID/status`);
+/// `None` when it cannot be read.
+pub fn rss_of_process(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn usage(who: libc::c_int) -> Usage {
     // SAFETY: `getrusage` only writes the struct it is given, which is zero-initialised plain
     // data; `who` is one of libc's RUSAGE_* constants.
@@ -95,5 +103,8 @@ mod tests {
         );
         assert!(own_usage().max_rss_kib > 0);
         assert_eq!(of_process(u32::MAX), None);
+        let rss = rss_of_process(std::process::id()).expect("/proc/self/status is readable");
+        assert!(rss > 0 && rss as i64 <= own_usage().max_rss_kib, "{rss}");
+        assert_eq!(rss_of_process(u32::MAX), None);
     }
 }

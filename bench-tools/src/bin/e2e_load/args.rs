@@ -54,6 +54,26 @@ pub(crate) enum Family {
     PulsarRs,
 }
 
+/// How a client is configured: each at the settings its documentation recommends for
+/// throughput, or each as shipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Settings {
+    /// Batching window and size, sends in flight as each client's docs recommend.
+    Tuned,
+    /// Every client as shipped: only the sends in flight are the application's choice.
+    Defaults,
+}
+
+impl Settings {
+    /// The name in the tables.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Settings::Tuned => "tuned",
+            Settings::Defaults => "defaults",
+        }
+    }
+}
+
 /// What the driver was asked to do.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Options {
@@ -73,6 +93,13 @@ pub(crate) struct Options {
     pub(crate) rocketmq_backlog: usize,
     /// Payload bytes per message.
     pub(crate) size: usize,
+    /// Seconds a produce path's client runs before its measured window (JIT warm-up, batch
+    /// sizes settling).
+    pub(crate) warmup: u64,
+    /// Seconds of a produce path's measured window.
+    pub(crate) window: u64,
+    /// The settings tables, in the order given.
+    pub(crate) settings: Vec<Settings>,
     /// Where the CSV files go.
     pub(crate) out: PathBuf,
     /// Pulsar binary-protocol URL.
@@ -145,12 +172,21 @@ pub(crate) struct Produce {
     pub(crate) target: String,
     /// The topic.
     pub(crate) topic: String,
-    /// Messages to send.
+    /// Messages to send (without `--window-secs`).
     pub(crate) messages: usize,
     /// Payload bytes per message.
     pub(crate) size: usize,
     /// Sends in flight.
     pub(crate) in_flight: usize,
+    /// Seconds of sending before the window opens (with `--window-secs`).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) warmup_secs: u64,
+    /// Send until this many seconds after the warm-up instead of `messages`.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) window_secs: u64,
+    /// The client as shipped (no batching settings).
+    #[arg(long)]
+    pub(crate) defaults: bool,
 }
 
 /// A consume child's arguments.
@@ -209,6 +245,15 @@ pub(crate) struct Flags {
     /// Payload bytes per message.
     #[arg(long, value_name = "BYTES", value_parser = count, default_value = "1024")]
     size: usize,
+    /// Seconds a produce client sends before its window opens [default: 20; --quick: 5].
+    #[arg(long, value_name = "SECS")]
+    warmup: Option<u64>,
+    /// Seconds of a produce client's measured window [default: 30; --quick: 5].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    window: Option<u64>,
+    /// The settings tables [default: tuned,defaults].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    settings: Option<Vec<Settings>>,
     /// Small counts and one run: a smoke run.
     #[arg(long)]
     quick: bool,
@@ -262,6 +307,9 @@ impl Default for Options {
             rocketmq_messages: 100_000,
             rocketmq_backlog: 200_000,
             size: 1024,
+            warmup: 20,
+            window: 30,
+            settings: vec![Settings::Tuned, Settings::Defaults],
             out: PathBuf::from("target/bench-e2e"),
             pulsar: None,
             admin: None,
@@ -299,6 +347,8 @@ impl Flags {
             options.backlog = 20_000;
             options.rocketmq_messages = 5_000;
             options.rocketmq_backlog = 5_000;
+            options.warmup = 5;
+            options.window = 5;
         }
         let keep = |value: Option<usize>, default: usize| value.unwrap_or(default);
         options.runs = keep(self.runs, options.runs);
@@ -309,6 +359,9 @@ impl Flags {
         options.paths = self.paths.unwrap_or(options.paths);
         options.clients = self.clients.unwrap_or(options.clients);
         options.size = self.size;
+        options.warmup = self.warmup.unwrap_or(options.warmup);
+        options.window = self.window.unwrap_or(options.window);
+        options.settings = self.settings.unwrap_or(options.settings);
         options.out = self.out;
         options.pulsar = self.pulsar;
         options.admin = self.admin;
@@ -328,8 +381,8 @@ impl Options {
     /// These options, or what is wrong with them.
     fn check(self) -> Result<Options, String> {
         let options = self;
-        if options.paths.is_empty() || options.clients.is_empty() {
-            return Err("--paths and --clients need at least one entry".into());
+        if options.paths.is_empty() || options.clients.is_empty() || options.settings.is_empty() {
+            return Err("--paths, --clients and --settings need at least one entry".into());
         }
         if !options.namespace.contains('/') {
             return Err(format!(

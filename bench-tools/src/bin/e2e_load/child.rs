@@ -23,8 +23,11 @@ use crate::perf::PerfLog;
 pub(crate) enum Protocol {
     /// `start` / `result …` lines.
     Lines,
-    /// `pulsar-perf produce`'s log.
-    PulsarPerf,
+    /// `pulsar-perf produce`'s log; in steady state its warm-up and window in ms.
+    PulsarPerf {
+        /// The warm-up and the window ([`PerfLog::steady`]), or `None` for a counted run.
+        steady: Option<(u64, u64)>,
+    },
 }
 
 /// A client process to run.
@@ -46,6 +49,8 @@ pub(crate) struct Outcome {
     pub(crate) process_cpu_s: f64,
     pub(crate) p50_ms: Option<f64>,
     pub(crate) p99_ms: Option<f64>,
+    /// Resident memory at the window's end, MiB.
+    pub(crate) rss_mib: Option<f64>,
 }
 
 /// Parses `result k=v k=v …` (without the leading word) into its fields.
@@ -75,6 +80,11 @@ fn proc_cpu(pid: Option<u32>) -> Option<f64> {
     pid.and_then(cpu::of_process).map(|d| d.as_secs_f64())
 }
 
+fn proc_rss_mib(pid: Option<u32>) -> Option<f64> {
+    pid.and_then(cpu::rss_of_process)
+        .map(|kib| kib as f64 / 1024.0)
+}
+
 /// Runs one client to its end within `limit`.
 pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String> {
     let label = &spec.label;
@@ -90,7 +100,7 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
         .map_err(|e| format!("{label}: cannot start {}: {e}", spec.program))?;
     let pid = child.id();
     let mut stdin = child.stdin.take();
-    if spec.protocol == Protocol::PulsarPerf {
+    if matches!(spec.protocol, Protocol::PulsarPerf { .. }) {
         drop(stdin.take());
     }
     let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
@@ -105,8 +115,14 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
 
     let mut window_start: Option<f64> = None;
     let mut window_end: Option<f64> = None;
+    let mut rss_mib: Option<f64> = None;
     let mut measured: Option<(u64, f64, Option<f64>, Option<f64>)> = None;
-    let mut perf = PerfLog::default();
+    let mut perf = match spec.protocol {
+        Protocol::PulsarPerf {
+            steady: Some((warmup, window)),
+        } => PerfLog::steady(warmup, window),
+        _ => PerfLog::default(),
+    };
     let exchange = async {
         let mut stderr_open = true;
         loop {
@@ -119,6 +135,7 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
                                 window_start = proc_cpu(pid);
                             } else if let Some(rest) = line.strip_prefix("result ") {
                                 window_end = proc_cpu(pid);
+                                rss_mib = proc_rss_mib(pid);
                                 let fields = parse_result(rest)?;
                                 measured = Some((
                                     field(&fields, "messages")?,
@@ -133,14 +150,22 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
                                 keep(line);
                             }
                         }
-                        Protocol::PulsarPerf => {
-                            let before = (perf.started_ms.is_some(), perf.closed_ms.is_some());
+                        Protocol::PulsarPerf { steady } => {
+                            // Counted: from the producers' creation to the first close;
+                            // steady: the progress lines that open and close the window.
+                            let marks = |p: &PerfLog| match steady {
+                                None => (p.started_ms.is_some(), p.closed_ms.is_some()),
+                                Some(_) => (p.window.0.is_some(), p.window.1.is_some()),
+                            };
+                            let before = marks(&perf);
                             perf.line(&line);
-                            if !before.0 && perf.started_ms.is_some() {
+                            let after = marks(&perf);
+                            if !before.0 && after.0 {
                                 window_start = proc_cpu(pid);
                             }
-                            if !before.1 && perf.closed_ms.is_some() {
+                            if !before.1 && after.1 {
                                 window_end = proc_cpu(pid);
+                                rss_mib = proc_rss_mib(pid);
                             }
                             keep(line);
                         }
@@ -170,7 +195,7 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
         .as_secs_f64();
     let (messages, seconds, p50_ms, p99_ms) = match spec.protocol {
         Protocol::Lines => measured.ok_or_else(|| failure(format!("{label}: no result line")))?,
-        Protocol::PulsarPerf => perf
+        Protocol::PulsarPerf { .. } => perf
             .outcome()
             .map_err(|e| failure(format!("{label}: {e}")))?,
     };
@@ -186,6 +211,7 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
         process_cpu_s,
         p50_ms,
         p99_ms,
+        rss_mib,
     })
 }
 

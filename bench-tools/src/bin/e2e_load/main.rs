@@ -61,7 +61,7 @@ use broker_tools::pulsar_admin::PulsarAdmin;
 use clap::{CommandFactory, Parser};
 use tokio::io::AsyncReadExt;
 
-use args::{Family, Options, Path};
+use args::{Family, Options, Path, Settings};
 use child::{Outcome, Spec};
 use report::Run;
 
@@ -126,6 +126,7 @@ impl Driver {
     /// Records a measurement (nothing for a failed one) and writes the CSV files so far.
     pub(crate) fn record(
         &mut self,
+        settings: Settings,
         path: &'static str,
         client: &str,
         in_flight: usize,
@@ -134,6 +135,7 @@ impl Driver {
     ) {
         let Some(o) = outcome else { return };
         let row = Run {
+            settings: settings.name(),
             path,
             client: client.to_owned(),
             in_flight,
@@ -145,13 +147,17 @@ impl Driver {
             process_cpu_s: o.process_cpu_s,
             p50_ms: o.p50_ms,
             p99_ms: o.p99_ms,
+            rss_mib: o.rss_mib,
         };
         eprintln!(
-            "e2e_load: {path} {client} run {run}: {:.0} msg/s, {:.2} CPU s per M, p50 {} p99 {}",
+            "e2e_load: {} {path} {client} run {run}: {:.0} msg/s, {:.2} CPU s per M, p50 {} p99 {}, \
+             RSS {}",
+            row.settings,
             row.msgs_per_s(),
             row.cpu_s_per_million(),
             row.p50_ms.map_or("-".into(), |v| format!("{v:.1} ms")),
             row.p99_ms.map_or("-".into(), |v| format!("{v:.1} ms")),
+            row.rss_mib.map_or("-".into(), |v| format!("{v:.0} MiB")),
         );
         self.runs.push(row);
         if let Err(e) = report::write(&self.options.out, &self.runs) {
@@ -178,14 +184,15 @@ async fn drive(options: Options) -> Result<(), String> {
         admin::prepare_namespace(&driver.pulsar_admin()?, &o.namespace).await?;
     }
     println!(
-        "e2e_load: {} run(s) of {:?}, {} B messages; pulsar produce {} msgs, consume backlog {}; \
-         rocketmq produce {}, consume backlog {}",
+        "e2e_load: {} run(s) of {:?} at {:?} settings, {} B messages; produce: {} s of warm-up, \
+         then a {} s window; consume backlogs: pulsar {}, rocketmq {}",
         o.runs,
         o.paths.iter().map(|p| p.name()).collect::<Vec<_>>(),
+        o.settings.iter().map(|s| s.name()).collect::<Vec<_>>(),
         o.size,
-        o.messages,
+        o.warmup,
+        o.window,
         o.backlog,
-        o.rocketmq_messages,
         o.rocketmq_backlog
     );
     let paths = o.paths.clone();

@@ -8,6 +8,13 @@
 //! for), and p50/p99 are the "Aggregated latency stats" line's `med` and `99pct` (from each
 //! `sendAsync` to its receipt; pulsar-perf records them only at each stats interval, so a run
 //! shorter than its first interval (`-i 1`: 1 s) has none, and gets none here).
+//!
+//! In steady state (`-time`, [`PerfLog::steady`]) the window is taken from its own progress
+//! lines instead, which it prints every 10 s: `Throughput produced: N msg --- … med: X … 99pct:
+//! Y …` with N the messages sent since the start and the latencies of that 10 s. The window
+//! opens at the first such line at least the warm-up after `Created N producers` and closes at
+//! the first at least the window after that; its messages are the difference of the two N,
+//! its p50 and p99 the medians of the lines' `med` and `99pct` after the opening one.
 
 /// What the log said so far.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,6 +29,34 @@ pub(crate) struct PerfLog {
     pub(crate) p50_ms: Option<f64>,
     /// `99pct` of the aggregated latency line.
     pub(crate) p99_ms: Option<f64>,
+    /// Steady state: the warm-up and the window, in ms.
+    pub(crate) steady: Option<(u64, u64)>,
+    /// The progress lines read so far.
+    pub(crate) progress: Vec<Progress>,
+    /// The indexes in `progress` of the lines that opened and closed the window.
+    pub(crate) window: (Option<usize>, Option<usize>),
+}
+
+/// One `Throughput produced: …` line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Progress {
+    /// Its time of day in ms.
+    pub(crate) at_ms: u64,
+    /// Messages sent since the start.
+    pub(crate) total: u64,
+    /// The median latency of its interval.
+    pub(crate) p50_ms: f64,
+    /// The 99th percentile latency of its interval.
+    pub(crate) p99_ms: f64,
+}
+
+/// `to - from` in ms, with the clock wrapping past midnight.
+fn elapsed_ms(from: u64, to: u64) -> u64 {
+    if to >= from {
+        to - from
+    } else {
+        to + 86_400_000 - from
+    }
 }
 
 /// The time of day of a log4j line `2026-12-03T14:17:57,465+0000 [...]`, in ms.
@@ -59,6 +94,8 @@ impl PerfLog {
             && line.contains("producers")
         {
             self.started_ms = self.started_ms.or_else(|| time_of_day_ms(line));
+        } else if line.contains("Throughput produced:") {
+            self.progress_line(line);
         } else if line.contains("Closed Producer") {
             self.closed_ms = self.closed_ms.or_else(|| time_of_day_ms(line));
         } else if line.contains("Aggregated throughput stats") {
@@ -73,20 +110,80 @@ impl PerfLog {
         }
     }
 
+    /// A log read in steady state: the window opens `warmup_ms` after the producers were
+    /// created and lasts `window_ms`.
+    pub(crate) fn steady(warmup_ms: u64, window_ms: u64) -> Self {
+        Self {
+            steady: Some((warmup_ms, window_ms)),
+            ..Self::default()
+        }
+    }
+
+    fn progress_line(&mut self, line: &str) {
+        let (Some(at_ms), Some(total), Some(p50_ms), Some(p99_ms)) = (
+            time_of_day_ms(line),
+            number_after(line, "Throughput produced:"),
+            number_after(line, "med:"),
+            number_after(line, "99pct:"),
+        ) else {
+            return;
+        };
+        self.progress.push(Progress {
+            at_ms,
+            total: total as u64,
+            p50_ms,
+            p99_ms,
+        });
+        let (Some((warmup, window)), Some(started)) = (self.steady, self.started_ms) else {
+            return;
+        };
+        let index = self.progress.len() - 1;
+        match self.window {
+            (None, _) if elapsed_ms(started, at_ms) >= warmup => self.window.0 = Some(index),
+            (Some(open), None) if elapsed_ms(self.progress[open].at_ms, at_ms) >= window => {
+                self.window.1 = Some(index);
+            }
+            _ => {}
+        }
+    }
+
+    /// Messages, seconds, p50 and p99 of the steady-state window, once it closed.
+    fn steady_outcome(&self) -> Result<(u64, f64, Option<f64>, Option<f64>), String> {
+        let (Some(open), Some(close)) = self.window else {
+            return Err(format!(
+                "pulsar-perf: the steady-state window did not {} ({} progress lines)",
+                if self.window.0.is_none() {
+                    "open"
+                } else {
+                    "close"
+                },
+                self.progress.len()
+            ));
+        };
+        let (first, last) = (self.progress[open], self.progress[close]);
+        let inside = &self.progress[open + 1..=close];
+        let p50s: Vec<f64> = inside.iter().map(|p| p.p50_ms).collect();
+        let p99s: Vec<f64> = inside.iter().map(|p| p.p99_ms).collect();
+        Ok((
+            last.total.saturating_sub(first.total),
+            elapsed_ms(first.at_ms, last.at_ms).max(1) as f64 / 1000.0,
+            crate::stats::median(&p50s),
+            crate::stats::median(&p99s),
+        ))
+    }
+
     /// Messages, seconds, p50 and p99, once the whole log was read.
     pub(crate) fn outcome(&self) -> Result<(u64, f64, Option<f64>, Option<f64>), String> {
+        if self.steady.is_some() {
+            return self.steady_outcome();
+        }
         let (Some(start), Some(end)) = (self.started_ms, self.closed_ms) else {
             return Err("pulsar-perf: no `Created … producers` or `Closed Producer` line".into());
         };
         let records = self
             .records
             .ok_or("pulsar-perf: no aggregated throughput line")?;
-        // Past midnight the clock wraps.
-        let elapsed = if end >= start {
-            end - start
-        } else {
-            end + 86_400_000 - start
-        };
+        let elapsed = elapsed_ms(start, end);
         Ok((
             records,
             (elapsed.max(1)) as f64 / 1000.0,
@@ -141,5 +238,32 @@ mod tests {
             ..PerfLog::default()
         };
         assert_eq!(wrapped.outcome().unwrap().1, 2.0);
+    }
+
+    #[test]
+    fn a_steady_window_from_the_progress_lines() {
+        let progress = |at: &str, total: u64, p50: f64, p99: f64| {
+            format!(
+                "2026-12-07T06:{at}+0000 [main] INFO  org.apache.pulsar.testclient.PerformanceProducer - Throughput produced: {total} msg --- 163658.4 msg/s ---   1278.6 Mbit/s  --- failure      0.0 msg/s --- Latency: mean:   5.127 ms - med:   {p50:.3} - 95pct:   9.114 - 99pct:  {p99:.3} - 99.9pct:  68.365 - 99.99pct:  71.689 - Max:  76.260"
+            )
+        };
+        let mut log = PerfLog::steady(20_000, 30_000);
+        log.line("2026-12-07T06:05:37,823+0000 [x] INFO  org.apache.pulsar.testclient.PerformanceProducer - Created 1 producers");
+        log.line(&progress("05:47,220", 1_000_000, 9.0, 90.0));
+        log.line(&progress("05:57,220", 2_000_000, 8.0, 80.0));
+        assert_eq!(log.window, (None, None), "19.4 s: still warming up");
+        assert!(log.outcome().is_err());
+        log.line(&progress("06:07,220", 3_000_000, 4.0, 40.0));
+        assert_eq!(log.window, (Some(2), None));
+        log.line(&progress("06:17,220", 4_000_000, 3.0, 30.0));
+        log.line(&progress("06:27,220", 5_000_000, 5.0, 50.0));
+        assert!(log.outcome().unwrap_err().contains("did not close"));
+        log.line(&progress("06:37,221", 6_500_000, 4.5, 45.0));
+        assert_eq!(log.window, (Some(2), Some(5)));
+        log.line(&progress("06:47,220", 9_000_000, 1.0, 1.0));
+        let (messages, seconds, p50, p99) = log.outcome().unwrap();
+        assert_eq!(messages, 3_500_000);
+        assert!((seconds - 30.001).abs() < 1e-9, "{seconds}");
+        assert_eq!((p50, p99), (Some(4.5), Some(45.0)));
     }
 }

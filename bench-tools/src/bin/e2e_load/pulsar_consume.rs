@@ -13,7 +13,7 @@ use pulsar_wire::{
     BatchingOptions, Client, Consumer, InitialPosition, OutgoingMessage, Producer, SubType,
 };
 
-use crate::args::Family;
+use crate::args::{Family, Settings};
 use crate::child::{Protocol, Spec};
 use crate::{Driver, stdin_closed};
 
@@ -169,7 +169,14 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
             }
         };
         crate::admin::delete_topic(&admin, &topic).await?;
-        driver.record("pulsar-consume", &spec.label, 0, run, outcome?);
+        driver.record(
+            Settings::Defaults,
+            "pulsar-consume",
+            &spec.label,
+            0,
+            run,
+            outcome?,
+        );
     }
     Ok(())
 }

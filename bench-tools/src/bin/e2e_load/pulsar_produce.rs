@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use pulsar_wire::{BatchingOptions, Client, OutgoingMessage, Producer, ProducerOptions};
 
-use crate::args::Family;
+use crate::args::{Family, Settings};
 use crate::child::{Protocol, Spec};
 use crate::{Driver, stdin_closed};
 
@@ -21,7 +21,8 @@ pub(crate) const BATCH_DELAY_MS: u64 = 10;
 /// The most bytes in one batch (pulsar-perf's default `-bb`).
 pub(crate) const BATCH_BYTES: usize = 4 << 20;
 
-/// `child pulsar-produce URL TOPIC MESSAGES SIZE IN_FLIGHT`
+/// `child pulsar-produce URL TOPIC MESSAGES SIZE IN_FLIGHT [--warmup-secs W --window-secs D]
+/// [--defaults]`
 pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let (url, topic) = (&args.target, &args.topic);
     let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
@@ -29,30 +30,41 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
         .build()
         .await
         .map_err(|e| e.to_string())?;
-    let options = ProducerOptions::default()
-        .send_timeout(Duration::from_secs(120))
-        .batching(
+    let mut options = ProducerOptions::default().send_timeout(Duration::from_secs(120));
+    if !args.defaults {
+        options = options.batching(
             BatchingOptions::default()
                 .max_messages(BATCH_MESSAGES)
                 .max_bytes(BATCH_BYTES)
                 .max_delay(Duration::from_millis(BATCH_DELAY_MS)),
         );
+    }
     let producer = Producer::builder(&client, topic)
         .options(options)
         .build()
         .await
         .map_err(|e| e.to_string())?;
     let payload = Bytes::from(vec![b'x'; size]);
-    println!("start");
-    let started = Instant::now();
-    let mut latencies = crate::window::send_windowed(n, in_flight, || {
-        producer.send(OutgoingMessage::new(payload.clone()))
-    })
-    .await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let send = || producer.send(OutgoingMessage::new(payload.clone()));
+    let (messages, seconds, mut latencies) = if args.window_secs > 0 {
+        let steady = crate::window::send_steady(
+            Duration::from_secs(args.warmup_secs),
+            Duration::from_secs(args.window_secs),
+            in_flight,
+            send,
+            || println!("start"),
+        )
+        .await?;
+        (steady.messages, steady.seconds, steady.latencies)
+    } else {
+        println!("start");
+        let started = Instant::now();
+        let latencies = crate::window::send_windowed(n, in_flight, send).await?;
+        (n as u64, started.elapsed().as_secs_f64(), latencies)
+    };
     let (p50, p99) = crate::stats::p50_p99_ms(&mut latencies);
     println!(
-        "result messages={n} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
+        "result messages={messages} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
         p50.unwrap_or(f64::NAN),
         p99.unwrap_or(f64::NAN)
     );
@@ -65,54 +77,93 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     Ok(())
 }
 
-/// The clients of this path at `in_flight`, for `topic`.
-fn specs(driver: &Driver, topic: &str, in_flight: usize) -> Vec<(Family, Spec)> {
+/// The Java client's builder defaults for batching (`batchingMaxPublishDelay` 1 ms,
+/// `batchingMaxMessages` 1,000, `batchingMaxBytes` 128 KiB), given to `pulsar-perf` in the
+/// defaults table: its own `-bb` default is 4 MiB.
+const JAVA_DEFAULT_BATCH: [&str; 6] = ["-b", "1", "-bm", "1000", "-bb", "131072"];
+
+/// The clients of this path at `in_flight` and `settings`, for `topic`. Every client runs
+/// for the warm-up and the window; the Python client and the `pulsar` crate's peer have no
+/// time-bounded mode and are left out (said on stderr).
+fn specs(
+    driver: &Driver,
+    topic: &str,
+    in_flight: usize,
+    settings: Settings,
+) -> Vec<(Family, Spec)> {
     let o = &driver.options;
     let url = o.pulsar.clone().unwrap_or_default();
-    let n = o.messages.to_string();
     let size = o.size.to_string();
     let flight = in_flight.to_string();
+    let (warmup, window) = (o.warmup.to_string(), o.window.to_string());
     let mut specs = Vec::new();
     for family in &o.clients {
         let spec = match family {
-            Family::Ours => Spec {
-                label: "ours (pulsar-wire)".into(),
-                program: driver.ourselves.clone(),
-                args: ["child", "pulsar-produce", &url, topic, &n, &size, &flight]
-                    .map(String::from)
-                    .to_vec(),
-                env: Vec::new(),
-                protocol: Protocol::Lines,
-            },
+            Family::Ours => {
+                let mut args: Vec<String> = [
+                    "child",
+                    "pulsar-produce",
+                    &url,
+                    topic,
+                    "0",
+                    &size,
+                    &flight,
+                    "--warmup-secs",
+                    &warmup,
+                    "--window-secs",
+                    &window,
+                ]
+                .map(String::from)
+                .to_vec();
+                if settings == Settings::Defaults {
+                    args.push("--defaults".into());
+                }
+                Spec {
+                    label: "ours (pulsar-wire)".into(),
+                    program: driver.ourselves.clone(),
+                    args,
+                    env: Vec::new(),
+                    protocol: Protocol::Lines,
+                }
+            }
             Family::Java => {
                 let Some(perf) = &o.pulsar_perf else { continue };
+                // Its progress lines come every 10 s: time for the one after the window's end.
+                let duration = (o.warmup + o.window + 25).to_string();
+                let mut args: Vec<String> = [
+                    "produce",
+                    "-u",
+                    &url,
+                    "-r",
+                    "100000000",
+                    "-s",
+                    &size,
+                    "-time",
+                    &duration,
+                    "-o",
+                    &flight,
+                    // The Java client's stats interval (60 s), so that it logs no more often.
+                    "-i",
+                    "60",
+                ]
+                .map(String::from)
+                .to_vec();
+                match settings {
+                    Settings::Tuned => args.extend([
+                        "-bm".to_owned(),
+                        BATCH_MESSAGES.to_string(),
+                        "-b".to_owned(),
+                        BATCH_DELAY_MS.to_string(),
+                        "-bb".to_owned(),
+                        BATCH_BYTES.to_string(),
+                    ]),
+                    Settings::Defaults => args.extend(JAVA_DEFAULT_BATCH.map(String::from)),
+                }
+                args.push(topic.to_owned());
                 Spec {
                     label: "pulsar-perf 4.0.8 (Java)".into(),
                     program: perf.clone(),
-                    args: [
-                        "produce",
-                        "-u",
-                        &url,
-                        "-r",
-                        "100000000",
-                        "-s",
-                        &size,
-                        "-m",
-                        &n,
-                        "-o",
-                        &flight,
-                        "-bm",
-                        &BATCH_MESSAGES.to_string(),
-                        "-b",
-                        &BATCH_DELAY_MS.to_string(),
-                        "-bb",
-                        &BATCH_BYTES.to_string(),
-                        "-i",
-                        "1",
-                        topic,
-                    ]
-                    .map(String::from)
-                    .to_vec(),
+                    args,
                     env: vec![
                         // Its latency histograms need about 600 MB of heap.
                         (
@@ -121,48 +172,17 @@ fn specs(driver: &Driver, topic: &str, in_flight: usize) -> Vec<(Family, Spec)> 
                         ),
                         ("PULSAR_LOG_IMMEDIATE_FLUSH".into(), "true".into()),
                     ],
-                    protocol: Protocol::PulsarPerf,
+                    protocol: Protocol::PulsarPerf {
+                        steady: Some((o.warmup * 1000, o.window * 1000)),
+                    },
                 }
             }
-            Family::Python => Spec {
-                label: "pulsar-client 3.13.0 (Python)".into(),
-                program: o.python_peers.clone(),
-                args: [
-                    "e2e_pulsar",
-                    "produce",
-                    &url,
-                    topic,
-                    &n,
-                    &size,
-                    &flight,
-                    &BATCH_MESSAGES.to_string(),
-                    &BATCH_DELAY_MS.to_string(),
-                ]
-                .map(String::from)
-                .to_vec(),
-                env: Vec::new(),
-                protocol: Protocol::Lines,
-            },
-            Family::PulsarRs => {
-                let Some(peer) = &o.pulsar_rs else { continue };
-                Spec {
-                    label: "pulsar 6.9.1 (Rust crate)".into(),
-                    program: peer.clone(),
-                    args: [
-                        "produce",
-                        &url,
-                        topic,
-                        &n,
-                        &size,
-                        &flight,
-                        &BATCH_MESSAGES.to_string(),
-                        &BATCH_DELAY_MS.to_string(),
-                    ]
-                    .map(String::from)
-                    .to_vec(),
-                    env: Vec::new(),
-                    protocol: Protocol::Lines,
-                }
+            Family::Python | Family::PulsarRs => {
+                eprintln!(
+                    "e2e_load: pulsar-produce: the {} peer has no time-bounded mode: left out",
+                    crate::family_name(*family)
+                );
+                continue;
             }
         };
         specs.push((*family, spec));
@@ -170,27 +190,46 @@ fn specs(driver: &Driver, topic: &str, in_flight: usize) -> Vec<(Family, Spec)> 
     specs
 }
 
-/// Run `run` of every client at both in-flight settings, each on its own topic, deleted after.
+/// The in-flight settings of a table: both when tuned; 1,000 (`pulsar-perf`'s and the Python
+/// client's default pending limit) with every client as shipped.
+fn in_flight_of(settings: Settings) -> &'static [usize] {
+    match settings {
+        Settings::Tuned => &IN_FLIGHT,
+        Settings::Defaults => &IN_FLIGHT[1..],
+    }
+}
+
+/// Run `run` of every client at each settings table and in-flight setting, each on its own
+/// topic, deleted after.
 pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
     let admin = driver.pulsar_admin()?;
-    for in_flight in IN_FLIGHT {
-        for (family, spec) in specs(driver, "TOPIC", in_flight) {
-            let topic = format!(
-                "persistent://{}/e2e-produce-{}-{in_flight}-{}",
-                driver.options.namespace,
-                crate::family_name(family),
-                crate::admin::stamp()
-            );
-            let mut spec = spec;
-            for arg in &mut spec.args {
-                if arg == "TOPIC" {
-                    arg.clone_from(&topic);
+    for settings in driver.options.settings.clone() {
+        for &in_flight in in_flight_of(settings) {
+            for (family, spec) in specs(driver, "TOPIC", in_flight, settings) {
+                let topic = format!(
+                    "persistent://{}/e2e-produce-{}-{in_flight}-{}",
+                    driver.options.namespace,
+                    crate::family_name(family),
+                    crate::admin::stamp()
+                );
+                let mut spec = spec;
+                for arg in &mut spec.args {
+                    if arg == "TOPIC" {
+                        arg.clone_from(&topic);
+                    }
                 }
+                crate::admin::create_topic(&admin, &topic).await?;
+                let outcome = driver.measure(&spec).await;
+                crate::admin::delete_topic(&admin, &topic).await?;
+                driver.record(
+                    settings,
+                    "pulsar-produce",
+                    &spec.label,
+                    in_flight,
+                    run,
+                    outcome?,
+                );
             }
-            crate::admin::create_topic(&admin, &topic).await?;
-            let outcome = driver.measure(&spec).await;
-            crate::admin::delete_topic(&admin, &topic).await?;
-            driver.record("pulsar-produce", &spec.label, in_flight, run, outcome?);
         }
     }
     Ok(())

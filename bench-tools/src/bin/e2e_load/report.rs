@@ -9,6 +9,8 @@ use crate::stats::median;
 /// One measured run of one client on one path.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Run {
+    /// The settings table: `tuned` or `defaults`.
+    pub(crate) settings: &'static str,
     /// The path's name.
     pub(crate) path: &'static str,
     /// The client's label.
@@ -31,6 +33,8 @@ pub(crate) struct Run {
     pub(crate) p50_ms: Option<f64>,
     /// 99th percentile latency in ms.
     pub(crate) p99_ms: Option<f64>,
+    /// The client's resident memory at the window's end, MiB.
+    pub(crate) rss_mib: Option<f64>,
 }
 
 impl Run {
@@ -55,6 +59,7 @@ impl Run {
 /// The medians of one (path, client, in flight).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Summary {
+    pub(crate) settings: &'static str,
     pub(crate) path: &'static str,
     pub(crate) client: String,
     pub(crate) in_flight: usize,
@@ -65,22 +70,28 @@ pub(crate) struct Summary {
     pub(crate) process_cpu_s_per_million: f64,
     pub(crate) p50_ms: Option<f64>,
     pub(crate) p99_ms: Option<f64>,
+    pub(crate) rss_mib: Option<f64>,
 }
 
-/// Medians per (path, client, in flight), in the order the groups first appear.
+/// Medians per (settings, path, client, in flight), in the order the groups first appear.
 pub(crate) fn summarize(runs: &[Run]) -> Vec<Summary> {
-    let mut keys: Vec<(&'static str, &str, usize)> = Vec::new();
+    let mut keys: Vec<(&'static str, &'static str, &str, usize)> = Vec::new();
     for run in runs {
-        let key = (run.path, run.client.as_str(), run.in_flight);
+        let key = (run.settings, run.path, run.client.as_str(), run.in_flight);
         if !keys.contains(&key) {
             keys.push(key);
         }
     }
     keys.into_iter()
-        .map(|(path, client, in_flight)| {
+        .map(|(settings, path, client, in_flight)| {
             let group: Vec<&Run> = runs
                 .iter()
-                .filter(|r| r.path == path && r.client == client && r.in_flight == in_flight)
+                .filter(|r| {
+                    r.settings == settings
+                        && r.path == path
+                        && r.client == client
+                        && r.in_flight == in_flight
+                })
                 .collect();
             let of = |f: &dyn Fn(&Run) -> f64| {
                 median(&group.iter().map(|r| f(r)).collect::<Vec<_>>()).unwrap_or(f64::NAN)
@@ -89,6 +100,7 @@ pub(crate) fn summarize(runs: &[Run]) -> Vec<Summary> {
                 median(&group.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
             };
             Summary {
+                settings,
                 path,
                 client: client.to_owned(),
                 in_flight,
@@ -99,6 +111,7 @@ pub(crate) fn summarize(runs: &[Run]) -> Vec<Summary> {
                 process_cpu_s_per_million: of(&Run::process_cpu_s_per_million),
                 p50_ms: of_opt(&|r| r.p50_ms),
                 p99_ms: of_opt(&|r| r.p99_ms),
+                rss_mib: of_opt(&|r| r.rss_mib),
             }
         })
         .collect()
@@ -115,13 +128,15 @@ fn in_flight(n: usize) -> String {
 /// `runs.csv`: every measurement.
 pub(crate) fn runs_csv(runs: &[Run]) -> String {
     let mut out = String::from(
-        "path,client,in_flight,run,messages,bytes_per_message,seconds,msgs_per_s,mb_per_s,\
-         cpu_s,cpu_s_per_million,process_cpu_s,process_cpu_s_per_million,p50_ms,p99_ms\n",
+        "settings,path,client,in_flight,run,messages,bytes_per_message,seconds,msgs_per_s,\
+         mb_per_s,cpu_s,cpu_s_per_million,process_cpu_s,process_cpu_s_per_million,p50_ms,p99_ms,\
+         rss_mib\n",
     );
     for r in runs {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.3},{:.0},{:.2},{:.3},{:.3},{:.3},{:.3},{},{}",
+            "{},{},{},{},{},{},{},{:.3},{:.0},{:.2},{:.3},{:.3},{:.3},{:.3},{},{},{}",
+            r.settings,
             r.path,
             r.client,
             in_flight(r.in_flight),
@@ -137,6 +152,7 @@ pub(crate) fn runs_csv(runs: &[Run]) -> String {
             r.process_cpu_s_per_million(),
             opt(r.p50_ms, 3),
             opt(r.p99_ms, 3),
+            opt(r.rss_mib, 0),
         );
     }
     out
@@ -145,13 +161,14 @@ pub(crate) fn runs_csv(runs: &[Run]) -> String {
 /// `results.csv`: the medians.
 pub(crate) fn results_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,\
-         process_cpu_s_per_million,p50_ms,p99_ms\n",
+        "settings,path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,\
+         process_cpu_s_per_million,p50_ms,p99_ms,rss_mib\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{},{:.0},{:.2},{:.3},{:.3},{},{}",
+            "{},{},{},{},{},{:.0},{:.2},{:.3},{:.3},{},{},{}",
+            s.settings,
             s.path,
             s.client,
             in_flight(s.in_flight),
@@ -162,6 +179,7 @@ pub(crate) fn results_csv(summaries: &[Summary]) -> String {
             s.process_cpu_s_per_million,
             opt(s.p50_ms, 3),
             opt(s.p99_ms, 3),
+            opt(s.rss_mib, 0),
         );
     }
     out
@@ -170,14 +188,15 @@ pub(crate) fn results_csv(summaries: &[Summary]) -> String {
 /// The markdown table of the medians.
 pub(crate) fn markdown(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "| path | client | in flight | runs | msg/s | MB/s | CPU s per M msgs | \
-         CPU s per M (whole process) | p50 ms | p99 ms |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| settings | path | client | in flight | runs | msg/s | MB/s | CPU s per M msgs | \
+         CPU s per M (whole process) | p50 ms | p99 ms | RSS MiB |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.0} | {:.1} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.2} | {:.2} | {} | {} | {} |",
+            s.settings,
             s.path,
             s.client,
             in_flight(s.in_flight),
@@ -188,6 +207,7 @@ pub(crate) fn markdown(summaries: &[Summary]) -> String {
             s.process_cpu_s_per_million,
             opt(s.p50_ms, 1),
             opt(s.p99_ms, 1),
+            opt(s.rss_mib, 0),
         );
     }
     out
@@ -212,6 +232,7 @@ mod tests {
 
     fn run(client: &str, n: usize, seconds: f64, p99: Option<f64>) -> Run {
         Run {
+            settings: "tuned",
             path: "pulsar-produce",
             client: client.into(),
             in_flight: 1000,
@@ -223,6 +244,7 @@ mod tests {
             process_cpu_s: seconds,
             p50_ms: Some(1.0),
             p99_ms: p99,
+            rss_mib: Some(20.0),
         }
     }
 
@@ -244,13 +266,14 @@ mod tests {
         assert_eq!(ours.p99_ms, Some(6.0));
         assert_eq!(summaries[1].p99_ms, None);
         let csv = results_csv(&summaries);
-        assert!(
-            csv.contains("\npulsar-produce,ours,1000,3,200000,200.00,2.500,5.000,1.000,6.000\n")
-        );
-        assert!(csv.ends_with(",java,1000,1,50000,50.00,10.000,20.000,1.000,\n"));
+        assert!(csv.contains(
+            "\ntuned,pulsar-produce,ours,1000,3,200000,200.00,2.500,5.000,1.000,6.000,20\n"
+        ));
+        assert!(csv.ends_with(",java,1000,1,50000,50.00,10.000,20.000,1.000,,20\n"));
         assert_eq!(runs_csv(&runs).lines().count(), 5);
         assert!(
-            markdown(&summaries).contains("| pulsar-produce | ours | 1000 | 3 | 200000 | 200.0 |")
+            markdown(&summaries)
+                .contains("| tuned | pulsar-produce | ours | 1000 | 3 | 200000 | 200.0 |")
         );
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rocketmq_grpc::{ClientConfig, ConsumeResult, MessageHandler, PushConsumer, ReceivedMessage};
 use tokio::sync::Notify;
 
+use crate::args::Settings;
 use crate::child::{Protocol, Spec};
 use crate::rocketmq_produce::{IN_FLIGHT, fresh_topic, producer, send_all};
 use crate::{Driver, stdin_closed};
@@ -117,7 +118,7 @@ pub(crate) async fn measure_path(
         };
         crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
             .await?;
-        driver.record(path, label, 0, run, outcome?);
+        driver.record(Settings::Defaults, path, label, 0, run, outcome?);
     }
     Ok(())
 }

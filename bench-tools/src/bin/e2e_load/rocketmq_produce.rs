@@ -52,18 +52,32 @@ pub(crate) async fn send_all(
     .await
 }
 
-/// `child rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT`
+/// `child rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT [--warmup-secs W
+/// --window-secs D]`
 pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let (endpoint, topic) = (&args.target, &args.topic);
     let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
     let producer = producer(endpoint, topic).await?;
-    println!("start");
-    let started = Instant::now();
-    let mut latencies = send_all(&producer, topic, n, size, in_flight).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (messages, seconds, mut latencies) = if args.window_secs > 0 {
+        let body = bytes::Bytes::from(vec![b'x'; size]);
+        let steady = crate::window::send_steady(
+            Duration::from_secs(args.warmup_secs),
+            Duration::from_secs(args.window_secs),
+            in_flight,
+            || producer.send(OutgoingMessage::new(topic, body.clone())),
+            || println!("start"),
+        )
+        .await?;
+        (steady.messages, steady.seconds, steady.latencies)
+    } else {
+        println!("start");
+        let started = Instant::now();
+        let latencies = send_all(&producer, topic, n, size, in_flight).await?;
+        (n as u64, started.elapsed().as_secs_f64(), latencies)
+    };
     let (p50, p99) = crate::stats::p50_p99_ms(&mut latencies);
     println!(
-        "result messages={n} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
+        "result messages={messages} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
         p50.unwrap_or(f64::NAN),
         p99.unwrap_or(f64::NAN)
     );
@@ -112,7 +126,9 @@ pub(crate) fn client(
     }
 }
 
-/// Run `run` of every client, each on its own topic, deleted after.
+/// Run `run` of every client, each on its own topic, deleted after. Neither client has a
+/// throughput setting (no batching; the sends in flight are the application's), so one
+/// measurement is the row of every settings table asked for.
 pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
     for family in driver.options.clients.clone() {
@@ -125,9 +141,13 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
         args.extend([
             endpoint.clone(),
             topic.clone(),
-            driver.options.rocketmq_messages.to_string(),
+            "0".into(),
             driver.options.size.to_string(),
             IN_FLIGHT.to_string(),
+            "--warmup-secs".into(),
+            driver.options.warmup.to_string(),
+            "--window-secs".into(),
+            driver.options.window.to_string(),
         ]);
         let spec = Spec {
             label: label.into(),
@@ -139,7 +159,17 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
         let outcome = driver.measure(&spec).await;
         crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
             .await?;
-        driver.record("rocketmq-produce", label, IN_FLIGHT, run, outcome?);
+        let outcome = outcome?;
+        for settings in driver.options.settings.clone() {
+            driver.record(
+                settings,
+                "rocketmq-produce",
+                label,
+                IN_FLIGHT,
+                run,
+                outcome.clone(),
+            );
+        }
     }
     Ok(())
 }

@@ -2,7 +2,9 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::time::Instant;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -39,6 +41,73 @@ where
     Ok(latencies)
 }
 
+/// What a steady-state run measured: the receipts that came within the window.
+#[derive(Debug, Default)]
+pub(crate) struct Steady {
+    /// Receipts within the window.
+    pub(crate) messages: u64,
+    /// The window's length in seconds, as measured.
+    pub(crate) seconds: f64,
+    /// The latency in µs of each receipt within the window.
+    pub(crate) latencies: Vec<u32>,
+}
+
+/// Sends made by `send` without end, `in_flight` open at a time: after `warmup` it calls
+/// `opened` (the child prints `start` there) and counts every receipt until `window` has
+/// passed since, then returns at once (the sends still open are dropped: their receipts come
+/// after the window). A failed send ends the run.
+pub(crate) async fn send_steady<F, T, E>(
+    warmup: Duration,
+    window: Duration,
+    in_flight: usize,
+    mut send: impl FnMut() -> F,
+    opened: impl FnOnce(),
+) -> Result<Steady, String>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Display,
+{
+    let began = Instant::now();
+    let mut opened = Some(opened);
+    let mut open_at: Option<Instant> = None;
+    let mut steady = Steady::default();
+    let mut pending = FuturesUnordered::new();
+    loop {
+        while pending.len() < in_flight.max(1) {
+            let sent = send();
+            pending.push(async move {
+                let started = Instant::now();
+                let result = sent.await;
+                (started.elapsed(), result)
+            });
+        }
+        let Some((latency, result)) = pending.next().await else {
+            continue;
+        };
+        result.map_err(|e| format!("send: {e}"))?;
+        let now = Instant::now();
+        match open_at {
+            None if now.duration_since(began) >= warmup => {
+                if let Some(opened) = opened.take() {
+                    opened();
+                }
+                open_at = Some(now);
+            }
+            None => {}
+            Some(at) if now.duration_since(at) >= window => {
+                steady.seconds = now.duration_since(at).as_secs_f64();
+                return Ok(steady);
+            }
+            Some(_) => {
+                steady.messages += 1;
+                steady
+                    .latencies
+                    .push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
@@ -73,5 +142,43 @@ mod tests {
         })
         .await;
         assert_eq!(failed, Err("send: refused".to_owned()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_run_counts_only_the_window() {
+        let mut opened_at = None;
+        let began = tokio::time::Instant::now();
+        let steady = send_steady(
+            Duration::from_secs(2),
+            Duration::from_secs(3),
+            4,
+            || async {
+                // Each send takes 10 ms of virtual time: 4 in flight, 400 receipts a second.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, String>(())
+            },
+            || opened_at = Some(began.elapsed()),
+        )
+        .await
+        .expect("no send fails");
+        let opened_at = opened_at.expect("the window opened");
+        assert!(opened_at >= Duration::from_secs(2), "{opened_at:?}");
+        assert!((3.0..3.05).contains(&steady.seconds), "{}", steady.seconds);
+        // 400 a second for 3 s, give or take one round of 4 at each end.
+        assert!(
+            (1192..=1208).contains(&steady.messages),
+            "{}",
+            steady.messages
+        );
+        assert_eq!(steady.latencies.len() as u64, steady.messages);
+        let failed = send_steady(
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            2,
+            || async { Err::<(), _>("refused") },
+            || {},
+        )
+        .await;
+        assert_eq!(failed.err(), Some("send: refused".to_owned()));
     }
 }
