@@ -8,15 +8,18 @@ mod queue;
 mod router;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 pub use batching::BatchingOptions;
 use batching::ProducerBatcher;
 pub use message::OutgoingMessage;
 use partition::{PartitionProducer, PartitionSet, PartitionSpec};
-use queue::PendingQueue;
+use queue::{PendingQueue, Slot};
 pub use queue::QueueFull;
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
@@ -534,6 +537,11 @@ impl Producer {
 
     /// Sends a message and waits for the broker's receipt.
     ///
+    /// The future does nothing until it is first polled; from then on the message goes out
+    /// even if the future is dropped. It is small and `Unpin`: an application that keeps many
+    /// sends open can hold them in a plain collection (a `VecDeque`, awaiting the oldest: a
+    /// producer's receipts come in the order of its sends per partition) without boxing.
+    ///
     /// # Errors
     /// [`Error::Invalid`] for a message larger than the broker's `max_message_size`;
     /// [`Error::ProducerQueueFull`] when [`ProducerOptions::max_pending_messages`] messages
@@ -541,8 +549,11 @@ impl Producer {
     /// timeout, per [`ProducerOptions::on_queue_full`]); [`Error::Server`] for a
     /// `SEND_ERROR`; [`Error::Closed`] after [`Producer::close`] (also for a send waiting
     /// for a place); [`Error::Timeout`] and connection errors.
-    pub async fn send(&self, message: OutgoingMessage) -> Result<MessageId, Error> {
-        self.send_with(None, message).await
+    pub fn send(
+        &self,
+        message: OutgoingMessage,
+    ) -> impl Future<Output = Result<MessageId, Error>> + Send + Unpin + '_ {
+        self.send_with(None, message)
     }
 
     /// Sends a message in a transaction: it becomes visible when the transaction commits
@@ -571,45 +582,101 @@ impl Producer {
         sent
     }
 
-    /// Sends `message` (in `txn`) and counts the outcome in the metrics. Not an `async fn`:
-    /// one would keep its own copy of `message` beside the send's future (hundreds of bytes).
+    /// Sends `message` (in `txn`) and counts the outcome in the metrics: a [`SendFuture`],
+    /// which does the work when first polled.
     fn send_with<'a>(
         &'a self,
         txn: Option<&'a Transaction>,
         message: OutgoingMessage,
-    ) -> impl Future<Output = Result<MessageId, Error>> + 'a {
-        let meter = metrics::SendMeter::start(message.payload.len());
-        // `map`, not an `async` block: awaiting the send from a block would hold it twice.
-        futures_util::FutureExt::map(self.send_unmeasured(txn, message), move |sent| {
-            meter.finish(&self.inner.topic, sent.is_ok());
-            sent
+    ) -> SendFuture<'a> {
+        SendFuture {
+            producer: self,
+            meter: Some(metrics::SendMeter::start(message.payload.len())),
+            state: SendState::Start { txn, message },
+        }
+    }
+
+    /// The first step of a send: a plain batched message that finds a place in the pending
+    /// queue and room in the batcher goes into its batch now and waits on the batch's
+    /// [`batching::Receipt`]; every other send (in a transaction, delayed, unbatched, or one
+    /// that must wait for a place) continues boxed, in [`Producer::send_prepared`].
+    fn start_send<'a>(
+        &'a self,
+        txn: Option<&'a Transaction>,
+        message: OutgoingMessage,
+    ) -> Result<SendState<'a>, Error> {
+        let index = self.prepare(&message)?;
+        let boxed = |message, slot| -> SendState<'a> {
+            SendState::Boxed(Box::pin(self.send_prepared(txn, index, message, slot)))
+        };
+        let batcher = match (&self.inner.batcher, txn) {
+            (Some(batcher), None) if !message.is_delayed() => batcher,
+            _ => return Ok(boxed(message, None)),
+        };
+        let Some(slot) = self.inner.queue.try_admit()? else {
+            return Ok(boxed(message, None));
+        };
+        let key = batcher.key(index, None, &message);
+        Ok(if batcher.try_reserve()? {
+            SendState::Batched(batcher.add(key, message, slot)?)
+        } else {
+            SendState::Boxed(Box::pin(batcher.send(key, message, slot)))
         })
     }
 
-    async fn send_unmeasured(
-        &self,
-        txn: Option<&Transaction>,
-        message: OutgoingMessage,
-    ) -> Result<MessageId, Error> {
+    /// The checks of a send before it takes a place (the producer open, the message's size
+    /// and times), and its partition's index.
+    fn prepare(&self, message: &OutgoingMessage) -> Result<usize, Error> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the producer"));
         }
         self.inner.pool.check_open()?;
-        let routed;
-        let (index, producer) = match &self.inner.single {
+        let index = match &self.inner.single {
             // A topic that is not partitioned: no router, no partition list.
-            Some(single) => (0, single),
+            Some(single) => {
+                single.check_size(message)?;
+                0
+            }
             None => {
-                routed = self.route(&message)?;
-                (routed.0, &routed.1)
+                let (index, producer) = self.route(message)?;
+                producer.check_size(message)?;
+                index
             }
         };
-        producer.check_size(&message)?;
         message.check_times()?;
+        Ok(index)
+    }
+
+    /// The partition producer of `index`.
+    fn partition(&self, index: usize) -> Result<Arc<PartitionProducer>, Error> {
+        match &self.inner.single {
+            Some(single) => Ok(Arc::clone(single)),
+            None => self
+                .inner
+                .partitions
+                .all()
+                .get(index)
+                .cloned()
+                .ok_or(Error::Closed("the producer")),
+        }
+    }
+
+    /// The rest of a send after [`Producer::prepare`]: its place in the pending queue (`slot`,
+    /// or waited for here), the transaction's partition, then the batcher or a message of
+    /// its own.
+    async fn send_prepared(
+        &self,
+        txn: Option<&Transaction>,
+        index: usize,
+        message: OutgoingMessage,
+        slot: Option<Slot>,
+    ) -> Result<MessageId, Error> {
+        let producer = self.partition(index)?;
         // Held by the message until it is resolved, given back before its result is known.
-        let slot = self.inner.queue.admit().await?;
-        // The rare and large futures are boxed, so that a send's own future stays small:
-        // an application holding thousands of sends moves and stores it.
+        let slot = match slot {
+            Some(slot) => slot,
+            None => self.inner.queue.admit().await?,
+        };
         if let Some(txn) = txn {
             Box::pin(txn.add_partition(&producer.topic)).await?;
         }
@@ -620,10 +687,7 @@ impl Producer {
                 let key = batcher.key(index, txn, &message);
                 batcher.send(key, message, slot).await
             }
-            _ => {
-                let producer = Arc::clone(producer);
-                Box::pin(async move { producer.send_single(&message, txn, slot).await }).await
-            }
+            _ => producer.send_single(&message, txn, slot).await,
         }
     }
 
@@ -720,6 +784,70 @@ async fn refresh_partitions_every(inner: std::sync::Weak<ProducerInner>, every: 
         if let Err(error) = producer.refresh_partitions().await {
             tracing::warn!(topic = %producer.topic(), %error, "re-reading the partition count failed");
         }
+    }
+}
+
+/// [`Producer::send`]'s future: small, so that an application holding thousands of sends
+/// holds little. A batched message waits on its batch's [`batching::Receipt`] (a few words);
+/// other sends run boxed.
+struct SendFuture<'a> {
+    producer: &'a Producer,
+    /// Taken when the send ends.
+    meter: Option<metrics::SendMeter>,
+    state: SendState<'a>,
+}
+
+/// Where a [`SendFuture`] is.
+enum SendState<'a> {
+    /// Not polled yet: the work starts at the first poll, as an `async fn`'s would.
+    Start {
+        txn: Option<&'a Transaction>,
+        message: OutgoingMessage,
+    },
+    /// In its batch, waiting for the batch's result.
+    Batched(batching::Receipt),
+    /// Every other send.
+    Boxed(Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Send + 'a>>),
+    /// Ended.
+    Done,
+}
+
+impl Future for SendFuture<'_> {
+    type Output = Result<MessageId, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let SendState::Start { .. } = this.state {
+            let SendState::Start { txn, message } =
+                std::mem::replace(&mut this.state, SendState::Done)
+            else {
+                return Poll::Pending;
+            };
+            this.state = match this.producer.start_send(txn, message) {
+                Ok(state) => state,
+                Err(error) => return Poll::Ready(this.finish(Err(error))),
+            };
+        }
+        let result = match &mut this.state {
+            SendState::Batched(receipt) => ready!(Pin::new(receipt).poll(cx)),
+            SendState::Boxed(send) => ready!(send.as_mut().poll(cx)),
+            SendState::Start { .. } | SendState::Done => Err(Error::Invalid {
+                what: "send",
+                reason: "its future was polled again after it completed".into(),
+            }),
+        };
+        this.state = SendState::Done;
+        Poll::Ready(this.finish(result))
+    }
+}
+
+impl SendFuture<'_> {
+    /// Counts the send's end in the metrics (once) and gives its result.
+    fn finish(&mut self, result: Result<MessageId, Error>) -> Result<MessageId, Error> {
+        if let Some(meter) = self.meter.take() {
+            meter.finish(&self.producer.inner.topic, result.is_ok());
+        }
+        result
     }
 }
 

@@ -11,7 +11,10 @@
 //! completion per batch, not per message.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -194,18 +197,52 @@ impl BatchSink for PartitionSet {
 }
 
 /// The result of one batch, shared by its messages' sends: set once, when the receipt (or
-/// the failure) comes, then every waiting send is woken.
+/// the failure) comes, then every waiting send is woken. Each message's send registers its
+/// waker at its index in the batch (a [`Receipt`], a few words); [`ProducerBatcher::flush`]
+/// and [`ProducerBatcher::close`] wait on `done`.
 #[derive(Debug, Default)]
 struct Outcome {
-    result: OnceLock<Result<MessageId, Error>>,
+    state: Mutex<OutcomeState>,
     done: Notify,
+}
+
+#[derive(Debug, Default)]
+struct OutcomeState {
+    result: Option<Result<MessageId, Error>>,
+    /// The waker of each message's send that waits, by its index in the batch.
+    wakers: Vec<Option<Waker>>,
 }
 
 impl Outcome {
     /// Sets the result (the first one set stays) and wakes the waiting sends.
     fn resolve(&self, result: Result<MessageId, Error>) {
-        let _ = self.result.set(result);
+        let wakers = {
+            let mut state = self.state.lock();
+            if state.result.is_none() {
+                state.result = Some(result);
+            }
+            std::mem::take(&mut state.wakers)
+        };
+        for waker in wakers.into_iter().flatten() {
+            waker.wake();
+        }
         self.done.notify_waiters();
+    }
+
+    /// The result, or `Pending` with the waker of the message at `index` registered.
+    fn poll_for(&self, index: usize, cx: &mut Context<'_>) -> Poll<Result<MessageId, Error>> {
+        let mut state = self.state.lock();
+        if let Some(result) = &state.result {
+            return Poll::Ready(result.clone());
+        }
+        if state.wakers.len() <= index {
+            state.wakers.resize_with(index + 1, || None);
+        }
+        match &mut state.wakers[index] {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            place => *place = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 
     /// Waits for the result.
@@ -215,7 +252,7 @@ impl Outcome {
             tokio::pin!(notified);
             // Registered before the check, so that a result set in between still wakes it.
             notified.as_mut().enable();
-            if let Some(result) = self.result.get() {
+            if let Some(result) = &self.state.lock().result {
                 return result.clone();
             }
             notified.await;
@@ -223,7 +260,30 @@ impl Outcome {
     }
 
     fn is_resolved(&self) -> bool {
-        self.result.get().is_some()
+        self.state.lock().result.is_some()
+    }
+}
+
+/// A batched message's wait for its id: its batch's [`Outcome`] and its index there. A few
+/// words, so that an application holding thousands of sends does not hold thousands of large
+/// futures.
+#[derive(Debug)]
+pub(crate) struct Receipt {
+    outcome: Arc<Outcome>,
+    index: usize,
+}
+
+impl Future for Receipt {
+    type Output = Result<MessageId, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let index = self.index;
+        self.outcome.poll_for(index, cx).map(|result| {
+            result.map(|entry| MessageId {
+                batch_index: i32::try_from(index).unwrap_or(i32::MAX),
+                ..entry
+            })
+        })
     }
 }
 
@@ -231,9 +291,9 @@ impl Outcome {
 #[derive(Debug)]
 struct OpenBatch {
     messages: Vec<OutgoingMessage>,
-    /// The messages' places in the producer's pending queue, given back when the batch is
-    /// answered, before the senders learn the result.
-    slots: Vec<Slot>,
+    /// The messages' places in the producer's pending queue, merged into one, given back when
+    /// the batch is answered, before the senders learn the result.
+    slot: Option<Slot>,
     bytes: usize,
     /// Unique over the producer's batches, so that a stale timer never seals a newer batch.
     epoch: u64,
@@ -268,10 +328,16 @@ impl Batches {
         let epoch = self.next_epoch + 1;
         let start = || OpenBatch {
             messages: Vec::with_capacity(max_messages.min(1024)),
-            slots: Vec::with_capacity(max_messages.min(1024)),
+            slot: None,
             bytes: 0,
             epoch,
-            outcome: Arc::default(),
+            outcome: Arc::new(Outcome {
+                state: Mutex::new(OutcomeState {
+                    result: None,
+                    wakers: Vec::with_capacity(max_messages.min(1024)),
+                }),
+                done: Notify::new(),
+            }),
         };
         let (batch, opened) = if key.is_plain() {
             if self.plain.len() <= key.partition {
@@ -345,7 +411,7 @@ impl<S: BatchSink> Shared<S> {
         };
         let OpenBatch {
             messages,
-            slots,
+            slot,
             epoch,
             outcome,
             ..
@@ -359,11 +425,11 @@ impl<S: BatchSink> Shared<S> {
                 let shared = Arc::clone(self);
                 tokio::spawn(async move {
                     let result = receipt.await;
-                    shared.answered(epoch, slots, count, &outcome, result);
+                    shared.answered(epoch, slot, count, &outcome, result);
                 });
             }
             Err(error) => {
-                drop(slots);
+                drop(slot);
                 self.room.add_permits(count);
                 outcome.resolve(Err(error));
             }
@@ -376,12 +442,12 @@ impl<S: BatchSink> Shared<S> {
     fn answered(
         &self,
         epoch: u64,
-        slots: Vec<Slot>,
+        slot: Option<Slot>,
         count: usize,
         outcome: &Outcome,
         result: Result<MessageId, Error>,
     ) {
-        drop(slots);
+        drop(slot);
         self.room.add_permits(count);
         self.batches.lock().in_flight.remove(&epoch);
         outcome.resolve(result);
@@ -476,35 +542,67 @@ impl<S: BatchSink> ProducerBatcher<S> {
         }
     }
 
-    /// Adds a message to its key's batch and waits for its id; the message holds `slot`
-    /// until its batch is answered. A send whose future is dropped still goes out.
+    /// Takes room for one message in the batcher when there is some now (`false`: a send
+    /// waits for it in [`ProducerBatcher::send`]); then [`ProducerBatcher::add`] must follow.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the batcher is closing.
+    pub(crate) fn try_reserve(&self) -> Result<bool, Error> {
+        match self.shared.room.try_acquire() {
+            Ok(permit) => {
+                permit.forget();
+                Ok(true)
+            }
+            Err(TryAcquireError::Closed) => Err(Error::Closed("the producer")),
+            Err(TryAcquireError::NoPermits) => Ok(false),
+        }
+    }
+
+    /// Adds a message to its key's batch, waiting for room in the batcher, and waits for its
+    /// id; the message holds `slot` until its batch is answered. A send whose future is
+    /// dropped still goes out once it is in its batch.
     pub(crate) async fn send(
         &self,
         key: BatchKey,
         message: OutgoingMessage,
         slot: Slot,
     ) -> Result<MessageId, Error> {
-        let shared = &self.shared;
         let closed = || Error::Closed("the producer");
-        match shared.room.try_acquire() {
+        match self.shared.room.try_acquire() {
             Ok(permit) => permit.forget(),
             Err(TryAcquireError::Closed) => return Err(closed()),
             Err(TryAcquireError::NoPermits) => {
-                Box::pin(shared.room.acquire())
+                Box::pin(self.shared.room.acquire())
                     .await
                     .map_err(|_| closed())?
                     .forget();
             }
         }
+        self.add(key, message, slot)?.await
+    }
+
+    /// Puts a message in its key's batch (its room in the batcher taken: by
+    /// [`ProducerBatcher::try_reserve`] or in [`ProducerBatcher::send`]), sealing the batch
+    /// when it is full; the message holds `slot` until its batch is answered.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the batcher is closing (the room is given back).
+    pub(crate) fn add(
+        &self,
+        key: BatchKey,
+        message: OutgoingMessage,
+        slot: Slot,
+    ) -> Result<Receipt, Error> {
+        let shared = &self.shared;
         let size = message.encoded_size();
         let options = &shared.options;
         let mut dropped = Vec::new();
-        let (outcome, index) = {
+        let receipt = {
             let mut batches = shared.batches.lock();
             if batches.closed {
                 drop(batches);
                 shared.room.add_permits(1);
-                return Err(closed());
+                return Err(Error::Closed("the producer"));
             }
             if batches
                 .open_mut(&key)
@@ -517,23 +615,24 @@ impl<S: BatchSink> ProducerBatcher<S> {
                 shared.arm_timer(key.clone(), batch.epoch);
             }
             batch.messages.push(message);
-            batch.slots.push(slot);
+            match &mut batch.slot {
+                Some(held) => held.merge(slot),
+                place => *place = Some(slot),
+            }
             batch.bytes += size;
-            let index = batch.messages.len() - 1;
-            let outcome = Arc::clone(&batch.outcome);
+            let receipt = Receipt {
+                outcome: Arc::clone(&batch.outcome),
+                index: batch.messages.len() - 1,
+            };
             if batch.messages.len() >= options.max_messages {
                 let sealed = shared.seal(&mut batches, &key, None);
                 drop(batches);
                 drop(sealed);
             }
-            (outcome, index)
+            receipt
         };
         drop(dropped);
-        let entry = outcome.wait().await?;
-        Ok(MessageId {
-            batch_index: i32::try_from(index).unwrap_or(i32::MAX),
-            ..entry
-        })
+        Ok(receipt)
     }
 
     /// Seals every open batch and waits for the answers of every batch on the wire.

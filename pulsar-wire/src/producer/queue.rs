@@ -10,6 +10,7 @@
 //! sender learns the result, so a sender that sends again at once finds it free.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
@@ -34,27 +35,59 @@ pub enum QueueFull {
     Block,
 }
 
-/// A message's place in the pending queue, given back when dropped.
+/// A message's place in the pending queue (or, merged, the places of a batch's messages),
+/// given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Slot {
     permit: Option<OwnedSemaphorePermit>,
-    given_back: Arc<Notify>,
+    given_back: Arc<GivenBack>,
 }
 
 impl Slot {
-    fn new(permit: OwnedSemaphorePermit, given_back: &Arc<Notify>) -> Self {
+    fn new(permit: OwnedSemaphorePermit, given_back: &Arc<GivenBack>) -> Self {
         Self {
             permit: Some(permit),
             given_back: Arc::clone(given_back),
         }
     }
+
+    /// Takes `other`'s places into this one: both are given back together, at one time.
+    /// The slots of one producer share its queue's semaphore, as `merge` requires.
+    pub(crate) fn merge(&mut self, mut other: Slot) {
+        match (&mut self.permit, other.permit.take()) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
 }
 
 impl Drop for Slot {
-    /// Gives the place back, then wakes [`PendingQueue::drained`].
+    /// Gives the places back, then wakes [`PendingQueue::drained`] when it waits.
     fn drop(&mut self) {
-        drop(self.permit.take());
-        self.given_back.notify_waiters();
+        if let Some(permit) = self.permit.take() {
+            drop(permit);
+            self.given_back.wake();
+        }
+    }
+}
+
+/// Wakes [`PendingQueue::drained`] when places are given back, and only while it waits: a
+/// `notify_waiters` per message would take the notifier's lock on every receipt.
+#[derive(Debug, Default)]
+struct GivenBack {
+    notify: Notify,
+    /// The waits in [`PendingQueue::drained`] now.
+    waiting: AtomicUsize,
+}
+
+impl GivenBack {
+    fn wake(&self) {
+        // SeqCst with `drained`'s increment: either this sees the wait, or the wait's check
+        // after its increment sees the places given back.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_waiters();
+        }
     }
 }
 
@@ -68,8 +101,8 @@ pub(crate) struct PendingQueue {
     /// The longest a blocking send waits for a place.
     wait: Duration,
     topic: String,
-    /// Notified whenever a place is given back.
-    given_back: Arc<Notify>,
+    /// Notified whenever a place is given back while [`PendingQueue::drained`] waits.
+    given_back: Arc<GivenBack>,
 }
 
 impl PendingQueue {
@@ -98,8 +131,32 @@ impl PendingQueue {
             when_full,
             wait,
             topic: topic.to_owned(),
-            given_back: Arc::new(Notify::new()),
+            given_back: Arc::default(),
         })
+    }
+
+    /// A place for one message when there is one now; `None` when the queue is full and a
+    /// send waits for a place ([`QueueFull::Block`]).
+    ///
+    /// # Errors
+    /// As [`PendingQueue::admit`], without the wait.
+    pub(crate) fn try_admit(&self) -> Result<Option<Slot>, Error> {
+        match Arc::clone(&self.room).try_acquire_owned() {
+            Ok(permit) => Ok(Some(Slot::new(permit, &self.given_back))),
+            Err(TryAcquireError::Closed) => Err(Error::Closed("the producer")),
+            Err(TryAcquireError::NoPermits) if self.when_full == QueueFull::Fail => {
+                Err(self.full(None))
+            }
+            Err(TryAcquireError::NoPermits) => Ok(None),
+        }
+    }
+
+    fn full(&self, waited: Option<Duration>) -> Error {
+        Error::ProducerQueueFull {
+            topic: self.topic.clone(),
+            limit: self.limit.unwrap_or(Semaphore::MAX_PERMITS),
+            waited,
+        }
     }
 
     /// A place for one message: at once when there is one, else per [`QueueFull`].
@@ -108,18 +165,8 @@ impl PendingQueue {
     /// [`Error::ProducerQueueFull`] when the queue is full (after waiting, with
     /// [`QueueFull::Block`]); [`Error::Closed`] once the producer is closing.
     pub(crate) async fn admit(&self) -> Result<Slot, Error> {
-        let full = |waited| Error::ProducerQueueFull {
-            topic: self.topic.clone(),
-            limit: self.limit.unwrap_or(Semaphore::MAX_PERMITS),
-            waited,
-        };
-        match Arc::clone(&self.room).try_acquire_owned() {
-            Ok(permit) => return Ok(Slot::new(permit, &self.given_back)),
-            Err(TryAcquireError::Closed) => return Err(Error::Closed("the producer")),
-            Err(TryAcquireError::NoPermits) if self.when_full == QueueFull::Fail => {
-                return Err(full(None));
-            }
-            Err(TryAcquireError::NoPermits) => {}
+        if let Some(slot) = self.try_admit()? {
+            return Ok(slot);
         }
         // Boxed: the wait is rare, and its timer would make every send's future larger.
         let since = crate::metrics::Stopwatch::start();
@@ -132,7 +179,7 @@ impl PendingQueue {
         match waited {
             Ok(Ok(permit)) => Ok(Slot::new(permit, &self.given_back)),
             Ok(Err(_)) => Err(Error::Closed("the producer")),
-            Err(_) => Err(full(Some(self.wait))),
+            Err(_) => Err(self.full(Some(self.wait))),
         }
     }
 
@@ -146,8 +193,16 @@ impl PendingQueue {
     /// The limit, `None` when unbounded.
     /// Returns once every place is given back (at once when none is taken).
     pub(crate) async fn drained(&self) {
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.given_back.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.given_back.waiting);
         loop {
-            let given_back = self.given_back.notified();
+            let given_back = self.given_back.notify.notified();
             let mut given_back = std::pin::pin!(given_back);
             given_back.as_mut().enable();
             if self.pending() == 0 {

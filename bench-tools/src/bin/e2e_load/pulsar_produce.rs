@@ -47,7 +47,7 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let payload = Bytes::from(vec![b'x'; size]);
     let send = || producer.send(OutgoingMessage::new(payload.clone()));
     let (messages, seconds, mut latencies) = if args.window_secs > 0 {
-        let steady = crate::window::send_steady(
+        let steady = crate::window::send_steady_oldest_first(
             Duration::from_secs(args.warmup_secs),
             Duration::from_secs(args.window_secs),
             in_flight,

@@ -1,7 +1,10 @@
 //! Sends with a fixed number in flight, as every produce path's own client does.
 
+use std::collections::VecDeque;
 use std::fmt::Display;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Poll, ready};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -52,10 +55,60 @@ pub(crate) struct Steady {
     pub(crate) latencies: Vec<u32>,
 }
 
-/// Sends made by `send` without end, `in_flight` open at a time: after `warmup` it calls
-/// `opened` (the child prints `start` there) and counts every receipt until `window` has
-/// passed since, then returns at once (the sends still open are dropped: their receipts come
-/// after the window). A failed send ends the run.
+/// The accounting of a steady-state run: the window opens `warmup` after the start and
+/// closes `window` after it opened; receipts in between are counted.
+struct SteadyClock<O: FnOnce()> {
+    began: Instant,
+    warmup: Duration,
+    window: Duration,
+    opened: Option<O>,
+    open_at: Option<Instant>,
+    steady: Steady,
+}
+
+impl<O: FnOnce()> SteadyClock<O> {
+    fn new(warmup: Duration, window: Duration, opened: O) -> Self {
+        Self {
+            began: Instant::now(),
+            warmup,
+            window,
+            opened: Some(opened),
+            open_at: None,
+            steady: Steady::default(),
+        }
+    }
+
+    /// Takes one receipt of a send started at `started`, come at `now`; the run's result once
+    /// the window has closed.
+    fn receipt(&mut self, started: Instant, now: Instant) -> Option<Steady> {
+        let latency = now.duration_since(started);
+        match self.open_at {
+            None if now.duration_since(self.began) >= self.warmup => {
+                if let Some(opened) = self.opened.take() {
+                    opened();
+                }
+                self.open_at = Some(now);
+            }
+            None => {}
+            Some(at) if now.duration_since(at) >= self.window => {
+                self.steady.seconds = now.duration_since(at).as_secs_f64();
+                return Some(std::mem::take(&mut self.steady));
+            }
+            Some(_) => {
+                self.steady.messages += 1;
+                self.steady
+                    .latencies
+                    .push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
+            }
+        }
+        None
+    }
+}
+
+/// Sends made by `send` without end, `in_flight` open at a time, each awaited on its own
+/// (receipts in any order): after `warmup` it calls `opened` (the child prints `start` there)
+/// and counts every receipt until `window` has passed since, then returns at once (the sends
+/// still open are dropped: their receipts come after the window). A failed send ends the run.
 pub(crate) async fn send_steady<F, T, E>(
     warmup: Duration,
     window: Duration,
@@ -67,10 +120,7 @@ where
     F: Future<Output = Result<T, E>>,
     E: Display,
 {
-    let began = Instant::now();
-    let mut opened = Some(opened);
-    let mut open_at: Option<Instant> = None;
-    let mut steady = Steady::default();
+    let mut clock = SteadyClock::new(warmup, window, opened);
     let mut pending = FuturesUnordered::new();
     loop {
         while pending.len() < in_flight.max(1) {
@@ -78,32 +128,59 @@ where
             pending.push(async move {
                 let started = Instant::now();
                 let result = sent.await;
-                (started.elapsed(), result)
+                (started, result)
             });
         }
-        let Some((latency, result)) = pending.next().await else {
+        let Some((started, result)) = pending.next().await else {
             continue;
         };
         result.map_err(|e| format!("send: {e}"))?;
-        let now = Instant::now();
-        match open_at {
-            None if now.duration_since(began) >= warmup => {
-                if let Some(opened) = opened.take() {
-                    opened();
+        if let Some(steady) = clock.receipt(started, Instant::now()) {
+            return Ok(steady);
+        }
+    }
+}
+
+/// As [`send_steady`], for a producer whose receipts come in the order of its sends (one
+/// Pulsar producer: its batches are answered in order): the sends wait in a queue, the
+/// oldest is awaited, and the receipts of the rest of its batch are then taken as they are
+/// found ready. No allocation and no wake-up of its own per send.
+pub(crate) async fn send_steady_oldest_first<F, T, E>(
+    warmup: Duration,
+    window: Duration,
+    in_flight: usize,
+    mut send: impl FnMut() -> F,
+    opened: impl FnOnce(),
+) -> Result<Steady, String>
+where
+    F: Future<Output = Result<T, E>> + Unpin,
+    E: Display,
+{
+    let mut clock = SteadyClock::new(warmup, window, opened);
+    let mut pending: VecDeque<(Instant, F)> = VecDeque::with_capacity(in_flight.max(1));
+    loop {
+        let (started, result) = std::future::poll_fn(|cx| {
+            while pending.len() < in_flight.max(1) {
+                let started = Instant::now();
+                let mut sent = send();
+                // A future does nothing until polled: the first poll starts the send.
+                match Pin::new(&mut sent).poll(cx) {
+                    Poll::Ready(result) => return Poll::Ready((started, result)),
+                    Poll::Pending => pending.push_back((started, sent)),
                 }
-                open_at = Some(now);
             }
-            None => {}
-            Some(at) if now.duration_since(at) >= window => {
-                steady.seconds = now.duration_since(at).as_secs_f64();
-                return Ok(steady);
-            }
-            Some(_) => {
-                steady.messages += 1;
-                steady
-                    .latencies
-                    .push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
-            }
+            let Some((started, oldest)) = pending.front_mut() else {
+                return Poll::Pending;
+            };
+            let result = ready!(Pin::new(oldest).poll(cx));
+            let started = *started;
+            pending.pop_front();
+            Poll::Ready((started, result))
+        })
+        .await;
+        result.map_err(|e| format!("send: {e}"))?;
+        if let Some(steady) = clock.receipt(started, Instant::now()) {
+            return Ok(steady);
         }
     }
 }
@@ -171,6 +248,21 @@ mod tests {
             steady.messages
         );
         assert_eq!(steady.latencies.len() as u64, steady.messages);
+        let ordered = send_steady_oldest_first(
+            Duration::from_secs(2),
+            Duration::from_secs(3),
+            4,
+            || {
+                Box::pin(async {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Ok::<_, String>(())
+                })
+            },
+            || {},
+        )
+        .await
+        .expect("no send fails");
+        assert!((1192..=1208).contains(&ordered.messages), "{}", ordered.messages);
         let failed = send_steady(
             Duration::from_secs(1),
             Duration::from_secs(1),
