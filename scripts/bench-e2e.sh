@@ -2,18 +2,21 @@
 # One reproducible end-to-end benchmark on real brokers (release builds): ours against the
 # official clients, 1 KiB messages, one fresh topic per measurement, interleaved runs, medians.
 #
-#   scripts/bench-e2e.sh --quick                       # smoke run: small counts, 1 run
-#   scripts/bench-e2e.sh                               # 3 interleaved runs of every path
-#   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce,pulsar-consume --clients ours,java
-#   flags: --runs N --paths LIST --clients ours,java,python,pulsar-rs --messages N --backlog N
-#          --rocketmq-messages N --rocketmq-backlog N --size BYTES --out DIR (target/bench-e2e)
+#   scripts/bench-e2e.sh --quick                       # smoke run: short windows, 1 run
+#   scripts/bench-e2e.sh --runs 3 --clients ours,java  # the run BENCHMARKS.md quotes (~40 min)
+#   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce --clients ours,java --settings tuned
+#   flags: --runs N --paths LIST --clients ours,java,python,pulsar-rs --settings tuned,defaults
+#          --warmup SECS (20) --window SECS (30) --backlog N --rocketmq-backlog N --size BYTES
+#          --out DIR (target/bench-e2e)
 #
-# Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution, Python, the pulsar
-# crate; 10,000 and 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate;
-# Shared, individual acks),
-# rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push consumers),
-# rocketmq-simple (ours, Java simple consumers; warm-up excluded).
-# See bench-tools/src/bin/e2e_load/main.rs for what each measures.
+# Produce paths run in steady state: each client sends without end, its window opens after the
+# warm-up (the JVM's JIT included) and lasts the window; a "tuned" table (each client at the
+# settings its docs recommend for throughput) and a "defaults" table (each as shipped) from the
+# same run. Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution; 10,000 and
+# 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate; Shared, individual
+# acks), rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push
+# consumers), rocketmq-simple (ours, Java simple consumers; warm-up excluded). The consume
+# paths drain a backlog (not steady state yet). See bench-tools/src/bin/e2e_load/main.rs.
 #
 # Brokers: uses those named by PULSAR_SERVICE_URL (+ PULSAR_ADMIN_URL, default
 # http://127.0.0.1:8080) and ROCKETMQ_ENDPOINT; otherwise starts what the chosen paths need
@@ -23,8 +26,9 @@
 # RocketMQ topics are created and deleted per measurement, and a RocketMQ started here keeps its
 # commit-log files for 1 hour at most; the driver stops before a measurement when the disk of
 # target/ has < 10 GiB free (--min-free-gib N). Deleted Pulsar topics' bytes stay in the bookie
-# until its garbage collection (not seen within minutes): about 1.4x the payload written (a
-# --quick run: 2.4 GB at its peak; the default 3 runs write about 25 GB of payload).
+# until its garbage collection, every minute here (gcWaitTime, set in place by the broker
+# script, which prints each override's effective value from the broker's log): a steady-state
+# measurement writes up to 20 GB at 400k msg/s, reclaimed within about two minutes.
 # Prints the size of a Pulsar's data started here at the end.
 # Writes target/bench-e2e/runs.csv (every run) and results.csv (medians), prints the table.
 set -euo pipefail

@@ -19,8 +19,8 @@ pub use batching::BatchingOptions;
 use batching::ProducerBatcher;
 pub use message::OutgoingMessage;
 use partition::{PartitionProducer, PartitionSet, PartitionSpec};
-use queue::{PendingQueue, Slot};
 pub use queue::QueueFull;
+use queue::{PendingQueue, Slot};
 pub use router::{PartitionRouter, RoundRobin, key_partition};
 
 use crate::id::MessageId;

@@ -991,6 +991,70 @@ mod tests {
         assert!(matches!(late, Err(Error::Closed(_))));
     }
 
+    /// The fast path of `Producer::send`: room reserved, the message added, its `Receipt`
+    /// polled. A receipt polled again with another waker wakes only that one (the waker kept
+    /// at its index is replaced); a dropped receipt holds nothing back; the batch's merged
+    /// places are all given back when it is answered, which wakes `drained`; each receipt
+    /// gets its own index.
+    #[tokio::test(start_paused = true)]
+    async fn a_receipt_wakes_its_latest_waker_and_a_batch_gives_its_places_back_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use futures_util::task::{ArcWake, waker};
+
+        struct Count(AtomicUsize);
+        impl ArcWake for Count {
+            fn wake_by_ref(count: &Arc<Self>) {
+                count.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+
+        let gate = gate(false);
+        let options = BatchingOptions::default().max_messages(3);
+        let batcher = ProducerBatcher::new(Arc::clone(&gate), options, None).expect("valid");
+        let queue = crate::producer::queue::PendingQueue::unbounded();
+        let mut receipts = Vec::new();
+        for index in 0..3 {
+            let message = message(index, None, None);
+            let slot = queue.try_admit().expect("open").expect("a place");
+            assert!(batcher.try_reserve().expect("open"), "room in the batcher");
+            let key = batcher.key(0, None, &message);
+            receipts.push(batcher.add(key, message, slot).expect("added"));
+        }
+        assert_eq!(batch_sizes(&gate), [3], "full, so sealed");
+        assert_eq!(queue.pending(), 3);
+        let (first, latest) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (first_waker, latest_waker) = (waker(Arc::clone(&first)), waker(Arc::clone(&latest)));
+        let mut oldest = receipts.remove(0);
+        for waker in [&first_waker, &latest_waker] {
+            let mut cx = Context::from_waker(waker);
+            assert!(Pin::new(&mut oldest).poll(&mut cx).is_pending());
+        }
+        drop(receipts.pop());
+        answer(&gate, 1);
+        tokio::time::timeout(Duration::from_secs(1), queue.drained())
+            .await
+            .expect("the answer gives every place back");
+        assert_eq!(
+            (
+                first.0.load(Ordering::SeqCst),
+                latest.0.load(Ordering::SeqCst)
+            ),
+            (0, 1),
+            "only the waker of the last poll is woken"
+        );
+        let mut cx = Context::from_waker(&latest_waker);
+        match Pin::new(&mut oldest).poll(&mut cx) {
+            Poll::Ready(Ok(id)) => assert_eq!((id.batch_index, id.batch_size), (0, Some(3))),
+            other => panic!("{other:?}"),
+        }
+        let second = receipts.pop().expect("the second receipt").await;
+        assert_eq!(second.expect("sent").batch_index, 1);
+    }
+
     #[test]
     fn without_key_based_batching_keys_share_a_batch() {
         let messages = (0..6)

@@ -56,7 +56,8 @@ pub(crate) const FIGURES: [Figure; 4] = [
 ];
 
 /// The columns of bench-e2e's results CSV, in its order.
-pub(crate) const E2E_COLUMNS: [&str; 9] = [
+pub(crate) const E2E_COLUMNS: [&str; 11] = [
+    "settings",
     "path",
     "client",
     "in_flight",
@@ -66,6 +67,7 @@ pub(crate) const E2E_COLUMNS: [&str; 9] = [
     "cpu_s_per_million",
     "p50_ms",
     "p99_ms",
+    "rss_mib",
 ];
 
 /// Renders an SVG of `size` pixels, with a white background, a title line and, when given, a
@@ -156,21 +158,27 @@ fn index_of(names: &[String], name: &str) -> usize {
     names.iter().position(|n| n == name).unwrap_or(0)
 }
 
-/// Throughput and CPU per million messages, per path and client, from bench-e2e's CSV: one
-/// column of two charts per path.
+/// Throughput and CPU per million messages, per settings table, path and client, from
+/// bench-e2e's CSV: one column of two charts per (settings, path, in flight).
 pub(crate) fn e2e(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
+    let settings = table.column("settings")?;
     let path = table.column("path")?;
     let client = table.column("client")?;
     let in_flight = table.column("in_flight")?;
     let rate = table.column("msgs_per_s")?;
     let cpu = table.column("cpu_s_per_million")?;
+    distinct(table, settings)?;
     distinct(table, path)?;
     distinct(table, client)?;
-    // One panel per path and in-flight setting (a produce path is measured at several).
-    let panel_of = |row: &Row| match table.text(row, in_flight) {
-        "" => table.text(row, path).to_owned(),
-        n => format!("{}, {n} in flight", table.text(row, path)),
+    // One panel per settings table, path and in-flight setting (a produce path is measured
+    // at several).
+    let panel_of = |row: &Row| {
+        let named = format!("{}: {}", table.text(row, settings), table.text(row, path));
+        match table.text(row, in_flight) {
+            "" => named,
+            n => format!("{named}, {n} in flight"),
+        }
     };
     let mut paths: Vec<String> = Vec::new();
     for row in &table.rows {
@@ -474,28 +482,41 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|")
 }
 
-/// The Markdown table of bench-e2e's results (all nine columns, numbers checked).
+/// The Markdown tables of bench-e2e's results, one per settings table in the order they
+/// first appear (every other column, numbers checked).
 pub(crate) fn e2e_table(table: &Table) -> Result<String, FigureError> {
     non_empty(table)?;
     let cols = E2E_COLUMNS
         .iter()
         .map(|c| table.column(c))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut out = String::from(
-        "| path | client | in flight | runs | msg/s | MB/s | CPU s per million msgs | p50 ms | p99 ms |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for row in &table.rows {
-        let mut cells = Vec::new();
-        for (i, &col) in cols.iter().enumerate() {
-            if i < 2 {
-                cells.push(cell(table.required_text(row, col)?));
-            } else {
-                table.number(row, col)?;
-                cells.push(cell(table.text(row, col)));
-            }
+    let (settings, shown) = (cols[0], &cols[1..]);
+    let mut out = String::new();
+    for group in distinct(table, settings)? {
+        if !out.is_empty() {
+            out.push('\n');
         }
-        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        out.push_str(&format!(
+            "Settings: **{group}**\n\n\
+             | path | client | in flight | runs | msg/s | MB/s | CPU s per million msgs | p50 ms | p99 ms | RSS MiB |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        ));
+        for row in table
+            .rows
+            .iter()
+            .filter(|r| table.text(r, settings) == group)
+        {
+            let mut cells = Vec::new();
+            for (i, &col) in shown.iter().enumerate() {
+                if i < 2 {
+                    cells.push(cell(table.required_text(row, col)?));
+                } else {
+                    table.number(row, col)?;
+                    cells.push(cell(table.text(row, col)));
+                }
+            }
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
     }
     Ok(out)
 }
@@ -562,14 +583,16 @@ mod tests {
         .unwrap();
         assert!(has_text(&svg, "no priority") && has_text(&svg, "98") && has_text(&svg, "9,998"));
         let e2e_csv = parse(
-            "path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,p50_ms,p99_ms\n\
-             Pulsar produce,ours,10000,,186000,,4.20,44,\n\
-             RocketMQ produce,Java,256,,4200,,225,,\n",
+            "settings,path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,p50_ms,p99_ms,rss_mib\n\
+             tuned,Pulsar produce,ours,10000,,186000,,4.20,44,,23\n\
+             tuned,RocketMQ produce,Java,256,,4200,,225,,,\n\
+             defaults,Pulsar produce,ours,1000,3,150000,,1.9,2.5,13,24\n",
         );
         let svg = e2e(&e2e_csv).unwrap();
         for label in [
-            "Pulsar produce, 10000 in flight",
-            "RocketMQ produce, 256 in flight",
+            "tuned: Pulsar produce, 10000 in flight",
+            "tuned: RocketMQ produce, 256 in flight",
+            "defaults: Pulsar produce, 1000 in flight",
             "messages per second",
             "client CPU s per million messages",
             "186k",
@@ -579,7 +602,16 @@ mod tests {
             assert!(has_text(&svg, label), "no {label:?} in the SVG");
         }
         let md = e2e_table(&e2e_csv).unwrap();
-        assert!(md.contains("| Pulsar produce | ours | 10,000 | not measured | 186,000 | not measured | 4.20 | 44 | not measured |"), "{md}");
+        assert!(md.contains("| Pulsar produce | ours | 10,000 | not measured | 186,000 | not measured | 4.20 | 44 | not measured | 23 |"), "{md}");
+        let (tuned, defaults) = md.split_once("Settings: **defaults**").expect("two tables");
+        assert!(
+            tuned.starts_with("Settings: **tuned**") && tuned.contains("| Java |"),
+            "{md}"
+        );
+        assert!(
+            defaults.contains("| 150,000 |") && !defaults.contains("| Java |"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -597,7 +629,7 @@ mod tests {
             e2e(&missing)
                 .unwrap_err()
                 .to_string()
-                .starts_with("test.csv:1: no column `in_flight`")
+                .starts_with("test.csv:1: no column `settings`")
         );
         let empty = parse("scenario,client,messages_acked,ack_rpcs,cpu_us_per_msg\n");
         assert!(

@@ -290,8 +290,8 @@ mod tests {
         let results = dir.join("results.csv");
         write(
             &results,
-            "path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,p50_ms,p99_ms\n\
-             pulsar-produce,ours,10000,5,190000,190,4.1,40,90\n",
+            "settings,path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,p50_ms,p99_ms,rss_mib\n\
+             tuned,pulsar-produce,ours,10000,5,190000,190,4.1,40,90,30\n",
         )
         .unwrap();
         run(&Options {
@@ -305,14 +305,15 @@ mod tests {
         );
         let table = read(&md).unwrap();
         assert!(
-            table
-                .contains("| pulsar-produce | ours | 10,000 | 5 | 190,000 | 190 | 4.1 | 40 | 90 |"),
+            table.contains(
+                "| pulsar-produce | ours | 10,000 | 5 | 190,000 | 190 | 4.1 | 40 | 90 | 30 |"
+            ),
             "{table}"
         );
         assert!(!table.contains("| Pulsar produce |"));
 
         // A bad results file changes nothing and names its line.
-        write(&results, "path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,p50_ms,p99_ms\nx,y,1,1,fast,1,1,1,1\n").unwrap();
+        write(&results, "settings,path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,p50_ms,p99_ms,rss_mib\ntuned,x,y,1,1,fast,1,1,1,1,1\n").unwrap();
         let err = run(&Options {
             e2e: Some(results.clone()),
             ..options.clone()

@@ -83,12 +83,8 @@ pub(crate) struct Options {
     pub(crate) paths: Vec<Path>,
     /// The client families to run.
     pub(crate) clients: Vec<Family>,
-    /// Messages per Pulsar produce measurement.
-    pub(crate) messages: usize,
     /// Backlog per Pulsar consume measurement.
     pub(crate) backlog: usize,
-    /// Messages per RocketMQ produce measurement.
-    pub(crate) rocketmq_messages: usize,
     /// Backlog per RocketMQ push consume measurement.
     pub(crate) rocketmq_backlog: usize,
     /// Payload bytes per message.
@@ -230,15 +226,9 @@ pub(crate) struct Flags {
     /// The client families to run [default: all].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
     clients: Option<Vec<Family>>,
-    /// Messages per Pulsar produce measurement [default: 500000; --quick: 200000].
-    #[arg(long, value_name = "N", value_parser = count)]
-    messages: Option<usize>,
     /// Backlog per Pulsar consume measurement [default: 1000000; --quick: 20000].
     #[arg(long, value_name = "N", value_parser = count)]
     backlog: Option<usize>,
-    /// Messages per RocketMQ produce measurement [default: 100000; --quick: 5000].
-    #[arg(long, value_name = "N", value_parser = count)]
-    rocketmq_messages: Option<usize>,
     /// Backlog per RocketMQ consume measurement [default: 200000; --quick: 5000].
     #[arg(long, value_name = "N", value_parser = count)]
     rocketmq_backlog: Option<usize>,
@@ -302,9 +292,7 @@ impl Default for Options {
             runs: 3,
             paths: Path::ALL.to_vec(),
             clients: vec![Family::Ours, Family::Java, Family::Python, Family::PulsarRs],
-            messages: 500_000,
             backlog: 1_000_000,
-            rocketmq_messages: 100_000,
             rocketmq_backlog: 200_000,
             size: 1024,
             warmup: 20,
@@ -343,18 +331,14 @@ impl Flags {
         let mut options = Options::default();
         if self.quick {
             options.runs = 1;
-            options.messages = 200_000;
             options.backlog = 20_000;
-            options.rocketmq_messages = 5_000;
             options.rocketmq_backlog = 5_000;
             options.warmup = 5;
             options.window = 5;
         }
         let keep = |value: Option<usize>, default: usize| value.unwrap_or(default);
         options.runs = keep(self.runs, options.runs);
-        options.messages = keep(self.messages, options.messages);
         options.backlog = keep(self.backlog, options.backlog);
-        options.rocketmq_messages = keep(self.rocketmq_messages, options.rocketmq_messages);
         options.rocketmq_backlog = keep(self.rocketmq_backlog, options.rocketmq_backlog);
         options.paths = self.paths.unwrap_or(options.paths);
         options.clients = self.clients.unwrap_or(options.clients);
@@ -433,7 +417,7 @@ mod tests {
 
         let options = parse(&format!(
             "{BROKERS} --runs 5 --paths pulsar-consume,rocketmq-produce --clients ours,java,pulsar-rs \
-             --pulsar-rs /bin/peer --messages 1_000 --backlog 2,000 --out /tmp/x --size 100"
+             --pulsar-rs /bin/peer --backlog 2,000 --out /tmp/x --size 100"
         ))
         .unwrap();
         assert_eq!(options.runs, 5);
@@ -446,7 +430,7 @@ mod tests {
             vec![Family::Ours, Family::Java, Family::PulsarRs]
         );
         assert_eq!(options.pulsar_rs.as_deref(), Some("/bin/peer"));
-        assert_eq!((options.messages, options.backlog), (1000, 2000));
+        assert_eq!(options.backlog, 2000);
         assert_eq!(options.size, 100);
         assert_eq!(options.out, PathBuf::from("/tmp/x"));
     }
@@ -455,7 +439,7 @@ mod tests {
     fn quick_sets_small_counts_and_explicit_flags_win() {
         let options = parse(&format!("--backlog 7 {BROKERS} --quick")).unwrap();
         assert_eq!(options.runs, 1);
-        assert_eq!(options.messages, 200_000);
+        assert_eq!((options.warmup, options.window), (5, 5));
         assert_eq!(options.backlog, 7);
         assert_eq!(options.rocketmq_backlog, 5_000);
     }
@@ -467,6 +451,8 @@ mod tests {
         assert!(parse(&format!("{BROKERS} --paths kafka")).is_err());
         assert!(parse(&format!("{BROKERS} --clients go")).is_err());
         assert!(parse(&format!("{BROKERS} --bogus 1")).is_err());
+        assert!(parse(&format!("{BROKERS} --window 0")).is_err());
+        assert!(parse(&format!("{BROKERS} --settings fast")).is_err());
         assert!(parse("--paths pulsar-produce --rocketmq h:1").is_err());
         assert!(parse("--paths rocketmq-produce --rocketmq h:1").is_ok());
         assert!(parse(&format!("{BROKERS} --namespace bench")).is_err());
@@ -486,7 +472,7 @@ mod tests {
         assert_eq!(options.rocketmq_admin, "/r/scripts/brokers/rocketmq");
         assert_eq!(options.pulsar_perf.as_deref(), Some("/r/bin/pulsar-perf"));
         assert_eq!(options.rocketmq.as_deref(), Some("127.0.0.1:8081"));
-        assert_eq!((options.runs, options.rocketmq_messages), (1, 5_000));
+        assert_eq!((options.runs, options.rocketmq_backlog), (1, 5_000));
         let options = parse(&format!("{script} --runs 3 --min-free-gib 20")).unwrap();
         assert_eq!((options.runs, options.min_free_gib), (3, 20));
         // The script's own --out, then the caller's (BENCHMARKS.md): the last one wins.
@@ -499,13 +485,14 @@ mod tests {
         assert_eq!(options.paths, [Path::PulsarProduce]);
         assert_eq!(options.clients, [Family::Ours, Family::Java]);
         let options = parse(&format!(
-            "{script} --rocketmq-messages 9 --rocketmq-backlog 8 --namespace a/b"
+            "{script} --warmup 9 --window 31 --rocketmq-backlog 8 --namespace a/b --settings defaults"
         ))
         .unwrap();
         assert_eq!(
-            (options.rocketmq_messages, options.rocketmq_backlog),
-            (9, 8)
+            (options.warmup, options.window, options.rocketmq_backlog),
+            (9, 31, 8)
         );
+        assert_eq!(options.settings, [Settings::Defaults]);
         assert_eq!(options.namespace, "a/b");
         let options = parse("--paths rocketmq-simple --rocketmq h:1").unwrap();
         assert!(options.java_peers.ends_with("scripts/java-peers/run"));

@@ -262,7 +262,11 @@ mod tests {
         )
         .await
         .expect("no send fails");
-        assert!((1192..=1208).contains(&ordered.messages), "{}", ordered.messages);
+        assert!(
+            (1192..=1208).contains(&ordered.messages),
+            "{}",
+            ordered.messages
+        );
         let failed = send_steady(
             Duration::from_secs(1),
             Duration::from_secs(1),
