@@ -46,28 +46,26 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let payload = Bytes::from(vec![b'x'; size]);
     let send = || producer.send(OutgoingMessage::new(payload.clone()));
-    let (messages, seconds, mut latencies) = if args.window_secs > 0 {
-        let steady = crate::window::send_steady_oldest_first(
+    let measured = if args.window_secs > 0 {
+        crate::window::send_steady_oldest_first(
             Duration::from_secs(args.warmup_secs),
             Duration::from_secs(args.window_secs),
             in_flight,
             send,
             || println!("start"),
         )
-        .await?;
-        (steady.messages, steady.seconds, steady.latencies)
+        .await?
     } else {
         println!("start");
         let started = Instant::now();
         let latencies = crate::window::send_windowed(n, in_flight, send).await?;
-        (n as u64, started.elapsed().as_secs_f64(), latencies)
+        crate::window::Steady {
+            messages: n as u64,
+            seconds: started.elapsed().as_secs_f64(),
+            latencies,
+        }
     };
-    let (p50, p99) = crate::stats::p50_p99_ms(&mut latencies);
-    println!(
-        "result messages={messages} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
-        p50.unwrap_or(f64::NAN),
-        p99.unwrap_or(f64::NAN)
-    );
+    measured.print_result();
     stdin_closed().await;
     producer
         .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)

@@ -58,29 +58,27 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let (endpoint, topic) = (&args.target, &args.topic);
     let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
     let producer = producer(endpoint, topic).await?;
-    let (messages, seconds, mut latencies) = if args.window_secs > 0 {
+    let measured = if args.window_secs > 0 {
         let body = bytes::Bytes::from(vec![b'x'; size]);
-        let steady = crate::window::send_steady(
+        crate::window::send_steady(
             Duration::from_secs(args.warmup_secs),
             Duration::from_secs(args.window_secs),
             in_flight,
             || producer.send(OutgoingMessage::new(topic, body.clone())),
             || println!("start"),
         )
-        .await?;
-        (steady.messages, steady.seconds, steady.latencies)
+        .await?
     } else {
         println!("start");
         let started = Instant::now();
         let latencies = send_all(&producer, topic, n, size, in_flight).await?;
-        (n as u64, started.elapsed().as_secs_f64(), latencies)
+        crate::window::Steady {
+            messages: n as u64,
+            seconds: started.elapsed().as_secs_f64(),
+            latencies,
+        }
     };
-    let (p50, p99) = crate::stats::p50_p99_ms(&mut latencies);
-    println!(
-        "result messages={messages} seconds={seconds:.6} p50_ms={:.3} p99_ms={:.3}",
-        p50.unwrap_or(f64::NAN),
-        p99.unwrap_or(f64::NAN)
-    );
+    measured.print_result();
     stdin_closed().await;
     Ok(())
 }

@@ -44,7 +44,7 @@ where
     Ok(latencies)
 }
 
-/// What a steady-state run measured: the receipts that came within the window.
+/// What a produce run measured: the receipts that came within its window.
 #[derive(Debug, Default)]
 pub(crate) struct Steady {
     /// Receipts within the window.
@@ -53,6 +53,20 @@ pub(crate) struct Steady {
     pub(crate) seconds: f64,
     /// The latency in µs of each receipt within the window.
     pub(crate) latencies: Vec<u32>,
+}
+
+impl Steady {
+    /// Prints the child's `result` line ([`crate::child`]'s protocol) with p50 and p99.
+    pub(crate) fn print_result(mut self) {
+        let (p50, p99) = crate::stats::p50_p99_ms(&mut self.latencies);
+        println!(
+            "result messages={} seconds={:.6} p50_ms={:.3} p99_ms={:.3}",
+            self.messages,
+            self.seconds,
+            p50.unwrap_or(f64::NAN),
+            p99.unwrap_or(f64::NAN)
+        );
+    }
 }
 
 /// The accounting of a steady-state run: the window opens `warmup` after the start and
