@@ -817,20 +817,17 @@ impl Future for SendFuture<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let SendState::Start { .. } = this.state {
-            let SendState::Start { txn, message } =
-                std::mem::replace(&mut this.state, SendState::Done)
-            else {
-                return Poll::Pending;
-            };
-            this.state = match this.producer.start_send(txn, message) {
+        this.state = match std::mem::replace(&mut this.state, SendState::Done) {
+            SendState::Start { txn, message } => match this.producer.start_send(txn, message) {
                 Ok(state) => state,
                 Err(error) => return Poll::Ready(this.finish(Err(error))),
-            };
-        }
+            },
+            waiting => waiting,
+        };
         let result = match &mut this.state {
             SendState::Batched(receipt) => ready!(Pin::new(receipt).poll(cx)),
             SendState::Boxed(send) => ready!(send.as_mut().poll(cx)),
+            // A `Start` was just replaced above: only a completed future gets here.
             SendState::Start { .. } | SendState::Done => Err(Error::Invalid {
                 what: "send",
                 reason: "its future was polled again after it completed".into(),
