@@ -17,16 +17,23 @@ pub(crate) enum Path {
     RocketmqConsume,
     /// RocketMQ simple consume of a backlog (4 receive loops, acks not awaited).
     RocketmqSimple,
+    /// Pulsar publish-to-receive latency at a fixed rate (Shared subscription, individual
+    /// acks).
+    PulsarLatency,
+    /// RocketMQ publish-to-receive latency at a fixed rate (push consumer).
+    RocketmqLatency,
 }
 
 impl Path {
     /// Every path, in the order they run.
-    pub(crate) const ALL: [Path; 5] = [
+    pub(crate) const ALL: [Path; 7] = [
         Path::PulsarProduce,
         Path::PulsarConsume,
         Path::RocketmqProduce,
         Path::RocketmqConsume,
         Path::RocketmqSimple,
+        Path::PulsarLatency,
+        Path::RocketmqLatency,
     ];
 
     /// The name on the command line and in the tables.
@@ -37,7 +44,17 @@ impl Path {
             Path::RocketmqProduce => "rocketmq-produce",
             Path::RocketmqConsume => "rocketmq-consume",
             Path::RocketmqSimple => "rocketmq-simple",
+            Path::PulsarLatency => "pulsar-latency",
+            Path::RocketmqLatency => "rocketmq-latency",
         }
+    }
+
+    /// Whether the path measures Pulsar (else RocketMQ).
+    pub(crate) fn is_pulsar(self) -> bool {
+        matches!(
+            self,
+            Path::PulsarProduce | Path::PulsarConsume | Path::PulsarLatency
+        )
     }
 }
 
@@ -90,10 +107,14 @@ pub(crate) struct Options {
     /// Payload bytes per message.
     pub(crate) size: usize,
     /// Seconds a produce path's client runs before its measured window (JIT warm-up, batch
-    /// sizes settling).
+    /// sizes settling); a latency path's consumer, from its first message.
     pub(crate) warmup: u64,
-    /// Seconds of a produce path's measured window.
+    /// Seconds of a produce or latency path's measured window.
     pub(crate) window: u64,
+    /// Messages a second our producer publishes in the Pulsar latency path.
+    pub(crate) latency_rate: u64,
+    /// Messages a second our producer publishes in the RocketMQ latency path.
+    pub(crate) rocketmq_latency_rate: u64,
     /// The settings tables, in the order given.
     pub(crate) settings: Vec<Settings>,
     /// Where the CSV files go.
@@ -159,6 +180,10 @@ pub(crate) enum Child {
     RocketmqConsume(Consume),
     /// RocketMQ simple consume of a backlog: ENDPOINT TOPIC GROUP MESSAGES WARMUP.
     RocketmqSimple(Simple),
+    /// Pulsar latency consumer: URL TOPIC SUBSCRIPTION WARMUP_SECS WINDOW_SECS.
+    PulsarLatency(Latency),
+    /// RocketMQ latency push consumer: ENDPOINT TOPIC GROUP WARMUP_SECS WINDOW_SECS.
+    RocketmqLatency(Latency),
 }
 
 /// A produce child's arguments.
@@ -198,6 +223,22 @@ pub(crate) struct Consume {
     pub(crate) messages: usize,
 }
 
+/// A latency consumer child's arguments.
+#[derive(Debug, Args)]
+pub(crate) struct Latency {
+    /// The broker: a Pulsar URL or a RocketMQ endpoint.
+    pub(crate) target: String,
+    /// The topic.
+    pub(crate) topic: String,
+    /// The subscription (Pulsar) or the consumer group (RocketMQ).
+    pub(crate) subscription: String,
+    /// Seconds from the first message to the window's opening.
+    pub(crate) warmup_secs: u64,
+    /// Seconds of the measured window.
+    #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) window_secs: u64,
+}
+
 /// The simple-consume child's arguments.
 #[derive(Debug, Args)]
 pub(crate) struct Simple {
@@ -235,12 +276,19 @@ pub(crate) struct Flags {
     /// Payload bytes per message.
     #[arg(long, value_name = "BYTES", value_parser = count, default_value = "1024")]
     size: usize,
-    /// Seconds a produce client sends before its window opens [default: 20; --quick: 5].
+    /// Seconds a produce client sends (a latency consumer receives) before its window opens
+    /// [default: 20; --quick: 5].
     #[arg(long, value_name = "SECS")]
     warmup: Option<u64>,
-    /// Seconds of a produce client's measured window [default: 30; --quick: 5].
+    /// Seconds of a produce or latency client's measured window [default: 30; --quick: 5].
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     window: Option<u64>,
+    /// Messages a second published in the Pulsar latency path.
+    #[arg(long, value_name = "N", value_parser = count, default_value = "5000")]
+    latency_rate: usize,
+    /// Messages a second published in the RocketMQ latency path.
+    #[arg(long, value_name = "N", value_parser = count, default_value = "2000")]
+    rocketmq_latency_rate: usize,
     /// The settings tables [default: tuned,defaults].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
     settings: Option<Vec<Settings>>,
@@ -297,6 +345,8 @@ impl Default for Options {
             size: 1024,
             warmup: 20,
             window: 30,
+            latency_rate: 5000,
+            rocketmq_latency_rate: 2000,
             settings: vec![Settings::Tuned, Settings::Defaults],
             out: PathBuf::from("target/bench-e2e"),
             pulsar: None,
@@ -345,6 +395,8 @@ impl Flags {
         options.size = self.size;
         options.warmup = self.warmup.unwrap_or(options.warmup);
         options.window = self.window.unwrap_or(options.window);
+        options.latency_rate = self.latency_rate as u64;
+        options.rocketmq_latency_rate = self.rocketmq_latency_rate as u64;
         options.settings = self.settings.unwrap_or(options.settings);
         options.out = self.out;
         options.pulsar = self.pulsar;
@@ -374,19 +426,11 @@ impl Options {
                 options.namespace
             ));
         }
-        let pulsar = options
-            .paths
-            .iter()
-            .any(|p| matches!(p, Path::PulsarProduce | Path::PulsarConsume));
+        let pulsar = options.paths.iter().any(|p| p.is_pulsar());
         if pulsar && (options.pulsar.is_none() || options.admin.is_none()) {
             return Err("the Pulsar paths need --pulsar and --admin".into());
         }
-        let rocketmq = options.paths.iter().any(|p| {
-            matches!(
-                p,
-                Path::RocketmqProduce | Path::RocketmqConsume | Path::RocketmqSimple
-            )
-        });
+        let rocketmq = options.paths.iter().any(|p| !p.is_pulsar());
         if rocketmq && options.rocketmq.is_none() {
             return Err("the RocketMQ paths need --rocketmq".into());
         }
@@ -414,6 +458,20 @@ mod tests {
         assert_eq!(options.paths, Path::ALL.to_vec());
         assert_eq!(options.backlog, 1_000_000);
         assert_eq!(options.pulsar.as_deref(), Some("pulsar://h:6650"));
+        assert_eq!(
+            (options.latency_rate, options.rocketmq_latency_rate),
+            (5000, 2000)
+        );
+        let options = parse(&format!(
+            "{BROKERS} --paths pulsar-latency,rocketmq-latency --latency-rate 1,000 \
+             --rocketmq-latency-rate 500"
+        ))
+        .unwrap();
+        assert_eq!(options.paths, [Path::PulsarLatency, Path::RocketmqLatency]);
+        assert_eq!(
+            (options.latency_rate, options.rocketmq_latency_rate),
+            (1000, 500)
+        );
 
         let options = parse(&format!(
             "{BROKERS} --runs 5 --paths pulsar-consume,rocketmq-produce --clients ours,java,pulsar-rs \
@@ -455,6 +513,9 @@ mod tests {
         assert!(parse(&format!("{BROKERS} --settings fast")).is_err());
         assert!(parse("--paths pulsar-produce --rocketmq h:1").is_err());
         assert!(parse("--paths rocketmq-produce --rocketmq h:1").is_ok());
+        assert!(parse("--paths pulsar-latency --rocketmq h:1").is_err());
+        assert!(parse("--paths rocketmq-latency --pulsar u --admin a").is_err());
+        assert!(parse(&format!("{BROKERS} --latency-rate 0")).is_err());
         assert!(parse(&format!("{BROKERS} --namespace bench")).is_err());
     }
 
@@ -533,6 +594,13 @@ mod tests {
             matches!(child("rocketmq-simple e t g 5 4"), Ok(Child::RocketmqSimple(c)) if c.warmup == 4)
         );
         assert!(child("rocketmq-simple e t g 5").is_err());
+        assert!(
+            matches!(child("pulsar-latency u t s 20 30"), Ok(Child::PulsarLatency(l)) if (l.warmup_secs, l.window_secs) == (20, 30))
+        );
+        assert!(
+            matches!(child("rocketmq-latency e t g 0 5"), Ok(Child::RocketmqLatency(l)) if l.subscription == "g")
+        );
+        assert!(child("rocketmq-latency e t g 5 0").is_err());
         assert!(child("pulsar-produce u t many 1 1").is_err());
         assert!(child("kafka-produce u t 1 1 1").is_err());
     }

@@ -1,6 +1,8 @@
 //! Every client, ours included, runs as a child process, so that its CPU is its own.
 //!
-//! The line protocol of our children and of the Java and Python peers: `start` when the
+//! The line protocol of our children and of the Java and Python peers: `ready` when a
+//! consumer that waits for messages published during its run is subscribed (the latency
+//! paths: the driver starts publishing then; no other child prints it), `start` when the
 //! measured window opens (connected, producer or consumer created), then
 //! `result messages=N seconds=S [p50_ms=X p99_ms=Y]` when it closes (and any `note …` line,
 //! printed by the driver as it comes); the child then waits
@@ -15,6 +17,7 @@ use std::time::Duration;
 use broker_tools::cpu;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
+use tokio::sync::oneshot;
 
 use crate::perf::PerfLog;
 
@@ -85,8 +88,12 @@ fn proc_rss_mib(pid: Option<u32>) -> Option<f64> {
         .map(|kib| kib as f64 / 1024.0)
 }
 
-/// Runs one client to its end within `limit`.
-pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String> {
+/// Runs one client to its end within `limit`; `ready` is told when it prints `ready`.
+pub(crate) async fn run(
+    spec: &Spec,
+    limit: Duration,
+    mut ready: Option<oneshot::Sender<()>>,
+) -> Result<Outcome, String> {
     let label = &spec.label;
     let children_before = cpu::children();
     let mut child = Command::new(&spec.program)
@@ -131,7 +138,11 @@ pub(crate) async fn run(spec: &Spec, limit: Duration) -> Result<Outcome, String>
                     let Some(line) = line.map_err(|e| format!("{label}: {e}"))? else { break };
                     match spec.protocol {
                         Protocol::Lines => {
-                            if line.trim() == "start" {
+                            if line.trim() == "ready" {
+                                if let Some(ready) = ready.take() {
+                                    let _ = ready.send(());
+                                }
+                            } else if line.trim() == "start" {
                                 window_start = proc_cpu(pid);
                             } else if let Some(rest) = line.strip_prefix("result ") {
                                 window_end = proc_cpu(pid);

@@ -40,6 +40,17 @@
 //!   loops of 32 messages, acks not awaited), the window from the backlog's fifth message on
 //!   (warm-up excluded); ours (its `AckMessage` requests printed as a `note` line), the Java
 //!   simple consumer with `ackAsync` (one request per message).
+//! - `pulsar-latency` (defaults table, steady state): publish-to-receive latency at a fixed
+//!   rate below saturation. On a fresh topic the consumer subscribes (Shared, each message
+//!   acknowledged individually, as `pulsar-consume`) and prints `ready`; the driver then
+//!   publishes `--latency-rate` (5,000) messages a second with our producer (default
+//!   settings), each payload's first 8 bytes its send time in µs since the UNIX epoch
+//!   (big-endian), until the consumer has reported. The consumer's window opens `--warmup`
+//!   after its first message and lasts `--window`; p50/p99 of each message's receipt time
+//!   less its stamp. Ours, the Java client (`E2ePulsarLatency`), both at default settings.
+//! - `rocketmq-latency`: the same with a fresh group's push consumer (every handler returns
+//!   success) at `--rocketmq-latency-rate` (2,000) messages a second; ours, the Java push
+//!   consumer (`E2eRocketMqPushLatency`), both at default settings.
 //!
 //! Interleaving: `for run in 1..=runs { for path { for client { measure } } }`. Every client
 //! runs as a child process (ours through `e2e_load child …`); its CPU within the measured
@@ -56,11 +67,14 @@
 mod admin;
 mod args;
 mod child;
+mod latency;
 mod perf;
 mod pulsar_consume;
+mod pulsar_latency;
 mod pulsar_produce;
 mod report;
 mod rocketmq_consume;
+mod rocketmq_latency;
 mod rocketmq_produce;
 mod rocketmq_simple;
 mod stats;
@@ -115,6 +129,16 @@ impl Driver {
     /// Runs one client. `Err` only when the benchmark must stop (the disk is nearly full);
     /// a failing client is reported and gives `Ok(None)`.
     pub(crate) async fn measure(&mut self, spec: &Spec) -> Result<Option<Outcome>, String> {
+        self.measure_notifying(spec, None).await
+    }
+
+    /// As [`Driver::measure`]; `ready` is told when the client prints `ready` (a latency
+    /// path's consumer, subscribed).
+    pub(crate) async fn measure_notifying(
+        &mut self,
+        spec: &Spec,
+        ready: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Result<Option<Outcome>, String> {
         // A deleted Pulsar topic's bytes stay until the bookie's garbage collection (every
         // minute with bench-e2e.sh's broker): wait for it before giving up.
         let mut free = admin::free_bytes(&self.options.out).await?;
@@ -142,18 +166,20 @@ impl Driver {
             ));
         }
         eprintln!("e2e_load: {} ...", spec.label);
-        match child::run(spec, Duration::from_secs(1800)).await {
+        match child::run(spec, Duration::from_secs(1800), ready).await {
             Ok(outcome) => Ok(Some(outcome)),
             Err(e) => {
-                eprintln!("e2e_load: FAILED: {e}");
-                self.failures.push(format!(
-                    "{}: {}",
-                    spec.label,
-                    e.lines().next().unwrap_or("")
-                ));
+                self.failed(&spec.label, &e);
                 Ok(None)
             }
         }
+    }
+
+    /// Reports the failed measurement of `label` (printed now, listed at the end).
+    pub(crate) fn failed(&mut self, label: &str, error: &str) {
+        eprintln!("e2e_load: FAILED: {error}");
+        self.failures
+            .push(format!("{label}: {}", error.lines().next().unwrap_or("")));
     }
 
     /// Records a measurement (nothing for a failed one) and writes the CSV files so far.
@@ -213,12 +239,13 @@ async fn drive(options: Options) -> Result<(), String> {
     std::fs::create_dir_all(&driver.options.out)
         .map_err(|e| format!("{}: {e}", driver.options.out.display()))?;
     let o = &driver.options;
-    if o.paths.contains(&Path::PulsarProduce) || o.paths.contains(&Path::PulsarConsume) {
+    if o.paths.iter().any(|p| p.is_pulsar()) {
         admin::prepare_namespace(&driver.pulsar_admin()?, &o.namespace).await?;
     }
     println!(
-        "e2e_load: {} run(s) of {:?} at {:?} settings, {} B messages; produce: {} s of warm-up, \
-         then a {} s window; consume backlogs: pulsar {}, rocketmq {}",
+        "e2e_load: {} run(s) of {:?} at {:?} settings, {} B messages; produce and latency: {} s \
+         of warm-up, then a {} s window; consume backlogs: pulsar {}, rocketmq {}; latency \
+         rates: pulsar {}/s, rocketmq {}/s",
         o.runs,
         o.paths.iter().map(|p| p.name()).collect::<Vec<_>>(),
         o.settings.iter().map(|s| s.name()).collect::<Vec<_>>(),
@@ -226,7 +253,9 @@ async fn drive(options: Options) -> Result<(), String> {
         o.warmup,
         o.window,
         o.backlog,
-        o.rocketmq_backlog
+        o.rocketmq_backlog,
+        o.latency_rate,
+        o.rocketmq_latency_rate
     );
     let paths = o.paths.clone();
     let mut stopped = None;
@@ -238,6 +267,8 @@ async fn drive(options: Options) -> Result<(), String> {
                 Path::RocketmqProduce => rocketmq_produce::measure(&mut driver, run).await,
                 Path::RocketmqConsume => rocketmq_consume::measure(&mut driver, run).await,
                 Path::RocketmqSimple => rocketmq_simple::measure(&mut driver, run).await,
+                Path::PulsarLatency => pulsar_latency::measure(&mut driver, run).await,
+                Path::RocketmqLatency => rocketmq_latency::measure(&mut driver, run).await,
             };
             if let Err(e) = result {
                 stopped = Some(e);
@@ -274,6 +305,8 @@ async fn main() -> ExitCode {
             args::Child::RocketmqProduce(args) => rocketmq_produce::child(args).await,
             args::Child::RocketmqConsume(args) => rocketmq_consume::child(args).await,
             args::Child::RocketmqSimple(args) => rocketmq_simple::child(args).await,
+            args::Child::PulsarLatency(args) => pulsar_latency::child(args).await,
+            args::Child::RocketmqLatency(args) => rocketmq_latency::child(args).await,
         },
         None => match cli.flags.into_options() {
             Ok(options) => drive(options).await,

@@ -69,25 +69,37 @@ impl Steady {
     }
 }
 
-/// The accounting of a steady-state run: the window opens `warmup` after the start and
-/// closes `window` after it opened; receipts in between are counted.
-struct SteadyClock<O: FnOnce()> {
-    began: Instant,
+/// The accounting of a steady-state run: the window opens `warmup` after the start (the
+/// clock's creation, or its first sample: [`SteadyClock::from_first_sample`]) and closes
+/// `window` after it opened; the samples in between are counted. The sample that opens the
+/// window and the one that closes it are not counted.
+pub(crate) struct SteadyClock<O: FnOnce()> {
+    began: Option<Instant>,
     warmup: Duration,
     window: Duration,
     opened: Option<O>,
     open_at: Option<Instant>,
+    closed: bool,
     steady: Steady,
 }
 
 impl<O: FnOnce()> SteadyClock<O> {
-    fn new(warmup: Duration, window: Duration, opened: O) -> Self {
+    /// A clock whose warm-up starts now; `opened` is called when the window opens.
+    pub(crate) fn new(warmup: Duration, window: Duration, opened: O) -> Self {
+        let mut clock = Self::from_first_sample(warmup, window, opened);
+        clock.began = Some(Instant::now());
+        clock
+    }
+
+    /// A clock whose warm-up starts at its first sample (a consumer's first message).
+    pub(crate) fn from_first_sample(warmup: Duration, window: Duration, opened: O) -> Self {
         Self {
-            began: Instant::now(),
+            began: None,
             warmup,
             window,
             opened: Some(opened),
             open_at: None,
+            closed: false,
             steady: Steady::default(),
         }
     }
@@ -96,8 +108,18 @@ impl<O: FnOnce()> SteadyClock<O> {
     /// the window has closed.
     fn receipt(&mut self, started: Instant, now: Instant) -> Option<Steady> {
         let latency = now.duration_since(started);
+        self.sample(now, latency.as_micros().min(u128::from(u32::MAX)) as u32)
+    }
+
+    /// Takes one sample of `latency_us` µs taken at `now`: the run's result at the first
+    /// sample after the window has closed, `None` before and after that one.
+    pub(crate) fn sample(&mut self, now: Instant, latency_us: u32) -> Option<Steady> {
+        if self.closed {
+            return None;
+        }
+        let began = *self.began.get_or_insert(now);
         match self.open_at {
-            None if now.duration_since(self.began) >= self.warmup => {
+            None if now.duration_since(began) >= self.warmup => {
                 if let Some(opened) = self.opened.take() {
                     opened();
                 }
@@ -105,14 +127,13 @@ impl<O: FnOnce()> SteadyClock<O> {
             }
             None => {}
             Some(at) if now.duration_since(at) >= self.window => {
+                self.closed = true;
                 self.steady.seconds = now.duration_since(at).as_secs_f64();
                 return Some(std::mem::take(&mut self.steady));
             }
             Some(_) => {
                 self.steady.messages += 1;
-                self.steady
-                    .latencies
-                    .push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
+                self.steady.latencies.push(latency_us);
             }
         }
         None

@@ -2,7 +2,8 @@ package peers;
 
 import java.util.Arrays;
 
-/** The line protocol of the end-to-end benchmark (bench-tools/src/bin/e2e_load): "start" when
+/** The line protocol of the end-to-end benchmark (bench-tools/src/bin/e2e_load): "ready" when a
+ * latency consumer is subscribed (the driver then publishes), "start" when
  * the measured window opens, "result messages=N seconds=S [p50_ms=X p99_ms=Y]" when it closes,
  * then wait for standard input to close. */
 final class E2e {
@@ -25,7 +26,11 @@ final class E2e {
 
     /** Prints the result line (with p50/p99 when latencies are given) and waits for stdin. */
     static void result(long messages, long startNanos, long[] latencyNanos) throws java.io.IOException {
-        double seconds = (System.nanoTime() - startNanos) / 1e9;
+        result(messages, (System.nanoTime() - startNanos) / 1e9, latencyNanos);
+    }
+
+    /** As {@link #result(long, long, long[])}, with the window's length measured already. */
+    static void result(long messages, double seconds, long[] latencyNanos) throws java.io.IOException {
         String line = String.format(java.util.Locale.ROOT, "result messages=%d seconds=%.6f", messages, seconds);
         if (latencyNanos != null) {
             Arrays.sort(latencyNanos);
