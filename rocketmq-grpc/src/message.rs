@@ -375,9 +375,12 @@ pub(crate) fn new_message_id() -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
+    // The process id, read once: `std::process::id` is a system call each time (one per
+    // message was a tenth of a producer's system calls).
+    static PROCESS_ID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     format!(
         "{:08X}{:016X}{:08X}",
-        std::process::id(),
+        PROCESS_ID.get_or_init(std::process::id),
         nanos,
         MESSAGE_SEQ.fetch_add(1, Ordering::Relaxed) as u32
     )

@@ -77,6 +77,7 @@ mod rocketmq_consume;
 mod rocketmq_latency;
 mod rocketmq_produce;
 mod rocketmq_simple;
+mod runtime;
 mod stats;
 mod window;
 
@@ -295,8 +296,18 @@ async fn drive(options: Options) -> Result<(), String> {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    match runtime::build() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => {
+            eprintln!("e2e_load: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The driver, or a child (on the runtime [`runtime::build`] made).
+async fn run() -> ExitCode {
     let cli = args::Cli::parse();
     let result = match cli.child {
         Some(args::Command::Child(child)) => match child {

@@ -120,7 +120,7 @@ fn specs(
                     label: "ours (pulsar-wire)".into(),
                     program: driver.ourselves.clone(),
                     args,
-                    env: Vec::new(),
+                    env: crate::runtime::ours_env(settings),
                     protocol: Protocol::Lines,
                 }
             }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rocketmq_grpc::{ClientConfig, OutgoingMessage, Producer};
 
-use crate::args::Family;
+use crate::args::{Family, Settings};
 use crate::child::{Protocol, Spec};
 use crate::{Driver, stdin_closed};
 
@@ -124,49 +124,64 @@ pub(crate) fn client(
     }
 }
 
+/// A child's environment variables.
+type Env = Vec<(String, String)>;
+
 /// Run `run` of every client, each on its own topic, deleted after. Neither client has a
-/// throughput setting (no batching; the sends in flight are the application's), so one
-/// measurement is the row of every settings table asked for.
+/// throughput setting (no batching; the sends in flight are the application's); ours runs on
+/// the runtime of each settings table ([`crate::runtime::ours_env`]), so it is measured once
+/// per table, and the Java client's one measurement is the row of every table asked for.
 pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
     for family in driver.options.clients.clone() {
-        let Some((label, program, mut args)) =
+        let Some((label, program, first_args)) =
             client(driver, family, "rocketmq-produce", "E2eRocketMqProduce")
         else {
             continue;
         };
-        let topic = fresh_topic(driver, "produce", family).await?;
-        args.extend([
-            endpoint.clone(),
-            topic.clone(),
-            "0".into(),
-            driver.options.size.to_string(),
-            IN_FLIGHT.to_string(),
-            "--warmup-secs".into(),
-            driver.options.warmup.to_string(),
-            "--window-secs".into(),
-            driver.options.window.to_string(),
-        ]);
-        let spec = Spec {
-            label: label.into(),
-            program,
-            args,
-            env: Vec::new(),
-            protocol: Protocol::Lines,
+        let all = driver.options.settings.clone();
+        let measurements: Vec<(Vec<Settings>, Env)> = match family {
+            Family::Ours => all
+                .iter()
+                .map(|s| (vec![*s], crate::runtime::ours_env(*s)))
+                .collect(),
+            _ => vec![(all, Vec::new())],
         };
-        let outcome = driver.measure(&spec).await;
-        crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
-            .await?;
-        let outcome = outcome?;
-        for settings in driver.options.settings.clone() {
-            driver.record(
-                settings,
-                "rocketmq-produce",
-                label,
-                IN_FLIGHT,
-                run,
-                outcome.clone(),
-            );
+        for (tables, env) in measurements {
+            let topic = fresh_topic(driver, "produce", family).await?;
+            let mut args = first_args.clone();
+            args.extend([
+                endpoint.clone(),
+                topic.clone(),
+                "0".into(),
+                driver.options.size.to_string(),
+                IN_FLIGHT.to_string(),
+                "--warmup-secs".into(),
+                driver.options.warmup.to_string(),
+                "--window-secs".into(),
+                driver.options.window.to_string(),
+            ]);
+            let spec = Spec {
+                label: label.into(),
+                program: program.clone(),
+                args,
+                env,
+                protocol: Protocol::Lines,
+            };
+            let outcome = driver.measure(&spec).await;
+            crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic)
+                .await?;
+            let outcome = outcome?;
+            for settings in tables {
+                driver.record(
+                    settings,
+                    "rocketmq-produce",
+                    label,
+                    IN_FLIGHT,
+                    run,
+                    outcome.clone(),
+                );
+            }
         }
     }
     Ok(())
