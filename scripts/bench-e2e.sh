@@ -15,8 +15,10 @@
 # same run. Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution; 10,000 and
 # 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate; Shared, individual
 # acks), rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push
-# consumers), rocketmq-simple (ours, Java simple consumers; warm-up excluded). The consume
-# paths drain a backlog (not steady state yet). See bench-tools/src/bin/e2e_load/main.rs.
+# consumers), rocketmq-simple (ours, Java simple consumers; warm-up excluded), pulsar-latency
+# and rocketmq-latency (publish to receive at a fixed rate, steady state; ours, Java). Tuned,
+# our producers run on a current-thread runtime. The backlog consume paths drain a backlog
+# (not steady state yet). See bench-tools/src/bin/e2e_load/main.rs.
 #
 # Brokers: uses those named by PULSAR_SERVICE_URL (+ PULSAR_ADMIN_URL, default
 # http://127.0.0.1:8080) and ROCKETMQ_ENDPOINT; otherwise starts what the chosen paths need
@@ -36,7 +38,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 args=("$@")
-paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume,rocketmq-simple
+paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume,rocketmq-simple,pulsar-latency,rocketmq-latency
 clients=ours,java,python,pulsar-rs
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in

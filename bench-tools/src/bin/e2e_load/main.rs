@@ -17,8 +17,10 @@
 //! Two settings tables in one run (`--settings`, both by default): `tuned`, each client at
 //! the settings its documentation recommends for throughput (batches of at most 1,000
 //! messages / 10 ms / 4 MiB), and `defaults`, each as shipped (the Java client's batching
-//! defaults: 1,000 messages / 1 ms / 128 KiB; ours the same). Each row also has the client's
-//! resident memory at the window's end.
+//! defaults: 1,000 messages / 1 ms / 128 KiB; ours the same). Our produce children run on a
+//! current-thread runtime when tuned (the README's recommendation for a process whose main
+//! work is sending) and on `#[tokio::main]`'s multi-thread one with the defaults (`runtime.rs`).
+//! Each row also has the client's resident memory at the window's end.
 //!
 //! Paths (`--paths`, all by default):
 //! - `pulsar-produce`: to a fresh topic, at 10,000 and 1,000 sends in flight when tuned, 1,000
@@ -40,14 +42,16 @@
 //!   loops of 32 messages, acks not awaited), the window from the backlog's fifth message on
 //!   (warm-up excluded); ours (its `AckMessage` requests printed as a `note` line), the Java
 //!   simple consumer with `ackAsync` (one request per message).
-//! - `pulsar-latency` (defaults table, steady state): publish-to-receive latency at a fixed
+//! - `pulsar-latency` (steady state): publish-to-receive latency at a fixed
 //!   rate below saturation. On a fresh topic the consumer subscribes (Shared, each message
 //!   acknowledged individually, as `pulsar-consume`) and prints `ready`; the driver then
 //!   publishes `--latency-rate` (5,000) messages a second with our producer (default
 //!   settings), each payload's first 8 bytes its send time in µs since the UNIX epoch
 //!   (big-endian), until the consumer has reported. The consumer's window opens `--warmup`
 //!   after its first message and lasts `--window`; p50/p99 of each message's receipt time
-//!   less its stamp. Ours, the Java client (`E2ePulsarLatency`), both at default settings.
+//!   less its stamp. Ours, the Java client (`E2ePulsarLatency`), both at default settings
+//!   (none of their settings is about throughput below saturation): one measurement is the
+//!   row of both tables.
 //! - `rocketmq-latency`: the same with a fresh group's push consumer (every handler returns
 //!   success) at `--rocketmq-latency-rate` (2,000) messages a second; ours, the Java push
 //!   consumer (`E2eRocketMqPushLatency`), both at default settings.
