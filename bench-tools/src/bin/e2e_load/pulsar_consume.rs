@@ -18,24 +18,16 @@ use crate::child::{Protocol, Spec};
 use crate::{Driver, stdin_closed};
 
 /// The subscription every consumer uses (one topic per measurement).
-const SUBSCRIPTION: &str = "e2e";
+pub(crate) const SUBSCRIPTION: &str = "e2e";
 
 /// `child pulsar-consume URL TOPIC SUBSCRIPTION MESSAGES`
 pub(crate) async fn child(args: crate::args::Consume) -> Result<(), String> {
     let (url, topic, subscription) = (&args.target, &args.topic, &args.subscription);
     let n = args.messages;
-    let client = Client::builder(url)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = connect(url).await?;
     println!("start");
     let started = Instant::now();
-    let consumer = Consumer::builder(&client, topic, subscription)
-        .sub_type(SubType::Shared)
-        .initial_position(InitialPosition::Earliest)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let consumer = shared_consumer(&client, topic, subscription).await?;
     for _ in 0..n {
         let message = consumer.receive().await.map_err(|e| e.to_string())?;
         consumer.ack(&message).await.map_err(|e| e.to_string())?;
@@ -43,6 +35,33 @@ pub(crate) async fn child(args: crate::args::Consume) -> Result<(), String> {
     let seconds = started.elapsed().as_secs_f64();
     println!("result messages={n} seconds={seconds:.6}");
     stdin_closed().await;
+    close(consumer, client).await
+}
+
+/// A client of `url`.
+pub(crate) async fn connect(url: &str) -> Result<Client, String> {
+    Client::builder(url)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The benchmark's consumer: Shared, from the earliest message, default settings.
+pub(crate) async fn shared_consumer(
+    client: &Client,
+    topic: &str,
+    subscription: &str,
+) -> Result<Consumer, String> {
+    Consumer::builder(client, topic, subscription)
+        .sub_type(SubType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Sends `consumer`'s pending acknowledgements, closes it, then `client`.
+pub(crate) async fn close(consumer: Consumer, client: Client) -> Result<(), String> {
     consumer.flush_acks().await;
     consumer
         .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
@@ -54,10 +73,7 @@ pub(crate) async fn child(args: crate::args::Consume) -> Result<(), String> {
 
 /// Writes `n` messages of `size` bytes to `topic` with our producer (not measured).
 async fn fill(url: &str, topic: &str, n: usize, size: usize) -> Result<(), String> {
-    let client = Client::builder(url)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = connect(url).await?;
     let producer = Producer::builder(&client, topic)
         .send_timeout(Duration::from_secs(120))
         .batching(

@@ -10,15 +10,13 @@
 
 use std::time::Duration;
 
-use pulsar_wire::{Client, Consumer, InitialPosition, OutgoingMessage, Producer, SubType};
+use pulsar_wire::{Client, OutgoingMessage, Producer};
 
 use crate::args::Family;
 use crate::child::{Protocol, Spec};
 use crate::latency::LatencyWindow;
+use crate::pulsar_consume::{SUBSCRIPTION, close, connect, shared_consumer};
 use crate::{Driver, stdin_closed};
-
-/// The subscription every consumer uses (one topic per measurement).
-const SUBSCRIPTION: &str = "e2e";
 
 /// The longest the consumer waits for a message: the publisher sends every millisecond.
 const RECEIVE_LIMIT: Duration = Duration::from_secs(60);
@@ -26,16 +24,8 @@ const RECEIVE_LIMIT: Duration = Duration::from_secs(60);
 /// `child pulsar-latency URL TOPIC SUBSCRIPTION WARMUP_SECS WINDOW_SECS`
 pub(crate) async fn child(args: crate::args::Latency) -> Result<(), String> {
     let (url, topic, subscription) = (&args.target, &args.topic, &args.subscription);
-    let client = Client::builder(url)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
-    let consumer = Consumer::builder(&client, topic, subscription)
-        .sub_type(SubType::Shared)
-        .initial_position(InitialPosition::Earliest)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = connect(url).await?;
+    let consumer = shared_consumer(&client, topic, subscription).await?;
     println!("ready");
     let mut window = LatencyWindow::new(
         Duration::from_secs(args.warmup_secs),
@@ -55,13 +45,7 @@ pub(crate) async fn child(args: crate::args::Latency) -> Result<(), String> {
     };
     steady.print_result();
     stdin_closed().await;
-    consumer.flush_acks().await;
-    consumer
-        .close(pulsar_wire::DEFAULT_CLOSE_DEADLINE)
-        .await
-        .map_err(|e| e.to_string())?;
-    client.close().await;
-    Ok(())
+    close(consumer, client).await
 }
 
 /// The consumer of `family` for `topic`: its label and spec; `None` for the families without
@@ -99,10 +83,7 @@ fn spec(driver: &Driver, family: Family, topic: &str) -> Option<Spec> {
 
 /// Our producer for `topic`, at its default settings.
 async fn publisher(url: &str, topic: &str) -> Result<(Client, Producer), String> {
-    let client = Client::builder(url)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = connect(url).await?;
     let producer = Producer::builder(&client, topic)
         .build()
         .await

@@ -53,8 +53,12 @@ pub(crate) async fn child(args: crate::args::Simple) -> Result<(), String> {
             loop {
                 let messages = match consumer.receive(BATCH, INVISIBLE).await {
                     Ok(messages) => messages,
+                    // Closed: the window ended. A receive that fails at once must not spin
+                    // (a loop that never yields is never aborted: it held two cores once).
+                    Err(rocketmq_grpc::Error::Closed(_)) => return,
                     Err(e) => {
                         eprintln!("e2e_load: receive: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
                 };
@@ -82,6 +86,7 @@ pub(crate) async fn child(args: crate::args::Simple) -> Result<(), String> {
     let started = window.lock().ok_or("the window never opened")?;
     let seconds = started.elapsed().as_secs_f64();
     loops.abort_all();
+    while loops.join_next().await.is_some() {}
     let report = consumer.close(Duration::from_secs(30)).await;
     let stats = consumer.stats();
     // Before the result line: the driver reads CPU at it, and this is bookkeeping only.
