@@ -88,11 +88,26 @@ fn proc_rss_mib(pid: Option<u32>) -> Option<f64> {
         .map(|kib| kib as f64 / 1024.0)
 }
 
+/// How long a child may run on after its result line (it closes its clients once its stdin
+/// closes): past that it is killed and its result kept. A child of ours once spun after its
+/// window had ended, and the run waited for the 30-minute limit.
+const EXIT_GRACE: Duration = Duration::from_secs(120);
+
 /// Runs one client to its end within `limit`; `ready` is told when it prints `ready`.
 pub(crate) async fn run(
     spec: &Spec,
     limit: Duration,
+    ready: Option<oneshot::Sender<()>>,
+) -> Result<Outcome, String> {
+    run_with_grace(spec, limit, ready, EXIT_GRACE).await
+}
+
+/// [`run`], the child killed `grace` after its result line if it is still running.
+async fn run_with_grace(
+    spec: &Spec,
+    limit: Duration,
     mut ready: Option<oneshot::Sender<()>>,
+    grace: Duration,
 ) -> Result<Outcome, String> {
     let label = &spec.label;
     let children_before = cpu::children();
@@ -130,10 +145,24 @@ pub(crate) async fn run(
         } => PerfLog::steady(warmup, window),
         _ => PerfLog::default(),
     };
+    let mut killed_after_result = false;
     let exchange = async {
         let mut stderr_open = true;
+        let mut exit_by: Option<tokio::time::Instant> = None;
         loop {
+            let grace_over = tokio::time::sleep_until(
+                exit_by.unwrap_or_else(|| tokio::time::Instant::now() + limit),
+            );
             tokio::select! {
+                () = grace_over, if exit_by.is_some() => {
+                    eprintln!(
+                        "e2e_load: {label}: still running {grace:?} after its result: killed \
+                         (its result is kept)"
+                    );
+                    let _ = child.start_kill();
+                    killed_after_result = true;
+                    break;
+                }
                 line = stdout.next_line() => {
                     let Some(line) = line.map_err(|e| format!("{label}: {e}"))? else { break };
                     match spec.protocol {
@@ -155,6 +184,7 @@ pub(crate) async fn run(
                                     optional(&fields, "p99_ms"),
                                 ));
                                 drop(stdin.take());
+                                exit_by = Some(tokio::time::Instant::now() + grace);
                             } else if let Some(note) = line.strip_prefix("note ") {
                                 eprintln!("e2e_load: {label}: {note}");
                             } else {
@@ -198,7 +228,7 @@ pub(crate) async fn run(
         format!("{what}; its last lines:\n{}", lines.join("\n"))
     };
     let status = status.and_then(|s| s).map_err(&failure)?;
-    if !status.success() {
+    if !status.success() && !killed_after_result {
         return Err(failure(format!("{label} exited with {status}")));
     }
     let process_cpu_s = cpu::children()
@@ -229,6 +259,32 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child that prints its result and then never exits (nor reads its stdin) is killed
+    /// after the grace and its result kept: the run goes on. Real time (a real process); the
+    /// grace starts only at the result line, so a slow machine cannot make it fail.
+    #[tokio::test]
+    async fn a_child_that_runs_on_after_its_result_is_killed_and_its_result_kept() {
+        let spec = Spec {
+            label: "spinner".into(),
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                "echo start; echo 'result messages=7 seconds=1.5'; exec sleep 100000".into(),
+            ],
+            env: Vec::new(),
+            protocol: Protocol::Lines,
+        };
+        let outcome = run_with_grace(
+            &spec,
+            Duration::from_secs(1800),
+            None,
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
+        assert_eq!((outcome.messages, outcome.seconds), (7, 1.5));
+    }
 
     #[test]
     fn result_lines() {
