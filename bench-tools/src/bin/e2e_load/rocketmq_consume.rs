@@ -44,18 +44,29 @@ pub(crate) async fn child(args: crate::args::Consume) -> Result<(), String> {
     let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
     println!("start");
     let started = Instant::now();
-    let consumer = PushConsumer::builder(config, group.as_str())
-        .subscribe(topic.as_str(), "*")
-        .handler(Arc::clone(&counter))
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let consumer = push_consumer(config, group, topic, Arc::clone(&counter)).await?;
     counter.done.notified().await;
     let seconds = started.elapsed().as_secs_f64();
     println!("result messages={n} seconds={seconds:.6}");
     stdin_closed().await;
     consumer.close(Duration::from_secs(30)).await;
     Ok(())
+}
+
+/// The benchmark's push consumer: `group` on every tag of `topic`, `handler` for each
+/// message, default settings.
+pub(crate) async fn push_consumer(
+    config: ClientConfig,
+    group: &str,
+    topic: &str,
+    handler: impl MessageHandler,
+) -> Result<PushConsumer, String> {
+    PushConsumer::builder(config, group)
+        .subscribe(topic, "*")
+        .handler(handler)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Run `run` of every client, each on its own topic and backlog, deleted after.

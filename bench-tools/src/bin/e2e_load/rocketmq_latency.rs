@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rocketmq_grpc::{ClientConfig, ConsumeResult, MessageHandler, PushConsumer, ReceivedMessage};
+use rocketmq_grpc::{ClientConfig, ConsumeResult, MessageHandler, ReceivedMessage};
 use tokio::sync::Notify;
 
 use crate::child::{Protocol, Spec};
 use crate::latency::LatencyWindow;
+use crate::rocketmq_consume::push_consumer;
 use crate::rocketmq_produce::{fresh_topic, producer};
 use crate::window::Steady;
 use crate::{Driver, stdin_closed};
@@ -67,12 +68,7 @@ pub(crate) async fn child(args: crate::args::Latency) -> Result<(), String> {
         done: Notify::new(),
     });
     let config = ClientConfig::new(endpoint).map_err(|e| e.to_string())?;
-    let consumer = PushConsumer::builder(config, group.as_str())
-        .subscribe(topic.as_str(), "*")
-        .handler(Arc::clone(&recorder))
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let consumer = push_consumer(config, group, topic, Arc::clone(&recorder)).await?;
     println!("ready");
     recorder.done.notified().await;
     let steady = recorder.result.lock().take().ok_or("no result")??;
