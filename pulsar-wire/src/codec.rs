@@ -194,6 +194,52 @@ impl Decoder for PulsarCodec {
 /// The sizes are written as placeholders and filled in once the command and metadata are
 /// encoded, so that prost walks each message once.
 pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
+    encode_frame_head(frame, None, dst);
+    if let Some(payload) = &frame.payload {
+        dst.put_slice(&payload.data);
+    }
+}
+
+/// A frame on its way to the broker, with its payload's checksum when the producer computed
+/// it as it built the payload (while the bytes were in cache): the writer then reads the
+/// data only to send it.
+#[derive(Debug, Clone)]
+pub(crate) struct OutgoingFrame {
+    /// The frame.
+    pub(crate) frame: Frame,
+    /// [`payload_checksum`] of the frame's payload, when known.
+    pub(crate) checksum: Option<u32>,
+}
+
+impl From<Frame> for OutgoingFrame {
+    fn from(frame: Frame) -> Self {
+        Self {
+            frame,
+            checksum: None,
+        }
+    }
+}
+
+/// The CRC32C a frame carries for a payload of `metadata` and `data`: over the metadata's
+/// size, the metadata and the data.
+pub(crate) fn payload_checksum(metadata: &MessageMetadata, data: &[u8]) -> u32 {
+    let mut head = BytesMut::with_capacity(4 + metadata.encoded_len());
+    put_metadata(metadata, &mut head);
+    crc32c::crc32c_append(crc32c::crc32c(&head), data)
+}
+
+/// Appends `metadata`'s size, then `metadata`.
+fn put_metadata(metadata: &MessageMetadata, dst: &mut BytesMut) {
+    dst.put_u32(metadata.encoded_len() as u32);
+    // Encoding into a growable BytesMut cannot fail.
+    let _ = metadata.encode(dst);
+}
+
+/// Appends one encoded frame to `dst` but for its payload's data, which the caller writes
+/// right after: the sizes and the checksum already count it (`checksum`, the payload's
+/// [`payload_checksum`], when given). A writer that can send several buffers at once sends a
+/// batch's data from where it is, without a copy.
+pub(crate) fn encode_frame_head(frame: &Frame, checksum: Option<u32>, dst: &mut BytesMut) {
     let start = dst.len();
     dst.put_u32(0); // total size
     dst.put_u32(0); // command size
@@ -201,20 +247,21 @@ pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
     let _ = frame.command.encode(dst);
     let command_size = dst.len() - start - 8;
     put_u32_at(dst, start + 4, command_size);
+    let mut data_len = 0;
     if let Some(payload) = &frame.payload {
         dst.put_u16(MAGIC_CRC32C);
         let checksum_at = dst.len();
         dst.put_u32(0);
         let covered_from = dst.len();
-        dst.put_u32(0); // metadata size
-        let _ = payload.metadata.encode(dst);
-        let metadata_size = dst.len() - covered_from - 4;
-        put_u32_at(dst, covered_from, metadata_size);
-        dst.put_slice(&payload.data);
-        let crc = crc32c::crc32c(&dst[covered_from..]);
+        put_metadata(&payload.metadata, dst);
+        let computed =
+            || crc32c::crc32c_append(crc32c::crc32c(&dst[covered_from..]), &payload.data);
+        debug_assert!(checksum.is_none_or(|given| given == computed()));
+        let crc = checksum.unwrap_or_else(computed);
         dst[checksum_at..checksum_at + 4].copy_from_slice(&crc.to_be_bytes());
+        data_len = payload.data.len();
     }
-    let total = dst.len() - start - 4;
+    let total = dst.len() - start - 4 + data_len;
     put_u32_at(dst, start, total);
 }
 

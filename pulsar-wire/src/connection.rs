@@ -8,17 +8,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::auth::{StaticToken, TOKEN_AUTH_METHOD, TokenFile, TokenProvider, fetch_token};
-use crate::codec::{Frame, PulsarCodec};
+use crate::codec::{Frame, OutgoingFrame, PulsarCodec};
+use crate::frame_writer::FrameWriter;
 use crate::pb::base_command::Type;
 use crate::pb::command_lookup_topic_response::LookupType;
 use crate::pb::{self, BaseCommand, ServerError};
@@ -380,7 +381,7 @@ struct Shared {
     tls: bool,
     auth: Option<Arc<dyn TokenProvider>>,
     timeout: Duration,
-    outbound: mpsc::Sender<Frame>,
+    outbound: mpsc::Sender<OutgoingFrame>,
     next_id: AtomicU64,
     requests: Mutex<HashMap<u64, Pending>>,
     sends: Mutex<HashMap<(u64, u64), PendingSend>>,
@@ -556,7 +557,7 @@ fn refusal(address: &str, token_sent: bool, error: pb::CommandError) -> Error {
 /// `CONNECT`, answering `AUTH_CHALLENGE`s, until `CONNECTED`.
 async fn handshake(
     reader: &mut FramedRead<BoxedRead, PulsarCodec>,
-    writer: &mut FramedWrite<BoxedWrite, PulsarCodec>,
+    writer: &mut FrameWriter<BoxedWrite>,
     options: &ConnectOptions,
 ) -> Result<pb::CommandConnected, Error> {
     let address = options.address.as_str();
@@ -647,7 +648,7 @@ impl Connection {
         let (read, write) = open_stream(options).await?;
         let codec = PulsarCodec::new(options.max_frame_size);
         let mut reader = FramedRead::new(read, codec);
-        let mut writer = FramedWrite::new(write, codec);
+        let mut writer = FrameWriter::new(write, options.max_frame_size);
         let connected = tokio::time::timeout(
             options.operation_timeout,
             handshake(&mut reader, &mut writer, options),
@@ -744,7 +745,7 @@ impl Connection {
     }
 
     /// Writes a frame that expects no answer (for users: [`crate::wire::ConnectionExt::send`]).
-    pub(crate) fn send(&self, frame: Frame) -> Result<(), Error> {
+    pub(crate) fn send(&self, frame: impl Into<OutgoingFrame>) -> Result<(), Error> {
         self.check_open()?;
         queue(&self.shared, frame)
     }
@@ -794,7 +795,8 @@ impl Connection {
         sequence_id: u64,
         frame: Frame,
     ) -> Result<pb::MessageIdData, Error> {
-        self.start_send(producer_id, sequence_id, frame)?.await
+        self.start_send(producer_id, sequence_id, frame.into())?
+            .await
     }
 
     /// Writes a `SEND` frame now and returns the wait for its receipt: frames written one
@@ -807,7 +809,7 @@ impl Connection {
         &self,
         producer_id: u64,
         sequence_id: u64,
-        frame: Frame,
+        frame: OutgoingFrame,
     ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + use<>, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
@@ -1147,8 +1149,8 @@ fn request_id_of(c: &BaseCommand) -> Option<u64> {
 
 async fn write_loop(
     shared: Arc<Shared>,
-    mut writer: FramedWrite<BoxedWrite, PulsarCodec>,
-    mut rx: mpsc::Receiver<Frame>,
+    mut writer: FrameWriter<BoxedWrite>,
+    mut rx: mpsc::Receiver<OutgoingFrame>,
 ) {
     loop {
         let frame = tokio::select! {
@@ -1382,8 +1384,8 @@ fn fail_all_with(shared: &Shared, error: Error) {
 
 /// Queues a frame for the writer. The queue is bounded: a frame that finds it full is
 /// refused (the broker has not taken the frames before it), and nothing else changes.
-fn queue(shared: &Shared, frame: Frame) -> Result<(), Error> {
-    match shared.outbound.try_send(frame) {
+fn queue(shared: &Shared, frame: impl Into<OutgoingFrame>) -> Result<(), Error> {
+    match shared.outbound.try_send(frame.into()) {
         Ok(()) => Ok(()),
         Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Closed("the connection")),
         Err(mpsc::error::TrySendError::Full(_)) => Err(Error::QueueFull {

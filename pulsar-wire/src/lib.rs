@@ -434,6 +434,7 @@ mod connection;
 mod consume;
 mod consumer;
 mod error;
+mod frame_writer;
 mod id;
 mod link;
 mod metrics;

@@ -209,6 +209,15 @@ impl OutgoingMessage {
             .collect()
     }
 
+    /// Whether a batch carries more of the message than its payload size and sequence id:
+    /// a key, an ordering key, properties or an event time.
+    pub(crate) fn has_metadata(&self) -> bool {
+        self.key.is_some()
+            || self.ordering_key.is_some()
+            || !self.properties.is_empty()
+            || self.event_time_wire().is_some()
+    }
+
     /// Roughly what the message takes in a batch (payload, key, properties, framing).
     pub(crate) fn encoded_size(&self) -> usize {
         let properties: usize = self

@@ -15,6 +15,7 @@ use txn_ack::TxnId;
 use super::message::OutgoingMessage;
 use super::queue::Slot;
 use crate::backoff::Retries;
+use crate::codec::{OutgoingFrame, payload_checksum};
 use crate::connection::ProducerGone;
 use crate::id::MessageId;
 use crate::link::{LinkSlot, LinkState};
@@ -96,7 +97,7 @@ struct Sequencer {
 /// An entry sent (or to send once registered again) and the wait for its receipt.
 #[derive(Debug)]
 struct Awaiting {
-    frame: Frame,
+    frame: OutgoingFrame,
     done: oneshot::Sender<Result<pb::MessageIdData, Error>>,
     /// The message's place in the producer's pending queue (none for a batch, whose
     /// messages' places the batcher holds, or a chunk, whose message's place its send
@@ -378,8 +379,8 @@ impl PartitionProducer {
 
     /// Writes `frame` on `link` and completes its wait when the receipt comes; when the
     /// connection is gone the frame waits for the next registration.
-    fn transmit(self: &Arc<Self>, link: &Link, first: u64, mut frame: Frame) {
-        if let Some(send) = frame.command.send.as_mut() {
+    fn transmit(self: &Arc<Self>, link: &Link, first: u64, mut frame: OutgoingFrame) {
+        if let Some(send) = frame.frame.command.send.as_mut() {
             send.producer_id = link.producer_id;
         }
         let Ok(receipt) = link.connection.start_send(link.producer_id, first, frame) else {
@@ -452,7 +453,7 @@ impl PartitionProducer {
         self: &Arc<Self>,
         sequencer: &mut Sequencer,
         first: u64,
-        frame: Frame,
+        frame: OutgoingFrame,
         slot: Option<Slot>,
     ) -> Result<impl Future<Output = Result<pb::MessageIdData, Error>> + Send + use<>, Error> {
         if let Some(error) = self.failed.lock().clone() {
@@ -552,7 +553,9 @@ impl PartitionProducer {
         let sent = self.write(1, Some(slot), |sequence_id| {
             let metadata =
                 self.single_metadata(message, sequence_id, txn, compression, uncompressed_size);
-            Ok(self.send_frame(sequence_id, None, txn, metadata, data, false))
+            Ok(self
+                .send_frame(sequence_id, None, txn, metadata, data, false)
+                .into())
         })?;
         Ok(self.id_of(sent.await?))
     }
@@ -588,7 +591,8 @@ impl PartitionProducer {
         let room = chunk_size.saturating_sub(overhead).max(1);
         if data.len() <= room {
             let frame = self.send_frame(sequence_id, None, txn, metadata, data, false);
-            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame, None)?;
+            let receipt =
+                self.submit(&mut self.sequencer.lock(), sequence_id, frame.into(), None)?;
             drop(order);
             return Ok(self.id_of(receipt.await?));
         }
@@ -615,7 +619,8 @@ impl PartitionProducer {
             };
             let frame = self.send_frame(sequence_id, None, txn, chunk, piece, true);
             // The chunks share the sequence id: one receipt at a time.
-            let receipt = self.submit(&mut self.sequencer.lock(), sequence_id, frame, None)?;
+            let receipt =
+                self.submit(&mut self.sequencer.lock(), sequence_id, frame.into(), None)?;
             last = Some(receipt.await?);
         }
         drop(order);
@@ -676,7 +681,7 @@ impl PartitionProducer {
         self: &Arc<Self>,
         count: u64,
         slot: Option<Slot>,
-        build: impl FnOnce(u64) -> Result<Frame, Error>,
+        build: impl FnOnce(u64) -> Result<OutgoingFrame, Error>,
     ) -> Result<Receipt, Error> {
         let mut sequencer = self.sequencer.lock();
         let first = sequencer.next;
@@ -693,7 +698,7 @@ impl PartitionProducer {
         count: i32,
         first: u64,
         txn: Option<TxnId>,
-    ) -> Result<Frame, Error> {
+    ) -> Result<OutgoingFrame, Error> {
         let plain = encode_messages(messages, first);
         if self.compression == Compression::None && plain.len() > self.max_message_size {
             return Err(Error::Invalid {
@@ -721,7 +726,13 @@ impl PartitionProducer {
             ordering_key,
             ..self.metadata(first, txn)
         };
-        Ok(self.send_frame(first, Some(count), txn, metadata, data, false))
+        // Now, while the batch just written is in cache: the writer reads it only to send it.
+        let checksum = payload_checksum(&metadata, &data);
+        let frame = self.send_frame(first, Some(count), txn, metadata, data, false);
+        Ok(OutgoingFrame {
+            frame,
+            checksum: Some(checksum),
+        })
     }
 
     /// `payload` compressed with the producer's codec, with the metadata's `compression` and
@@ -990,25 +1001,43 @@ async fn registered(
 /// The uncompressed payload of a batch of `messages` numbered from `first`: each message's
 /// size, [`SingleMessageMetadata`] and payload, written in one pass into one buffer.
 fn encode_messages(messages: &[OutgoingMessage], first: u64) -> Bytes {
-    let metadata = |message: &OutgoingMessage, sequence_id: u64| SingleMessageMetadata {
-        properties: message.key_values(),
-        partition_key: message.key.clone(),
-        ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-        event_time: message.event_time_wire(),
-        sequence_id: Some(sequence_id),
-        payload_size: i32::try_from(message.payload.len()).unwrap_or(i32::MAX),
-        ..SingleMessageMetadata::default()
-    };
     let size: usize = messages.iter().map(|m| m.encoded_size() + 32).sum();
     let mut out = BytesMut::with_capacity(size);
     for (message, sequence_id) in messages.iter().zip(first..) {
-        let single = metadata(message, sequence_id);
-        out.put_u32(single.encoded_len() as u32);
-        // Writing into a growable buffer cannot fail.
-        let _ = single.encode(&mut out);
+        let payload_size = i32::try_from(message.payload.len()).unwrap_or(i32::MAX);
+        if message.has_metadata() {
+            let single = SingleMessageMetadata {
+                properties: message.key_values(),
+                partition_key: message.key.clone(),
+                ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+                event_time: message.event_time_wire(),
+                sequence_id: Some(sequence_id),
+                payload_size,
+                ..SingleMessageMetadata::default()
+            };
+            out.put_u32(single.encoded_len() as u32);
+            // Writing into a growable buffer cannot fail.
+            let _ = single.encode(&mut out);
+        } else {
+            put_bare_metadata(&mut out, payload_size, sequence_id);
+        }
         out.put_slice(&message.payload);
     }
     out.freeze()
+}
+
+/// The size-prefixed `SingleMessageMetadata` of a message with only a payload size and a
+/// sequence id, as prost encodes it (fields in number order), without building the struct.
+fn put_bare_metadata(out: &mut BytesMut, payload_size: i32, sequence_id: u64) {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    // An int32 is encoded as its sign-extended 64-bit value.
+    let size = payload_size as i64 as u64;
+    let len = 2 + encoded_len_varint(size) + encoded_len_varint(sequence_id);
+    out.put_u32(len as u32);
+    out.put_u8(3 << 3); // payload_size = 3, varint
+    encode_varint(size, out);
+    out.put_u8(8 << 3); // sequence_id = 8, varint
+    encode_varint(sequence_id, out);
 }
 
 /// The key `of` every message, when all have the same one.
@@ -1027,4 +1056,54 @@ pub(crate) fn now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What prost writes for a message's metadata: the size, then the metadata.
+    fn prost_encoded(message: &OutgoingMessage, sequence_id: u64) -> Vec<u8> {
+        let single = SingleMessageMetadata {
+            properties: message.key_values(),
+            partition_key: message.key.clone(),
+            ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+            event_time: message.event_time_wire(),
+            sequence_id: Some(sequence_id),
+            payload_size: i32::try_from(message.payload.len()).unwrap_or(i32::MAX),
+            ..SingleMessageMetadata::default()
+        };
+        let mut out = (single.encoded_len() as u32).to_be_bytes().to_vec();
+        out.extend(single.encode_to_vec());
+        out.extend_from_slice(&message.payload);
+        out
+    }
+
+    proptest! {
+        /// A batch is the messages as prost encodes them, whichever take the short path.
+        #[test]
+        fn a_batch_is_what_prost_encodes(
+            sizes in prop::collection::vec(0usize..3000, 1..20),
+            keyed in prop::collection::vec(any::<bool>(), 20),
+            first in prop_oneof![Just(0u64), Just(u64::MAX - 40), any::<u64>().prop_map(|n| n / 2)],
+        ) {
+            let messages: Vec<OutgoingMessage> = sizes
+                .iter()
+                .zip(&keyed)
+                .map(|(&size, &keyed)| {
+                    let message = OutgoingMessage::new(vec![7u8; size]);
+                    if keyed { message.key("k").property("a", "b") } else { message }
+                })
+                .collect();
+            let batch = encode_messages(&messages, first);
+            let expected: Vec<u8> = messages
+                .iter()
+                .zip(first..)
+                .flat_map(|(m, id)| prost_encoded(m, id))
+                .collect();
+            prop_assert_eq!(&batch[..], &expected[..]);
+        }
+    }
 }
