@@ -48,12 +48,30 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         }
     }
 
-    /// Queues `frame`, writing what is queued once it passes [`BACKPRESSURE`] bytes.
+    /// Queues `outgoing`, writing what is queued once it passes [`BACKPRESSURE`] bytes. The
+    /// frame is encoded before the returned future is first polled, so the future does not
+    /// hold it (a `BaseCommand` is kilobytes, and this future lives in the connection's task).
     ///
     /// # Errors
     /// [`Error::FrameTooLarge`] for a frame above the limit (nothing of it is queued);
     /// the stream's write error.
-    pub(crate) async fn feed(&mut self, outgoing: OutgoingFrame) -> Result<(), Error> {
+    pub(crate) fn feed(
+        &mut self,
+        outgoing: OutgoingFrame,
+    ) -> impl Future<Output = Result<(), Error>> + '_ {
+        let encoded = self.encode(outgoing);
+        async move {
+            encoded?;
+            if self.queued >= BACKPRESSURE {
+                self.write_queued().await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Encodes `outgoing` into the queue: its payload's data by reference when large and the
+    /// stream writes vectored, else copied.
+    fn encode(&mut self, outgoing: OutgoingFrame) -> Result<(), Error> {
         let OutgoingFrame { frame, checksum } = outgoing;
         let start = self.buffer.len();
         let by_reference = self.vectored
@@ -79,9 +97,6 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             self.chunks.push_back(self.buffer.split().freeze());
             self.chunks.push_back(data);
         }
-        if self.queued >= BACKPRESSURE {
-            self.write_queued().await?;
-        }
         Ok(())
     }
 
@@ -95,13 +110,17 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         Ok(())
     }
 
-    /// Queues `frame` and flushes.
+    /// Queues `frame` and flushes (the frame encoded before the first poll, as
+    /// [`Self::feed`]).
     ///
     /// # Errors
     /// As [`Self::feed`] and [`Self::flush`].
-    pub(crate) async fn send(&mut self, frame: Frame) -> Result<(), Error> {
-        self.feed(frame.into()).await?;
-        self.flush().await
+    pub(crate) fn send(&mut self, frame: Frame) -> impl Future<Output = Result<(), Error>> + '_ {
+        let encoded = self.encode(frame.into());
+        async move {
+            encoded?;
+            self.flush().await
+        }
     }
 
     /// Flushes, then shuts the stream's write side down.
