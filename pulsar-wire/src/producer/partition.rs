@@ -1004,26 +1004,35 @@ fn encode_messages(messages: &[OutgoingMessage], first: u64) -> Bytes {
     let size: usize = messages.iter().map(|m| m.encoded_size() + 32).sum();
     let mut out = BytesMut::with_capacity(size);
     for (message, sequence_id) in messages.iter().zip(first..) {
-        let payload_size = i32::try_from(message.payload.len()).unwrap_or(i32::MAX);
         if message.has_metadata() {
-            let single = SingleMessageMetadata {
-                properties: message.key_values(),
-                partition_key: message.key.clone(),
-                ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-                event_time: message.event_time_wire(),
-                sequence_id: Some(sequence_id),
-                payload_size,
-                ..SingleMessageMetadata::default()
-            };
+            let single = single_message_metadata(message, sequence_id);
             out.put_u32(single.encoded_len() as u32);
             // Writing into a growable buffer cannot fail.
             let _ = single.encode(&mut out);
         } else {
-            put_bare_metadata(&mut out, payload_size, sequence_id);
+            put_bare_metadata(&mut out, payload_size(message), sequence_id);
         }
         out.put_slice(&message.payload);
     }
     out.freeze()
+}
+
+/// A message's metadata in its batch.
+fn single_message_metadata(message: &OutgoingMessage, sequence_id: u64) -> SingleMessageMetadata {
+    SingleMessageMetadata {
+        properties: message.key_values(),
+        partition_key: message.key.clone(),
+        ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+        event_time: message.event_time_wire(),
+        sequence_id: Some(sequence_id),
+        payload_size: payload_size(message),
+        ..SingleMessageMetadata::default()
+    }
+}
+
+/// The protocol's `payload_size` (an int32) of `message`.
+fn payload_size(message: &OutgoingMessage) -> i32 {
+    i32::try_from(message.payload.len()).unwrap_or(i32::MAX)
 }
 
 /// The size-prefixed `SingleMessageMetadata` of a message with only a payload size and a
@@ -1066,15 +1075,7 @@ mod tests {
 
     /// What prost writes for a message's metadata: the size, then the metadata.
     fn prost_encoded(message: &OutgoingMessage, sequence_id: u64) -> Vec<u8> {
-        let single = SingleMessageMetadata {
-            properties: message.key_values(),
-            partition_key: message.key.clone(),
-            ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
-            event_time: message.event_time_wire(),
-            sequence_id: Some(sequence_id),
-            payload_size: i32::try_from(message.payload.len()).unwrap_or(i32::MAX),
-            ..SingleMessageMetadata::default()
-        };
+        let single = single_message_metadata(message, sequence_id);
         let mut out = (single.encoded_len() as u32).to_be_bytes().to_vec();
         out.extend(single.encode_to_vec());
         out.extend_from_slice(&message.payload);
