@@ -14,7 +14,9 @@
 # settings its docs recommend for throughput) and a "defaults" table (each as shipped) from the
 # same run. Paths: pulsar-produce (ours, pulsar-perf from the Pulsar distribution; 10,000 and
 # 1,000 in flight), pulsar-consume (ours, Java, Python, the pulsar crate; Shared, individual
-# acks), rocketmq-produce (ours, Java; 256 in flight), rocketmq-consume (ours, Java push
+# acks), rocketmq-produce (ours, Java; 256 in flight), rocketmq-produce-batch (ours in
+# batches of 32 by send_batch, 256 messages in flight; Java as rocketmq-produce, its client
+# has no batch send), rocketmq-consume (ours, Java push
 # consumers), rocketmq-simple (ours, Java simple consumers; warm-up excluded), pulsar-latency
 # and rocketmq-latency (publish to receive at a fixed rate, steady state; ours, Java). Tuned,
 # our producers run on a current-thread runtime. The backlog consume paths drain a backlog
@@ -38,7 +40,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 args=("$@")
-paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-consume,rocketmq-simple,pulsar-latency,rocketmq-latency
+paths=pulsar-produce,pulsar-consume,rocketmq-produce,rocketmq-produce-batch,rocketmq-consume,rocketmq-simple,pulsar-latency,rocketmq-latency
 clients=ours,java,python,pulsar-rs
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in
@@ -128,6 +130,17 @@ if $want_pulsar; then
     --pulsar-perf "$pulsar_perf")
 fi
 $want_rocketmq && broker_args+=(--rocketmq "$ROCKETMQ_ENDPOINT")
+# The brokers' CPU within each window goes beside the client's (the "broker cores" column):
+# the processes of the pid files scripts/brokers keeps (a broker started another way has none).
+brokers_dir=${BROKERS_DIR:-$root/target/brokers}
+if $want_pulsar && [[ -f $brokers_dir/pulsar/pulsar.pid ]]; then
+  broker_args+=(--pulsar-pid-file "$brokers_dir/pulsar/pulsar.pid")
+fi
+if $want_rocketmq; then
+  for pid_file in "$brokers_dir"/rocketmq/{namesrv,proxy,broker}.pid; do
+    if [[ -f $pid_file ]]; then broker_args+=(--rocketmq-pid-file "$pid_file"); fi
+  done
+fi
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 "$target_dir/release/e2e_load" --out "$root/target/bench-e2e" \

@@ -13,6 +13,8 @@ pub(crate) enum Path {
     PulsarConsume,
     /// RocketMQ produce, 256 in flight.
     RocketmqProduce,
+    /// RocketMQ produce, ours in batches (`send_batch`), 256 messages in flight.
+    RocketmqProduceBatch,
     /// RocketMQ push consume of a backlog.
     RocketmqConsume,
     /// RocketMQ simple consume of a backlog (4 receive loops, acks not awaited).
@@ -26,10 +28,11 @@ pub(crate) enum Path {
 
 impl Path {
     /// Every path, in the order they run.
-    pub(crate) const ALL: [Path; 7] = [
+    pub(crate) const ALL: [Path; 8] = [
         Path::PulsarProduce,
         Path::PulsarConsume,
         Path::RocketmqProduce,
+        Path::RocketmqProduceBatch,
         Path::RocketmqConsume,
         Path::RocketmqSimple,
         Path::PulsarLatency,
@@ -42,6 +45,7 @@ impl Path {
             Path::PulsarProduce => "pulsar-produce",
             Path::PulsarConsume => "pulsar-consume",
             Path::RocketmqProduce => "rocketmq-produce",
+            Path::RocketmqProduceBatch => "rocketmq-produce-batch",
             Path::RocketmqConsume => "rocketmq-consume",
             Path::RocketmqSimple => "rocketmq-simple",
             Path::PulsarLatency => "pulsar-latency",
@@ -140,6 +144,11 @@ pub(crate) struct Options {
     pub(crate) rocketmq_admin: String,
     /// Stop before a measurement when the disk holding `out` has less free space (GiB).
     pub(crate) min_free_gib: u64,
+    /// Pid files of the Pulsar broker's processes, whose CPU within each Pulsar window is
+    /// recorded beside the client's.
+    pub(crate) pulsar_pid_files: Vec<PathBuf>,
+    /// Pid files of the RocketMQ processes (name server, proxy, broker), the same.
+    pub(crate) rocketmq_pid_files: Vec<PathBuf>,
 }
 
 /// One reproducible end-to-end benchmark on real brokers: ours against the official clients.
@@ -208,6 +217,11 @@ pub(crate) struct Produce {
     /// The client as shipped (no batching settings).
     #[arg(long)]
     pub(crate) defaults: bool,
+    /// Messages per send, at least 1: above 1, RocketMQ's sends are batches
+    /// (`Producer::send_batch`) and `in_flight` counts messages (`in_flight / batch` sends
+    /// open). Pulsar batches inside its producer: 1 there.
+    #[arg(long, default_value_t = 1, value_parser = count)]
+    pub(crate) batch: usize,
 }
 
 /// A consume child's arguments.
@@ -328,6 +342,13 @@ pub(crate) struct Flags {
     /// Stop before a measurement when the disk holding --out has less free space (GiB).
     #[arg(long, value_name = "N", default_value_t = 10)]
     min_free_gib: u64,
+    /// A pid file of a Pulsar broker process (repeatable): its CPU within each Pulsar window
+    /// goes in the tables (`broker cores`).
+    #[arg(long, value_name = "PATH")]
+    pulsar_pid_file: Vec<PathBuf>,
+    /// A pid file of a RocketMQ process (repeatable: name server, proxy, broker), the same.
+    #[arg(long, value_name = "PATH")]
+    rocketmq_pid_file: Vec<PathBuf>,
 }
 
 fn repo_path(relative: &str) -> String {
@@ -359,6 +380,8 @@ impl Default for Options {
             python_peers: repo_path("scripts/python-peers/run"),
             rocketmq_admin: repo_path("scripts/brokers/rocketmq"),
             min_free_gib: 10,
+            pulsar_pid_files: Vec::new(),
+            rocketmq_pid_files: Vec::new(),
         }
     }
 }
@@ -409,6 +432,8 @@ impl Flags {
         options.python_peers = self.python_peers.unwrap_or(options.python_peers);
         options.rocketmq_admin = self.rocketmq_admin.unwrap_or(options.rocketmq_admin);
         options.min_free_gib = self.min_free_gib;
+        options.pulsar_pid_files = self.pulsar_pid_file;
+        options.rocketmq_pid_files = self.rocketmq_pid_file;
         options.check()
     }
 }
@@ -585,8 +610,12 @@ mod tests {
             matches!(child("pulsar-consume u t s 5"), Ok(Child::PulsarConsume(c)) if c.messages == 5)
         );
         assert!(
-            matches!(child("rocketmq-produce e t 5 6 7"), Ok(Child::RocketmqProduce(p)) if p.in_flight == 7)
+            matches!(child("rocketmq-produce e t 5 6 7"), Ok(Child::RocketmqProduce(p)) if p.in_flight == 7 && p.batch == 1)
         );
+        assert!(
+            matches!(child("rocketmq-produce e t 0 6 256 --window-secs 3 --batch 32"), Ok(Child::RocketmqProduce(p)) if p.batch == 32)
+        );
+        assert!(child("rocketmq-produce e t 0 6 256 --batch 0").is_err());
         assert!(
             matches!(child("rocketmq-consume e t g 5"), Ok(Child::RocketmqConsume(c)) if c.subscription == "g")
         );

@@ -54,6 +54,9 @@ pub(crate) struct Outcome {
     pub(crate) p99_ms: Option<f64>,
     /// Resident memory at the window's end, MiB.
     pub(crate) rss_mib: Option<f64>,
+    /// The broker processes' CPU seconds within the window (`None` without broker pids, or
+    /// when one could not be read at either end).
+    pub(crate) broker_cpu_s: Option<f64>,
 }
 
 /// Parses `result k=v k=v …` (without the leading word) into its fields.
@@ -83,6 +86,15 @@ fn proc_cpu(pid: Option<u32>) -> Option<f64> {
     pid.and_then(cpu::of_process).map(|d| d.as_secs_f64())
 }
 
+/// The CPU seconds used so far by all of `pids` together: `None` when there are none or one
+/// cannot be read.
+fn procs_cpu(pids: &[u32]) -> Option<f64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|pid| proc_cpu(Some(*pid))).sum()
+}
+
 fn proc_rss_mib(pid: Option<u32>) -> Option<f64> {
     pid.and_then(cpu::rss_of_process)
         .map(|kib| kib as f64 / 1024.0)
@@ -93,13 +105,15 @@ fn proc_rss_mib(pid: Option<u32>) -> Option<f64> {
 /// window had ended, and the run waited for the 30-minute limit.
 const EXIT_GRACE: Duration = Duration::from_secs(120);
 
-/// Runs one client to its end within `limit`; `ready` is told when it prints `ready`.
+/// Runs one client to its end within `limit`; `ready` is told when it prints `ready`. The CPU
+/// of the processes `brokers` within the client's window is read at its two ends too.
 pub(crate) async fn run(
     spec: &Spec,
     limit: Duration,
     ready: Option<oneshot::Sender<()>>,
+    brokers: &[u32],
 ) -> Result<Outcome, String> {
-    run_with_grace(spec, limit, ready, EXIT_GRACE).await
+    run_with_grace(spec, limit, ready, brokers, EXIT_GRACE).await
 }
 
 /// [`run`], the child killed `grace` after its result line if it is still running.
@@ -107,6 +121,7 @@ async fn run_with_grace(
     spec: &Spec,
     limit: Duration,
     mut ready: Option<oneshot::Sender<()>>,
+    brokers: &[u32],
     grace: Duration,
 ) -> Result<Outcome, String> {
     let label = &spec.label;
@@ -137,6 +152,8 @@ async fn run_with_grace(
 
     let mut window_start: Option<f64> = None;
     let mut window_end: Option<f64> = None;
+    let mut brokers_start: Option<f64> = None;
+    let mut brokers_end: Option<f64> = None;
     let mut rss_mib: Option<f64> = None;
     let mut measured: Option<(u64, f64, Option<f64>, Option<f64>)> = None;
     let mut perf = match spec.protocol {
@@ -173,8 +190,10 @@ async fn run_with_grace(
                                 }
                             } else if line.trim() == "start" {
                                 window_start = proc_cpu(pid);
+                                brokers_start = procs_cpu(brokers);
                             } else if let Some(rest) = line.strip_prefix("result ") {
                                 window_end = proc_cpu(pid);
+                                brokers_end = procs_cpu(brokers);
                                 rss_mib = proc_rss_mib(pid);
                                 let fields = parse_result(rest)?;
                                 measured = Some((
@@ -203,9 +222,11 @@ async fn run_with_grace(
                             let after = marks(&perf);
                             if !before.0 && after.0 {
                                 window_start = proc_cpu(pid);
+                                brokers_start = procs_cpu(brokers);
                             }
                             if !before.1 && after.1 {
                                 window_end = proc_cpu(pid);
+                                brokers_end = procs_cpu(brokers);
                                 rss_mib = proc_rss_mib(pid);
                             }
                             keep(line);
@@ -253,6 +274,9 @@ async fn run_with_grace(
         p50_ms,
         p99_ms,
         rss_mib,
+        broker_cpu_s: brokers_start
+            .zip(brokers_end)
+            .map(|(start, end)| end - start),
     })
 }
 
@@ -275,15 +299,18 @@ mod tests {
             env: Vec::new(),
             protocol: Protocol::Lines,
         };
+        // This test's own process stands for a broker: its CPU is read at both lines.
         let outcome = run_with_grace(
             &spec,
             Duration::from_secs(1800),
             None,
+            &[std::process::id()],
             Duration::from_millis(300),
         )
         .await
         .unwrap();
         assert_eq!((outcome.messages, outcome.seconds), (7, 1.5));
+        assert!(outcome.broker_cpu_s.is_some_and(|s| s >= 0.0));
     }
 
     #[test]

@@ -36,6 +36,11 @@
 //! - `rocketmq-produce`: steady state as above, 256 sends in flight; ours, the RocketMQ 5
 //!   Java client (`sendAsync`). Neither has a throughput setting, so one measurement is the
 //!   row of both tables.
+//! - `rocketmq-produce-batch`: the same, ours sending batches of 32 messages
+//!   (`Producer::send_batch`: one `SendMessage` request per batch, 8 open, 256 messages in
+//!   flight); the Java client as in `rocketmq-produce` (its RocketMQ 5 `Producer` has no batch
+//!   send). Measured apart from `rocketmq-produce`, so that the per-message row stays the one
+//!   compared.
 //! - `rocketmq-consume`: a `--rocketmq-backlog` (200,000) on a fresh topic, a fresh group's
 //!   push consumer; ours, the Java push consumer.
 //! - `rocketmq-simple`: the same backlog drained by a fresh group's simple consumer (4 receive
@@ -55,6 +60,12 @@
 //! - `rocketmq-latency`: the same with a fresh group's push consumer (every handler returns
 //!   success) at `--rocketmq-latency-rate` (2,000) messages a second; ours, the Java push
 //!   consumer (`E2eRocketMqPushLatency`), both at default settings.
+//!
+//! Broker CPU: with `--pulsar-pid-file` / `--rocketmq-pid-file` (bench-e2e.sh gives those of
+//! the brokers started by `scripts/brokers`), the CPU of the path's broker processes within
+//! each window is read at the window's two ends as the client's, and goes in the tables as
+//! `broker cores` (CPU seconds per second of window): how close the broker ran to the
+//! machine's cores.
 //!
 //! Interleaving: `for run in 1..=runs { for path { for client { measure } } }`. Every client
 //! runs as a child process (ours through `e2e_load child …`); its CPU within the measured
@@ -120,6 +131,8 @@ pub(crate) fn family_name(family: Family) -> &'static str {
 pub(crate) struct Driver {
     pub(crate) options: Options,
     pub(crate) ourselves: String,
+    /// The path being measured: its broker's processes are observed.
+    path: Option<Path>,
     runs: Vec<Run>,
     failures: Vec<String>,
 }
@@ -171,13 +184,33 @@ impl Driver {
             ));
         }
         eprintln!("e2e_load: {} ...", spec.label);
-        match child::run(spec, Duration::from_secs(1800), ready).await {
+        let brokers = self.broker_pids();
+        match child::run(spec, Duration::from_secs(1800), ready, &brokers).await {
             Ok(outcome) => Ok(Some(outcome)),
             Err(e) => {
                 self.failed(&spec.label, &e);
                 Ok(None)
             }
         }
+    }
+
+    /// The pids of the current path's broker processes, read from `--pulsar-pid-file` or
+    /// `--rocketmq-pid-file` now (a restarted broker has a new pid); none when a file cannot
+    /// be read (no broker CPU in the row then).
+    fn broker_pids(&self) -> Vec<u32> {
+        let files = match self.path {
+            Some(path) if path.is_pulsar() => &self.options.pulsar_pid_files,
+            Some(_) => &self.options.rocketmq_pid_files,
+            None => return Vec::new(),
+        };
+        let pids: Option<Vec<u32>> = files
+            .iter()
+            .map(|file| std::fs::read_to_string(file).ok()?.trim().parse().ok())
+            .collect();
+        pids.unwrap_or_else(|| {
+            eprintln!("e2e_load: a broker pid file cannot be read: no broker CPU in this row");
+            Vec::new()
+        })
     }
 
     /// Reports the failed measurement of `label` (printed now, listed at the end).
@@ -212,16 +245,19 @@ impl Driver {
             p50_ms: o.p50_ms,
             p99_ms: o.p99_ms,
             rss_mib: o.rss_mib,
+            broker_cpu_s: o.broker_cpu_s,
         };
         eprintln!(
             "e2e_load: {} {path} {client} run {run}: {:.0} msg/s, {:.2} CPU s per M, p50 {} p99 {}, \
-             RSS {}",
+             RSS {}, broker {}",
             row.settings,
             row.msgs_per_s(),
             row.cpu_s_per_million(),
             row.p50_ms.map_or("-".into(), |v| format!("{v:.1} ms")),
             row.p99_ms.map_or("-".into(), |v| format!("{v:.1} ms")),
             row.rss_mib.map_or("-".into(), |v| format!("{v:.0} MiB")),
+            row.broker_cores()
+                .map_or("-".into(), |v| format!("{v:.2} cores")),
         );
         self.runs.push(row);
         if let Err(e) = report::write(&self.options.out, &self.runs) {
@@ -238,6 +274,7 @@ async fn drive(options: Options) -> Result<(), String> {
     let mut driver = Driver {
         options,
         ourselves,
+        path: None,
         runs: Vec::new(),
         failures: Vec::new(),
     };
@@ -266,10 +303,14 @@ async fn drive(options: Options) -> Result<(), String> {
     let mut stopped = None;
     'runs: for run in 1..=driver.options.runs {
         for path in &paths {
+            driver.path = Some(*path);
             let result = match path {
                 Path::PulsarProduce => pulsar_produce::measure(&mut driver, run).await,
                 Path::PulsarConsume => pulsar_consume::measure(&mut driver, run).await,
-                Path::RocketmqProduce => rocketmq_produce::measure(&mut driver, run).await,
+                Path::RocketmqProduce => rocketmq_produce::measure(&mut driver, run, 1).await,
+                Path::RocketmqProduceBatch => {
+                    rocketmq_produce::measure(&mut driver, run, rocketmq_produce::BATCH).await
+                }
                 Path::RocketmqConsume => rocketmq_consume::measure(&mut driver, run).await,
                 Path::RocketmqSimple => rocketmq_simple::measure(&mut driver, run).await,
                 Path::PulsarLatency => pulsar_latency::measure(&mut driver, run).await,

@@ -26,6 +26,9 @@ pub(crate) const BATCH_BYTES: usize = 4 << 20;
 pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let (url, topic) = (&args.target, &args.topic);
     let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
+    if args.batch != 1 {
+        return Err("--batch: a Pulsar producer batches by itself; give 1".into());
+    }
     let client = Client::builder(url)
         .build()
         .await

@@ -35,9 +35,16 @@ pub(crate) struct Run {
     pub(crate) p99_ms: Option<f64>,
     /// The client's resident memory at the window's end, MiB.
     pub(crate) rss_mib: Option<f64>,
+    /// The broker processes' CPU seconds within the window (with their pid files given).
+    pub(crate) broker_cpu_s: Option<f64>,
 }
 
 impl Run {
+    /// The broker processes' CPU within the window, in cores busy (CPU seconds per second).
+    pub(crate) fn broker_cores(&self) -> Option<f64> {
+        self.broker_cpu_s.map(|cpu| cpu / self.seconds.max(1e-9))
+    }
+
     pub(crate) fn msgs_per_s(&self) -> f64 {
         self.messages as f64 / self.seconds.max(1e-9)
     }
@@ -71,6 +78,8 @@ pub(crate) struct Summary {
     pub(crate) p50_ms: Option<f64>,
     pub(crate) p99_ms: Option<f64>,
     pub(crate) rss_mib: Option<f64>,
+    /// The broker processes' CPU within the window, cores busy.
+    pub(crate) broker_cores: Option<f64>,
 }
 
 /// Medians per (settings, path, client, in flight), in the order the groups first appear.
@@ -112,6 +121,7 @@ pub(crate) fn summarize(runs: &[Run]) -> Vec<Summary> {
                 p50_ms: of_opt(&|r| r.p50_ms),
                 p99_ms: of_opt(&|r| r.p99_ms),
                 rss_mib: of_opt(&|r| r.rss_mib),
+                broker_cores: of_opt(&Run::broker_cores),
             }
         })
         .collect()
@@ -130,12 +140,12 @@ pub(crate) fn runs_csv(runs: &[Run]) -> String {
     let mut out = String::from(
         "settings,path,client,in_flight,run,messages,bytes_per_message,seconds,msgs_per_s,\
          mb_per_s,cpu_s,cpu_s_per_million,process_cpu_s,process_cpu_s_per_million,p50_ms,p99_ms,\
-         rss_mib\n",
+         rss_mib,broker_cpu_s,broker_cores\n",
     );
     for r in runs {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.3},{:.0},{:.2},{:.3},{:.3},{:.3},{:.3},{},{},{}",
+            "{},{},{},{},{},{},{},{:.3},{:.0},{:.2},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
             r.settings,
             r.path,
             r.client,
@@ -153,6 +163,8 @@ pub(crate) fn runs_csv(runs: &[Run]) -> String {
             opt(r.p50_ms, 3),
             opt(r.p99_ms, 3),
             opt(r.rss_mib, 0),
+            opt(r.broker_cpu_s, 3),
+            opt(r.broker_cores(), 3),
         );
     }
     out
@@ -162,12 +174,12 @@ pub(crate) fn runs_csv(runs: &[Run]) -> String {
 pub(crate) fn results_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
         "settings,path,client,in_flight,runs,msgs_per_s,mb_per_s,cpu_s_per_million,\
-         process_cpu_s_per_million,p50_ms,p99_ms,rss_mib\n",
+         process_cpu_s_per_million,p50_ms,p99_ms,rss_mib,broker_cores\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{:.0},{:.2},{:.3},{:.3},{},{},{}",
+            "{},{},{},{},{},{:.0},{:.2},{:.3},{:.3},{},{},{},{}",
             s.settings,
             s.path,
             s.client,
@@ -180,6 +192,7 @@ pub(crate) fn results_csv(summaries: &[Summary]) -> String {
             opt(s.p50_ms, 3),
             opt(s.p99_ms, 3),
             opt(s.rss_mib, 0),
+            opt(s.broker_cores, 3),
         );
     }
     out
@@ -189,13 +202,13 @@ pub(crate) fn results_csv(summaries: &[Summary]) -> String {
 pub(crate) fn markdown(summaries: &[Summary]) -> String {
     let mut out = String::from(
         "| settings | path | client | in flight | runs | msg/s | MB/s | CPU s per M msgs | \
-         CPU s per M (whole process) | p50 ms | p99 ms | RSS MiB |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         CPU s per M (whole process) | p50 ms | p99 ms | RSS MiB | broker cores |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} |",
             s.settings,
             s.path,
             s.client,
@@ -208,6 +221,7 @@ pub(crate) fn markdown(summaries: &[Summary]) -> String {
             opt(s.p50_ms, 1),
             opt(s.p99_ms, 1),
             opt(s.rss_mib, 0),
+            opt(s.broker_cores, 2),
         );
     }
     out
@@ -245,6 +259,7 @@ mod tests {
             p50_ms: Some(1.0),
             p99_ms: p99,
             rss_mib: Some(20.0),
+            broker_cpu_s: (client == "ours").then_some(seconds * 1.5),
         }
     }
 
@@ -267,9 +282,9 @@ mod tests {
         assert_eq!(summaries[1].p99_ms, None);
         let csv = results_csv(&summaries);
         assert!(csv.contains(
-            "\ntuned,pulsar-produce,ours,1000,3,200000,200.00,2.500,5.000,1.000,6.000,20\n"
+            "\ntuned,pulsar-produce,ours,1000,3,200000,200.00,2.500,5.000,1.000,6.000,20,1.500\n"
         ));
-        assert!(csv.ends_with(",java,1000,1,50000,50.00,10.000,20.000,1.000,,20\n"));
+        assert!(csv.ends_with(",java,1000,1,50000,50.00,10.000,20.000,1.000,,20,\n"));
         assert_eq!(runs_csv(&runs).lines().count(), 5);
         assert!(
             markdown(&summaries)

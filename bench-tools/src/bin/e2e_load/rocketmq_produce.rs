@@ -1,6 +1,9 @@
-//! RocketMQ produce: N messages of SIZE bytes to a fresh topic (4 queues), at most 256 sends
-//! in flight; latency from each send to its receipt. Ours (`rocketmq-grpc`), the RocketMQ 5
-//! Java client (`sendAsync` under a semaphore).
+//! RocketMQ produce: N messages of SIZE bytes to a fresh topic (4 queues), at most 256
+//! messages in flight; latency from each send to its receipt. Ours (`rocketmq-grpc`), the
+//! RocketMQ 5 Java client (`sendAsync` under a semaphore). Two paths: `rocketmq-produce`, one
+//! message per request; `rocketmq-produce-batch`, ours sending batches of
+//! [`BATCH`] (`Producer::send_batch`, one `SendMessage` request each) against the same Java
+//! client, which has no batch send (its `Producer` sends one message per call).
 
 use std::time::{Duration, Instant};
 
@@ -10,8 +13,12 @@ use crate::args::{Family, Settings};
 use crate::child::{Protocol, Spec};
 use crate::{Driver, stdin_closed};
 
-/// Sends in flight.
+/// Messages in flight.
 pub(crate) const IN_FLIGHT: usize = 256;
+
+/// Messages per batch in the batch path: 32 KiB of 1 KiB messages, far below the proxy's 4 MiB
+/// limit on a request's bodies; [`IN_FLIGHT`] / `BATCH` (8) requests open.
+pub(crate) const BATCH: usize = 32;
 
 /// Our producer for `topic`, started (settings announced, route known).
 pub(crate) async fn producer(endpoint: &str, topic: &str) -> Result<Producer, String> {
@@ -53,21 +60,49 @@ pub(crate) async fn send_all(
 }
 
 /// `child rocketmq-produce ENDPOINT TOPIC MESSAGES SIZE IN_FLIGHT [--warmup-secs W
-/// --window-secs D]`
+/// --window-secs D] [--batch B]`
 pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let (endpoint, topic) = (&args.target, &args.topic);
     let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
     let producer = producer(endpoint, topic).await?;
-    let measured = if args.window_secs > 0 {
-        let body = bytes::Bytes::from(vec![b'x'; size]);
-        crate::window::send_steady(
+    let body = bytes::Bytes::from(vec![b'x'; size]);
+    let steady = |per_send: usize| {
+        (
             Duration::from_secs(args.warmup_secs),
             Duration::from_secs(args.window_secs),
-            in_flight,
+            (in_flight / per_send).max(1),
+            per_send as u64,
+        )
+    };
+    let measured = if args.window_secs > 0 && args.batch > 1 {
+        let (warmup, window, sends, per_send) = steady(args.batch);
+        crate::window::send_steady(
+            warmup,
+            window,
+            sends,
+            per_send,
+            || {
+                let batch = (0..args.batch)
+                    .map(|_| OutgoingMessage::new(topic, body.clone()))
+                    .collect();
+                producer.send_batch(batch)
+            },
+            || println!("start"),
+        )
+        .await?
+    } else if args.window_secs > 0 {
+        let (warmup, window, sends, per_send) = steady(1);
+        crate::window::send_steady(
+            warmup,
+            window,
+            sends,
+            per_send,
             || producer.send(OutgoingMessage::new(topic, body.clone())),
             || println!("start"),
         )
         .await?
+    } else if args.batch > 1 {
+        return Err("--batch needs --window-secs (a steady-state run)".into());
     } else {
         println!("start");
         let started = Instant::now();
@@ -127,12 +162,20 @@ pub(crate) fn client(
 /// A child's environment variables.
 type Env = Vec<(String, String)>;
 
-/// Run `run` of every client, each on its own topic, deleted after. Neither client has a
-/// throughput setting (no batching; the sends in flight are the application's); ours runs on
-/// the runtime of each settings table ([`crate::runtime::ours_env`]), so it is measured once
-/// per table, and the Java client's one measurement is the row of every table asked for.
-pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), String> {
+/// Run `run` of the path `rocketmq-produce` (`batch` 1) or `rocketmq-produce-batch`
+/// ([`BATCH`]) for every client, each on its own topic, deleted after. Neither client has a
+/// throughput setting (no batching within the client; the sends in flight are the
+/// application's); ours runs on the runtime of each settings table
+/// ([`crate::runtime::ours_env`]), so it is measured once per table, and the Java client's one
+/// measurement is the row of every table asked for. The Java client has no batch send: in the
+/// batch path it sends one message per call as in the other.
+pub(crate) async fn measure(driver: &mut Driver, run: usize, batch: usize) -> Result<(), String> {
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
+    let path = if batch > 1 {
+        "rocketmq-produce-batch"
+    } else {
+        "rocketmq-produce"
+    };
     for family in driver.options.clients.clone() {
         let Some((label, program, first_args)) =
             client(driver, family, "rocketmq-produce", "E2eRocketMqProduce")
@@ -161,6 +204,9 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
                 "--window-secs".into(),
                 driver.options.window.to_string(),
             ]);
+            if family == Family::Ours && batch > 1 {
+                args.extend(["--batch".into(), batch.to_string()]);
+            }
             let spec = Spec {
                 label: label.into(),
                 program: program.clone(),
@@ -173,14 +219,7 @@ pub(crate) async fn measure(driver: &mut Driver, run: usize) -> Result<(), Strin
                 .await?;
             let outcome = outcome?;
             for settings in tables {
-                driver.record(
-                    settings,
-                    "rocketmq-produce",
-                    label,
-                    IN_FLIGHT,
-                    run,
-                    outcome.clone(),
-                );
+                driver.record(settings, path, label, IN_FLIGHT, run, outcome.clone());
             }
         }
     }

@@ -107,8 +107,15 @@ impl<O: FnOnce()> SteadyClock<O> {
     /// Takes one receipt of a send started at `started`, come at `now`; the run's result once
     /// the window has closed.
     fn receipt(&mut self, started: Instant, now: Instant) -> Option<Steady> {
+        self.receipts(started, now, 1)
+    }
+
+    /// Takes the receipts of the `messages` messages of one send (a batch) started at
+    /// `started`, come at `now`: as many samples, each with the send's latency.
+    fn receipts(&mut self, started: Instant, now: Instant, messages: u64) -> Option<Steady> {
         let latency = now.duration_since(started);
-        self.sample(now, latency.as_micros().min(u128::from(u32::MAX)) as u32)
+        let latency_us = latency.as_micros().min(u128::from(u32::MAX)) as u32;
+        (0..messages).find_map(|_| self.sample(now, latency_us))
     }
 
     /// Takes one sample of `latency_us` µs taken at `now`: the run's result at the first
@@ -141,13 +148,15 @@ impl<O: FnOnce()> SteadyClock<O> {
 }
 
 /// Sends made by `send` without end, `in_flight` open at a time, each awaited on its own
-/// (receipts in any order): after `warmup` it calls `opened` (the child prints `start` there)
-/// and counts every receipt until `window` has passed since, then returns at once (the sends
-/// still open are dropped: their receipts come after the window). A failed send ends the run.
+/// (receipts in any order), each of `per_send` messages (a batch send's size, else 1): after
+/// `warmup` it calls `opened` (the child prints `start` there) and counts every message
+/// receipted until `window` has passed since, then returns at once (the sends still open are
+/// dropped: their receipts come after the window). A failed send ends the run.
 pub(crate) async fn send_steady<F, T, E>(
     warmup: Duration,
     window: Duration,
     in_flight: usize,
+    per_send: u64,
     mut send: impl FnMut() -> F,
     opened: impl FnOnce(),
 ) -> Result<Steady, String>
@@ -170,7 +179,7 @@ where
             continue;
         };
         result.map_err(|e| format!("send: {e}"))?;
-        if let Some(steady) = clock.receipt(started, Instant::now()) {
+        if let Some(steady) = clock.receipts(started, Instant::now(), per_send) {
             return Ok(steady);
         }
     }
@@ -264,6 +273,7 @@ mod tests {
             Duration::from_secs(2),
             Duration::from_secs(3),
             4,
+            1,
             || async {
                 // Each send takes 10 ms of virtual time: 4 in flight, 400 receipts a second.
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -302,10 +312,31 @@ mod tests {
             "{}",
             ordered.messages
         );
+        let batched = send_steady(
+            Duration::from_secs(2),
+            Duration::from_secs(3),
+            4,
+            32,
+            || async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, String>(())
+            },
+            || {},
+        )
+        .await
+        .expect("no send fails");
+        // 400 sends a second of 32 messages each, for 3 s, give or take a round at each end.
+        assert!(
+            (1192 * 32..=1208 * 32).contains(&batched.messages),
+            "{}",
+            batched.messages
+        );
+        assert_eq!(batched.latencies.len() as u64, batched.messages);
         let failed = send_steady(
             Duration::from_secs(1),
             Duration::from_secs(1),
             2,
+            1,
             || async { Err::<(), _>("refused") },
             || {},
         )
