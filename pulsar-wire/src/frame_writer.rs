@@ -343,6 +343,26 @@ mod tests {
         }
     }
 
+    /// Once written, a batch's bytes are no longer held by the writer: the producer takes its
+    /// buffer back for the next batch when the receipt comes (`producer::spare_buffers`).
+    #[tokio::test]
+    async fn a_written_batch_is_no_longer_held() {
+        for vectored in [true, false] {
+            let frame = send(9, 1 << 20);
+            let data = frame.payload.as_ref().unwrap().data.clone();
+            let io = Trickle {
+                written: Vec::new(),
+                step: 65_536,
+                vectored,
+                writes: 0,
+            };
+            let mut writer = FrameWriter::new(io, crate::codec::DEFAULT_MAX_FRAME_SIZE);
+            writer.feed(frame.into()).await.unwrap();
+            writer.flush().await.unwrap();
+            assert!(data.try_into_mut().is_ok(), "still held ({vectored})");
+        }
+    }
+
     fn assert_decodes_to(written: &[u8], frame: &Frame) {
         let mut src = BytesMut::from(written);
         let decoded = tokio_util::codec::Decoder::decode(&mut PulsarCodec::default(), &mut src)

@@ -6,6 +6,7 @@ mod message;
 mod partition;
 mod queue;
 mod router;
+mod spare_buffers;
 
 use std::fmt;
 use std::future::Future;

@@ -14,6 +14,7 @@ use txn_ack::TxnId;
 
 use super::message::OutgoingMessage;
 use super::queue::Slot;
+use super::spare_buffers::SpareBuffers;
 use crate::backoff::Retries;
 use crate::codec::{OutgoingFrame, payload_checksum};
 use crate::connection::ProducerGone;
@@ -107,10 +108,11 @@ struct Awaiting {
 
 impl Awaiting {
     /// Gives the place back, then completes the wait: a sender that sends again at once
-    /// finds the place free.
-    fn resolve(self, result: Result<pb::MessageIdData, Error>) {
+    /// finds the place free. Returns the entry's frame.
+    fn resolve(self, result: Result<pb::MessageIdData, Error>) -> OutgoingFrame {
         drop(self.slot);
         let _ = self.done.send(result);
+        self.frame
     }
 }
 
@@ -152,6 +154,8 @@ pub(crate) struct PartitionProducer {
     /// Held while an entry is numbered and its frame queued, so that frames reach the
     /// connection in sequence-id order whoever sends them.
     sequencer: Mutex<Sequencer>,
+    /// Receipted batches' buffers, for the next batches.
+    spare: SpareBuffers,
     pub(crate) max_message_size: usize,
     /// The codec of every entry it sends.
     compression: Compression,
@@ -239,6 +243,7 @@ impl PartitionProducer {
                 next: next_sequence,
                 awaiting: BTreeMap::new(),
             }),
+            spare: SpareBuffers::default(),
             max_message_size,
             compression: spec.compression,
             chunk_size: spec.chunk_size.map(|size| size.clamp(1, max_message_size)),
@@ -434,7 +439,13 @@ impl PartitionProducer {
         }
         let awaiting = self.sequencer.lock().awaiting.remove(&first);
         if let Some(awaiting) = awaiting {
-            awaiting.resolve(result);
+            let frame = awaiting.resolve(result).frame;
+            // A batch's buffer is free once the writer has sent it: the next batch's.
+            if let Some(payload) = frame.payload
+                && payload.metadata.num_messages_in_batch.is_some()
+            {
+                self.spare.give_back(payload.data);
+            }
         }
     }
 
@@ -699,7 +710,7 @@ impl PartitionProducer {
         first: u64,
         txn: Option<TxnId>,
     ) -> Result<OutgoingFrame, Error> {
-        let plain = encode_messages(messages, first);
+        let plain = encode_messages(messages, first, |size| self.spare.take(size));
         if self.compression == Compression::None && plain.len() > self.max_message_size {
             return Err(Error::Invalid {
                 what: "batch",
@@ -713,6 +724,10 @@ impl PartitionProducer {
         }
         let uncompressed_size = u32::try_from(plain.len()).ok();
         let (data, compression, _) = self.compressed(&plain, "batch")?;
+        if compression.is_some() {
+            // Compressed into a buffer of its own: the plain one is free now.
+            self.spare.give_back(plain);
+        }
         // The entry's keys, when every message shares them: Key_Shared dispatch reads the
         // entry's ordering_key, else its partition_key (key-based batching makes them shared).
         let partition_key = shared_key(messages, |m| m.key.as_deref().map(str::as_bytes))
@@ -999,10 +1014,15 @@ async fn registered(
 }
 
 /// The uncompressed payload of a batch of `messages` numbered from `first`: each message's
-/// size, [`SingleMessageMetadata`] and payload, written in one pass into one buffer.
-fn encode_messages(messages: &[OutgoingMessage], first: u64) -> Bytes {
+/// size, [`SingleMessageMetadata`] and payload, written in one pass into one buffer, asked of
+/// `buffer` with the most bytes it takes.
+fn encode_messages(
+    messages: &[OutgoingMessage],
+    first: u64,
+    buffer: impl FnOnce(usize) -> BytesMut,
+) -> Bytes {
     let size: usize = messages.iter().map(|m| m.encoded_size() + 32).sum();
-    let mut out = BytesMut::with_capacity(size);
+    let mut out = buffer(size);
     for (message, sequence_id) in messages.iter().zip(first..) {
         if message.has_metadata() {
             let single = single_message_metadata(message, sequence_id);
@@ -1098,7 +1118,7 @@ mod tests {
                     if keyed { message.key("k").property("a", "b") } else { message }
                 })
                 .collect();
-            let batch = encode_messages(&messages, first);
+            let batch = encode_messages(&messages, first, BytesMut::with_capacity);
             let expected: Vec<u8> = messages
                 .iter()
                 .zip(first..)
