@@ -6,7 +6,8 @@
 #   scripts/bench-e2e.sh --runs 3 --clients ours,java  # the run BENCHMARKS.md quotes (~40 min)
 #   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce --clients ours,java --settings tuned
 #   flags: --runs N --paths LIST --clients ours,java,python,pulsar-rs --settings tuned,defaults
-#          --warmup SECS (20) --window SECS (30) --backlog N --rocketmq-backlog N --size BYTES
+#          --warmup SECS (20) --window SECS (30) --broker-warmup SECS (30) --backlog N
+#          --rocketmq-backlog N --size BYTES
 #          --out DIR (target/bench-e2e)
 #
 # Produce paths run in steady state: each client sends without end, its window opens after the
@@ -20,7 +21,10 @@
 # consumers), rocketmq-simple (ours, Java simple consumers; warm-up excluded), pulsar-latency
 # and rocketmq-latency (publish to receive at a fixed rate, steady state; ours, Java). Tuned,
 # our producers run on a current-thread runtime. The backlog consume paths drain a backlog
-# (not steady state yet). See bench-tools/src/bin/e2e_load/main.rs.
+# (not steady state yet). Before the first run our producer sends to each broker for
+# --broker-warmup SECS (30), not recorded: a broker started moments ago otherwise runs its own
+# JIT warm-up within the first measurement. Each row has the brokers' CPU within its window
+# ("broker cores"). See bench-tools/src/bin/e2e_load/main.rs.
 #
 # Brokers: uses those named by PULSAR_SERVICE_URL (+ PULSAR_ADMIN_URL, default
 # http://127.0.0.1:8080) and ROCKETMQ_ENDPOINT; otherwise starts what the chosen paths need
@@ -110,9 +114,17 @@ if $want_rocketmq && [[ -z ${ROCKETMQ_ENDPOINT:-} ]]; then
     log "RocketMQ already runs here: using it (not stopped at the end)"
     ROCKETMQ_ENDPOINT=127.0.0.1:8081
   else
-    log "starting RocketMQ (commit-log files kept 1 h at most)"
+    log "starting RocketMQ (its store on target/ disk, commit-log files kept 1 h at most)"
+    # scripts/brokers/rocketmq puts the store on /dev/shm, which is memory: the batch path
+    # writes 6.5 GB a measurement, and one run filled it to 20 GB of the machine's 24 GiB before
+    # the broker refused every message ("disk is full"), with the other measurements short of
+    # memory. Here the store goes on the disk of target/ (--min-free-gib guards it) unless
+    # ROCKETMQ_STORE_DIR names another place. The broker's forced cleaning (above 85 % of the
+    # disk, oldest files first, expired or not) is left as it is: lowered, it would delete a
+    # consume path's backlog on a disk shared with other data.
     hours=$(seq -s ';' -f '%02g' 0 23)
-    env_lines=$(ROCKETMQ_BROKER_CONF_EXTRA=$'fileReservedTime=1\ndeleteWhen='"$hours" scripts/brokers/rocketmq start)
+    env_lines=$(ROCKETMQ_STORE_DIR=${ROCKETMQ_STORE_DIR:-$root/target/bench-rocketmq-store} \
+      ROCKETMQ_BROKER_CONF_EXTRA=$'fileReservedTime=1\ndeleteWhen='"$hours" scripts/brokers/rocketmq start)
     started+=(rocketmq)
     ROCKETMQ_ENDPOINT=$(grep -o 'ROCKETMQ_ENDPOINT=[^[:space:]]*' <<<"$env_lines" | tail -n 1 | cut -d= -f2-)
   fi

@@ -115,6 +115,9 @@ pub(crate) struct Options {
     pub(crate) warmup: u64,
     /// Seconds of a produce or latency path's measured window.
     pub(crate) window: u64,
+    /// Seconds our producer sends to each broker before the first run, not recorded (the
+    /// brokers' own JIT warm-up); 0 for none.
+    pub(crate) broker_warmup: u64,
     /// Messages a second our producer publishes in the Pulsar latency path.
     pub(crate) latency_rate: u64,
     /// Messages a second our producer publishes in the RocketMQ latency path.
@@ -297,6 +300,11 @@ pub(crate) struct Flags {
     /// Seconds of a produce or latency client's measured window [default: 30; --quick: 5].
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     window: Option<u64>,
+    /// Seconds our producer sends to each broker before the first run, not recorded: a
+    /// broker freshly started runs its own JIT warm-up, which otherwise falls in the first
+    /// measurement [default: 30; --quick: 0]; 0 for none.
+    #[arg(long, value_name = "SECS")]
+    broker_warmup: Option<u64>,
     /// Messages a second published in the Pulsar latency path.
     #[arg(long, value_name = "N", value_parser = count, default_value = "5000")]
     latency_rate: usize,
@@ -365,6 +373,7 @@ impl Default for Options {
             rocketmq_backlog: 200_000,
             size: 1024,
             warmup: 20,
+            broker_warmup: 30,
             window: 30,
             latency_rate: 5000,
             rocketmq_latency_rate: 2000,
@@ -408,6 +417,7 @@ impl Flags {
             options.rocketmq_backlog = 5_000;
             options.warmup = 5;
             options.window = 5;
+            options.broker_warmup = 0;
         }
         let keep = |value: Option<usize>, default: usize| value.unwrap_or(default);
         options.runs = keep(self.runs, options.runs);
@@ -418,6 +428,7 @@ impl Flags {
         options.size = self.size;
         options.warmup = self.warmup.unwrap_or(options.warmup);
         options.window = self.window.unwrap_or(options.window);
+        options.broker_warmup = self.broker_warmup.unwrap_or(options.broker_warmup);
         options.latency_rate = self.latency_rate as u64;
         options.rocketmq_latency_rate = self.rocketmq_latency_rate as u64;
         options.settings = self.settings.unwrap_or(options.settings);
@@ -523,6 +534,7 @@ mod tests {
         let options = parse(&format!("--backlog 7 {BROKERS} --quick")).unwrap();
         assert_eq!(options.runs, 1);
         assert_eq!((options.warmup, options.window), (5, 5));
+        assert_eq!(options.broker_warmup, 0);
         assert_eq!(options.backlog, 7);
         assert_eq!(options.rocketmq_backlog, 5_000);
     }

@@ -61,6 +61,10 @@
 //!   success) at `--rocketmq-latency-rate` (2,000) messages a second; ours, the Java push
 //!   consumer (`E2eRocketMqPushLatency`), both at default settings.
 //!
+//! Broker warm-up: before the first run our producer sends to each broker the paths use for
+//! `--broker-warmup` (30) seconds, not recorded: a broker started moments ago otherwise runs
+//! its own JIT warm-up within the first client's window.
+//!
 //! Broker CPU: with `--pulsar-pid-file` / `--rocketmq-pid-file` (bench-e2e.sh gives those of
 //! the brokers started by `scripts/brokers`), the CPU of the path's broker processes within
 //! each window is read at the window's two ends as the client's, and goes in the tables as
@@ -301,6 +305,16 @@ async fn drive(options: Options) -> Result<(), String> {
     );
     let paths = o.paths.clone();
     let mut stopped = None;
+    if driver.options.broker_warmup > 0 {
+        if let Some(path) = paths.iter().find(|p| p.is_pulsar()) {
+            driver.path = Some(*path);
+            pulsar_produce::warm_broker(&mut driver).await?;
+        }
+        if let Some(path) = paths.iter().find(|p| !p.is_pulsar()) {
+            driver.path = Some(*path);
+            rocketmq_produce::warm_broker(&mut driver).await?;
+        }
+    }
     'runs: for run in 1..=driver.options.runs {
         for path in &paths {
             driver.path = Some(*path);

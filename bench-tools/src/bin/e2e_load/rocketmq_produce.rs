@@ -135,6 +135,38 @@ pub(crate) async fn fresh_topic(
     Ok(topic)
 }
 
+/// Before the first run: our producer sends to a topic of its own for `--broker-warmup`
+/// seconds, not recorded (the proxy's and broker's JIT warm-up), as
+/// [`crate::pulsar_produce::warm_broker`].
+pub(crate) async fn warm_broker(driver: &mut Driver) -> Result<(), String> {
+    let secs = driver.options.broker_warmup;
+    let topic = fresh_topic(driver, "warmup", Family::Ours).await?;
+    let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
+    let args = [
+        "child",
+        "rocketmq-produce",
+        &endpoint,
+        &topic,
+        "0",
+        &driver.options.size.to_string(),
+        &IN_FLIGHT.to_string(),
+        "--warmup-secs",
+        &secs.to_string(),
+        "--window-secs",
+        "1",
+    ];
+    let spec = Spec {
+        label: "RocketMQ broker warm-up (ours, not recorded)".into(),
+        program: driver.ourselves.clone(),
+        args: args.map(String::from).to_vec(),
+        env: crate::runtime::ours_env(Settings::Tuned),
+        protocol: Protocol::Lines,
+    };
+    let outcome = driver.measure(&spec).await;
+    crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic).await?;
+    outcome.map(drop)
+}
+
 /// A RocketMQ path's client of `family`: its label, program and first arguments (ours: the
 /// `child` mode `path`; Java: the peer class `java_class`); `None` for the families without
 /// a RocketMQ client.

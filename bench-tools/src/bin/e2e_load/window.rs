@@ -265,6 +265,12 @@ mod tests {
         assert_eq!(failed, Err("send: refused".to_owned()));
     }
 
+    /// A send that takes 10 ms.
+    async fn ten_ms() -> Result<(), String> {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(())
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_steady_run_counts_only_the_window() {
         let mut opened_at = None;
@@ -274,11 +280,8 @@ mod tests {
             Duration::from_secs(3),
             4,
             1,
-            || async {
-                // Each send takes 10 ms of virtual time: 4 in flight, 400 receipts a second.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                Ok::<_, String>(())
-            },
+            // Each send takes 10 ms of virtual time: 4 in flight, 400 receipts a second.
+            ten_ms,
             || opened_at = Some(began.elapsed()),
         )
         .await
@@ -297,12 +300,7 @@ mod tests {
             Duration::from_secs(2),
             Duration::from_secs(3),
             4,
-            || {
-                Box::pin(async {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    Ok::<_, String>(())
-                })
-            },
+            || Box::pin(ten_ms()),
             || {},
         )
         .await
@@ -317,10 +315,7 @@ mod tests {
             Duration::from_secs(3),
             4,
             32,
-            || async {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                Ok::<_, String>(())
-            },
+            ten_ms,
             || {},
         )
         .await
