@@ -217,6 +217,38 @@ impl Driver {
         })
     }
 
+    /// The broker warm-up's client: our `child` of the produce path `mode` (tuned) sending to
+    /// `target`'s `topic` with `in_flight` open for `--broker-warmup` seconds, then a 1 s
+    /// window; its result is not recorded.
+    pub(crate) fn warm_up_spec(
+        &self,
+        mode: &str,
+        target: &str,
+        topic: &str,
+        in_flight: usize,
+    ) -> Spec {
+        let args = [
+            "child",
+            mode,
+            target,
+            topic,
+            "0",
+            &self.options.size.to_string(),
+            &in_flight.to_string(),
+            "--warmup-secs",
+            &self.options.broker_warmup.to_string(),
+            "--window-secs",
+            "1",
+        ];
+        Spec {
+            label: format!("{mode} broker warm-up (ours, not recorded)"),
+            program: self.ourselves.clone(),
+            args: args.map(String::from).to_vec(),
+            env: runtime::ours_env(Settings::Tuned),
+            protocol: child::Protocol::Lines,
+        }
+    }
+
     /// Reports the failed measurement of `label` (printed now, listed at the end).
     pub(crate) fn failed(&mut self, label: &str, error: &str) {
         eprintln!("e2e_load: FAILED: {error}");

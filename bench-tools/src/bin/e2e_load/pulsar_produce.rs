@@ -206,7 +206,6 @@ fn in_flight_of(settings: Settings) -> &'static [usize] {
 /// script): the first client measured ran at 243,000 msg/s with the broker busy on 1.25 cores,
 /// the next at 321,000 with 0.95.
 pub(crate) async fn warm_broker(driver: &mut Driver) -> Result<(), String> {
-    let secs = driver.options.broker_warmup;
     let admin = driver.pulsar_admin()?;
     let topic = format!(
         "persistent://{}/e2e-broker-warmup-{}",
@@ -214,26 +213,7 @@ pub(crate) async fn warm_broker(driver: &mut Driver) -> Result<(), String> {
         crate::admin::stamp()
     );
     let url = driver.options.pulsar.clone().unwrap_or_default();
-    let args = [
-        "child",
-        "pulsar-produce",
-        &url,
-        &topic,
-        "0",
-        &driver.options.size.to_string(),
-        &IN_FLIGHT[1].to_string(),
-        "--warmup-secs",
-        &secs.to_string(),
-        "--window-secs",
-        "1",
-    ];
-    let spec = Spec {
-        label: "Pulsar broker warm-up (ours, not recorded)".into(),
-        program: driver.ourselves.clone(),
-        args: args.map(String::from).to_vec(),
-        env: crate::runtime::ours_env(Settings::Tuned),
-        protocol: Protocol::Lines,
-    };
+    let spec = driver.warm_up_spec("pulsar-produce", &url, &topic, IN_FLIGHT[1]);
     crate::admin::create_topic(&admin, &topic).await?;
     let outcome = driver.measure(&spec).await;
     crate::admin::delete_topic(&admin, &topic).await?;

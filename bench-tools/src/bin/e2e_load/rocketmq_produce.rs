@@ -66,21 +66,16 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
     let (n, size, in_flight) = (args.messages, args.size, args.in_flight);
     let producer = producer(endpoint, topic).await?;
     let body = bytes::Bytes::from(vec![b'x'; size]);
-    let steady = |per_send: usize| {
-        (
-            Duration::from_secs(args.warmup_secs),
-            Duration::from_secs(args.window_secs),
-            (in_flight / per_send).max(1),
-            per_send as u64,
-        )
-    };
+    let (warmup, window) = (
+        Duration::from_secs(args.warmup_secs),
+        Duration::from_secs(args.window_secs),
+    );
     let measured = if args.window_secs > 0 && args.batch > 1 {
-        let (warmup, window, sends, per_send) = steady(args.batch);
         crate::window::send_steady(
             warmup,
             window,
-            sends,
-            per_send,
+            (in_flight / args.batch).max(1),
+            args.batch as u64,
             || {
                 let batch = (0..args.batch)
                     .map(|_| OutgoingMessage::new(topic, body.clone()))
@@ -91,12 +86,11 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
         )
         .await?
     } else if args.window_secs > 0 {
-        let (warmup, window, sends, per_send) = steady(1);
         crate::window::send_steady(
             warmup,
             window,
-            sends,
-            per_send,
+            in_flight,
+            1,
             || producer.send(OutgoingMessage::new(topic, body.clone())),
             || println!("start"),
         )
@@ -139,29 +133,9 @@ pub(crate) async fn fresh_topic(
 /// seconds, not recorded (the proxy's and broker's JIT warm-up), as
 /// [`crate::pulsar_produce::warm_broker`].
 pub(crate) async fn warm_broker(driver: &mut Driver) -> Result<(), String> {
-    let secs = driver.options.broker_warmup;
     let topic = fresh_topic(driver, "warmup", Family::Ours).await?;
     let endpoint = driver.options.rocketmq.clone().unwrap_or_default();
-    let args = [
-        "child",
-        "rocketmq-produce",
-        &endpoint,
-        &topic,
-        "0",
-        &driver.options.size.to_string(),
-        &IN_FLIGHT.to_string(),
-        "--warmup-secs",
-        &secs.to_string(),
-        "--window-secs",
-        "1",
-    ];
-    let spec = Spec {
-        label: "RocketMQ broker warm-up (ours, not recorded)".into(),
-        program: driver.ourselves.clone(),
-        args: args.map(String::from).to_vec(),
-        env: crate::runtime::ours_env(Settings::Tuned),
-        protocol: Protocol::Lines,
-    };
+    let spec = driver.warm_up_spec("rocketmq-produce", &endpoint, &topic, IN_FLIGHT);
     let outcome = driver.measure(&spec).await;
     crate::admin::rocketmq_topic(&driver.options.rocketmq_admin, "delete-topic", &topic).await?;
     outcome.map(drop)
