@@ -188,7 +188,8 @@ where
 /// As [`send_steady`], for a producer whose receipts come in the order of its sends (one
 /// Pulsar producer: its batches are answered in order): the sends wait in a queue, the
 /// oldest is awaited, and the receipts of the rest of its batch are then taken as they are
-/// found ready. No allocation and no wake-up of its own per send.
+/// found ready. No allocation and no wake-up of its own per send, and one clock reading per
+/// receipt (the sends made right after it start at that reading).
 pub(crate) async fn send_steady_oldest_first<F, T, E>(
     warmup: Duration,
     window: Duration,
@@ -202,15 +203,18 @@ where
 {
     let mut clock = SteadyClock::new(warmup, window, opened);
     let mut pending: VecDeque<(Instant, F)> = VecDeque::with_capacity(in_flight.max(1));
+    // One clock reading per receipt: it is also the start of the sends that refill the
+    // window right after it (they start within the same poll, microseconds later; the window
+    // is full whenever the poll waits, so no refill follows a wait).
+    let mut now = Instant::now();
     loop {
         let (started, result) = std::future::poll_fn(|cx| {
             while pending.len() < in_flight.max(1) {
-                let started = Instant::now();
                 let mut sent = send();
                 // A future does nothing until polled: the first poll starts the send.
                 match Pin::new(&mut sent).poll(cx) {
-                    Poll::Ready(result) => return Poll::Ready((started, result)),
-                    Poll::Pending => pending.push_back((started, sent)),
+                    Poll::Ready(result) => return Poll::Ready((now, result)),
+                    Poll::Pending => pending.push_back((now, sent)),
                 }
             }
             let Some((started, oldest)) = pending.front_mut() else {
@@ -222,8 +226,9 @@ where
             Poll::Ready((started, result))
         })
         .await;
+        now = Instant::now();
         result.map_err(|e| format!("send: {e}"))?;
-        if let Some(steady) = clock.receipt(started, Instant::now()) {
+        if let Some(steady) = clock.receipt(started, now) {
             return Ok(steady);
         }
     }
@@ -309,6 +314,13 @@ mod tests {
             (1192..=1208).contains(&ordered.messages),
             "{}",
             ordered.messages
+        );
+        // Each send's latency is its 10 ms: a refill starts at the reading of the receipt
+        // before it.
+        assert!(
+            ordered.latencies.iter().all(|&us| us == 10_000),
+            "{:?}",
+            &ordered.latencies[..8]
         );
         let batched = send_steady(
             Duration::from_secs(2),
