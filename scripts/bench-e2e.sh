@@ -6,7 +6,7 @@
 #   scripts/bench-e2e.sh --runs 3 --clients ours,java  # the run BENCHMARKS.md quotes (~40 min)
 #   scripts/bench-e2e.sh --runs 5 --paths pulsar-produce --clients ours,java --settings tuned
 #   flags: --runs N --paths LIST --clients ours,java,python,pulsar-rs --settings tuned,defaults
-#          --warmup SECS (20) --window SECS (30) --broker-warmup SECS (30) --backlog N
+#          --warmup SECS (20) --window SECS (30) --broker-warmup SECS (60) --backlog N
 #          --rocketmq-backlog N --size BYTES
 #          --out DIR (target/bench-e2e)
 #
@@ -22,7 +22,7 @@
 # and rocketmq-latency (publish to receive at a fixed rate, steady state; ours, Java). Tuned,
 # our producers run on a current-thread runtime. The backlog consume paths drain a backlog
 # (not steady state yet). Before the first run our producer sends to each broker for
-# --broker-warmup SECS (30), not recorded: a broker started moments ago otherwise runs its own
+# --broker-warmup SECS (60), not recorded: a broker started moments ago otherwise runs its own
 # JIT warm-up within the first measurement. Each row has the brokers' CPU within its window
 # ("broker cores"). See bench-tools/src/bin/e2e_load/main.rs.
 #

@@ -302,7 +302,8 @@ pub(crate) struct Flags {
     window: Option<u64>,
     /// Seconds our producer sends to each broker before the first run, not recorded: a
     /// broker freshly started runs its own JIT warm-up, which otherwise falls in the first
-    /// measurement [default: 30; --quick: 0]; 0 for none.
+    /// measurement (after 30 s a Pulsar broker was still slow) [default: 60; --quick: 0]; 0
+    /// for none.
     #[arg(long, value_name = "SECS")]
     broker_warmup: Option<u64>,
     /// Messages a second published in the Pulsar latency path.
@@ -373,7 +374,7 @@ impl Default for Options {
             rocketmq_backlog: 200_000,
             size: 1024,
             warmup: 20,
-            broker_warmup: 30,
+            broker_warmup: 60,
             window: 30,
             latency_rate: 5000,
             rocketmq_latency_rate: 2000,

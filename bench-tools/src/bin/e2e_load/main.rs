@@ -62,7 +62,7 @@
 //!   consumer (`E2eRocketMqPushLatency`), both at default settings.
 //!
 //! Broker warm-up: before the first run our producer sends to each broker the paths use for
-//! `--broker-warmup` (30) seconds, not recorded: a broker started moments ago otherwise runs
+//! `--broker-warmup` (60) seconds, not recorded: a broker started moments ago otherwise runs
 //! its own JIT warm-up within the first client's window.
 //!
 //! Broker CPU: with `--pulsar-pid-file` / `--rocketmq-pid-file` (bench-e2e.sh gives those of
