@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -198,31 +198,25 @@ impl BatchSink for PartitionSet {
 
 /// The result of one batch, shared by its messages' sends: set once, when the receipt (or
 /// the failure) comes, then every waiting send is woken. Each message's send registers its
-/// waker at its index in the batch (a [`Receipt`], a few words); [`ProducerBatcher::flush`]
-/// and [`ProducerBatcher::close`] wait on `done`.
+/// waker at its index in the batch (a [`Receipt`], a few words) and, once woken, reads the
+/// result without a lock; [`ProducerBatcher::flush`] and [`ProducerBatcher::close`] wait on
+/// `done`.
 #[derive(Debug, Default)]
 struct Outcome {
-    state: Mutex<OutcomeState>,
-    done: Notify,
-}
-
-#[derive(Debug, Default)]
-struct OutcomeState {
-    result: Option<Result<MessageId, Error>>,
+    /// Set before the wakers are taken, so that a send that finds no result under the
+    /// wakers' lock has its waker taken and woken after the result is set.
+    result: OnceLock<Result<MessageId, Error>>,
     /// The waker of each message's send that waits, by its index in the batch.
-    wakers: Vec<Option<Waker>>,
+    wakers: Mutex<Vec<Option<Waker>>>,
+    done: Notify,
 }
 
 impl Outcome {
     /// Sets the result (the first one set stays) and wakes the waiting sends.
     fn resolve(&self, result: Result<MessageId, Error>) {
-        let wakers = {
-            let mut state = self.state.lock();
-            if state.result.is_none() {
-                state.result = Some(result);
-            }
-            std::mem::take(&mut state.wakers)
-        };
+        // A second result (a close that abandons a batch answered meanwhile) is dropped.
+        let _ = self.result.set(result);
+        let wakers = std::mem::take(&mut *self.wakers.lock());
         for waker in wakers.into_iter().flatten() {
             waker.wake();
         }
@@ -231,14 +225,18 @@ impl Outcome {
 
     /// The result, or `Pending` with the waker of the message at `index` registered.
     fn poll_for(&self, index: usize, cx: &mut Context<'_>) -> Poll<Result<MessageId, Error>> {
-        let mut state = self.state.lock();
-        if let Some(result) = &state.result {
+        if let Some(result) = self.result.get() {
             return Poll::Ready(result.clone());
         }
-        if state.wakers.len() <= index {
-            state.wakers.resize_with(index + 1, || None);
+        let mut wakers = self.wakers.lock();
+        // Set between the first look and the lock: its wakers may be taken already.
+        if let Some(result) = self.result.get() {
+            return Poll::Ready(result.clone());
         }
-        match &mut state.wakers[index] {
+        if wakers.len() <= index {
+            wakers.resize_with(index + 1, || None);
+        }
+        match &mut wakers[index] {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             place => *place = Some(cx.waker().clone()),
         }
@@ -252,7 +250,7 @@ impl Outcome {
             tokio::pin!(notified);
             // Registered before the check, so that a result set in between still wakes it.
             notified.as_mut().enable();
-            if let Some(result) = &self.state.lock().result {
+            if let Some(result) = self.result.get() {
                 return result.clone();
             }
             notified.await;
@@ -260,7 +258,7 @@ impl Outcome {
     }
 
     fn is_resolved(&self) -> bool {
-        self.state.lock().result.is_some()
+        self.result.get().is_some()
     }
 }
 
@@ -332,10 +330,8 @@ impl Batches {
             bytes: 0,
             epoch,
             outcome: Arc::new(Outcome {
-                state: Mutex::new(OutcomeState {
-                    result: None,
-                    wakers: Vec::with_capacity(max_messages.min(1024)),
-                }),
+                result: OnceLock::new(),
+                wakers: Mutex::new(Vec::with_capacity(max_messages.min(1024))),
                 done: Notify::new(),
             }),
         };

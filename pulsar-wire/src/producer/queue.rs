@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{Notify, Semaphore, TryAcquireError};
 
 use crate::Error;
 
@@ -39,37 +39,45 @@ pub enum QueueFull {
 /// given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    permit: Option<OwnedSemaphorePermit>,
-    given_back: Arc<GivenBack>,
+    /// How many places: the semaphore's permits taken and forgotten, added back on drop.
+    places: usize,
+    room: Arc<Room>,
 }
 
 impl Slot {
-    fn new(permit: OwnedSemaphorePermit, given_back: &Arc<GivenBack>) -> Self {
+    /// Holds one place, taken from `room` (its permit forgotten).
+    fn one(room: &Arc<Room>) -> Self {
         Self {
-            permit: Some(permit),
-            given_back: Arc::clone(given_back),
+            places: 1,
+            room: Arc::clone(room),
         }
     }
 
     /// Takes `other`'s places into this one: both are given back together, at one time.
-    /// The slots of one producer share its queue's semaphore, as `merge` requires.
+    /// The slots of one producer share its queue, as `merge` requires.
     pub(crate) fn merge(&mut self, mut other: Slot) {
-        match (&mut self.permit, other.permit.take()) {
-            (Some(mine), Some(theirs)) => mine.merge(theirs),
-            (mine @ None, theirs) => *mine = theirs,
-            (Some(_), None) => {}
-        }
+        debug_assert!(Arc::ptr_eq(&self.room, &other.room), "slots of two queues");
+        self.places += std::mem::take(&mut other.places);
     }
 }
 
 impl Drop for Slot {
     /// Gives the places back, then wakes [`PendingQueue::drained`] when it waits.
     fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            drop(permit);
-            self.given_back.wake();
+        if self.places > 0 {
+            self.room.places.add_permits(self.places);
+            self.room.given_back.wake();
         }
     }
+}
+
+/// The places of a queue and who waits for them to be given back: one `Arc` that a
+/// [`Slot`] holds, so that taking a place and merging it into a batch's slot costs a
+/// reference count and the semaphore's update, not two of each.
+#[derive(Debug)]
+struct Room {
+    places: Semaphore,
+    given_back: GivenBack,
 }
 
 /// Wakes [`PendingQueue::drained`] when places are given back, and only while it waits: a
@@ -94,15 +102,13 @@ impl GivenBack {
 /// The places of one producer's messages, across its partitions.
 #[derive(Debug)]
 pub(crate) struct PendingQueue {
-    room: Arc<Semaphore>,
+    room: Arc<Room>,
     /// `None`: as many places as a semaphore holds, so that the count is kept anyway.
     limit: Option<usize>,
     when_full: QueueFull,
     /// The longest a blocking send waits for a place.
     wait: Duration,
     topic: String,
-    /// Notified whenever a place is given back while [`PendingQueue::drained`] waits.
-    given_back: Arc<GivenBack>,
 }
 
 impl PendingQueue {
@@ -126,12 +132,14 @@ impl PendingQueue {
             });
         }
         Ok(Self {
-            room: Arc::new(Semaphore::new(limit.unwrap_or(Semaphore::MAX_PERMITS))),
+            room: Arc::new(Room {
+                places: Semaphore::new(limit.unwrap_or(Semaphore::MAX_PERMITS)),
+                given_back: GivenBack::default(),
+            }),
             limit,
             when_full,
             wait,
             topic: topic.to_owned(),
-            given_back: Arc::default(),
         })
     }
 
@@ -141,8 +149,11 @@ impl PendingQueue {
     /// # Errors
     /// As [`PendingQueue::admit`], without the wait.
     pub(crate) fn try_admit(&self) -> Result<Option<Slot>, Error> {
-        match Arc::clone(&self.room).try_acquire_owned() {
-            Ok(permit) => Ok(Some(Slot::new(permit, &self.given_back))),
+        match self.room.places.try_acquire() {
+            Ok(permit) => {
+                permit.forget();
+                Ok(Some(Slot::one(&self.room)))
+            }
             Err(TryAcquireError::Closed) => Err(Error::Closed("the producer")),
             Err(TryAcquireError::NoPermits) if self.when_full == QueueFull::Fail => {
                 Err(self.full(None))
@@ -170,14 +181,14 @@ impl PendingQueue {
         }
         // Boxed: the wait is rare, and its timer would make every send's future larger.
         let since = crate::metrics::Stopwatch::start();
-        let waited = Box::pin(tokio::time::timeout(
-            self.wait,
-            Arc::clone(&self.room).acquire_owned(),
-        ));
+        let waited = Box::pin(tokio::time::timeout(self.wait, self.room.places.acquire()));
         let waited = waited.await;
         since.blocked(crate::metrics::Blocked::PendingQueue);
         match waited {
-            Ok(Ok(permit)) => Ok(Slot::new(permit, &self.given_back)),
+            Ok(Ok(permit)) => {
+                permit.forget();
+                Ok(Slot::one(&self.room))
+            }
             Ok(Err(_)) => Err(Error::Closed("the producer")),
             Err(_) => Err(self.full(Some(self.wait))),
         }
@@ -187,7 +198,7 @@ impl PendingQueue {
     pub(crate) fn pending(&self) -> usize {
         self.limit
             .unwrap_or(Semaphore::MAX_PERMITS)
-            .saturating_sub(self.room.available_permits())
+            .saturating_sub(self.room.places.available_permits())
     }
 
     /// The limit, `None` when unbounded.
@@ -199,10 +210,10 @@ impl PendingQueue {
                 self.0.fetch_sub(1, Ordering::SeqCst);
             }
         }
-        self.given_back.waiting.fetch_add(1, Ordering::SeqCst);
-        let _waiting = Waiting(&self.given_back.waiting);
+        self.room.given_back.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.room.given_back.waiting);
         loop {
-            let given_back = self.given_back.notify.notified();
+            let given_back = self.room.given_back.notify.notified();
             let mut given_back = std::pin::pin!(given_back);
             given_back.as_mut().enable();
             if self.pending() == 0 {
@@ -219,7 +230,7 @@ impl PendingQueue {
     /// Stops admitting: sends waiting for a place fail with [`Error::Closed`], and so does
     /// every later one. Places taken are still given back.
     pub(crate) fn close(&self) {
-        self.room.close();
+        self.room.places.close();
     }
 
     /// An unbounded queue, for the batcher's tests.
