@@ -47,7 +47,10 @@ pub(crate) async fn child(args: crate::args::Produce) -> Result<(), String> {
         .build()
         .await
         .map_err(|e| e.to_string())?;
-    let payload = Bytes::from(vec![b'x'; size]);
+    // One payload for every message, as `pulsar-perf` sends one byte array: static (leaked
+    // once), so that giving it to each message counts no references, as the JVM counts none
+    // for its array (a shared `Bytes` was 2.7 % of this child's CPU at 10,000 in flight).
+    let payload = Bytes::from_static(Vec::leak(vec![b'x'; size]));
     let send = || producer.send(OutgoingMessage::new(payload.clone()));
     let measured = if args.window_secs > 0 {
         crate::window::send_steady_oldest_first(
