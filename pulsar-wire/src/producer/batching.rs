@@ -149,7 +149,7 @@ pub(crate) enum KeyGroup {
 impl KeyGroup {
     /// The group of `message`, `None` for a message without keys.
     pub(crate) fn of(message: &OutgoingMessage) -> Option<Self> {
-        match (&message.ordering_key, &message.key) {
+        match (&message.extras().ordering_key, &message.extras().key) {
             (Some(ordering), _) => Some(Self::Ordering(ordering.clone())),
             (None, Some(key)) => Some(Self::Partition(key.clone())),
             (None, None) => None,

@@ -7,9 +7,18 @@ use bytes::Bytes;
 use crate::pb::KeyValue;
 
 /// A message to send.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OutgoingMessage {
     pub(crate) payload: Bytes,
+    /// All but the payload, boxed, and `None` until one of them is set: a send moves the
+    /// message several times (into its future, the batcher, the batch), and a plain message
+    /// is 40 bytes instead of 176.
+    extras: Option<Box<Extras>>,
+}
+
+/// What a message may carry besides its payload.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Extras {
     pub(crate) key: Option<String>,
     pub(crate) ordering_key: Option<Bytes>,
     pub(crate) properties: Vec<(String, String)>,
@@ -21,20 +30,47 @@ pub struct OutgoingMessage {
     pub(crate) deliver_at: Option<Result<u64, String>>,
 }
 
+/// The extras of a message that has none.
+static NO_EXTRAS: Extras = Extras {
+    key: None,
+    ordering_key: None,
+    properties: Vec::new(),
+    event_time: None,
+    deliver_at: None,
+};
+
+/// Equal payloads and extras (a message given an empty property list equals one given none).
+impl PartialEq for OutgoingMessage {
+    fn eq(&self, other: &Self) -> bool {
+        self.payload == other.payload && self.extras() == other.extras()
+    }
+}
+
+impl Eq for OutgoingMessage {}
+
 impl OutgoingMessage {
     /// A message with this payload.
     pub fn new(payload: impl Into<Bytes>) -> Self {
         Self {
             payload: payload.into(),
-            ..Self::default()
+            extras: None,
         }
+    }
+
+    /// Its key, ordering key, properties and times.
+    pub(crate) fn extras(&self) -> &Extras {
+        self.extras.as_deref().unwrap_or(&NO_EXTRAS)
+    }
+
+    fn extras_mut(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_with(Box::default)
     }
 
     /// Its key (`partition_key`): routes it on a partitioned topic and groups it on a
     /// Key_Shared subscription (unless it has an ordering key).
     #[must_use]
     pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
+        self.extras_mut().key = Some(key.into());
         self
     }
 
@@ -43,14 +79,16 @@ impl OutgoingMessage {
     /// ([`BatchingOptions::key_based`](crate::BatchingOptions::key_based)). It does not route between partitions.
     #[must_use]
     pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
-        self.ordering_key = Some(key.into());
+        self.extras_mut().ordering_key = Some(key.into());
         self
     }
 
     /// Adds a property.
     #[must_use]
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.properties.push((key.into(), value.into()));
+        self.extras_mut()
+            .properties
+            .push((key.into(), value.into()));
         self
     }
 
@@ -64,14 +102,14 @@ impl OutgoingMessage {
     /// fail with [`Error::Invalid`](crate::Error::Invalid).
     #[must_use]
     pub fn event_time(mut self, time: SystemTime) -> Self {
-        self.event_time = Some(crate::time::to_millis(time, "event_time"));
+        self.extras_mut().event_time = Some(crate::time::to_millis(time, "event_time"));
         self
     }
 
     /// Its event time in milliseconds since the epoch, as sent; copied as is from a received
     /// message (retry and dead letters), so no precision is lost.
     pub(crate) fn event_time_millis(mut self, millis: u64) -> Self {
-        self.event_time = Some(Ok(millis));
+        self.extras_mut().event_time = Some(Ok(millis));
         self
     }
 
@@ -82,12 +120,13 @@ impl OutgoingMessage {
     pub fn deliver_after(self, delay: Duration) -> Self {
         match SystemTime::now().checked_add(delay) {
             Some(at) => self.deliver_at(at),
-            None => Self {
-                deliver_at: Some(Err(format!(
+            None => {
+                let mut message = self;
+                message.extras_mut().deliver_at = Some(Err(format!(
                     "a delay of {delay:?} from now is past what a time can hold"
-                ))),
-                ..self
-            },
+                )));
+                message
+            }
         }
     }
 
@@ -116,14 +155,15 @@ impl OutgoingMessage {
                 )
             })
         });
-        self.deliver_at = Some(millis);
+        self.extras_mut().deliver_at = Some(millis);
         self
     }
 
     /// When it is to be delivered, to the millisecond (as it is sent), if a valid time was set
     /// ([`OutgoingMessage::deliver_at`], [`OutgoingMessage::deliver_after`]).
     pub fn delivery_time(&self) -> Option<SystemTime> {
-        self.deliver_at
+        self.extras()
+            .deliver_at
             .as_ref()
             .and_then(|at| at.as_ref().ok().copied())
             .map(crate::time::from_millis)
@@ -132,7 +172,8 @@ impl OutgoingMessage {
     /// Its `event_time` as sent (`None` when none was set; a time that cannot be sent fails
     /// [`OutgoingMessage::check_times`] first).
     pub(crate) fn event_time_wire(&self) -> Option<u64> {
-        self.event_time
+        self.extras()
+            .event_time
             .as_ref()
             .and_then(|at| at.as_ref().ok().copied())
     }
@@ -141,7 +182,7 @@ impl OutgoingMessage {
     /// time) cannot be sent.
     pub(crate) fn check_times(&self) -> Result<(), crate::Error> {
         self.deliver_at_time()?;
-        match &self.event_time {
+        match &self.extras().event_time {
             Some(Err(reason)) => Err(crate::Error::Invalid {
                 what: "event_time",
                 reason: reason.clone(),
@@ -152,13 +193,13 @@ impl OutgoingMessage {
 
     /// Whether it is delivered at a time of its own (and so sent on its own, not batched).
     pub(crate) fn is_delayed(&self) -> bool {
-        self.deliver_at.is_some()
+        self.extras().deliver_at.is_some()
     }
 
     /// Its `deliver_at_time`, or [`Error::Invalid`](crate::Error::Invalid) when the time asked
     /// for cannot be sent.
     pub(crate) fn deliver_at_time(&self) -> Result<Option<i64>, crate::Error> {
-        match &self.deliver_at {
+        match &self.extras().deliver_at {
             None => Ok(None),
             Some(Ok(millis)) => Ok(i64::try_from(*millis).ok()),
             Some(Err(reason)) => Err(crate::Error::Invalid {
@@ -175,32 +216,35 @@ impl OutgoingMessage {
 
     /// Its key, if it has one.
     pub fn partition_key(&self) -> Option<&str> {
-        self.key.as_deref()
+        self.extras().key.as_deref()
     }
 
     /// The key a Key_Shared subscription dispatches it by: the ordering key when it has one,
     /// else the partition key's bytes ([`crate::sticky_key_hash`] gives its hash).
     pub fn sticky_key(&self) -> Option<&[u8]> {
-        self.ordering_key
+        self.extras()
+            .ordering_key
             .as_deref()
-            .or_else(|| self.key.as_deref().map(str::as_bytes))
+            .or_else(|| self.extras().key.as_deref().map(str::as_bytes))
     }
 
     /// Its properties, in the order they were added.
     pub fn properties(&self) -> &[(String, String)] {
-        &self.properties
+        &self.extras().properties
     }
 
     /// The value of property `name` (the first one added with that name).
     pub fn property_value(&self, name: &str) -> Option<&str> {
-        self.properties
+        self.extras()
+            .properties
             .iter()
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.as_str())
     }
 
     pub(crate) fn key_values(&self) -> Vec<KeyValue> {
-        self.properties
+        self.extras()
+            .properties
             .iter()
             .map(|(key, value)| KeyValue {
                 key: key.clone(),
@@ -212,24 +256,31 @@ impl OutgoingMessage {
     /// Whether a batch carries more of the message than its payload size and sequence id:
     /// a key, an ordering key, properties or an event time.
     pub(crate) fn has_metadata(&self) -> bool {
-        self.key.is_some()
-            || self.ordering_key.is_some()
-            || !self.properties.is_empty()
+        let Some(extras) = &self.extras else {
+            return false;
+        };
+        extras.key.is_some()
+            || extras.ordering_key.is_some()
+            || !extras.properties.is_empty()
             || self.event_time_wire().is_some()
     }
 
     /// Roughly what the message takes in a batch (payload, key, properties, framing).
     pub(crate) fn encoded_size(&self) -> usize {
-        let properties: usize = self
+        const FRAMING: usize = 16;
+        let Some(extras) = &self.extras else {
+            return self.payload.len() + FRAMING;
+        };
+        let properties: usize = extras
             .properties
             .iter()
             .map(|(k, v)| k.len() + v.len() + 6)
             .sum();
         self.payload.len()
-            + self.key.as_ref().map_or(0, |k| k.len() + 2)
-            + self.ordering_key.as_ref().map_or(0, |k| k.len() + 2)
+            + extras.key.as_ref().map_or(0, |k| k.len() + 2)
+            + extras.ordering_key.as_ref().map_or(0, |k| k.len() + 2)
             + properties
-            + 16
+            + FRAMING
     }
 }
 
@@ -238,6 +289,25 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
+
+    #[test]
+    fn a_message_is_its_payload_and_a_pointer_and_equal_by_content() {
+        // A send moves the message several times: it stays small (it was 176 bytes).
+        assert!(std::mem::size_of::<OutgoingMessage>() <= 40);
+        let plain = OutgoingMessage::new("a");
+        assert_eq!(plain, OutgoingMessage::new("a"));
+        assert_ne!(plain, OutgoingMessage::new("b"));
+        let keyed = OutgoingMessage::new("a").key("k").property("p", "v");
+        assert_ne!(plain, keyed);
+        assert_eq!(keyed, OutgoingMessage::new("a").key("k").property("p", "v"));
+        assert_eq!(
+            (keyed.partition_key(), keyed.property_value("p")),
+            (Some("k"), Some("v"))
+        );
+        assert!(keyed.has_metadata() && !plain.has_metadata());
+        assert_eq!(keyed.encoded_size(), 1 + 3 + 8 + 16);
+        assert_eq!(plain.encoded_size(), 1 + 16);
+    }
 
     #[test]
     fn times_are_kept_to_the_millisecond_they_are_sent_with() {

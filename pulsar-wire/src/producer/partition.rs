@@ -730,9 +730,9 @@ impl PartitionProducer {
         }
         // The entry's keys, when every message shares them: Key_Shared dispatch reads the
         // entry's ordering_key, else its partition_key (key-based batching makes them shared).
-        let partition_key = shared_key(messages, |m| m.key.as_deref().map(str::as_bytes))
+        let partition_key = shared_key(messages, |m| m.extras().key.as_deref().map(str::as_bytes))
             .and_then(|key| String::from_utf8(key).ok());
-        let ordering_key = shared_key(messages, |m| m.ordering_key.as_deref());
+        let ordering_key = shared_key(messages, |m| m.extras().ordering_key.as_deref());
         let metadata = MessageMetadata {
             num_messages_in_batch: Some(count),
             compression,
@@ -811,8 +811,8 @@ impl PartitionProducer {
     ) -> MessageMetadata {
         MessageMetadata {
             properties: message.key_values(),
-            partition_key: message.key.clone(),
-            ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+            partition_key: message.extras().key.clone(),
+            ordering_key: message.extras().ordering_key.as_ref().map(|k| k.to_vec()),
             event_time: message.event_time_wire(),
             deliver_at_time: message.deliver_at_time().ok().flatten(),
             compression,
@@ -1041,8 +1041,8 @@ fn encode_messages(
 fn single_message_metadata(message: &OutgoingMessage, sequence_id: u64) -> SingleMessageMetadata {
     SingleMessageMetadata {
         properties: message.key_values(),
-        partition_key: message.key.clone(),
-        ordering_key: message.ordering_key.as_ref().map(|k| k.to_vec()),
+        partition_key: message.extras().key.clone(),
+        ordering_key: message.extras().ordering_key.as_ref().map(|k| k.to_vec()),
         event_time: message.event_time_wire(),
         sequence_id: Some(sequence_id),
         payload_size: payload_size(message),
