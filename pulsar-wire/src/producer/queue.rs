@@ -64,9 +64,61 @@ impl Slot {
 impl Drop for Slot {
     /// Gives the places back, then wakes [`PendingQueue::drained`] when it waits.
     fn drop(&mut self) {
-        if self.places > 0 {
-            self.room.places.add_permits(self.places);
-            self.room.given_back.wake();
+        self.room.give_back(self.places);
+    }
+}
+
+/// A place taken for one message and held by no [`Slot`] yet: it borrows the queue instead
+/// of counting a reference to it, so that a message added to a batch that has a slot
+/// already costs the queue one semaphore update and nothing else. Given back when dropped.
+#[derive(Debug)]
+#[must_use = "a place is given back when dropped"]
+pub(crate) struct Place<'a> {
+    room: &'a Arc<Room>,
+}
+
+impl Place<'_> {
+    /// The place as a slot of its own.
+    pub(crate) fn into_slot(self) -> Slot {
+        let slot = Slot::one(self.room);
+        std::mem::forget(self);
+        slot
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.room.give_back(1);
+    }
+}
+
+/// A message's place, however it is held, moved into the slot of its batch.
+pub(crate) trait IntoSlot {
+    /// Adds this place to `held`, or makes it `held`'s slot when it has none.
+    fn merge_into(self, held: &mut Option<Slot>);
+}
+
+impl IntoSlot for Slot {
+    fn merge_into(self, held: &mut Option<Slot>) {
+        match held {
+            Some(slot) => slot.merge(self),
+            None => *held = Some(self),
+        }
+    }
+}
+
+impl IntoSlot for Place<'_> {
+    fn merge_into(self, held: &mut Option<Slot>) {
+        match held {
+            Some(slot) => {
+                debug_assert!(
+                    Arc::ptr_eq(&slot.room, self.room),
+                    "a place of another queue"
+                );
+                slot.places += 1;
+                std::mem::forget(self);
+            }
+            None => *held = Some(self.into_slot()),
         }
     }
 }
@@ -78,6 +130,16 @@ impl Drop for Slot {
 struct Room {
     places: Semaphore,
     given_back: GivenBack,
+}
+
+impl Room {
+    /// Gives `places` back, then wakes [`PendingQueue::drained`] when it waits.
+    fn give_back(&self, places: usize) {
+        if places > 0 {
+            self.places.add_permits(places);
+            self.given_back.wake();
+        }
+    }
 }
 
 /// Wakes [`PendingQueue::drained`] when places are given back, and only while it waits: a
@@ -149,10 +211,18 @@ impl PendingQueue {
     /// # Errors
     /// As [`PendingQueue::admit`], without the wait.
     pub(crate) fn try_admit(&self) -> Result<Option<Slot>, Error> {
+        Ok(self.try_take()?.map(Place::into_slot))
+    }
+
+    /// As [`PendingQueue::try_admit`], the place borrowing the queue.
+    ///
+    /// # Errors
+    /// As [`PendingQueue::try_admit`].
+    pub(crate) fn try_take(&self) -> Result<Option<Place<'_>>, Error> {
         match self.room.places.try_acquire() {
             Ok(permit) => {
                 permit.forget();
-                Ok(Some(Slot::one(&self.room)))
+                Ok(Some(Place { room: &self.room }))
             }
             Err(TryAcquireError::Closed) => Err(Error::Closed("the producer")),
             Err(TryAcquireError::NoPermits) if self.when_full == QueueFull::Fail => {
@@ -318,6 +388,29 @@ mod tests {
         ));
         assert!(matches!(queue.admit().await, Err(Error::Closed(_))));
         drop(held);
+        assert_eq!(queue.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_place_is_given_back_once_dropped_or_with_the_slot_it_joined() {
+        let queue = queue(3, QueueFull::Fail);
+        let take = || queue.try_take().expect("open").expect("room");
+        drop(take());
+        assert_eq!(queue.pending(), 0);
+        let mut held = None;
+        take().merge_into(&mut held);
+        take().merge_into(&mut held);
+        queue.admit().await.expect("room").merge_into(&mut held);
+        assert_eq!(queue.pending(), 3, "each place counted once");
+        assert!(matches!(
+            queue.try_take(),
+            Err(Error::ProducerQueueFull { limit: 3, .. })
+        ));
+        drop(held);
+        assert_eq!(queue.pending(), 0);
+        let slot = take().into_slot();
+        assert_eq!(queue.pending(), 1);
+        drop(slot);
         assert_eq!(queue.pending(), 0);
     }
 
