@@ -7,12 +7,13 @@ use bytes::Bytes;
 use crate::pb::KeyValue;
 
 /// A message to send.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OutgoingMessage {
     pub(crate) payload: Bytes,
-    /// All but the payload, boxed, and `None` until one of them is set: a send moves the
-    /// message several times (into its future, the batcher, the batch), and a plain message
-    /// is 40 bytes instead of 176.
+    /// All but the payload, boxed, and `None` until one of them is set (every setter sets a
+    /// value that is not the default, so equal messages have equal `extras`): a send moves
+    /// the message several times (into its future, the batcher, the batch), and a plain
+    /// message is 40 bytes instead of 176.
     extras: Option<Box<Extras>>,
 }
 
@@ -38,15 +39,6 @@ static NO_EXTRAS: Extras = Extras {
     event_time: None,
     deliver_at: None,
 };
-
-/// Equal payloads and extras (a message given an empty property list equals one given none).
-impl PartialEq for OutgoingMessage {
-    fn eq(&self, other: &Self) -> bool {
-        self.payload == other.payload && self.extras() == other.extras()
-    }
-}
-
-impl Eq for OutgoingMessage {}
 
 impl OutgoingMessage {
     /// A message with this payload.
