@@ -52,13 +52,6 @@ impl Slot {
             room: Arc::clone(room),
         }
     }
-
-    /// Takes `other`'s places into this one: both are given back together, at one time.
-    /// The slots of one producer share its queue, as `merge` requires.
-    pub(crate) fn merge(&mut self, mut other: Slot) {
-        debug_assert!(Arc::ptr_eq(&self.room, &other.room), "slots of two queues");
-        self.places += std::mem::take(&mut other.places);
-    }
 }
 
 impl Drop for Slot {
@@ -94,14 +87,19 @@ impl Drop for Place<'_> {
 
 /// A message's place, however it is held, moved into the slot of its batch.
 pub(crate) trait IntoSlot {
-    /// Adds this place to `held`, or makes it `held`'s slot when it has none.
+    /// Adds these places to `held` (all are given back together, at one time), or makes
+    /// them `held`'s slot when it has none. The places of one producer share its queue.
     fn merge_into(self, held: &mut Option<Slot>);
 }
 
 impl IntoSlot for Slot {
-    fn merge_into(self, held: &mut Option<Slot>) {
+    fn merge_into(mut self, held: &mut Option<Slot>) {
         match held {
-            Some(slot) => slot.merge(self),
+            Some(slot) => {
+                debug_assert!(Arc::ptr_eq(&slot.room, &self.room), "slots of two queues");
+                // Taken, so that dropping this slot gives nothing back.
+                slot.places += std::mem::take(&mut self.places);
+            }
             None => *held = Some(self),
         }
     }
@@ -123,9 +121,8 @@ impl IntoSlot for Place<'_> {
     }
 }
 
-/// The places of a queue and who waits for them to be given back: one `Arc` that a
-/// [`Slot`] holds, so that taking a place and merging it into a batch's slot costs a
-/// reference count and the semaphore's update, not two of each.
+/// The places of a queue and who waits for them to be given back, behind the one `Arc`
+/// that each [`Slot`] holds (a [`Place`] borrows it).
 #[derive(Debug)]
 struct Room {
     places: Semaphore,
